@@ -1,0 +1,139 @@
+"""Tokenised data sets, length-grouped batching and padding to each batch's own length.
+
+Every encoded example keeps its position in the split (``index``), so teacher outputs can be
+looked up from the teacher cache by index whatever the batch order or the student's tokenizer.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import torch
+from torch.utils.data import Sampler
+
+from ..types import Example, Task
+
+
+@dataclass
+class EncodedSplit:
+    """A split tokenised once: token id lists, labels and each example's index."""
+
+    input_ids: list[list[int]]
+    token_type_ids: list[list[int]] | None
+    labels: list[float]
+    is_regression: bool
+    pad_id: int
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        item = {"index": index, "input_ids": self.input_ids[index], "label": self.labels[index]}
+        if self.token_type_ids is not None:
+            item["token_type_ids"] = self.token_type_ids[index]
+        return item
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(ids) for ids in self.input_ids]
+
+
+def default_max_length(task: Task) -> int:
+    """The papers' maximum sequence lengths: 64 for single sentences, 128 for pairs."""
+    return 128 if task.is_pair else 64
+
+
+def encode(examples: Sequence[Example], tokenizer: Any, max_length: int, *, is_regression: bool) -> EncodedSplit:
+    first = [example.text_a for example in examples]
+    second = [example.text_b for example in examples] if examples and examples[0].text_b is not None else None
+    encoded = tokenizer(first, second, truncation=True, max_length=max_length)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    labels = [float(example.label) if is_regression else int(example.label) for example in examples]
+    return EncodedSplit(
+        input_ids=[list(ids) for ids in encoded["input_ids"]],
+        token_type_ids=[list(t) for t in encoded["token_type_ids"]] if "token_type_ids" in encoded else None,
+        labels=labels,
+        is_regression=is_regression,
+        pad_id=pad_id,
+    )
+
+
+class Collator:
+    """Pads a batch to its own longest sequence (never to a fixed maximum)."""
+
+    def __init__(self, pad_id: int, is_regression: bool) -> None:
+        self.pad_id = pad_id
+        self.is_regression = is_regression
+
+    def __call__(self, items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        width = max(len(item["input_ids"]) for item in items)
+        batch_size = len(items)
+        input_ids = torch.full((batch_size, width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((batch_size, width), dtype=torch.long)
+        has_types = "token_type_ids" in items[0]
+        token_type_ids = torch.zeros((batch_size, width), dtype=torch.long) if has_types else None
+        for row, item in enumerate(items):
+            length = len(item["input_ids"])
+            input_ids[row, :length] = torch.tensor(item["input_ids"])
+            attention_mask[row, :length] = 1
+            if has_types:
+                token_type_ids[row, :length] = torch.tensor(item["token_type_ids"])
+        batch = {
+            "index": torch.tensor([item["index"] for item in items], dtype=torch.long),
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "labels": torch.tensor([item["label"] for item in items],
+                                   dtype=torch.float if self.is_regression else torch.long),
+        }
+        if has_types:
+            batch["token_type_ids"] = token_type_ids
+        return batch
+
+
+class LengthGroupedBatchSampler(Sampler[list[int]]):
+    """Batches of similar length, in a random order that depends only on (seed, epoch).
+
+    Shuffles the examples, sorts each window of ``batch_size * window_batches`` by length and
+    cuts it into batches, then shuffles the batches: padding stays low while every epoch still
+    sees a different, reproducible order. With ``shuffle=False`` the order is the data's.
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, *, shuffle: bool = True, seed: int = 0,
+                 window_batches: int = 50) -> None:
+        self.lengths = list(lengths)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.window = batch_size * window_batches
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def batches(self) -> list[list[int]]:
+        order = list(range(len(self.lengths)))
+        if not self.shuffle:
+            return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        rng = random.Random(self.seed * 100_003 + self.epoch)
+        rng.shuffle(order)
+        batches = []
+        for start in range(0, len(order), self.window):
+            window = sorted(order[start:start + self.window], key=self.lengths.__getitem__)
+            batches.extend(window[i:i + self.batch_size] for i in range(0, len(window), self.batch_size))
+        rng.shuffle(batches)
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches())
+
+    def __len__(self) -> int:
+        return (len(self.lengths) + self.batch_size - 1) // self.batch_size
+
+
+def padding_ratio(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> float:
+    """Tokens in the padded batches divided by real tokens (1.0 = no padding)."""
+    real = sum(lengths)
+    padded = sum(len(batch) * max(lengths[i] for i in batch) for batch in batches)
+    return padded / real if real else 1.0

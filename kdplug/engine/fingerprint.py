@@ -1,0 +1,60 @@
+"""Content fingerprints: what makes a cached teacher, cache or head set reusable.
+
+A fingerprint changes whenever the thing it describes changes (a weight, a token id, a
+setting), so a stale artefact is never reused; it does not depend on file paths or times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Iterable
+
+import torch
+from torch import nn
+
+
+def _hasher() -> "hashlib._Hash":
+    return hashlib.blake2b(digest_size=16)
+
+
+def of_module(module: nn.Module) -> str:
+    """Hash of every parameter and buffer (names, shapes, dtypes, values)."""
+    digest = _hasher()
+    for name, tensor in sorted(module.state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
+def of_tokenizer(tokenizer: Any) -> str:
+    """Hash of the vocabulary and the settings that change token ids."""
+    digest = _hasher()
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    digest.update(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode())
+    for attribute in ("do_lower_case", "model_max_length", "padding_side", "truncation_side"):
+        digest.update(f"{attribute}={getattr(tokenizer, attribute, None)}".encode())
+    digest.update(type(tokenizer).__name__.encode())
+    return digest.hexdigest()
+
+
+def of_token_ids(sequences: Iterable[Iterable[int]]) -> str:
+    digest = _hasher()
+    for ids in sequences:
+        digest.update(json.dumps(list(ids)).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def of_values(*values: Any) -> str:
+    """Hash of JSON-serialisable settings."""
+    return hashlib.blake2b(json.dumps(values, sort_keys=True, default=str).encode(), digest_size=16).hexdigest()
+
+
+def of_file(path: str, chunk: int = 1 << 22) -> str:
+    digest = _hasher()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,128 @@
+"""The training objective, and the one module that holds everything trainable.
+
+``DistillationModule`` wraps the student, the projector and any loss parameters so that the
+optimizer, checkpoints and DDP see a single module; only the student is exported at the end.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+
+from ..types import DistillInputs, LayerExtractor, ProjectedPairs
+
+
+@dataclass
+class StepState:
+    """Everything an objective may use for one batch (teacher tensors carry no gradient)."""
+
+    student_logits: torch.Tensor
+    student_layers: list[torch.Tensor]
+    labels: torch.Tensor
+    teacher_logits: Optional[torch.Tensor]
+    teacher_layers: Optional[list[torch.Tensor]]
+    teacher_head_logits: Optional[torch.Tensor]
+    pairs: Optional[ProjectedPairs]
+
+
+Objective = Callable[[StepState], dict[str, torch.Tensor]]
+
+
+class WeightedObjective(nn.Module):
+    """L = β·task + η·KD + λ·ILD with β = 1 − η − λ (ALP-KD eq. 7).
+
+    ``task`` is CE (MSE for regression), ``KD`` the temperature-scaled KL on logits (MSE for
+    regression), ``ILD`` the projector's own loss on the pairs it returns. Terms with weight 0
+    are not computed, so ``nkd`` needs no teacher at all.
+    """
+
+    def __init__(self, *, eta: float, lam: float, task_loss: Callable, kd_loss: Callable,
+                 ild_loss: Optional[Callable], regression: bool = False) -> None:
+        super().__init__()
+        self.regression = regression
+        self.eta, self.lam, self.beta = eta, lam, 1.0 - eta - lam
+        self.task_loss, self.kd_loss, self.ild_loss = task_loss, kd_loss, ild_loss
+
+    @property
+    def needs_teacher(self) -> bool:
+        return self.eta > 0 or self.lam > 0
+
+    def forward(self, state: StepState) -> dict[str, torch.Tensor]:
+        terms: dict[str, torch.Tensor] = {}
+        total = state.student_logits.new_zeros(())
+        if self.beta > 0:
+            logits = state.student_logits.squeeze(-1) if self.regression else state.student_logits  # (B, 1) -> (B,)
+            terms["ce"] = self.task_loss(logits, state.labels)
+            total = total + self.beta * terms["ce"]
+        if self.eta > 0:
+            terms["kd"] = self.kd_loss(state.student_logits, state.teacher_logits)
+            total = total + self.eta * terms["kd"]
+        if self.lam > 0 and state.pairs is not None:
+            terms["ild"] = self.ild_loss(state.pairs.student, state.pairs.teacher, state.pairs.weights)
+            total = total + self.lam * terms["ild"]
+        terms["loss"] = total
+        return terms
+
+
+class TeacherHeads(nn.Module):
+    """Pseudo classifiers on the teacher's layers (Universal-KD, DIH): one Linear per layer."""
+
+    def __init__(self, widths: list[int], num_outputs: int) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList(nn.Linear(width, num_outputs) for width in widths)
+
+    def forward(self, layers: list[torch.Tensor]) -> torch.Tensor:
+        return torch.stack([head(layer) for head, layer in zip(self.heads, layers)], dim=1)  # (B, n, C)
+
+
+class DistillationModule(nn.Module):
+    """Student + projector + objective; forward returns the loss terms of one batch."""
+
+    def __init__(self, student: nn.Module, extractor: LayerExtractor, projector: Optional[nn.Module],
+                 objective: nn.Module | Objective, teacher_heads: Optional[TeacherHeads] = None) -> None:
+        super().__init__()
+        self.student = student
+        self.projector = projector
+        self.objective = objective
+        self.extractor = extractor
+        specs = extractor.layer_specs(student)
+        self._matchable = [i for i, spec in enumerate(specs) if spec.matchable]
+        self.teacher_heads = teacher_heads
+        if teacher_heads is not None:
+            teacher_heads.requires_grad_(False)
+
+    @property
+    def needs_teacher(self) -> bool:
+        return getattr(self.objective, "needs_teacher", True)
+
+    def forward(self, batch: dict[str, torch.Tensor], teacher_logits: Optional[torch.Tensor] = None,
+                teacher_layers: Optional[list[torch.Tensor]] = None) -> dict[str, torch.Tensor]:
+        outputs = model_forward(self.student, batch)
+        logits = outputs.logits
+        layers = self.extractor(self.student, outputs)
+        student_layers = [layers[i] for i in self._matchable]
+        head_logits = None
+        if self.teacher_heads is not None and teacher_layers is not None:
+            with torch.no_grad():
+                head_logits = self.teacher_heads(teacher_layers)
+        pairs = None
+        if self.projector is not None and teacher_layers is not None:
+            pairs = self.projector(DistillInputs(
+                teacher_layers=teacher_layers, student_layers=student_layers, teacher_logits=teacher_logits,
+                student_logits=logits, teacher_head_logits=head_logits))
+        return self.objective(StepState(
+            student_logits=logits, student_layers=student_layers, labels=batch["labels"],
+            teacher_logits=teacher_logits, teacher_layers=teacher_layers, teacher_head_logits=head_logits,
+            pairs=pairs))
+
+
+def model_forward(model: nn.Module, batch: dict[str, torch.Tensor]) -> Any:
+    """Call a teacher or student on a collated batch, passing token types only to models that take them."""
+    kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    if "token_type_ids" in batch and "token_type_ids" in inspect.signature(model.forward).parameters:
+        kwargs["token_type_ids"] = batch["token_type_ids"]
+    return model(**kwargs)

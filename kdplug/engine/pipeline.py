@@ -1,0 +1,179 @@
+"""``kdplug run``: task -> teacher (fine-tuned once) -> teacher cache -> recipe -> evaluation -> run directory."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+from accelerate.utils import set_seed
+from torch import nn
+
+from ..config import RunConfig
+from ..errors import UsageError
+from ..registry import Registry
+from ..types import Task, Teacher, num_outputs
+from . import fingerprint
+from . import teacher as teacher_stage
+from .cache import TeacherCache, default_cache_root
+from .data import default_max_length, encode
+from .recipe import RecipeContext
+from .rundir import RunDirectory, default_output
+from .trainer import Trainer, build_accelerator, predictions_from_logits
+
+log = logging.getLogger("kdplug")
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    metrics: dict[str, Any]
+    rows: list[tuple[str, int, dict[str, float]]] = field(default_factory=list)  # (model, params, dev metrics)
+
+
+def resolve_names(config: RunConfig, registry: Registry) -> None:
+    """Fail on any unknown name before doing any work."""
+    if not Path(config.teacher).is_dir():
+        registry.resolve("teacher", config.teacher)
+    registry.resolve("student", config.student)
+    registry.resolve("projector", config.projector)
+    registry.resolve("task", config.task)
+    registry.resolve("recipe", config.recipe)
+    if config.baseline:
+        registry.resolve("projector", config.baseline)
+
+
+def create_teacher(config: RunConfig, registry: Registry, task: Task, **extra: Any) -> Teacher:
+    if Path(config.teacher).is_dir():  # a local checkpoint directory
+        return registry.create("teacher", "hf", task, **{**config.teacher_options, "source": config.teacher, **extra})
+    return registry.create("teacher", config.teacher, task, **{**config.teacher_options, **extra})
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def run(config: RunConfig, registry: Registry, *, overwrite: bool = False,
+        echo: Callable[[str], None] = print) -> RunResult:
+    started = time.perf_counter()
+    resolve_names(config, registry)
+    run_dir = RunDirectory.create(Path(config.output) if config.output else default_output(config), overwrite=overwrite)
+    handler = run_dir.attach_log()
+    try:
+        return _run(config, registry, run_dir, started, echo)
+    finally:
+        logging.getLogger("kdplug").removeHandler(handler)
+        handler.close()
+
+
+def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: float,
+         echo: Callable[[str], None]) -> RunResult:
+    run_dir.write_config(config)
+    cache_root = Path(config.cache_dir) if config.cache_dir else default_cache_root()
+    set_seed(config.seed)
+    accelerator = build_accelerator(config.precision)
+    echo(f"kdplug run -> {run_dir.path}  (device: {accelerator.device}, cache: {cache_root})")
+
+    task = registry.create("task", config.task, data_dir=config.data_dir, **config.task_options)
+    teacher = create_teacher(config, registry, task)
+    max_length = config.max_length or default_max_length(task)
+    train = encode(task.load_split("train"), teacher.tokenizer, max_length, is_regression=task.is_regression)
+    dev = {name: encode(task.load_split(name), teacher.tokenizer, max_length, is_regression=task.is_regression)
+           for name in task.dev_splits}
+    for name, split in [("train", train), *dev.items()]:
+        if len(split) == 0:
+            raise UsageError(f"task {task.name!r}: the {name} split is empty; check --data-dir and the task options")
+    trainer = Trainer(accelerator, task, batch_size=config.batch_size, seed=config.seed,
+                      weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio,
+                      best_checkpoint=config.best_checkpoint, num_workers=config.num_workers)
+    metrics: dict[str, Any] = {"task": task.name, "main_metric": task.main_metric, "config": config.to_dict()}
+
+    # -- teacher: fine-tuned once, stored, reused --------------------------------------------
+    teacher_info: dict[str, Any] = {"name": config.teacher, "source": teacher.source}
+    if not teacher.finetuned:
+        settings = {"epochs": config.teacher_epochs, "lr": config.teacher_lr, "batch_size": config.teacher_batch_size,
+                    "max_length": max_length, "seed": config.seed}
+        key = teacher_stage.finetune_key(teacher, task, train, settings)
+        stored = teacher_stage.stored_teacher_dir(cache_root, key)
+        if stored is not None:
+            echo(f"teacher: reusing the fine-tuned teacher {stored}")
+            teacher = create_teacher(config, registry, task, source=str(stored))
+            teacher_info["finetuned"] = {"reused": str(stored)}
+        else:
+            echo(f"teacher: fine-tuning {teacher.source} on {task.name} ({config.teacher_epochs} epochs)")
+            teacher_trainer = Trainer(accelerator, task, batch_size=config.teacher_batch_size, seed=config.seed,
+                                      weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio)
+            summary = teacher_stage.finetune(
+                teacher, teacher_trainer, task, train, dev, epochs=config.teacher_epochs, lr=config.teacher_lr,
+                task_loss=registry.create("loss", "mse" if task.is_regression else "ce"), regression=task.is_regression)
+            stored = teacher_stage.store(teacher, cache_root, key, summary)
+            teacher_info["finetuned"] = {**summary, "stored": str(stored)}
+    teacher_stage.freeze(teacher)
+    teacher_fp = fingerprint.of_module(teacher.model)
+    tokenizer_fp = fingerprint.of_tokenizer(teacher.tokenizer)
+
+    built: dict[str, Any] = {}
+
+    def caches() -> tuple[TeacherCache, dict[str, TeacherCache]]:
+        if not built:
+            common = dict(root=cache_root, precision=config.precision, teacher_fingerprint=teacher_fp,
+                          tokenizer_fingerprint=tokenizer_fp)
+            built["dev"] = {name: teacher_stage.build_cache(teacher, trainer, task, name, split, **common)
+                            for name, split in dev.items()}
+            built["train"] = teacher_stage.build_cache(teacher, trainer, task, "train", train, **common)
+        return built["train"], built["dev"]
+
+    _, dev_caches = caches() if config.projector != "nkd" or config.baseline else (None, None)
+    rows: list[tuple[str, int, dict[str, float]]] = []
+    if dev_caches is not None:
+        teacher_info["dev"] = {name: task.compute_metrics(
+            predictions_from_logits(torch.from_numpy(cache.logits[:].copy()), task.is_regression).tolist(),
+            dev[name].labels) for name, cache in dev_caches.items()}
+        rows.append((f"teacher ({Path(config.teacher).name})", count_parameters(teacher.model), teacher_info["dev"]))
+    metrics["teacher"] = teacher_info
+
+    context = RecipeContext(config=config, registry=registry, task=task, teacher=teacher, trainer=trainer,
+                            train=train, dev=dev, caches=caches, cache_root=cache_root)
+
+    # -- the baseline, for the comparison table ------------------------------------------------
+    if config.baseline:
+        echo(f"baseline: {config.student} with {config.baseline}")
+        student = context.new_student()
+        projector = context.new_projector(student, name=config.baseline)
+        result = context.train_stage(f"baseline-{config.baseline}", student, projector)
+        metrics["baseline"] = {"projector": config.baseline, "dev": result.dev, "parameters": count_parameters(student)}
+        rows.append((f"{config.student} + {config.baseline}", count_parameters(student), result.dev))
+
+    # -- the recipe -------------------------------------------------------------------------
+    echo(f"recipe {config.recipe}: {config.student} <- {config.projector}")
+    recipe = registry.create("recipe", config.recipe, **config.recipe_options)
+    student = recipe.run(context)
+    if not isinstance(student, nn.Module):
+        raise UsageError(f"recipe {config.recipe!r} returned {type(student).__name__}, not the trained student module")
+    final = trainer.evaluate(student, context.splits_for(student)[1])
+    metrics["stages"] = context.stages
+    metrics["student"] = {"name": config.student, "projector": config.projector, "recipe": config.recipe,
+                          "dev": final, "parameters": count_parameters(student)}
+    rows.append((f"{config.student} + {config.projector}", count_parameters(student), final))
+    run_dir.save_student(student, {"student": config.student, "options": config.student_options,
+                                   "task": task.name, "num_outputs": num_outputs(task)})
+    metrics["wall_seconds"] = round(time.perf_counter() - started, 2)
+    run_dir.write_metrics(metrics)
+    echo(format_table(rows, task))
+    echo(f"wall time {metrics['wall_seconds']:.1f}s; results in {run_dir.path}")
+    return RunResult(run_dir.path, metrics, rows)
+
+
+def format_table(rows: list[tuple[str, int, dict[str, dict[str, float]]]], task: Task) -> str:
+    split = task.dev_splits[0]
+    keys = sorted({key for _, _, dev in rows for key in dev.get(split, {})},
+                  key=lambda k: (k != task.main_metric, k))
+    header = ["model", "params"] + [f"{split} {k}" for k in keys]
+    body = [[name, f"{params / 1e6:.1f}M"] + [f"{dev.get(split, {}).get(k, float('nan')) * 100:.2f}" for k in keys]
+            for name, params, dev in rows]
+    widths = [max(len(str(r[i])) for r in [header] + body) for i in range(len(header))]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in body])

@@ -1,0 +1,122 @@
+"""The teacher side of a run: fine-tune once and store, then cache its outputs once.
+
+A teacher that is not fine-tuned on the task is fine-tuned by the ordinary training loop and
+stored under ``<cache>/teachers/<fingerprint>``; the fingerprint covers the base weights, the
+tokenizer, the task's training data and the fine-tuning settings, so a later run with the same
+inputs loads it instead of training again.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import torch
+
+from .. import find_layer_extractor
+from ..types import LayerSpec, Task, Teacher, matchable_layers, num_outputs
+from . import cache as cache_module
+from . import fingerprint
+from .data import EncodedSplit
+from .objective import DistillationModule, WeightedObjective
+from .trainer import Trainer, inference_autocast
+
+log = logging.getLogger(__name__)
+
+FINETUNED_MARKER = "kdplug_finetuned.json"
+
+
+def finetune_key(teacher: Teacher, task: Task, train: EncodedSplit, settings: dict[str, Any]) -> str:
+    return fingerprint.of_values(
+        "teacher-finetune", fingerprint.of_module(teacher.model), fingerprint.of_tokenizer(teacher.tokenizer),
+        task.name, fingerprint.of_token_ids(train.input_ids), fingerprint.of_values(train.labels), settings)
+
+
+def stored_teacher_dir(root: Path, key: str) -> Optional[Path]:
+    directory = root / "teachers" / key
+    return directory if (directory / FINETUNED_MARKER).is_file() else None
+
+
+def finetune(teacher: Teacher, trainer: Trainer, task: Task, train: EncodedSplit, dev: dict[str, EncodedSplit], *,
+             epochs: int, lr: float, task_loss, regression: bool) -> dict[str, Any]:
+    """Fine-tune the teacher in place with CE (MSE for regression); return the stage summary."""
+    extractor = find_layer_extractor(teacher.model)
+    objective = WeightedObjective(eta=0.0, lam=0.0, task_loss=task_loss, kd_loss=None, ild_loss=None,
+                                  regression=regression)
+    module = DistillationModule(teacher.model, extractor, None, objective)
+    result = trainer.fit("teacher", module, train, dev, epochs=epochs, lr=lr)
+    return result.summary()
+
+
+def store(teacher: Teacher, root: Path, key: str, summary: dict[str, Any]) -> Path:
+    """Save a fine-tuned teacher atomically under ``root/teachers/key``."""
+    if teacher.save_pretrained is None:
+        raise RuntimeError("this teacher has no save_pretrained; it cannot be stored for reuse")
+    target = root / "teachers" / key
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=target.parent))
+    try:
+        teacher.save_pretrained(str(staging))
+        (staging / FINETUNED_MARKER).write_text(json.dumps({"source": teacher.source, **summary}, indent=1, default=str))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def freeze(teacher: Teacher) -> Teacher:
+    teacher.model.eval()
+    teacher.model.requires_grad_(False)
+    return teacher
+
+
+def matchable_specs(model: torch.nn.Module) -> tuple[list[LayerSpec], list[int]]:
+    """The teacher's matchable layer specs and their positions in the extractor's output."""
+    specs = find_layer_extractor(model).layer_specs(model)
+    positions = [i for i, spec in enumerate(specs) if spec.matchable]
+    return [specs[i] for i in positions], positions
+
+
+def _teacher_batches(teacher: Teacher, trainer: Trainer, split: EncodedSplit, precision: str,
+                     positions: list[int]) -> Iterator[cache_module.CacheBatch]:
+    extractor = find_layer_extractor(teacher.model)
+    loader, _ = trainer.loader(split, shuffle=False, batch_size=trainer.batch_size * 2)
+    device = trainer.accelerator.device
+    teacher.model.to(device)
+    accepts_types = "token_type_ids" in inspect.signature(teacher.model.forward).parameters
+    with torch.no_grad(), inference_autocast(precision, device):
+        for batch in loader:
+            inputs = {"input_ids": batch["input_ids"].to(device), "attention_mask": batch["attention_mask"].to(device)}
+            if accepts_types and "token_type_ids" in batch:
+                inputs["token_type_ids"] = batch["token_type_ids"].to(device)
+            outputs = teacher.model(**inputs)
+            layers = extractor(teacher.model, outputs)
+            yield batch["index"], outputs.logits.float(), [layers[i].float() for i in positions]
+
+
+def cache_key(teacher_fingerprint: str, tokenizer_fingerprint: str, split: EncodedSplit, specs: list[LayerSpec],
+              precision: str) -> str:
+    return fingerprint.of_values("teacher-cache", teacher_fingerprint, tokenizer_fingerprint,
+                                 fingerprint.of_token_ids(split.input_ids),
+                                 [(s.index, s.width, s.kind) for s in specs], precision)
+
+
+def build_cache(teacher: Teacher, trainer: Trainer, task: Task, split_name: str, split: EncodedSplit, *, root: Path,
+                precision: str, teacher_fingerprint: str, tokenizer_fingerprint: str) -> cache_module.TeacherCache:
+    specs, positions = matchable_specs(teacher.model)
+    key = cache_key(teacher_fingerprint, tokenizer_fingerprint, split, specs, precision)
+    batches_total = (len(split) + trainer.batch_size * 2 - 1) // (trainer.batch_size * 2)
+    return cache_module.open_or_build(
+        root / "teacher-cache", key, num_examples=len(split), num_outputs=num_outputs(task), specs=specs,
+        compute=lambda: _teacher_batches(teacher, trainer, split, precision, positions),
+        description={"teacher": teacher.source, "task": task.name, "split": split_name, "precision": precision},
+        progress=lambda it, n: trainer.progress(it, batches_total, f"teacher cache {split_name}"),
+    )

@@ -1,0 +1,179 @@
+"""THE contract between kdplug and its plugins.
+
+Every component kdplug can use (teacher, student, layer extractor, projector, loss, task,
+recipe) comes through one of the registration hooks below, first-party plugins included: they
+are loaded through the ``kdplug`` entry-point group exactly like a third-party distribution.
+
+A plugin is a module (or object) with functions marked ``@kdplug.hookimpl``::
+
+    # my_projector/plugin.py ; pyproject: [project.entry-points.kdplug] my-proj = "my_projector.plugin"
+    import kdplug
+
+    @kdplug.hookimpl
+    def kdplug_register_projectors(register):
+        register("my-proj", MyProjector, description="cosine matching of the last layers")
+
+Each registration hook is called once per plugin when the registry is first used. The
+``register`` callback takes ``(name, factory, description="")``; a name may contain one integer
+field such as ``"bert-{layers}"``, so ``bert-4`` calls the factory with ``layers=4``. Two plugins
+registering the same name is an error that names both distributions.
+
+Specs evolve only by adding arguments: an implementation may accept fewer arguments than the
+spec lists (pluggy passes only those it names), so a plugin written today keeps working.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+PROJECT_NAME = "kdplug"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+
+
+@hookspec
+def kdplug_register_teachers(register):
+    """Register teacher factories.
+
+    When: once, the first time a teacher is listed or created.
+
+    Parameters:
+        register: ``register(name, factory, description="")``.
+
+    The factory is called as ``factory(task, **options)``:
+        task (kdplug.types.Task): the task the teacher will be used on (it sizes the head).
+        options: keyword options from the run's ``teacher_options``. Every teacher factory
+            accepts ``source``: a directory its ``save_pretrained`` wrote, which the engine
+            passes to reload a fine-tuned teacher it stored.
+
+    The factory returns a :class:`kdplug.types.Teacher`. Its model is put in eval mode and
+    frozen by the engine; set ``finetuned=False`` when the engine must fine-tune it on the
+    task first (the fine-tuned weights are stored and reused, keyed by a fingerprint).
+    """
+
+
+@hookspec
+def kdplug_register_students(register):
+    """Register student factories.
+
+    When: once, the first time a student is listed or created.
+
+    Parameters:
+        register: ``register(name, factory, description="")``.
+
+    The factory is called as ``factory(task, teacher, **options)``:
+        task (kdplug.types.Task): the task (output width: ``kdplug.types.num_outputs(task)``).
+        teacher (kdplug.types.Teacher): the fine-tuned teacher, e.g. to copy its first k
+            layers (PKD's initialisation) or reuse its tokenizer and word embeddings.
+        options: keyword options from the run's ``student_options``.
+
+    The factory returns an ``nn.Module`` following :class:`kdplug.types.Student`: forward takes
+    ``input_ids``, ``attention_mask`` (and ``token_type_ids`` when it uses them) and returns an
+    object with ``.logits`` ``(batch, C)``; some registered layer extractor must support it.
+    An optional ``tokenizer`` attribute replaces the teacher's tokenizer for this student.
+    """
+
+
+@hookspec
+def kdplug_register_layer_extractors(register):
+    """Register layer extractors: how to read one vector per layer out of a model.
+
+    When: once, the first time a model's layers are needed; the engine then asks each
+    registered extractor, in registration order, ``supports(model)`` and uses the first that
+    says yes.
+
+    Parameters:
+        register: ``register(name, extractor, description="")``; ``extractor`` is an object
+            following :class:`kdplug.types.LayerExtractor` (not a factory).
+
+    Nothing is returned by the hook; the registered extractor provides:
+        supports(model) -> bool
+        layer_specs(model) -> list[LayerSpec]: index, width and kind of every layer, layer 0
+            being the embedding output where the model has one (kind ``"embedding"``).
+        __call__(model, outputs) -> list[Tensor]: one ``(batch, width)`` tensor per spec, from
+            the model's forward ``outputs`` (e.g. the [CLS] state of every Transformer layer).
+    """
+
+
+@hookspec
+def kdplug_register_projectors(register):
+    """Register projector factories (intermediate-layer distillation methods).
+
+    When: once, the first time a projector is listed or created.
+
+    Parameters:
+        register: ``register(name, factory, description="")``.
+
+    The factory is called as ``factory(request, **options)``:
+        request (kdplug.types.ProjectionRequest): the matchable teacher and student layers
+            (specs), the output width and whether the task is a regression.
+        options: keyword options from the run's ``projector_options`` (e.g. a layer map, an
+            attention temperature).
+
+    The factory returns an ``nn.Module`` following :class:`kdplug.types.Projector`. Its
+    parameters are trained with the student's (one optimizer, one checkpoint). Its forward
+    takes a :class:`kdplug.types.DistillInputs` and returns :class:`kdplug.types.ProjectedPairs`
+    (or None for logit-only methods such as ``rkd``); the loss named by its ``ild_loss``
+    attribute compares the pairs. Logit-only methods (``nkd``, ``rkd``) are projectors too.
+    """
+
+
+@hookspec
+def kdplug_register_losses(register):
+    """Register loss factories.
+
+    When: once, the first time a loss is listed or created.
+
+    Parameters:
+        register: ``register(name, factory, description="")``.
+
+    The factory is called as ``factory(**options)`` (e.g. ``temperature`` for ``kd``) and
+    returns a callable ``loss(student, target, weights=None) -> scalar Tensor``:
+        - pair losses (``mse``, ``normalized-mse``, ``kl``): ``student`` and ``target`` are
+          ``(batch, P, D)``; the loss is summed over the P pairs and averaged over the batch;
+          ``weights`` ``(batch, P)`` scales each pair's per-example term;
+        - logit losses: ``ce`` takes logits ``(batch, C)`` and integer labels ``(batch,)``;
+          ``kd`` takes student and teacher logits ``(batch, C)`` and returns
+          τ²·KL(σ(t/τ) ‖ σ(s/τ)) with ``batchmean`` reduction.
+    """
+
+
+@hookspec
+def kdplug_register_tasks(register):
+    """Register task factories (a data set plus its metric).
+
+    When: once, the first time a task is listed or created.
+
+    Parameters:
+        register: ``register(name, factory, description="")``.
+
+    The factory is called as ``factory(data_dir=None, **options)``:
+        data_dir (str | None): a local directory with the task's files; None means the task's
+            own source (e.g. the ``datasets`` hub copy of GLUE, or a generated demo set).
+        options: keyword options from the run's ``task_options`` (e.g. ``max_train_examples``).
+
+    The factory returns a :class:`kdplug.types.Task`. Reading problems (missing files,
+    columns, malformed lines, labels outside the label set) raise
+    :class:`kdplug.errors.DataError` naming the file, the line and what was expected.
+    """
+
+
+@hookspec
+def kdplug_register_recipes(register):
+    """Register recipe factories: the training schedule of a run (its stages).
+
+    When: once, the first time a recipe is listed or created.
+
+    Parameters:
+        register: ``register(name, factory, description="")``.
+
+    The factory is called as ``factory(**options)`` with the run's ``recipe_options`` and
+    returns an object with ``run(ctx) -> nn.Module``. ``ctx`` is a
+    :class:`kdplug.engine.recipe.RecipeContext`: it builds students and projectors
+    (``ctx.new_student()``, ``ctx.new_projector(student)``), resolves objective weights
+    (``ctx.weights(projector, eta=.., lam=..)``), runs training stages (``ctx.train_stage(name,
+    student, projector, weights=.., objective=..)``, which keeps the best dev checkpoint), warms up
+    teacher heads (``ctx.teacher_heads()``) and reads the teacher cache (``ctx.teacher_cache()``).
+    Every stage's metrics are recorded by the context. ``run`` returns the final student, which
+    the engine evaluates on the dev splits and exports.
+    """

@@ -1,0 +1,143 @@
+"""Named components per kind, collected from the plugins' registration hooks.
+
+``create_projector("alp", request)``, ``list_projectors("alp*")``: the registry is the one place
+that maps a name to a factory, so unknown names fail here with close matches, and every entry
+knows the plugin and distribution that provided it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Optional
+
+from .errors import ConfigError, PluginError, UnknownComponentError
+
+#: kind -> the registration hook that fills it
+KINDS: dict[str, str] = {
+    "teacher": "kdplug_register_teachers",
+    "student": "kdplug_register_students",
+    "layer_extractor": "kdplug_register_layer_extractors",
+    "projector": "kdplug_register_projectors",
+    "loss": "kdplug_register_losses",
+    "task": "kdplug_register_tasks",
+    "recipe": "kdplug_register_recipes",
+}
+
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered component."""
+
+    kind: str
+    name: str
+    factory: Any
+    description: str = ""
+    plugin: str = ""
+    distribution: str = ""
+    version: str = ""
+    _pattern: Optional[re.Pattern] = field(default=None, compare=False, repr=False)
+    _field: Optional[str] = field(default=None, compare=False, repr=False)
+
+    def match(self, name: str) -> Optional[dict[str, int]]:
+        """Options implied by ``name`` if it names this entry (``bert-4`` -> ``{layers: 4}``)."""
+        if self._pattern is None:
+            return {} if name == self.name else None
+        found = self._pattern.fullmatch(name)
+        return {self._field: int(found.group(1))} if found else None
+
+    def provider(self) -> str:
+        dist = f"{self.distribution} {self.version}".strip()
+        return f"plugin {self.plugin!r} ({dist})" if dist else f"plugin {self.plugin!r}"
+
+
+def _compile(name: str) -> tuple[Optional[re.Pattern], Optional[str]]:
+    fields = _FIELD.findall(name)
+    if not fields:
+        return None, None
+    if len(fields) > 1:
+        raise PluginError(f"component name {name!r} may hold at most one {{field}}")
+    prefix, suffix = _FIELD.split(name)[0], _FIELD.split(name)[-1]
+    return re.compile(re.escape(prefix) + r"(\d+)" + re.escape(suffix)), fields[0]
+
+
+class Registry:
+    """Entries per kind, filled by :class:`kdplug.plugins.PluginManager`."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
+
+    def add(self, kind: str, name: str, factory: Callable[..., Any], *, description: str = "",
+            plugin: str = "", distribution: str = "", version: str = "") -> Entry:
+        if kind not in KINDS:
+            raise PluginError(f"unknown component kind {kind!r}; kinds are {', '.join(KINDS)}")
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"plugin {plugin!r} registered a {kind} with an invalid name {name!r}")
+        if not callable(factory):
+            raise PluginError(f"plugin {plugin!r} registered {kind} {name!r} with a non-callable {factory!r}")
+        existing = self._entries[kind].get(name)
+        if existing is not None:
+            raise PluginError(
+                f"{kind} {name!r} is registered twice: by {existing.provider()} and by "
+                f"plugin {plugin!r} ({distribution} {version}). Uninstall or disable one of them "
+                f"(--disable-plugin NAME or KDPLUG_DISABLE_PLUGINS=NAME)."
+            )
+        pattern, field_name = _compile(name)
+        entry = Entry(kind, name, factory, description, plugin, distribution, version, pattern, field_name)
+        self._entries[kind][name] = entry
+        return entry
+
+    def entries(self, kind: str) -> list[Entry]:
+        return list(self._entries[kind].values())
+
+    def names(self, kind: str, pattern: str = "*") -> list[str]:
+        return [name for name in self._entries[kind] if fnmatch.fnmatchcase(name, pattern)]
+
+    def __iter__(self) -> Iterator[Entry]:
+        for kind in KINDS:
+            yield from self._entries[kind].values()
+
+    def resolve(self, kind: str, name: str) -> tuple[Entry, dict[str, int]]:
+        """The entry for ``name`` and the options its name implies."""
+        entry = self._entries[kind].get(name)
+        if entry is not None and entry._pattern is None:
+            return entry, {}
+        for entry in self._entries[kind].values():
+            implied = entry.match(name)
+            if implied is not None:
+                return entry, implied
+        raise UnknownComponentError(kind.replace("_", " "), name, self._listing(kind))
+
+    def _listing(self, kind: str) -> list[str]:
+        return sorted(self._entries[kind])
+
+    def get(self, kind: str, name: str) -> Any:
+        """The registered object itself (used for layer extractors, which are not factories)."""
+        return self.resolve(kind, name)[0].factory
+
+    def create(self, kind: str, name: str, *args: Any, **options: Any) -> Any:
+        entry, implied = self.resolve(kind, name)
+        options = {**implied, **options}
+        _check_options(entry, name, args, options)
+        return entry.factory(*args, **options)
+
+
+def _check_options(entry: Entry, name: str, args: tuple, options: dict[str, Any]) -> None:
+    """Unknown or missing options fail with the factory's valid options, not a bare TypeError."""
+    try:
+        signature = inspect.signature(entry.factory)
+    except (TypeError, ValueError):  # builtins and some C types have no signature
+        return
+    try:
+        signature.bind(*args, **options)
+    except TypeError as exc:
+        valid = [p.name for p in list(signature.parameters.values())[len(args):]
+                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        section = f"{entry.kind}_options" if entry.kind in ("teacher", "student", "projector", "task", "recipe") else "options"
+        raise ConfigError(
+            f"{entry.kind} {name!r} ({entry.provider()}): {exc}. Its options are: {', '.join(valid) or '(none)'}; "
+            f"set them with --set {section}.NAME=VALUE") from None

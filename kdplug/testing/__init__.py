@@ -1,0 +1,1 @@
+"""Helpers for testing kdplug and its plugins (tiny models: :mod:`kdplug.testing.tiny`)."""

@@ -1,0 +1,235 @@
+"""The small data types that cross the plugin boundary.
+
+Every hook in :mod:`kdplug.hookspecs` speaks in these types, so a plugin never needs to import
+the engine. They are deliberately plain: frozen dataclasses and ``typing.Protocol`` classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
+
+import torch
+from torch import nn
+
+# --------------------------------------------------------------------------------------------
+# Layers
+# --------------------------------------------------------------------------------------------
+
+LAYER_KINDS = ("embedding", "transformer", "lstm", "conv", "other")
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One layer's representation as a projector sees it.
+
+    ``index`` counts from 0 (0 = the embedding output for Transformers, which projectors never
+    match: its [CLS] vector is the same for every input). ``width`` is the vector's size.
+    """
+
+    index: int
+    width: int
+    kind: str = "other"
+
+    def __post_init__(self) -> None:
+        if self.kind not in LAYER_KINDS:
+            raise ValueError(f"LayerSpec.kind must be one of {LAYER_KINDS}, got {self.kind!r}")
+        if self.width <= 0:
+            raise ValueError(f"LayerSpec.width must be positive, got {self.width}")
+
+    @property
+    def matchable(self) -> bool:
+        """Whether distillation may match this layer (every layer but the embeddings)."""
+        return self.kind != "embedding"
+
+
+def matchable_layers(specs: Sequence[LayerSpec]) -> tuple[LayerSpec, ...]:
+    return tuple(spec for spec in specs if spec.matchable)
+
+
+class LayerExtractor(Protocol):
+    """Turns a model's forward outputs into one vector per layer (see the layer-extractor hook)."""
+
+    def supports(self, model: nn.Module) -> bool: ...
+
+    def layer_specs(self, model: nn.Module) -> list[LayerSpec]: ...
+
+    def __call__(self, model: nn.Module, outputs: Any) -> list[torch.Tensor]:
+        """Return one ``(batch, spec.width)`` tensor per spec, in the order of ``layer_specs``."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Tasks
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled input. ``text_b`` is None for single-sentence tasks.
+
+    ``label`` is the class index (classification) or the float target (regression).
+    """
+
+    text_a: str
+    label: float | int
+    text_b: Optional[str] = None
+
+
+@runtime_checkable
+class Task(Protocol):
+    """A data set plus its metric. Returned by task factories (see the task hook).
+
+    Attributes:
+        name: registry name, e.g. ``"sst2"``.
+        labels: class names in the label order of the data set (GLUE's order for GLUE tasks);
+            empty for regression.
+        is_regression: one output, MSE in place of CE/KL.
+        is_pair: each example has ``text_b``.
+        main_metric: the key of :meth:`compute_metrics` used to pick the best checkpoint.
+        dev_splits: the evaluation splits, the first is the one model selection uses
+            (MNLI: ``("dev_matched", "dev_mismatched")``).
+    """
+
+    name: str
+    labels: tuple[str, ...]
+    is_regression: bool
+    is_pair: bool
+    main_metric: str
+    dev_splits: tuple[str, ...]
+
+    def load_split(self, split: str) -> list[Example]: ...
+
+    def compute_metrics(self, predictions: Sequence[float], references: Sequence[float]) -> dict[str, float]:
+        """``predictions`` are class indices (classification) or floats (regression)."""
+        ...
+
+
+def num_outputs(task: Task) -> int:
+    """Width of a model's output layer for ``task``: 1 for regression, else the class count."""
+    return 1 if task.is_regression else len(task.labels)
+
+
+# --------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Teacher:
+    """A teacher as a teacher factory returns it.
+
+    Attributes:
+        model: a module whose forward takes ``input_ids``, ``attention_mask`` (and optionally
+            ``token_type_ids``) and returns an object with ``.logits`` (``(batch, C)``) plus
+            whatever its layer extractor needs (for Hugging Face models: ``hidden_states``).
+        tokenizer: a Hugging Face tokenizer (callable on text or text pairs).
+        source: the hub id or directory it was loaded from; part of every fingerprint.
+        finetuned: True when ``model`` is already fine-tuned on the task; otherwise the engine
+            fine-tunes it first (and stores the result for later runs).
+        save_pretrained: writes the model and tokenizer to a directory such that the same
+            factory, given that directory as ``source``, loads it back.
+    """
+
+    model: nn.Module
+    tokenizer: Any
+    source: str
+    finetuned: bool = False
+    save_pretrained: Optional[Callable[[str], None]] = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Student(Protocol):
+    """A student is an ``nn.Module`` whose forward takes ``input_ids``, ``attention_mask`` (and
+    optionally ``token_type_ids``) and returns an object with ``.logits``. It may carry its own
+    ``tokenizer`` attribute (default: the teacher's) and a ``save_pretrained(dir)`` method."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs: Any) -> Any: ...
+
+
+# --------------------------------------------------------------------------------------------
+# Projectors and losses
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProjectionRequest:
+    """What a projector factory is told about the two models.
+
+    ``teacher_layers`` and ``student_layers`` hold only matchable layers (no embedding layer),
+    in order; the student's last entry is its output layer.
+    """
+
+    teacher_layers: tuple[LayerSpec, ...]
+    student_layers: tuple[LayerSpec, ...]
+    num_outputs: int
+    is_regression: bool = False
+
+
+@dataclass
+class DistillInputs:
+    """One batch as a projector sees it. Teacher tensors carry no gradient.
+
+    Attributes:
+        teacher_layers: ``n`` tensors ``(batch, width_i)``, matching ``request.teacher_layers``.
+        student_layers: ``m`` tensors ``(batch, width_j)``, matching ``request.student_layers``.
+        teacher_logits / student_logits: ``(batch, C)``.
+        teacher_head_logits: ``(batch, n, C)`` logits of the teacher's warmed-up pseudo
+            classifiers (one per teacher layer), present when the projector asked for them.
+    """
+
+    teacher_layers: list[torch.Tensor]
+    student_layers: list[torch.Tensor]
+    teacher_logits: torch.Tensor
+    student_logits: torch.Tensor
+    teacher_head_logits: Optional[torch.Tensor] = None
+
+
+@dataclass
+class ProjectedPairs:
+    """What a projector returns: ``P`` pairs to compare with its ILD loss.
+
+    ``student`` and ``teacher`` are ``(batch, P, D)``. ``weights`` (``(batch, P)``), when set,
+    scales each pair's per-example loss (attention on the losses). ``attention`` (``(batch, P,
+    n)``), when set, is what the report draws: how much each matched student layer drew on each
+    teacher layer.
+    """
+
+    student: torch.Tensor
+    teacher: torch.Tensor
+    weights: Optional[torch.Tensor] = None
+    attention: Optional[torch.Tensor] = None
+
+
+class Projector(Protocol):
+    """An ``nn.Module`` built by a projector factory.
+
+    Class attributes the engine reads:
+        ild_loss: registry name of the loss that compares the pairs (e.g. ``"mse"``).
+        needs_teacher_heads: True when forward reads ``inputs.teacher_head_logits``; the engine
+            then warms up one pseudo classifier per teacher layer before distillation.
+        default_weights: ``{"eta": .., "lam": ..}`` used where the run does not set them.
+    forward(inputs: DistillInputs) -> ProjectedPairs | None (None: logit-only method).
+    """
+
+    ild_loss: str
+    needs_teacher_heads: bool
+    default_weights: Mapping[str, float]
+
+    def __call__(self, inputs: DistillInputs) -> Optional[ProjectedPairs]: ...
+
+
+# --------------------------------------------------------------------------------------------
+# Registration
+# --------------------------------------------------------------------------------------------
+
+
+class Register(Protocol):
+    """The callback every registration hook receives.
+
+    ``register(name, factory, description="")``. ``name`` may hold one ``{int}``-style field,
+    e.g. ``"bert-{layers}"``: then ``bert-4`` calls ``factory(..., layers=4)``.
+    """
+
+    def __call__(self, name: str, factory: Callable[..., Any], description: str = "") -> None: ...

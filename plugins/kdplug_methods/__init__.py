@@ -1,0 +1,1 @@
+"""First-party kdplug plugins: methods."""

