@@ -65,6 +65,8 @@ class RunConfig:
     cache_dir: Optional[str] = None  # default: $KDPLUG_CACHE or ~/.cache/kdplug
     output: Optional[str] = None  # default: runs/<time>-<task>-<student>-<projector>
     num_workers: int = 0
+    # provenance
+    zoo: Optional[str] = None  # the zoo entry this run reproduces (set by 'kdplug zoo run')
 
     def validate(self) -> "RunConfig":
         if self.precision not in PRECISIONS:

@@ -10,7 +10,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import torch
 from accelerate.utils import set_seed
 from torch import nn
 

@@ -20,7 +20,7 @@ from typing import Any, Iterator, Optional
 import torch
 
 from .. import find_layer_extractor
-from ..types import LayerSpec, Task, Teacher, matchable_layers, num_outputs
+from ..types import LayerSpec, Task, Teacher, num_outputs
 from . import cache as cache_module
 from . import fingerprint
 from .data import EncodedSplit

@@ -161,8 +161,11 @@ class Trainer:
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup_ratio * steps), steps)
         module, optimizer, loader, scheduler = self.accelerator.prepare(module, optimizer, loader, scheduler)
         best_score, best_state = -math.inf, None
+        objective = self.accelerator.unwrap_model(module).objective
         for epoch in range(1, epochs + 1):
             sampler.set_epoch(epoch)
+            if hasattr(objective, "set_epoch"):  # schedules over epochs, e.g. annealing KD
+                objective.set_epoch(epoch, epochs)
             module.train()
             sums: dict[str, float] = {}
             count = 0
