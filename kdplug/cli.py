@@ -42,8 +42,11 @@ def _quiet_libraries(verbose: bool) -> None:
     try:
         from transformers.utils import logging as hf_logging
 
+        from huggingface_hub.utils import disable_progress_bars
+
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
+        disable_progress_bars()
     except ImportError:
         pass
 

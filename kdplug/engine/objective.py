@@ -90,7 +90,7 @@ class DistillationModule(nn.Module):
         self.objective = objective
         self.extractor = extractor
         specs = extractor.layer_specs(student)
-        self._matchable = [i for i, spec in enumerate(specs) if spec.matchable]
+        self.matchable_positions = [i for i, spec in enumerate(specs) if spec.matchable]
         self.teacher_heads = teacher_heads
         if teacher_heads is not None:
             teacher_heads.requires_grad_(False)
@@ -104,7 +104,7 @@ class DistillationModule(nn.Module):
         outputs = model_forward(self.student, batch)
         logits = outputs.logits
         layers = self.extractor(self.student, outputs)
-        student_layers = [layers[i] for i in self._matchable]
+        student_layers = [layers[i] for i in self.matchable_positions]
         head_logits = None
         if self.teacher_heads is not None and teacher_layers is not None:
             with torch.no_grad():

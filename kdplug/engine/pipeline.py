@@ -15,8 +15,9 @@ from torch import nn
 from ..config import RunConfig
 from ..errors import UsageError
 from ..registry import Registry
-from ..types import Task, Teacher, num_outputs
-from . import fingerprint
+from .. import find_layer_extractor
+from ..types import Task, Teacher, matchable_layers, num_outputs
+from . import analysis, fingerprint
 from . import teacher as teacher_stage
 from .cache import TeacherCache, default_cache_root
 from .data import default_max_length, encode
@@ -154,6 +155,13 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: 
     if not isinstance(student, nn.Module):
         raise UsageError(f"recipe {config.recipe!r} returned {type(student).__name__}, not the trained student module")
     final = trainer.evaluate(student, context.splits_for(student)[1])
+    if context.last_distillation is not None:
+        stage, module = context.last_distillation
+        first = task.dev_splits[0]
+        metrics["analysis"] = analysis.write(
+            run_dir.path, stage, module, first, context.splits_for(student)[1][first], context.teacher_cache()[1][first],
+            list(matchable_layers(find_layer_extractor(student).layer_specs(student))),
+            batch_size=config.batch_size * 2, device=accelerator.device)
     metrics["stages"] = context.stages
     metrics["student"] = {"name": config.student, "projector": config.projector, "recipe": config.recipe,
                           "dev": final, "parameters": count_parameters(student)}
@@ -167,12 +175,16 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: 
     return RunResult(run_dir.path, metrics, rows)
 
 
+def _human(count: int) -> str:
+    return f"{count / 1e6:.1f}M" if count >= 1e5 else f"{count / 1e3:.1f}K"
+
+
 def format_table(rows: list[tuple[str, int, dict[str, dict[str, float]]]], task: Task) -> str:
     split = task.dev_splits[0]
     keys = sorted({key for _, _, dev in rows for key in dev.get(split, {})},
                   key=lambda k: (k != task.main_metric, k))
     header = ["model", "params"] + [f"{split} {k}" for k in keys]
-    body = [[name, f"{params / 1e6:.1f}M"] + [f"{dev.get(split, {}).get(k, float('nan')) * 100:.2f}" for k in keys]
+    body = [[name, _human(params)] + [f"{dev.get(split, {}).get(k, float('nan')) * 100:.2f}" for k in keys]
             for name, params, dev in rows]
     widths = [max(len(str(r[i])) for r in [header] + body) for i in range(len(header))]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731

@@ -55,6 +55,7 @@ class RecipeContext:
     cache_root: Any
     stages: dict[str, dict] = field(default_factory=dict)
     _heads: Optional[TeacherHeads] = None
+    last_distillation: Optional[tuple[str, DistillationModule]] = None
 
     # -- components -------------------------------------------------------------------------
     def new_student(self, name: Optional[str] = None, **options: Any) -> nn.Module:
@@ -153,6 +154,8 @@ class RecipeContext:
         log.info("stage %s: student %s, projector %s, weights %s, %d epochs, lr %g", name, type(student).__name__,
                  type(projector).__name__ if projector is not None else None, weights.as_dict(), epochs, lr)
         result = self.trainer.fit(name, module, train, dev, epochs=epochs, lr=lr, teacher_cache=train_cache)
+        if projector is not None:
+            self.last_distillation = (name, module)  # for the attention and layer records
         self.stages[name] = {**result.summary(), "weights": weights.as_dict(), "lr": lr, "epochs": epochs}
         return result
 
