@@ -106,3 +106,15 @@ def test_console_script_is_installed():
     assert result.returncode == 0
     for option in ("--teacher", "--student", "--projector", "--task", "--data-dir", "--config", "--set", "--output"):
         assert option in result.stdout
+
+
+def test_every_command_is_documented_in_docs():
+    from pathlib import Path
+
+    from kdplug.cli import build_parser
+
+    docs = "\n".join(p.read_text(encoding="utf-8") for p in (Path(__file__).resolve().parents[2] / "docs").glob("*.md"))
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices
+    for name in commands:
+        assert f"kdplug {name}" in docs, f"'kdplug {name}' is not documented in docs/"
