@@ -65,6 +65,8 @@ class RunConfig:
     cache_dir: Optional[str] = None  # default: $KDPLUG_CACHE or ~/.cache/kdplug
     output: Optional[str] = None  # default: runs/<time>-<task>-<student>-<projector>
     num_workers: int = 0
+    checkpoint_every: int = 0  # also checkpoint every N steps (0: at epoch ends and stage ends only)
+    keep_checkpoints: bool = False  # keep checkpoints/ after the run completes
     # provenance
     zoo: Optional[str] = None  # the zoo entry this run reproduces (set by 'kdplug zoo run')
 
@@ -77,6 +79,8 @@ class RunConfig:
         for name in ("epochs", "batch_size", "teacher_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"checkpoint_every must be 0 (epoch ends only) or a positive step count, got {self.checkpoint_every}")
         if self.teacher_epochs < 0 or self.head_epochs < 0:
             raise ConfigError("teacher_epochs and head_epochs must be at least 0")
         for name in ("eta", "lam"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from ..config import FIELDS, build_config
@@ -58,12 +59,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--cache-dir", dest="cache_dir", help="fine-tuned teachers and teacher caches "
                         "(default: $KDPLUG_CACHE or ~/.cache/kdplug)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --output")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run from its last checkpoint "
+                        "(its config.yaml is used; other options are ignored except --set)")
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     from ..engine.pipeline import run
 
+    if args.resume:
+        from ..config import apply, parse_overrides
+        from ..engine.pipeline import resume_config
+
+        config = apply(resume_config(Path(args.resume)), parse_overrides(args.overrides), source="--set").validate()
+        report_failures(manager)
+        run(config, manager.registry, resume=True)
+        return 0
     flags = {key: getattr(args, key) for key in
              ("teacher", "student", "projector", "task", "recipe", "data_dir", "output", "seed", "epochs",
               "precision", "baseline", "cache_dir")}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,20 +13,23 @@ import torch
 from accelerate.utils import set_seed
 from torch import nn
 
+from .. import find_layer_extractor
 from ..config import RunConfig
 from ..errors import UsageError
 from ..registry import Registry
-from .. import find_layer_extractor
 from ..types import Task, Teacher, matchable_layers, num_outputs
-from . import analysis, fingerprint
+from . import analysis, fingerprint, interrupt
 from . import teacher as teacher_stage
 from .cache import TeacherCache, default_cache_root
+from .checkpoint import Checkpointer
 from .data import default_max_length, encode
 from .recipe import RecipeContext
-from .rundir import RunDirectory, default_output
+from .rundir import CONFIG_FILE, METRICS_FILE, RunDirectory, default_output
 from .trainer import Trainer, build_accelerator, predictions_from_logits
 
 log = logging.getLogger("kdplug")
+
+CHECKPOINT_DIR = "checkpoints"
 
 
 @dataclass
@@ -57,22 +61,44 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def run(config: RunConfig, registry: Registry, *, overwrite: bool = False,
+def run(config: RunConfig, registry: Registry, *, overwrite: bool = False, resume: bool = False,
         echo: Callable[[str], None] = print) -> RunResult:
+    """Run ``config`` into a new run directory (or, with ``resume``, continue the run already in
+    ``config.output`` from its checkpoints)."""
     started = time.perf_counter()
     resolve_names(config, registry)
-    run_dir = RunDirectory.create(Path(config.output) if config.output else default_output(config), overwrite=overwrite)
+    output = Path(config.output) if config.output else default_output(config)
+    run_dir = RunDirectory(output) if resume else RunDirectory.create(output, overwrite=overwrite)
     handler = run_dir.attach_log()
     try:
-        return _run(config, registry, run_dir, started, echo)
+        with interrupt.graceful_stop():
+            result = _run(config, registry, run_dir, started, echo)
+        if not config.keep_checkpoints:
+            shutil.rmtree(run_dir.path / CHECKPOINT_DIR, ignore_errors=True)
+        return result
     finally:
         logging.getLogger("kdplug").removeHandler(handler)
         handler.close()
 
 
+def resume_config(run_dir: Path) -> RunConfig:
+    """The configuration of the interrupted run in ``run_dir``."""
+    from ..config import build_config
+
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise UsageError(f"{run_dir} holds no run to resume (no {CONFIG_FILE}); pass the run directory "
+                         f"that 'kdplug run' printed")
+    if (run_dir / METRICS_FILE).is_file() and not (run_dir / CHECKPOINT_DIR).exists():
+        raise UsageError(f"the run in {run_dir} already completed ({METRICS_FILE} exists); nothing to resume")
+    config = build_config(file=str(run_dir / CONFIG_FILE))
+    config.output = str(run_dir)
+    return config
+
+
 def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: float,
          echo: Callable[[str], None]) -> RunResult:
     run_dir.write_config(config)
+    checkpoints = Checkpointer(run_dir.path / CHECKPOINT_DIR, every_steps=config.checkpoint_every)
     cache_root = Path(config.cache_dir) if config.cache_dir else default_cache_root()
     set_seed(config.seed)
     accelerator = build_accelerator(config.precision)
@@ -109,7 +135,8 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: 
                                       weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio)
             summary = teacher_stage.finetune(
                 teacher, teacher_trainer, task, train, dev, epochs=config.teacher_epochs, lr=config.teacher_lr,
-                task_loss=registry.create("loss", "mse" if task.is_regression else "ce"), regression=task.is_regression)
+                task_loss=registry.create("loss", "mse" if task.is_regression else "ce"), regression=task.is_regression,
+                checkpoints=checkpoints)
             stored = teacher_stage.store(teacher, cache_root, key, summary)
             teacher_info["finetuned"] = {**summary, "stored": str(stored)}
     teacher_stage.freeze(teacher)
@@ -137,7 +164,7 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: 
     metrics["teacher"] = teacher_info
 
     context = RecipeContext(config=config, registry=registry, task=task, teacher=teacher, trainer=trainer,
-                            train=train, dev=dev, caches=caches, cache_root=cache_root)
+                            train=train, dev=dev, caches=caches, cache_root=cache_root, checkpoints=checkpoints)
 
     # -- the baseline, for the comparison table ------------------------------------------------
     if config.baseline:

@@ -6,6 +6,7 @@ A recipe plugin's ``run(ctx)`` drives a :class:`RecipeContext`; the context does
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -18,10 +19,13 @@ from ..config import RunConfig
 from ..errors import UsageError
 from ..registry import Registry
 from ..types import ProjectionRequest, Task, Teacher, matchable_layers, num_outputs
+from . import fingerprint
 from .cache import TeacherCache
+from .checkpoint import Checkpointer
 from .data import EncodedSplit, encode
 from .heads import warmed_up_heads
 from .objective import DistillationModule, TeacherHeads, WeightedObjective
+from .teacher import build_cache, freeze
 from .trainer import StageResult, Trainer
 
 log = logging.getLogger(__name__)
@@ -54,8 +58,15 @@ class RecipeContext:
     caches: Any  # callable () -> (train cache, dev caches) built on first use
     cache_root: Any
     stages: dict[str, dict] = field(default_factory=dict)
+    checkpoints: Optional[Checkpointer] = None
     _heads: Optional[TeacherHeads] = None
     last_distillation: Optional[tuple[str, DistillationModule]] = None
+    #: the tokenizer ``train`` and ``dev`` are encoded with (the run's teacher's); None = the teacher's
+    tokenizer: Any = None
+
+    def __post_init__(self) -> None:
+        if self.tokenizer is None:
+            self.tokenizer = self.teacher.tokenizer
 
     # -- components -------------------------------------------------------------------------
     def new_student(self, name: Optional[str] = None, **options: Any) -> nn.Module:
@@ -115,11 +126,39 @@ class RecipeContext:
             self._heads = heads
         return self._heads
 
+    def with_teacher(self, teacher: Teacher) -> "RecipeContext":
+        """A context that distils from ``teacher`` instead, e.g. a trained teaching assistant (TAKD).
+
+        The teacher is frozen; its outputs are cached on first use like the run's teacher's (keyed
+        by a fingerprint of its weights, tokenizer and data, so a reloaded model reuses its cache),
+        read with its own tokenizer where it has one (``teacher.tokenizer``). Its heads are warmed
+        up separately. The data, settings and the record of stages are shared with this context;
+        students built by the new context (``new_student``) see ``teacher`` as their teacher.
+        """
+        freeze(teacher)
+        train, dev = self.splits_with(teacher.tokenizer)
+        built: dict[str, Any] = {}
+
+        def caches() -> tuple[TeacherCache, dict[str, TeacherCache]]:
+            if not built:
+                common = {"root": self.cache_root, "precision": self.config.precision,
+                          "teacher_fingerprint": fingerprint.of_module(teacher.model),
+                          "tokenizer_fingerprint": fingerprint.of_tokenizer(teacher.tokenizer)}
+                built["dev"] = {name: build_cache(teacher, self.trainer, self.task, name, split, **common)
+                                for name, split in dev.items()}
+                built["train"] = build_cache(teacher, self.trainer, self.task, "train", train, **common)
+            return built["train"], built["dev"]
+
+        return dataclasses.replace(self, teacher=teacher, caches=caches, _heads=None, last_distillation=None)
+
     # -- stages -----------------------------------------------------------------------------
     def splits_for(self, student: nn.Module) -> tuple[EncodedSplit, dict[str, EncodedSplit]]:
         """The data as this student reads it: re-encoded when it brings its own tokenizer."""
-        tokenizer = getattr(student, "tokenizer", None)
-        if tokenizer is None or tokenizer is self.teacher.tokenizer:
+        return self.splits_with(getattr(student, "tokenizer", None))
+
+    def splits_with(self, tokenizer: Any) -> tuple[EncodedSplit, dict[str, EncodedSplit]]:
+        """The data encoded with ``tokenizer`` (None: the run's encoding)."""
+        if tokenizer is None or tokenizer is self.tokenizer:
             return self.train, self.dev
         max_length = self.train_max_length
         train = encode(self.task.load_split("train"), tokenizer, max_length, is_regression=self.task.is_regression)
@@ -143,7 +182,8 @@ class RecipeContext:
         objective = objective or self.objective(projector, weights)
         if weights.lam == 0:
             projector = None  # its pairs would be weighted by 0: skip the work (and the heads' warm-up)
-        needs_heads = bool(getattr(projector, "needs_teacher_heads", False))
+        # the projector or the objective itself (e.g. DIH's) may read the teacher's pseudo classifiers
+        needs_heads = any(getattr(part, "needs_teacher_heads", False) for part in (projector, objective))
         heads = self.teacher_heads() if needs_heads else None
         module = DistillationModule(student, find_layer_extractor(student), projector, objective, heads)
         needs_teacher = module.needs_teacher
@@ -153,7 +193,8 @@ class RecipeContext:
         epochs = epochs or self.config.epochs
         log.info("stage %s: student %s, projector %s, weights %s, %d epochs, lr %g", name, type(student).__name__,
                  type(projector).__name__ if projector is not None else None, weights.as_dict(), epochs, lr)
-        result = self.trainer.fit(name, module, train, dev, epochs=epochs, lr=lr, teacher_cache=train_cache)
+        result = self.trainer.fit(name, module, train, dev, epochs=epochs, lr=lr, teacher_cache=train_cache,
+                                  checkpoints=self.checkpoints)
         if projector is not None:
             self.last_distillation = (name, module)  # for the attention and layer records
         self.stages[name] = {**result.summary(), "weights": weights.as_dict(), "lr": lr, "epochs": epochs}

@@ -44,13 +44,13 @@ def stored_teacher_dir(root: Path, key: str) -> Optional[Path]:
 
 
 def finetune(teacher: Teacher, trainer: Trainer, task: Task, train: EncodedSplit, dev: dict[str, EncodedSplit], *,
-             epochs: int, lr: float, task_loss, regression: bool) -> dict[str, Any]:
+             epochs: int, lr: float, task_loss, regression: bool, checkpoints=None) -> dict[str, Any]:
     """Fine-tune the teacher in place with CE (MSE for regression); return the stage summary."""
     extractor = find_layer_extractor(teacher.model)
     objective = WeightedObjective(eta=0.0, lam=0.0, task_loss=task_loss, kd_loss=None, ild_loss=None,
                                   regression=regression)
     module = DistillationModule(teacher.model, extractor, None, objective)
-    result = trainer.fit("teacher", module, train, dev, epochs=epochs, lr=lr)
+    result = trainer.fit("teacher", module, train, dev, epochs=epochs, lr=lr, checkpoints=checkpoints)
     return result.summary()
 
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import math
 import time
+import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import set_seed
 from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
@@ -24,8 +26,11 @@ from transformers import get_linear_schedule_with_warmup
 
 from ..errors import KdplugError
 from ..types import Task
+from . import faults, interrupt
 from .cache import TeacherCache
+from .checkpoint import Checkpointer, Progress, restore_rng
 from .data import Collator, EncodedSplit, LengthGroupedBatchSampler
+from .interrupt import RunInterrupted
 from .objective import DistillationModule, model_forward
 
 log = logging.getLogger(__name__)
@@ -102,8 +107,10 @@ class Trainer:
     # -- data -------------------------------------------------------------------------------
     def loader(self, split: EncodedSplit, *, shuffle: bool, batch_size: Optional[int] = None) -> tuple[DataLoader, LengthGroupedBatchSampler]:
         sampler = LengthGroupedBatchSampler(split.lengths, batch_size or self.batch_size, shuffle=shuffle, seed=self.seed)
+        # its own generator: creating an iterator must not draw from the global RNG, or a resumed
+        # run would see different dropout masks than an uninterrupted one
         loader = DataLoader(split, batch_sampler=sampler, collate_fn=Collator(split.pad_id, split.is_regression),
-                            num_workers=self.num_workers)
+                            num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed))
         return loader, sampler
 
     def progress(self, iterable, total: int, desc: str):
@@ -148,64 +155,119 @@ class Trainer:
 
     # -- training ---------------------------------------------------------------------------
     def fit(self, name: str, module: DistillationModule, train: EncodedSplit, dev_splits: dict[str, EncodedSplit], *,
-            epochs: int, lr: float, teacher_cache: Optional[TeacherCache] = None) -> StageResult:
-        """Train ``module`` for ``epochs``; on return it holds the kept (best or last) weights."""
+            epochs: int, lr: float, teacher_cache: Optional[TeacherCache] = None,
+            checkpoints: Optional[Checkpointer] = None) -> StageResult:
+        """Train ``module`` for ``epochs``; on return it holds the kept (best or last) weights.
+
+        With ``checkpoints``, the stage is checkpointed every ``checkpoints.every_steps`` steps
+        and at every epoch end, continues from its checkpoint if one exists, and is skipped
+        (its final weights loaded) if it already completed.
+        """
         started = time.perf_counter()
-        result = StageResult(name)
-        needs_teacher = module.needs_teacher
-        if needs_teacher and teacher_cache is None:
+        if module.needs_teacher and teacher_cache is None:
             raise KdplugError(f"stage {name!r} needs teacher outputs but no teacher cache was given")
-        loader, sampler = self.loader(train, shuffle=True)
+        saved = checkpoints.load(name) if checkpoints is not None else None
+        if saved is not None and saved[0].complete:
+            log.info("stage %s: complete in its checkpoint, reusing it", name)
+            module.load_state_dict(saved[1])
+            progress = saved[0]
+            return StageResult(name, progress.history, progress.best_epoch, progress.best_dev,
+                               time.perf_counter() - started)
+        # a stage's randomness depends on the seed and its name only, so a resumed run that
+        # skips earlier stages draws the same dropout masks as an uninterrupted one
+        set_seed(self.seed + zlib.crc32(name.encode()) % 100_000)
+        loader, _ = self.loader(train, shuffle=True)
         optimizer = make_optimizer(module, lr, self.weight_decay)
         steps = epochs * len(loader)
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup_ratio * steps), steps)
+        progress, best_state, pending_rng = Progress(), None, None
+        if saved is not None:
+            progress, model_state, best_state, optimizers, rng = saved
+            module.load_state_dict(model_state)
+            optimizer.load_state_dict(optimizers["optimizer"])
+            scheduler.load_state_dict(optimizers["scheduler"])
+            pending_rng = (rng, progress.python_rng, progress.numpy_rng)
+            log.info("stage %s: resuming at epoch %d, step %d", name, progress.epoch, progress.step)
         module, optimizer, loader, scheduler = self.accelerator.prepare(module, optimizer, loader, scheduler)
-        best_score, best_state = -math.inf, None
-        objective = self.accelerator.unwrap_model(module).objective
-        for epoch in range(1, epochs + 1):
-            sampler.set_epoch(epoch)
-            if hasattr(objective, "set_epoch"):  # schedules over epochs, e.g. annealing KD
-                objective.set_epoch(epoch, epochs)
+        unwrapped = self.accelerator.unwrap_model(module)
+
+        def save(complete: bool = False) -> Optional[Path]:
+            if checkpoints is None:
+                return None
+            progress.complete = complete
+            path = None
+            if self.accelerator.is_main_process:
+                path = checkpoints.save(name, progress, unwrapped.state_dict(), best_state, optimizer, scheduler)
+            self.accelerator.wait_for_everyone()
+            return path
+
+        fault = faults.planned(name)
+        for epoch in range(progress.epoch, epochs + 1):
+            loader.set_epoch(epoch)  # Accelerate's loader passes it to our sampler when iterated
+            if hasattr(unwrapped.objective, "set_epoch"):  # schedules over epochs, e.g. annealing KD
+                unwrapped.objective.set_epoch(epoch, epochs)
             module.train()
-            sums: dict[str, float] = {}
-            count = 0
-            bar = self.progress(loader, len(loader), f"{name} epoch {epoch}/{epochs}")
-            for step, batch in enumerate(bar, start=1):
-                teacher = {}
-                if needs_teacher:
-                    logits, layers = teacher_cache.fetch(batch["index"], self.accelerator.device)
-                    teacher = {"teacher_logits": logits, "teacher_layers": layers}
-                with self.accelerator.autocast():
-                    terms = module(batch, **teacher)
-                loss = terms["loss"]
-                if not torch.isfinite(loss):
-                    values = {k: float(v.detach()) for k, v in terms.items()}
-                    raise NonFiniteLossError(
-                        f"stage {name!r}, epoch {epoch}, step {step}: the loss is not finite ({values}). "
-                        f"Lower the learning rate or the temperature; the weights before this step are kept.")
-                self.accelerator.backward(loss)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
+            skip = progress.step if epoch == progress.epoch else 0
+            batches = self.accelerator.skip_first_batches(loader, skip) if skip else loader
+            bar = self.progress(batches, len(loader) - skip, f"{name} epoch {epoch}/{epochs}")
+            iterator = iter(bar)
+            if pending_rng is not None:  # after the iterator exists: creating one may draw random numbers
+                restore_rng(*pending_rng)
+                pending_rng = None
+            for step, batch in enumerate(iterator, start=skip + 1):
+                terms = self._step(module, batch, teacher_cache, optimizer, scheduler, name, epoch, step, checkpoints)
                 for key, value in terms.items():
-                    sums[key] = sums.get(key, 0.0) + float(value.detach())
-                count += 1
-                bar.set_postfix(loss=f"{sums['loss'] / count:.4f}", refresh=False)
+                    progress.sums[key] = progress.sums.get(key, 0.0) + value
+                progress.count += 1
+                progress.epoch, progress.step = epoch, step
+                faults.fire(fault, epoch, step)
+                bar.set_postfix(loss=f"{progress.sums['loss'] / progress.count:.4f}", refresh=False)
+                every = checkpoints.every_steps if checkpoints is not None else 0
+                if interrupt.requested() or (every and step % every == 0 and step < len(loader)):
+                    path = save()
+                    if interrupt.requested():
+                        raise RunInterrupted(f"stopped by signal {interrupt.requested()} in stage {name!r} at epoch "
+                                             f"{epoch}, step {step}; checkpoint written to {path}. Continue with "
+                                             f"'kdplug run --resume <run dir>'.", interrupt.requested())
             metrics = self.evaluate(module, dev_splits)
             score = self.main_score(metrics)
-            record = {"epoch": epoch, "train": {k: v / max(count, 1) for k, v in sums.items()}, "dev": metrics}
-            result.history.append(record)
+            record = {"epoch": epoch, "train": {k: v / max(progress.count, 1) for k, v in progress.sums.items()},
+                      "dev": metrics}
+            progress.history.append(record)
             log.info("%s epoch %d/%d: train loss %.4f, dev %s", name, epoch, epochs, record["train"].get("loss", 0.0),
                      _format(metrics))
-            if self.best_checkpoint == "last" or score > best_score:
-                best_score, result.best_epoch, result.dev = score, epoch, metrics
-                best_state = copy.deepcopy(self.accelerator.unwrap_model(module).state_dict())
-        unwrapped = self.accelerator.unwrap_model(module)
+            if self.best_checkpoint == "last" or progress.best_score is None or score > progress.best_score:
+                progress.best_score, progress.best_epoch, progress.best_dev = score, epoch, metrics
+                best_state = copy.deepcopy(unwrapped.state_dict())
+            progress.epoch, progress.step, progress.sums, progress.count = epoch + 1, 0, {}, 0
+            if epoch < epochs:
+                save()
         if best_state is not None:
             unwrapped.load_state_dict(best_state)
+        save(complete=True)
         self.accelerator.free_memory()
-        result.seconds = time.perf_counter() - started
-        return result
+        return StageResult(name, progress.history, progress.best_epoch, progress.best_dev, time.perf_counter() - started)
+
+    def _step(self, module, batch, teacher_cache, optimizer, scheduler, name, epoch, step, checkpoints) -> dict[str, float]:
+        teacher = {}
+        if teacher_cache is not None and self.accelerator.unwrap_model(module).needs_teacher:
+            logits, layers = teacher_cache.fetch(batch["index"], self.accelerator.device)
+            teacher = {"teacher_logits": logits, "teacher_layers": layers}
+        with self.accelerator.autocast():
+            terms = module(batch, **teacher)
+        loss = terms["loss"]
+        if not torch.isfinite(loss):
+            values = {k: float(v.detach()) for k, v in terms.items()}
+            last = checkpoints.directory(name) if checkpoints is not None else None
+            kept = f"the last good checkpoint is {last}" if last is not None and last.exists() else "no checkpoint was written yet"
+            raise NonFiniteLossError(
+                f"stage {name!r}, epoch {epoch}, step {step}: the loss is not finite ({values}); {kept}. "
+                f"Lower the learning rate or the temperature and resume or rerun.")
+        self.accelerator.backward(loss)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        return {key: float(value.detach()) for key, value in terms.items()}
 
 
 def _format(metrics: dict[str, dict[str, float]]) -> str:

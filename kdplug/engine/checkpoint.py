@@ -1,0 +1,137 @@
+"""Training checkpoints: everything needed to continue a stage exactly where it stopped.
+
+A checkpoint holds the trainable module (student, projector, loss parameters), the best
+weights so far, optimizer and scheduler, every RNG state, the position in the epoch and the
+history. It is written into a temporary directory and renamed over the previous one, so a
+kill at any moment leaves the last complete checkpoint intact. Tensors go to safetensors;
+optimizer and scheduler states, which hold plain tensors and numbers, are read back with
+``torch.load(weights_only=True)``: nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..errors import KdplugError
+
+MODEL, BEST, OPTIMIZER, RNG, STATE = "model.safetensors", "best.safetensors", "optimizer.pt", "rng.safetensors", "state.json"
+
+
+class CheckpointError(KdplugError):
+    """A checkpoint could not be written (the previous one is intact) or read."""
+
+
+@dataclass
+class Progress:
+    """Where a stage is: ``epoch`` in progress (1-based) and the batches of it already done."""
+
+    epoch: int = 1
+    step: int = 0
+    history: list[dict] = field(default_factory=list)
+    best_score: Optional[float] = None
+    best_epoch: int = 0
+    best_dev: dict = field(default_factory=dict)
+    sums: dict[str, float] = field(default_factory=dict)
+    count: int = 0
+    complete: bool = False
+    python_rng: Any = None
+    numpy_rng: Any = None
+
+
+def capture_rng() -> tuple[dict[str, torch.Tensor], Any, Any]:
+    tensors = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, state in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"cuda{i}"] = state
+    python_state = random.getstate()
+    numpy_state = np.random.get_state()
+    return tensors, [python_state[0], list(python_state[1]), python_state[2]], \
+        [numpy_state[0], numpy_state[1].tolist(), *numpy_state[2:]]
+
+
+def restore_rng(tensors: dict[str, torch.Tensor], python_state: Any, numpy_state: Any) -> None:
+    torch.set_rng_state(tensors["torch"])
+    if torch.cuda.is_available():
+        states = [tensors[k] for k in sorted(k for k in tensors if k.startswith("cuda"))]
+        if states:
+            torch.cuda.set_rng_state_all(states)
+    random.setstate((python_state[0], tuple(python_state[1]), python_state[2]))
+    np.random.set_state((numpy_state[0], np.array(numpy_state[1], dtype=np.uint32), *numpy_state[2:]))
+
+
+def _tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    # safetensors refuses shared storage (tied embeddings): store independent copies
+    return {k: v.detach().cpu().clone().contiguous() for k, v in state.items()}
+
+
+class Checkpointer:
+    """Checkpoints of every stage of one run, under ``<run dir>/checkpoints/<stage>``."""
+
+    def __init__(self, root: Path, *, every_steps: int = 0, enabled: bool = True) -> None:
+        self.root = root
+        self.every_steps = every_steps
+        self.enabled = enabled
+
+    def directory(self, stage: str) -> Path:
+        return self.root / stage.replace("/", "_")
+
+    def save(self, stage: str, progress: Progress, model_state: dict, best_state: Optional[dict],
+             optimizer: torch.optim.Optimizer, scheduler: Any) -> Path:
+        target = self.directory(stage)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            save_file(_tensors(model_state), str(staging / MODEL))
+            if best_state is not None:
+                save_file(_tensors(best_state), str(staging / BEST))
+            torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, staging / OPTIMIZER)
+            rng, progress.python_rng, progress.numpy_rng = capture_rng()
+            save_file(rng, str(staging / RNG))
+            (staging / STATE).write_text(json.dumps(asdict(progress)))
+            if target.exists():
+                previous = target.with_name(f".{target.name}.old")
+                shutil.rmtree(previous, ignore_errors=True)
+                os.replace(target, previous)
+                os.replace(staging, target)
+                shutil.rmtree(previous, ignore_errors=True)
+            else:
+                os.replace(staging, target)
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            reason = "the disk is full" if exc.errno == errno.ENOSPC else str(exc)
+            kept = f"the previous checkpoint {target} is intact" if target.exists() else "no earlier checkpoint exists"
+            raise CheckpointError(f"could not write the checkpoint of stage {stage!r}: {reason}; {kept}. "
+                                  f"Free space and resume with 'kdplug run --resume {self.root.parent}'.") from exc
+        return target
+
+    def load(self, stage: str) -> Optional[tuple[Progress, dict, Optional[dict], dict, dict]]:
+        """``(progress, model state, best state, optimizer+scheduler states, rng tensors)`` or None."""
+        directory = self.directory(stage)
+        if not self.enabled or not (directory / STATE).is_file():
+            return None
+        try:
+            progress = Progress(**json.loads((directory / STATE).read_text()))
+            model_state = load_file(str(directory / MODEL))
+            best_state = load_file(str(directory / BEST)) if (directory / BEST).is_file() else None
+            optimizer = torch.load(directory / OPTIMIZER, weights_only=True)
+            rng = load_file(str(directory / RNG))
+        except Exception as exc:
+            raise CheckpointError(f"the checkpoint {directory} is unreadable ({exc}); delete it to restart "
+                                  f"that stage from scratch") from exc
+        return progress, model_state, best_state, optimizer, rng
+
+    def latest(self) -> Optional[Path]:
+        found = [p for p in self.root.glob("*") if (p / STATE).is_file() and not p.name.startswith(".")]
+        return max(found, key=lambda p: (p / STATE).stat().st_mtime) if found else None

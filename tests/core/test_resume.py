@@ -1,0 +1,91 @@
+"""Nothing lost: a run killed at any point and resumed ends exactly where an uninterrupted run ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from kdplug.cli import main
+
+from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tiny_bert_dir):
+    data = write_sst2(tmp_path_factory.mktemp("data") / "SST-2", train=SST2_TRAIN * 4, dev=SST2_DEV * 2)
+    argv = ["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "pkd-skip", "--task", "sst2",
+            "--data-dir", str(data), "--epochs", "3", "--set", "teacher_epochs=2", "--set", "batch_size=4",
+            "--set", "checkpoint_every=5", "--set", "teacher_batch_size=8", "--set", "student_options.embedding_dim=16",
+            "--set", "student_options.hidden_size=16"]
+    return argv
+
+
+def finished(run_dir):
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    weights = load_file(str(run_dir / "student" / "model.safetensors"))
+    return metrics, weights
+
+
+@pytest.fixture(scope="module")
+def reference(setup, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    os.environ["KDPLUG_CACHE"] = str(tmp_path_factory.mktemp("reference-cache"))
+    try:
+        assert main(setup + ["--output", str(run_dir)]) == 0
+    finally:
+        del os.environ["KDPLUG_CACHE"]
+    return finished(run_dir)
+
+
+@pytest.mark.parametrize("stage, epoch, step, signame", [
+    ("distill", 2, 8, "SIGKILL"),   # mid-epoch, 3 steps after the last checkpoint
+    ("teacher", 2, 3, "SIGKILL"),   # during teacher fine-tuning, before the teacher is stored
+    ("distill", 1, 6, "SIGTERM"),   # a polite stop: checkpoint, then a clean exit
+])
+def test_killed_run_resumes_to_the_same_result(setup, reference, tmp_path, monkeypatch, stage, epoch, step, signame):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "KDPLUG_SIGNAL_AT": f"{stage}:{epoch}:{step}:{signame}"}
+    killed = subprocess.run([sys.executable, "-m", "kdplug.cli", *setup, "--output", str(run_dir)], env=env,
+                            capture_output=True, text=True, timeout=300)
+    signum = getattr(signal, signame)
+    if signum == signal.SIGKILL:
+        assert killed.returncode == -signum, killed.stderr
+    else:
+        assert killed.returncode == 128 + signum, killed.stderr
+        assert "checkpoint written" in killed.stderr and "--resume" in killed.stderr
+    assert not (run_dir / "metrics.json").exists()
+    assert (run_dir / "checkpoints" / stage / "state.json").is_file()
+
+    assert main(["run", "--resume", str(run_dir)]) == 0
+    metrics, weights = finished(run_dir)
+    expected_metrics, expected_weights = reference
+    assert metrics["student"]["dev"] == expected_metrics["student"]["dev"]
+    assert metrics["teacher"]["dev"] == expected_metrics["teacher"]["dev"]
+    history = [h["train"]["loss"] for h in metrics["stages"]["distill"]["history"]]
+    expected_history = [h["train"]["loss"] for h in expected_metrics["stages"]["distill"]["history"]]
+    assert history == pytest.approx(expected_history, abs=1e-6)
+    assert weights.keys() == expected_weights.keys()
+    for name, tensor in weights.items():
+        torch.testing.assert_close(tensor, expected_weights[name], atol=1e-6, rtol=0)
+    assert not (run_dir / "checkpoints").exists()  # removed once the run completed
+
+
+def test_resume_of_a_completed_run_is_a_usage_error(setup, tmp_path, capsys):
+    run_dir = tmp_path / "done"
+    (run_dir).mkdir()
+    (run_dir / "config.yaml").write_text("task: sst2\n")
+    (run_dir / "metrics.json").write_text("{}")
+    assert main(["run", "--resume", str(run_dir)]) == 2
+    assert "already completed" in capsys.readouterr().err
+
+
+def test_resume_of_a_directory_without_a_run_is_a_usage_error(tmp_path, capsys):
+    assert main(["run", "--resume", str(tmp_path)]) == 2
+    assert "no run to resume" in capsys.readouterr().err
