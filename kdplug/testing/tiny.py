@@ -44,13 +44,11 @@ def _save_random_model(model_class, config, path: str, seed: int) -> None:
     model_class(config).save_pretrained(path)  # safetensors
 
 
-def make_tiny_bert(path: str | os.PathLike, num_layers: int = 4, hidden: int = 32, heads: int = 2,
-                   vocab_words: Sequence[str] = TINY_WORDS, max_positions: int = 64, seed: int = 0) -> str:
-    """A random BERT (``BertModel``, no task head) with a WordPiece tokenizer over ``vocab_words``."""
+def wordpiece_tokenizer(vocab_words: Sequence[str] = TINY_WORDS, max_length: int = 64):
+    """A BERT-style fast tokenizer (lower-casing WordPiece, [CLS] ... [SEP]) over ``vocab_words``."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from transformers import BertTokenizerFast
 
-    path = os.fspath(path)
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     vocab = {token: index for index, token in enumerate(specials + [w for w in vocab_words if w not in specials])}
     backend = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
@@ -60,8 +58,18 @@ def make_tiny_bert(path: str | os.PathLike, num_layers: int = 4, hidden: int = 3
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
     backend.decoder = decoders.WordPiece()
-    tokenizer = BertTokenizerFast(tokenizer_object=backend, do_lower_case=True, model_max_length=max_positions)
+    return BertTokenizerFast(tokenizer_object=backend, do_lower_case=True, model_max_length=max_length)
+
+
+def make_tiny_bert(path: str | os.PathLike, num_layers: int = 4, hidden: int = 32, heads: int = 2,
+                   vocab_words: Sequence[str] = TINY_WORDS, max_positions: int = 64, seed: int = 0) -> str:
+    """A random BERT (``BertModel``, no task head) with a WordPiece tokenizer over ``vocab_words``."""
+    from transformers import BertConfig, BertModel
+
+    path = os.fspath(path)
+    tokenizer = wordpiece_tokenizer(vocab_words, max_positions)
     tokenizer.save_pretrained(path)
+    vocab = tokenizer.get_vocab()
 
     config = BertConfig(**_tiny_config_args(num_layers, hidden, heads, max_positions, len(vocab)),
                         pad_token_id=vocab["[PAD]"])

@@ -1,0 +1,196 @@
+"""How much does distillation cost over training the student alone?
+
+Measures, in one run and on the same batches, the time of a training epoch of each student
+(BiLSTM at the papers' size, BERT-2 built from the teacher) for:
+  - ``nkd``: CE only, no teacher (the reference);
+  - each method (``rkd``, ``pkd-skip``, ``alp``, ``universal-ca``) reading the teacher from
+    kdplug's teacher cache;
+  - the same method with the teacher in the loop (a teacher forward pass every step, as most KD
+    code does).
+and prints the ratios (target: cached KD <= 1.10x nkd), plus the padding ratio of
+length-grouped batches on SST-2-like lengths (target <= 1.15) and the speed of bf16 teacher
+inference against fp32.
+
+The teacher is a randomly initialised BERT-base (12 layers, 768 wide): speed does not depend
+on the weights, and nothing is downloaded. Run: ``python benchmarks/kd_overhead.py`` (a few
+minutes on 2 CPU cores); ``--quick`` for a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import kdplug
+from kdplug.engine import teacher as teacher_stage
+from kdplug.engine.data import Collator, EncodedSplit, LengthGroupedBatchSampler, padding_ratio
+from kdplug.engine.objective import DistillationModule, TeacherHeads, WeightedObjective
+from kdplug.engine.trainer import Trainer, build_accelerator, inference_autocast, make_optimizer
+from kdplug.testing.tiny import TinyTask, wordpiece_tokenizer
+from kdplug.types import ProjectionRequest, Teacher, matchable_layers
+
+METHODS = ("rkd", "pkd-skip", "alp", "universal-ca")
+
+
+def sst2_like_lengths(n: int, seed: int = 0) -> list[int]:
+    """Short sentences with a long tail, like SST-2 under a 64-token limit."""
+    rng = random.Random(seed)
+    return [min(64, max(4, int(rng.lognormvariate(2.9, 0.5)))) for _ in range(n)]
+
+
+def synthetic_split(lengths: list[int], vocab: int, seed: int = 0) -> EncodedSplit:
+    rng = random.Random(seed)
+    ids = [[101] + [rng.randrange(1000, vocab) for _ in range(n - 2)] + [102] for n in lengths]
+    return EncodedSplit(input_ids=ids, token_type_ids=None, labels=[rng.randrange(2) for _ in lengths],
+                        is_regression=False, pad_id=0)
+
+
+def placeholder_tokenizer(size: int):
+    """A WordPiece tokenizer with BERT's vocabulary size (students size their embeddings by it)."""
+    return wordpiece_tokenizer([f"w{i}" for i in range(size - 5)])
+
+
+def bert_base_teacher(task) -> Teacher:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(num_labels=2, output_hidden_states=True)  # BERT-base sizes
+    model = BertForSequenceClassification(config).eval().requires_grad_(False)
+    tokenizer = placeholder_tokenizer(config.vocab_size)
+    return Teacher(model=model, tokenizer=tokenizer, source="random-bert-base", finetuned=True)
+
+
+class TeacherInTheLoop:
+    """Quacks like a TeacherCache, but runs the teacher for every batch it is asked for."""
+
+    def __init__(self, teacher: Teacher, split: EncodedSplit, precision: str) -> None:
+        self.model, self.split, self.precision = teacher.model, split, precision
+        self.collate = Collator(split.pad_id, False)
+        extractor = kdplug.find_layer_extractor(self.model)
+        specs = extractor.layer_specs(self.model)
+        self.extractor, self.positions = extractor, [i for i, s in enumerate(specs) if s.matchable]
+
+    @torch.no_grad()
+    def fetch(self, index: torch.Tensor, device="cpu"):
+        batch = self.collate([self.split[i] for i in index.tolist()])
+        with inference_autocast(self.precision, torch.device("cpu")):
+            outputs = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+            layers = self.extractor(self.model, outputs)
+        return outputs.logits.float(), [layers[i].float() for i in self.positions]
+
+
+def epoch_seconds(module: DistillationModule, split: EncodedSplit, batches: list[list[int]], source) -> float:
+    """Wall time of one training epoch over ``batches`` (forward, backward, optimizer step)."""
+    optimizer = make_optimizer(module, 1e-4, 0.0)
+    collate = Collator(split.pad_id, False)
+    module.train()
+    started = time.perf_counter()
+    for rows in batches:
+        batch = collate([split[i] for i in rows])
+        teacher = {}
+        if source is not None:
+            logits, layers = source.fetch(batch["index"])
+            teacher = {"teacher_logits": logits, "teacher_layers": layers}
+        loss = module(batch, **teacher)["loss"]
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return time.perf_counter() - started
+
+
+def build(registry, task, teacher, student_name, projector_name, student_options, heads):
+    torch.manual_seed(0)
+    student = registry.create("student", student_name, task, teacher, **student_options)
+    extractor = kdplug.find_layer_extractor(student)
+    if projector_name == "nkd":
+        objective = WeightedObjective(eta=0.0, lam=0.0, task_loss=registry.create("loss", "ce"), kd_loss=None, ild_loss=None)
+        return DistillationModule(student, extractor, None, objective)
+    request = ProjectionRequest(matchable_layers(kdplug.find_layer_extractor(teacher.model).layer_specs(teacher.model)),
+                                matchable_layers(extractor.layer_specs(student)), 2)
+    projector = registry.create("projector", projector_name, request)
+    weights = dict(projector.default_weights)
+    objective = WeightedObjective(eta=weights["eta"], lam=weights["lam"], task_loss=registry.create("loss", "ce"),
+                                  kd_loss=registry.create("loss", "kd", temperature=weights.get("temperature", 1.0)),
+                                  ild_loss=registry.create("loss", projector.ild_loss) if weights["lam"] > 0 else None)
+    needs_heads = getattr(projector, "needs_teacher_heads", False)
+    return DistillationModule(student, extractor, projector if weights["lam"] > 0 else None, objective,
+                              heads if needs_heads else None)
+
+
+def best_of(repeats: int, measure) -> float:
+    return min(measure() for _ in range(repeats))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--examples", type=int, default=640, help="training examples per epoch")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=2, help="epochs timed per configuration (the best is kept)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: few examples, one repeat, BiLSTM only")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.examples, args.repeats = 96, 1
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    registry = kdplug.get_plugin_manager().registry
+    task = TinyTask()
+    teacher = bert_base_teacher(task)
+    lengths = sst2_like_lengths(args.examples)
+    split = synthetic_split(lengths, teacher.model.config.vocab_size)
+    batches = LengthGroupedBatchSampler(lengths, args.batch_size, seed=0).batches()
+    print(f"kdplug KD overhead benchmark: {args.examples} examples, batch {args.batch_size}, "
+          f"{torch.get_num_threads()} threads, teacher BERT-base (random weights)\n")
+
+    # padding -----------------------------------------------------------------------------------
+    many = sst2_like_lengths(20_000, seed=1)
+    grouped = padding_ratio(many, LengthGroupedBatchSampler(many, 32, seed=0).batches())
+    plain = padding_ratio(many, LengthGroupedBatchSampler(many, 32, seed=0, window_batches=1).batches())
+    print(f"padding: padded tokens / real tokens = {grouped:.3f} length-grouped (target <= 1.15), "
+          f"{plain:.3f} random batches\n")
+
+    # the teacher cache, built once; fp32 vs bf16 inference speed ------------------------------
+    accelerator = build_accelerator("fp32")
+    trainer = Trainer(accelerator, task, batch_size=args.batch_size, seed=0)
+    with tempfile.TemporaryDirectory() as root:
+        timings = {}
+        for precision in ("fp32", "bf16"):
+            started = time.perf_counter()
+            cache = teacher_stage.build_cache(teacher, trainer, task, "train", split, root=Path(root), precision=precision,
+                                              teacher_fingerprint="bench", tokenizer_fingerprint="bench")
+            timings[precision] = time.perf_counter() - started
+        print(f"teacher cache build (one pass over {args.examples} examples): fp32 {timings['fp32']:.1f}s, "
+              f"bf16 autocast {timings['bf16']:.1f}s -> bf16 is {timings['fp32'] / timings['bf16']:.2f}x faster\n")
+        heads = TeacherHeads([s.width for s in cache.specs], 2)
+        in_loop = TeacherInTheLoop(teacher, split, "bf16")
+
+        students = {"bilstm": {}} if args.quick else {"bilstm": {}, "bert-2": {}}
+        header = f"{'student':<8} {'method':<13} {'epoch s':>8} {'x nkd':>7} {'in-loop s':>10} {'x nkd':>7}  target"
+        print(header)
+        print("-" * len(header))
+        failures = 0
+        for student_name, options in students.items():
+            reference = best_of(args.repeats, lambda: epoch_seconds(
+                build(registry, task, teacher, student_name, "nkd", options, heads), split, batches, None))
+            print(f"{student_name:<8} {'nkd':<13} {reference:8.2f} {1.0:7.2f}")
+            for method in METHODS:
+                cached = best_of(args.repeats, lambda: epoch_seconds(
+                    build(registry, task, teacher, student_name, method, options, heads), split, batches, cache))
+                looped = best_of(1, lambda: epoch_seconds(
+                    build(registry, task, teacher, student_name, method, options, heads), split, batches, in_loop))
+                ok = cached / reference <= 1.10
+                failures += not ok
+                print(f"{student_name:<8} {method:<13} {cached:8.2f} {cached / reference:7.2f} {looped:10.2f} "
+                      f"{looped / reference:7.2f}  {'ok' if ok else 'MISSED'} (<= 1.10)")
+        print(f"\n{'all targets met' if not failures and grouped <= 1.15 else 'some targets missed'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
