@@ -25,7 +25,7 @@ from .checkpoint import Checkpointer
 from .data import default_max_length, encode
 from .recipe import RecipeContext
 from .rundir import CONFIG_FILE, METRICS_FILE, RunDirectory, default_output
-from .trainer import Trainer, build_accelerator, predictions_from_logits
+from .trainer import Trainer, build_accelerator, predictions_from_logits, process_state
 
 log = logging.getLogger("kdplug")
 
@@ -67,18 +67,40 @@ def run(config: RunConfig, registry: Registry, *, overwrite: bool = False, resum
     ``config.output`` from its checkpoints)."""
     started = time.perf_counter()
     resolve_names(config, registry)
-    output = Path(config.output) if config.output else default_output(config)
-    run_dir = RunDirectory(output) if resume else RunDirectory.create(output, overwrite=overwrite)
-    handler = run_dir.attach_log()
+    # Under `accelerate launch` / `torchrun` every rank runs this; only the main one writes files
+    # and prints, the others compute their shard and wait.
+    main_process = process_state().is_main_process
+    if config.output is None:
+        config.output = str(broadcast_object(str(default_output(config))))
+    output = Path(config.output)
+    run_dir = RunDirectory(output)
+    if main_process and not resume:
+        run_dir = RunDirectory.create(output, overwrite=overwrite)
+    process_state().wait_for_everyone()
+    handler = run_dir.attach_log() if main_process else None
     try:
         with interrupt.graceful_stop():
-            result = _run(config, registry, run_dir, started, echo)
-        if not config.keep_checkpoints:
+            result = _run(config, registry, run_dir, started, echo if main_process else _silent, main_process)
+        if main_process and not config.keep_checkpoints:
             shutil.rmtree(run_dir.path / CHECKPOINT_DIR, ignore_errors=True)
         return result
     finally:
-        logging.getLogger("kdplug").removeHandler(handler)
-        handler.close()
+        if handler is not None:
+            logging.getLogger("kdplug").removeHandler(handler)
+            handler.close()
+
+
+def _silent(message: str) -> None:
+    pass
+
+
+def broadcast_object(value):
+    """The main process's ``value`` on every rank (e.g. a time-stamped default output path)."""
+    if process_state().num_processes == 1:
+        return value
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([value])[0]
 
 
 def resume_config(run_dir: Path) -> RunConfig:
@@ -96,8 +118,9 @@ def resume_config(run_dir: Path) -> RunConfig:
 
 
 def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: float,
-         echo: Callable[[str], None]) -> RunResult:
-    run_dir.write_config(config)
+         echo: Callable[[str], None], main_process: bool) -> RunResult:
+    if main_process:
+        run_dir.write_config(config)
     checkpoints = Checkpointer(run_dir.path / CHECKPOINT_DIR, every_steps=config.checkpoint_every)
     cache_root = Path(config.cache_dir) if config.cache_dir else default_cache_root()
     set_seed(config.seed)
@@ -137,8 +160,10 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: 
                 teacher, teacher_trainer, task, train, dev, epochs=config.teacher_epochs, lr=config.teacher_lr,
                 task_loss=registry.create("loss", "mse" if task.is_regression else "ce"), regression=task.is_regression,
                 checkpoints=checkpoints)
-            stored = teacher_stage.store(teacher, cache_root, key, summary)
-            teacher_info["finetuned"] = {**summary, "stored": str(stored)}
+            if main_process:
+                teacher_stage.store(teacher, cache_root, key, summary)
+            accelerator.wait_for_everyone()
+            teacher_info["finetuned"] = {**summary, "stored": str(cache_root / "teachers" / key)}
     teacher_stage.freeze(teacher)
     teacher_fp = fingerprint.of_module(teacher.model)
     tokenizer_fp = fingerprint.of_tokenizer(teacher.tokenizer)
@@ -182,7 +207,7 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: 
     if not isinstance(student, nn.Module):
         raise UsageError(f"recipe {config.recipe!r} returned {type(student).__name__}, not the trained student module")
     final = trainer.evaluate(student, context.splits_for(student)[1])
-    if context.last_distillation is not None:
+    if context.last_distillation is not None and main_process:
         stage, module = context.last_distillation
         first = task.dev_splits[0]
         metrics["analysis"] = analysis.write(
@@ -193,10 +218,13 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: 
     metrics["student"] = {"name": config.student, "projector": config.projector, "recipe": config.recipe,
                           "dev": final, "parameters": count_parameters(student)}
     rows.append((f"{config.student} + {config.projector}", count_parameters(student), final))
-    run_dir.save_student(student, {"student": config.student, "options": config.student_options,
-                                   "task": task.name, "num_outputs": num_outputs(task)})
     metrics["wall_seconds"] = round(time.perf_counter() - started, 2)
-    run_dir.write_metrics(metrics)
+    metrics["processes"] = accelerator.num_processes
+    if main_process:
+        run_dir.save_student(student, {"student": config.student, "options": config.student_options,
+                                       "task": task.name, "num_outputs": num_outputs(task)})
+        run_dir.write_metrics(metrics)
+    accelerator.wait_for_everyone()
     echo(format_table(rows, task))
     echo(f"wall time {metrics['wall_seconds']:.1f}s; results in {run_dir.path}")
     return RunResult(run_dir.path, metrics, rows)

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
-from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate import Accelerator, PartialState
+from accelerate.utils import DataLoaderConfiguration, set_seed
 from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
@@ -53,6 +53,15 @@ class StageResult:
                 "seconds": round(self.seconds, 2)}
 
 
+def process_state() -> PartialState:
+    """This process's place in a multi-process run (one process: index 0 of 1).
+
+    Created with the same device choice as the Accelerator, or a CPU run under ``torchrun``
+    would not see its peers.
+    """
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
 def build_accelerator(precision: str) -> Accelerator:
     """fp32 training on CPU unless asked otherwise; bf16/fp16 mixed precision on request."""
     mixed = {"auto": "no", "fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision]
@@ -60,7 +69,10 @@ def build_accelerator(precision: str) -> Accelerator:
         mixed = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
     if mixed == "fp16" and not torch.cuda.is_available():
         mixed = "no"  # fp16 autocast training is a GPU feature; keep CPU runs exact
-    return Accelerator(mixed_precision=mixed, cpu=not torch.cuda.is_available())
+    # split_batches: batch_size is the global batch, whatever the number of processes, so a
+    # multi-GPU run keeps the papers' hyper-parameters (and matches a one-process run)
+    return Accelerator(mixed_precision=mixed, cpu=not torch.cuda.is_available(),
+                       dataloader_config=DataLoaderConfiguration(split_batches=True))
 
 
 def inference_autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
@@ -176,7 +188,7 @@ class Trainer:
         # a stage's randomness depends on the seed and its name only, so a resumed run that
         # skips earlier stages draws the same dropout masks as an uninterrupted one
         set_seed(self.seed + zlib.crc32(name.encode()) % 100_000)
-        loader, _ = self.loader(train, shuffle=True)
+        loader, sampler = self.loader(train, shuffle=True)
         optimizer = make_optimizer(module, lr, self.weight_decay)
         steps = epochs * len(loader)
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup_ratio * steps), steps)
@@ -203,7 +215,10 @@ class Trainer:
 
         fault = faults.planned(name)
         for epoch in range(progress.epoch, epochs + 1):
-            loader.set_epoch(epoch)  # Accelerate's loader passes it to our sampler when iterated
+            # Both: Accelerate's loader re-sets its sampler's epoch on every iteration (one process),
+            # but does not reach it through its sharding wrapper (several processes)
+            loader.set_epoch(epoch)
+            sampler.set_epoch(epoch)
             if hasattr(unwrapped.objective, "set_epoch"):  # schedules over epochs, e.g. annealing KD
                 unwrapped.objective.set_epoch(epoch, epochs)
             module.train()
@@ -267,6 +282,8 @@ class Trainer:
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
+        if self.accelerator.num_processes > 1:  # log the loss of the global batch, not of this rank's share
+            terms = {key: self.accelerator.reduce(value.detach(), reduction="mean") for key, value in terms.items()}
         return {key: float(value.detach()) for key, value in terms.items()}
 
 
