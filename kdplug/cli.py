@@ -12,12 +12,12 @@ import sys
 from typing import Optional, Sequence
 
 from . import __version__
-from .commands import cache, plugins, run
+from .commands import cache, check_plugin, new_plugin, plugins, report, run, sweep, zoo
 from .errors import KdplugError, UsageError
 from .plugins import DISABLE_ENV, PluginManager, set_plugin_manager
 
 #: the subcommands, in the order ``kdplug --help`` lists them
-COMMANDS = [run, plugins, cache]
+COMMANDS = [run, plugins, cache, zoo, sweep, report, check_plugin, new_plugin]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,9 +40,8 @@ def _quiet_libraries(verbose: bool) -> None:
     if verbose:
         return
     try:
-        from transformers.utils import logging as hf_logging
-
         from huggingface_hub.utils import disable_progress_bars
+        from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()

@@ -1,0 +1,28 @@
+"""``kdplug report RUN_DIR ...``: our scores beside the papers', curves, attention and layer plots."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..plugins import PluginManager
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("report", help="write a Markdown and HTML report of run directories, with figures",
+                            description="Tabulate the runs (and, for runs from the zoo, the paper's score beside "
+                                        "ours), and draw training curves, attention heatmaps (ALP-KD Fig. 3, "
+                                        "Universal-KD Fig. 3) and the PCA / cosine distance of layer "
+                                        "representations (ALP-KD Fig. 4) as PNG files.")
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (sweep points: DIR/points/*)")
+    parser.add_argument("--output", default="report", help="directory for report.md, report.html and the PNGs "
+                                                           "(default: ./report)")
+    parser.add_argument("--title", default="kdplug report")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, manager: PluginManager) -> int:
+    from ..report import write_report
+
+    files = write_report(args.runs, args.output, title=args.title)
+    print(f"report: {files['markdown']} and {files['html']}")
+    return 0

@@ -1,0 +1,82 @@
+"""``kdplug sweep``: a grid over configuration keys, one run per point, and a results table."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from ..plugins import PluginManager
+from . import report_failures
+
+SWEEP_EXAMPLES = """
+examples:
+  kdplug sweep --zoo alp-kd/table1-sst2-alp --set data_dir=~/glue --grid lr=2e-5,5e-5 --grid seed=1,2,3
+  kdplug sweep --zoo alp-kd/table1-sst2-alp --set data_dir=~/glue --paper-grid    # the paper's search
+  kdplug sweep --config my.yaml --grid eta=0.2,0.5,0.7 --grid projector=pkd-skip,alp
+  kdplug sweep --grid-file sweep.yaml --output sweeps/alp --shard 2/4    # worker 2 of 4, same --output
+  kdplug sweep --collect sweeps/alp                                       # rewrite results.md only
+
+A grid file: {zoo: NAME (optional), config: {KEY: VALUE}, grid: {KEY: [V1, V2]}}.
+Values are read as YAML; lists keep their commas: --grid 'projector_options.layer_map=[1,5,9],[2,6,10]'.
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("sweep", help="run a grid of configurations and tabulate the dev scores",
+                            description="Run one configuration per grid point (in this process, sharing the "
+                                        "fine-tuned teacher and its cache), then write results.md and results.json "
+                                        "with the best point marked and repeated seeds as mean ± std.",
+                            epilog=SWEEP_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--zoo", help="start from this zoo entry's configuration")
+    parser.add_argument("--config", help="YAML file of configuration keys (the base of every point)")
+    parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                        help="a grid axis (repeatable): lr, eta, lam, temperature, seed, projector, student ...")
+    parser.add_argument("--grid-file", dest="grid_file", help="YAML file with zoo, config and grid")
+    parser.add_argument("--paper-grid", action="store_true", help="add the zoo entry's 'search' grid (the paper's)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="set a configuration key for every point")
+    parser.add_argument("--output", help="sweep directory (default: sweeps/<time>)")
+    parser.add_argument("--shard", help="I/N: run only every N-th point, starting at the I-th (1-based)")
+    parser.add_argument("--collect", metavar="DIR", help="only (re)write the results table of sweep DIR")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, manager: PluginManager) -> int:
+    from ..config import load_yaml, parse_overrides
+    from ..errors import ConfigError
+    from ..sweep import Sweep, collect, load_grid_file, parse_grid, parse_shard
+    from ..zoo import Zoo
+
+    if args.collect:
+        results = collect(Path(args.collect))
+        results.write(Path(args.collect))
+        print(results.markdown())
+        return 0
+    base, grid, zoo_name = {}, {}, args.zoo
+    if args.grid_file:
+        file_base, grid, file_zoo = load_grid_file(args.grid_file)
+        zoo_name = zoo_name or file_zoo
+    else:
+        file_base = {}
+    entry = Zoo().get(zoo_name) if zoo_name else None
+    if entry is not None:
+        base.update(entry.config)
+        if args.paper_grid:
+            grid.update(entry.search)
+    elif args.paper_grid:
+        raise ConfigError("--paper-grid needs --zoo NAME (the grid is the entry's 'search')")
+    if args.config:
+        base.update(load_yaml(args.config))
+    base.update(file_base)
+    base.update(parse_overrides(args.overrides))
+    grid.update(parse_grid(args.grid))
+    if not grid:
+        raise ConfigError("the sweep has no grid; give --grid KEY=V1,V2 (repeatable), --grid-file or --paper-grid")
+    report_failures(manager)
+    output = Path(args.output or Path("sweeps") / time.strftime("%Y%m%d-%H%M%S"))
+    sweep = Sweep(output, base, grid, zoo=entry.name if entry else None)
+    results = sweep.run(manager.registry, shard=parse_shard(args.shard))
+    print(results.markdown())
+    print(f"results: {output / 'results.md'}")
+    return 1 if results.failures else 0

@@ -1,0 +1,278 @@
+"""Grid sweeps: one run per point of a grid over configuration keys, and a results table.
+
+A sweep directory holds ``sweep.yaml`` (the base configuration and the grid), one run directory
+per point under ``points/`` and ``results.md`` / ``results.json``. Points run one after another
+in this process (``kdplug.engine.pipeline.run``) with the same cache, so the fine-tuned teacher
+and its outputs are computed once; ``--shard i/n`` runs every n-th point, so n workers can share
+one sweep directory. A point whose run directory already holds ``metrics.json`` is not run
+again: an interrupted sweep resumes where it stopped.
+
+Points that differ only by ``seed`` form one group, reported as mean ± std (sample standard
+deviation); the best group by mean dev score of the task's main metric is marked.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import yaml
+
+from .config import RunConfig, apply, parse_value
+from .engine.rundir import write_atomic
+from .errors import ConfigError, KdplugError, UsageError
+
+SWEEP_FILE, RESULTS_MD, RESULTS_JSON, POINTS_DIR = "sweep.yaml", "results.md", "results.json", "points"
+
+
+def split_values(text: str) -> list[str]:
+    """``1e-5,2e-5`` -> two values; commas inside brackets stay (``[1,5,9],[2,6,10]``)."""
+    values, depth, current = [], 0, ""
+    for char in text:
+        if char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        if char == "," and depth == 0:
+            values.append(current)
+            current = ""
+        else:
+            current += char
+    values.append(current)
+    return [v.strip() for v in values if v.strip()]
+
+
+def parse_grid(items: list[str]) -> dict[str, list[Any]]:
+    """``--grid KEY=V1,V2`` options -> {key: [values]}, each value read as YAML."""
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip() or not text.strip():
+            raise ConfigError(f"--grid expects KEY=V1,V2,... (e.g. --grid lr=1e-5,2e-5), got {item!r}")
+        grid[key.strip()] = [parse_value(v) for v in split_values(text)]
+    return grid
+
+
+def load_grid_file(path: str | Path) -> tuple[dict[str, Any], dict[str, list[Any]], Optional[str]]:
+    """A sweep file: ``{zoo: NAME?, config: {KEY: VALUE}?, grid: {KEY: [VALUES]}}``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"sweep file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    unknown = set(data) - {"zoo", "config", "grid"}
+    if not isinstance(data, dict) or unknown:
+        raise ConfigError(f"{path}: a sweep file has the keys zoo, config and grid; unexpected: {sorted(unknown)}")
+    grid = data.get("grid") or {}
+    if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+        raise ConfigError(f"{path}: grid must map each key to a non-empty list of values")
+    return dict(data.get("config") or {}), dict(grid), data.get("zoo")
+
+
+def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """The cartesian product, the first key varying slowest."""
+    keys = list(grid)
+    return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+
+
+def point_id(point: dict[str, Any]) -> str:
+    """A directory name that reads as the point: ``lr=2e-05,seed=1``."""
+    def show(value: Any) -> str:
+        text = json.dumps(value, separators=(",", ":")) if isinstance(value, (list, dict)) else str(value)
+        return "".join(c if c.isalnum() or c in "-_.=+" else "_" for c in text)
+    return ",".join(f"{key.replace('_options.', '.')}={show(value)}" for key, value in point.items()) or "base"
+
+
+def parse_shard(text: Optional[str]) -> tuple[int, int]:
+    """``"2/4"`` -> (2, 4): the second of four workers (1-based)."""
+    if not text:
+        return 1, 1
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ConfigError(f"--shard expects I/N (e.g. --shard 1/4), got {text!r}") from None
+    if not 1 <= index <= count:
+        raise ConfigError(f"--shard {text}: I must lie between 1 and N")
+    return index, count
+
+
+@dataclass
+class Sweep:
+    directory: Path
+    base: dict[str, Any]  # RunConfig values every point starts from
+    grid: dict[str, list[Any]]
+    zoo: Optional[str] = None
+    points: list[dict[str, Any]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.points = grid_points(self.grid)
+        ids = [point_id(p) for p in self.points]
+        if len(set(ids)) != len(ids):
+            raise ConfigError("the grid has repeated points; remove duplicate values")
+
+    def config(self, point: dict[str, Any]) -> RunConfig:
+        config = RunConfig()
+        apply(config, self.base, source="sweep base")
+        apply(config, point, source=f"grid point {point_id(point)}")
+        if self.zoo:
+            config.zoo = self.zoo
+        config.output = str(self.directory / POINTS_DIR / point_id(point))
+        return config.validate()
+
+    def write_spec(self) -> None:
+        """sweep.yaml: what every shard must agree on; a different grid in the same directory is an error."""
+        spec = yaml.safe_dump({"zoo": self.zoo, "base": self.base, "grid": self.grid}, sort_keys=False)
+        path = self.directory / SWEEP_FILE
+        if path.is_file() and yaml.safe_load(path.read_text()) != yaml.safe_load(spec):
+            raise UsageError(f"{self.directory} holds another sweep ({path} differs); choose another --output "
+                             f"or delete it")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, spec)
+
+    def run(self, registry, *, shard: tuple[int, int] = (1, 1), echo: Callable[[str], None] = print) -> "Results":
+        from .engine.pipeline import resolve_names, run
+
+        configs = [(p, self.config(p)) for p in self.points]
+        for _, config in configs:  # every name and value is checked before the first run starts
+            resolve_names(config, registry)
+        self.write_spec()
+        index, count = shard
+        mine = configs[index - 1::count]
+        echo(f"sweep {self.directory}: {len(self.points)} points, this worker runs {len(mine)}"
+             + (f" (shard {index}/{count})" if count > 1 else ""))
+        failures = {}
+        for number, (point, config) in enumerate(mine, 1):
+            label = point_id(point)
+            if (Path(config.output) / "metrics.json").is_file():
+                echo(f"[{number}/{len(mine)}] {label}: done already, skipped")
+                continue
+            echo(f"[{number}/{len(mine)}] {label}")
+            try:
+                run(config, registry, overwrite=True, echo=lambda text: echo(f"    {text}"))
+            except UsageError:
+                raise
+            except KdplugError as exc:  # one failed point does not lose the others
+                failures[label] = str(exc)
+                echo(f"    failed: {exc}")
+        results = collect(self.directory)
+        results.failures.update(failures)
+        results.write(self.directory)
+        return results
+
+
+# -- results -----------------------------------------------------------------------------------
+
+@dataclass
+class Point:
+    id: str
+    values: dict[str, Any]
+    run_dir: Path
+    score: Optional[float]  # the main metric on the first dev split, as a fraction
+    metrics: dict[str, Any]
+
+
+@dataclass
+class Results:
+    keys: list[str]
+    main_metric: str
+    split: str
+    points: list[Point]
+    failures: dict[str, str] = field(default_factory=dict)
+    pending: list[str] = field(default_factory=list)
+
+    def groups(self) -> list[dict[str, Any]]:
+        """Points that differ only by seed, with mean and std of their scores; best first marked."""
+        grouped: dict[str, dict[str, Any]] = {}
+        for point in self.points:
+            values = {k: v for k, v in point.values.items() if k != "seed"}
+            group = grouped.setdefault(point_id(values), {"values": values, "scores": [], "seeds": [], "runs": []})
+            if point.score is not None:
+                group["scores"].append(point.score)
+                group["seeds"].append(point.values.get("seed", point.metrics.get("config", {}).get("seed")))
+                group["runs"].append(str(point.run_dir))
+        rows = []
+        for group in grouped.values():
+            scores = group["scores"]
+            group["mean"] = statistics.fmean(scores) if scores else None
+            group["std"] = statistics.stdev(scores) if len(scores) > 1 else None
+            rows.append(group)
+        best = max((g for g in rows if g["mean"] is not None), key=lambda g: g["mean"], default=None)
+        for group in rows:
+            group["best"] = group is best
+        return rows
+
+    def to_json(self) -> dict[str, Any]:
+        return {"main_metric": self.main_metric, "split": self.split, "keys": self.keys,
+                "groups": self.groups(),
+                "points": [{"id": p.id, "values": p.values, "run_dir": str(p.run_dir), "score": p.score}
+                           for p in self.points],
+                "failures": self.failures, "pending": self.pending}
+
+    def markdown(self) -> str:
+        keys = [k for k in self.keys if k != "seed"]
+        header = keys + ["seeds", f"{self.split} {self.main_metric}", "best"]
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for group in self.groups():
+            cells = [format_value(group["values"].get(k)) for k in keys]
+            cells.append(", ".join(str(s) for s in group["seeds"]) or "–")
+            cells.append(format_score(group["mean"], group["std"]))
+            cells.append("**best**" if group["best"] else "")
+            lines.append("| " + " | ".join(cells) + " |")
+        text = ["# Sweep results\n", f"Dev score: {self.main_metric} on {self.split} (×100); mean ± std over "
+                f"seeds where a point ran with several. {len(self.points)} points finished.\n", *lines]
+        if self.pending:
+            text.append(f"\nNot run yet (another shard, or interrupted): {', '.join(self.pending)}")
+        if self.failures:
+            text.append("\nFailed points:\n" + "\n".join(f"- {k}: {v}" for k, v in self.failures.items()))
+        return "\n".join(text) + "\n"
+
+    def write(self, directory: Path) -> None:
+        write_atomic(directory / RESULTS_JSON, json.dumps(self.to_json(), indent=2, default=str))
+        write_atomic(directory / RESULTS_MD, self.markdown())
+
+
+def format_value(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def format_score(mean: Optional[float], std: Optional[float]) -> str:
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "–"
+    return f"{mean * 100:.2f} ± {std * 100:.2f}" if std is not None else f"{mean * 100:.2f}"
+
+
+def main_score(metrics: dict[str, Any]) -> tuple[Optional[float], str, str]:
+    """(score, split, metric) of a run's student: the main metric on its first dev split."""
+    dev = metrics.get("student", {}).get("dev", {})
+    metric = metrics.get("main_metric", "accuracy")
+    if not dev:
+        return None, "dev", metric
+    split = next(iter(dev))
+    return dev[split].get(metric), split, metric
+
+
+def collect(directory: Path) -> Results:
+    """The results of every finished point of the sweep in ``directory``."""
+    spec_path = directory / SWEEP_FILE
+    if not spec_path.is_file():
+        raise UsageError(f"{directory} is not a sweep directory (no {SWEEP_FILE})")
+    spec = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    points, pending = [], []
+    metric, split = "accuracy", "dev"
+    for values in grid_points(spec["grid"]):
+        run_dir = directory / POINTS_DIR / point_id(values)
+        metrics_file = run_dir / "metrics.json"
+        if not metrics_file.is_file():
+            pending.append(point_id(values))
+            continue
+        metrics = json.loads(metrics_file.read_text(encoding="utf-8"))
+        score, split, metric = main_score(metrics)
+        points.append(Point(point_id(values), values, run_dir, score, metrics))
+    return Results(list(spec["grid"]), metric, split, points, pending=pending)

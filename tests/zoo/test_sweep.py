@@ -1,0 +1,72 @@
+"""``kdplug sweep``: grid parsing, one run per point, resuming, sharding and the results table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kdplug.cli import main
+from kdplug.errors import ConfigError
+from kdplug.sweep import Point, Results, grid_points, parse_grid, parse_shard, point_id
+
+
+def test_grid_values_are_yaml_and_keep_bracketed_commas():
+    grid = parse_grid(["lr=1e-5,2e-5", "projector_options.layer_map=[1,5,9],[2,6,10]", "seed=1,2"])
+    assert grid == {"lr": [1e-5, 2e-5], "projector_options.layer_map": [[1, 5, 9], [2, 6, 10]], "seed": [1, 2]}
+    points = grid_points(grid)
+    assert len(points) == 8 and points[0] == {"lr": 1e-5, "projector_options.layer_map": [1, 5, 9], "seed": 1}
+    assert point_id(points[-1]) == "lr=2e-05,projector.layer_map=_2_6_10_,seed=2"
+    with pytest.raises(ConfigError, match="--grid expects KEY=V1,V2"):
+        parse_grid(["lr"])
+    assert parse_shard("2/3") == (2, 3)
+    with pytest.raises(ConfigError, match="between 1 and N"):
+        parse_shard("4/3")
+
+
+def test_seeds_are_averaged_and_the_best_group_marked(tmp_path):
+    points = [Point(point_id(v), v, tmp_path, score, {}) for v, score in [
+        ({"lr": 1, "seed": 1}, 0.80), ({"lr": 1, "seed": 2}, 0.90),
+        ({"lr": 2, "seed": 1}, 0.70), ({"lr": 2, "seed": 2}, 0.74)]]
+    results = Results(["lr", "seed"], "accuracy", "dev", points)
+    groups = {g["values"]["lr"]: g for g in results.groups()}
+    assert groups[1]["mean"] == pytest.approx(0.85) and groups[1]["std"] == pytest.approx(0.0707107, rel=1e-5)
+    assert groups[1]["best"] and not groups[2]["best"]
+    assert "| 1 | 1, 2 | 85.00 ± 7.07 | **best** |" in results.markdown()
+
+
+def test_sweep_runs_every_point_and_tabulates_them(tiny_sweep, capsys):
+    directory, argv = tiny_sweep
+    results = json.loads((directory / "results.json").read_text())
+    assert [p["values"] for p in results["points"]] == [{"projector": "alp"}, {"projector": "pkd-skip"}]
+    for point in results["points"]:
+        metrics = json.loads((directory / "points" / point["id"] / "metrics.json").read_text())
+        assert metrics["config"]["projector"] == point["values"]["projector"]
+        assert metrics["config"]["zoo"] == "alp-kd/table1-sst2-alp"
+        assert point["score"] == metrics["student"]["dev"]["dev"]["accuracy"]
+    # the fine-tuned teacher was trained by the first point and reused by the second
+    second = json.loads((directory / "points" / "projector=pkd-skip" / "metrics.json").read_text())
+    assert "reused" in second["teacher"]["finetuned"]
+    assert sum(g["best"] for g in results["groups"]) == 1
+    assert "**best**" in (directory / "results.md").read_text()
+    # run again: every point is done already, nothing is retrained
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert capsys.readouterr().out.count("done already, skipped") == 2
+
+
+def test_sharded_workers_split_the_points(tiny_sweep, capsys, tmp_path):
+    _, argv = tiny_sweep
+    assert argv[-4:-2] == ["--grid", "projector=alp,pkd-skip"]
+    code = main([*argv[:-4], "--grid", "seed=1,2,3", "--output", str(tmp_path / "other"), "--shard", "3/3"])
+    assert code == 0
+    assert "3 points, this worker runs 1 (shard 3/3)" in capsys.readouterr().out
+    results = json.loads((tmp_path / "other" / "results.json").read_text())
+    assert [p["values"] for p in results["points"]] == [{"seed": 3}]
+    assert results["pending"] == ["seed=1", "seed=2"]
+
+
+def test_a_different_grid_in_the_same_directory_is_refused(tiny_sweep, capsys):
+    directory, argv = tiny_sweep
+    code = main([*argv[:-4], "--grid", "projector=alp,ckd-no", "--output", str(directory)])
+    assert code == 2 and "holds another sweep" in capsys.readouterr().err

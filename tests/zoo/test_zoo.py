@@ -1,0 +1,177 @@
+"""Every zoo entry: its schema, its components and options against the registry, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+import kdplug
+from kdplug.cli import main
+from kdplug.errors import ConfigError, UsageError
+from kdplug.zoo import PAPERS, Zoo, check_entry, parse_entry
+
+ZOO_DIR = Path(__file__).resolve().parents[2] / "zoo"
+ENTRIES = list(Zoo([ZOO_DIR]).entries())
+
+#: the rows of every reproduced table (issue 7), and the tasks of each table
+TABLE_ROWS = {
+    ("alp-kd", 1): 9, ("alp-kd", 2): 9, ("alp-kd", 3): 8, ("alp-kd", 4): 6,
+    ("universal-kd", 2): 7, ("universal-kd", 4): 7, ("universal-kd", 5): 7, ("universal-kd", 6): 3,
+    ("pkd", 1): 8,
+}
+TABLE_TASKS = {("universal-kd", 6): 4, ("pkd", 1): 6}
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return kdplug.get_plugin_manager().registry
+
+
+def test_every_table_row_has_an_entry_per_task():
+    found: dict[tuple, set] = {}
+    for entry in ENTRIES:
+        found.setdefault((entry.paper, entry.table), set()).add((entry.row, entry.task))
+    assert set(found) == set(TABLE_ROWS)
+    for key, rows in TABLE_ROWS.items():
+        assert len({row for row, _ in found[key]}) == rows, key
+        assert len(found[key]) == rows * TABLE_TASKS.get(key, 8), key
+    assert len(ENTRIES) == 484
+
+
+def test_every_entry_names_registered_components_and_valid_options(registry):
+    for entry in ENTRIES:
+        check_entry(entry, registry)  # raises ConfigError naming the entry
+        assert entry.paper in PAPERS
+        config = entry.run_config()
+        assert config.zoo == entry.name and config.task == entry.task
+        for split, metrics in entry.scores.items():
+            assert split.startswith("dev")
+            assert set(metrics) <= {"accuracy", "f1", "matthews", "pearson"}, entry.name
+
+
+def test_only_declared_components_are_missing(registry):
+    pending = {e.name: e.missing_components(registry) for e in ENTRIES if e.requires}
+    assert pending  # MHKD has no projector yet: its rows are kept, marked
+    for entry in ENTRIES:
+        assert set(entry.missing_components(registry)) <= set(entry.requires), entry.name
+
+
+def test_paper_hyper_parameters_were_transcribed():
+    """Spot checks against the papers' appendix tables, independent of the generator."""
+    get = Zoo([ZOO_DIR]).get
+    alp = get("alp-kd/table1-sst2-alp").config  # ALP-KD Table 10, SST-2
+    assert (alp["lr"], alp["temperature"], alp["eta"], alp["lam"], alp["epochs"]) == (5e-5, 20, 0.2, 0.7, 10)
+    pkd = get("alp-kd/table1-cola-pkd").config  # Table 8, CoLA; the (1, 5, 9) map
+    assert (pkd["lr"], pkd["temperature"], pkd["eta"], pkd["lam"]) == (2e-5, 5, 0.5, 0.2)
+    assert pkd["projector_options"] == {"layer_map": [1, 5, 9]} and pkd["epochs"] == 50
+    assert get("alp-kd/table3-stsb-pkd-12").config["projector_options"] == {"layer_map": [12]}
+    ukd = get("universal-kd/table5-cola-gated-cnn-universal-ca").config  # Table 9
+    assert (ukd["lr"], ukd["batch_size"], ukd["student_options"], ukd["recipe_options"]["beta"]) == \
+        (2e-4, 64, {"dropout": 0.4}, 0.5)
+    assert get("universal-kd/table4-rte-universal-cg").scores == {"dev": {"accuracy": 74.0}}
+    mnli = get("pkd/table1-mnli-bert-3-pkd")
+    assert mnli.reported_set == "test" and mnli.scores["dev_mismatched"] == {"accuracy": 76.3}
+    assert get("pkd/table1-mrpc-bert-6-pkd").scores["dev"] == {"f1": 85.0, "accuracy": 79.9}
+
+
+def test_files_are_what_the_generator_writes_and_the_index_lists_them():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("zoo_generate", ZOO_DIR / "generate.py")
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    expected = generate.expected_files()
+    on_disk = {p for p in ZOO_DIR.rglob("*.yaml")}
+    assert on_disk == set(expected), "run: python zoo/generate.py"
+    for path, text in expected.items():
+        assert path.read_text(encoding="utf-8") == text, f"{path} is stale; run: python zoo/generate.py"
+    assert sorted(Zoo([ZOO_DIR]).names()) == sorted(e.name for e in ENTRIES)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"tabel": 1}, "Did you mean 'table'"),
+    ({"measure": "both"}, "measure must be one of"),
+    ({"reported": {"set": "val", "scores": {"dev": {"accuracy": 1.0}}}}, "reported.set"),
+    ({"seeds": []}, "seeds must be"),
+    ({"config": {"teacher": "bert-base", "student": "bert-4", "projector": "alp", "task": "sst2", "lrr": 1}},
+     "Did you mean 'lr'"),
+    ({"config": {"teacher": "bert-base", "student": "bert-4", "projector": "alp", "task": "sst2", "eta": 2}},
+     "eta must lie in [0, 1]"),
+    ({"config": {"teacher": "bert-base", "student": "bert-4", "task": "sst2"}}, "must name the projector"),
+    ({"search": {"lr": []}}, "search.lr must be a non-empty list"),
+])
+def test_malformed_entries_are_rejected_with_the_reason(change, message):
+    data = yaml.safe_load((ZOO_DIR / "alp-kd" / "table1-sst2-alp.yaml").read_text())
+    data.update(change)
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_entry(data)
+
+
+def test_unknown_components_and_options_are_caught(registry):
+    base = yaml.safe_load((ZOO_DIR / "alp-kd" / "table1-sst2-alp.yaml").read_text())
+    typo = parse_entry({**base, "config": {**base["config"], "projector": "alpp"}})
+    with pytest.raises(ConfigError, match="projector alpp"):
+        check_entry(typo, registry)
+    bad_option = parse_entry({**base, "config": {**base["config"], "projector_options": {"layermap": [1]}}})
+    with pytest.raises(ConfigError, match="layermap"):
+        check_entry(bad_option, registry)
+
+
+def test_zoo_list_shows_every_row(capsys):
+    assert main(["zoo", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "484 entries" in out
+    for entry in ENTRIES:
+        assert entry.name in out
+    assert main(["zoo", "list", "alp-kd/table3-*", "--task", "stsb"]) == 0
+    out = capsys.readouterr().out
+    assert "8 entries" in out and "S_PKD-12" in out and "table1" not in out
+
+
+def test_zoo_show_and_unknown_names(capsys):
+    assert main(["zoo", "show", "universal-kd/table2-qqp-mhkd"]) == 0
+    out = capsys.readouterr().out
+    assert "reported:" in out and "not runnable yet: projector mhkd" in out
+    assert main(["zoo", "show", "alp-kd/table1-sst2-alq"]) == 2
+    assert "Did you mean 'alp-kd/table1-sst2-alp'" in capsys.readouterr().err
+    assert main(["zoo", "run", "universal-kd/table2-qqp-mhkd"]) == 2
+    assert "needs projector mhkd" in capsys.readouterr().err
+
+
+def test_kdplug_zoo_env_points_elsewhere(tmp_path, monkeypatch, capsys):
+    mine = tmp_path / "myzoo" / "lab"
+    mine.mkdir(parents=True)
+    data = yaml.safe_load((ZOO_DIR / "alp-kd" / "table1-sst2-alp.yaml").read_text())
+    data["name"] = "lab/sst2-alp"
+    (mine / "sst2-alp.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("KDPLUG_ZOO", str(tmp_path / "myzoo"))
+    assert main(["zoo", "list"]) == 0  # no index.yaml: the directory is scanned
+    assert "lab/sst2-alp" in capsys.readouterr().out
+    data["name"] = "lab/other"
+    (mine / "sst2-alp.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="does not match its file"):
+        list(Zoo().entries())
+    monkeypatch.setenv("KDPLUG_ZOO", str(tmp_path / "missing"))
+    with pytest.raises(UsageError, match="KDPLUG_ZOO"):
+        Zoo()
+
+
+def test_zoo_run_end_to_end_with_tiny_models(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    from tests.zoo.conftest import tiny_overrides
+
+    output = tmp_path / "run"
+    code = main(["zoo", "run", "alp-kd/table1-sst2-alp", *tiny_overrides(tiny_bert_dir, sst2_dir),
+                 "--set", "student=bert-2", "--output", str(output)])
+    assert code == 0, capsys.readouterr().err
+    metrics = json.loads((output / "metrics.json").read_text())
+    config = yaml.safe_load((output / "config.yaml").read_text())
+    assert config["zoo"] == metrics["config"]["zoo"] == "alp-kd/table1-sst2-alp"
+    # the entry's hyper-parameters reached the run; the overrides replaced only what they name
+    assert (config["projector"], config["lr"], config["temperature"], config["eta"], config["lam"]) == \
+        ("alp", 5e-5, 20.0, 0.2, 0.7)
+    assert config["student"] == "bert-2" and config["epochs"] == 1
+    assert metrics["stages"]["distill"]["weights"]["lam"] == pytest.approx(0.7)
+    assert 0.0 <= metrics["student"]["dev"]["dev"]["accuracy"] <= 1.0
