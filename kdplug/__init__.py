@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import ConfigError, DataError, KdplugError, OfflineError, PluginError, UnknownComponentError, UsageError
+from .errors import (
+    ConfigError,
+    DataError,
+    KdplugError,
+    OfflineError,
+    PluginError,
+    UnknownComponentError,
+    UsageError,
+)
 from .plugins import PluginManager, get_plugin_manager, hookimpl, set_plugin_manager
 from .types import (
     DistillInputs,

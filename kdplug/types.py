@@ -7,7 +7,15 @@ the engine. They are deliberately plain: frozen dataclasses and ``typing.Protoco
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
+from typing import (
+    Any,
+    Callable,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    runtime_checkable,
+)
 
 import torch
 from torch import nn

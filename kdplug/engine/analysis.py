@@ -17,7 +17,6 @@ from typing import Optional
 
 import torch
 from safetensors.torch import save_file
-from torch import nn
 
 from ..types import DistillInputs, LayerSpec
 from .cache import TeacherCache

@@ -1,0 +1,115 @@
+"""``kdplug check-plugin NAME``: run the plugin contracts on a component (or a whole plugin), no pytest needed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..config import parse_value
+from ..errors import ConfigError, UsageError, close_matches
+from ..plugins import PluginManager
+from ..registry import Registry
+from . import report_failures
+
+EPILOG = """
+examples:
+  kdplug check-plugin cosine                    # a component name: every kind that has it
+  kdplug check-plugin kdplug-cosine             # a distribution (or entry-point) name: all its components
+  kdplug check-plugin alp --option attention_temperature=2
+  kdplug check-plugin sst2 --data-dir glue/SST-2
+exit codes: 0 every check passed, 1 a check failed (or nothing could be checked), 2 unknown name
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from ..testing.contracts import CONTRACT_KINDS
+
+    parser = sub.add_parser(
+        "check-plugin", help="check that a plugin's components meet their contracts (no pytest needed)",
+        description="Build each component through the registry, exactly as 'kdplug run' does, and run its "
+                    "contract on tiny offline inputs: projectors on a grid of teacher/student layer shapes, "
+                    "students and teachers on tiny tasks, losses, tasks, and recipes on a tiny run. Prints one "
+                    "line per check and a verdict.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", metavar="NAME", help="a component name, or a plugin's entry-point or distribution name")
+    parser.add_argument("--kind", choices=CONTRACT_KINDS, help="only components of this kind")
+    parser.add_argument("--option", dest="options", action="append", default=[], metavar="KEY=VALUE",
+                        help="an option for the component's factory (repeatable), e.g. --option layer_map=[1,5,9]")
+    parser.add_argument("--data-dir", dest="data_dir", help="data directory for a task that reads files")
+    parser.add_argument("--details", action="store_true", help="show every failing case and notes of passed checks")
+    parser.add_argument("--json", action="store_true", help="machine-readable results")
+    parser.set_defaults(handler=handle)
+
+
+def parse_options(pairs: list[str]) -> dict:
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--option expects KEY=VALUE, got {pair!r}")
+        options[key.strip()] = parse_value(value)
+    return options
+
+
+def find_targets(registry: Registry, name: str, kind: str | None = None) -> list[tuple[str, str]]:
+    """(kind, name) of every component ``name`` designates: a component of that name in any kind
+    with a contract, else every component of the plugin or distribution called ``name``."""
+    from ..testing.contracts import CONTRACT_KINDS, concrete_name
+
+    kinds = [kind] if kind else list(CONTRACT_KINDS)
+    targets = []
+    for each in kinds:
+        try:
+            registry.resolve(each, name)
+        except UsageError:
+            continue
+        targets.append((each, name))
+    if targets:
+        return targets
+    lowered = name.lower()
+    for entry in registry:
+        if entry.kind in kinds and lowered in (entry.plugin.lower(), entry.distribution.lower()):
+            targets.append((entry.kind, concrete_name(entry)))
+    if targets:
+        return targets
+    if any(entry.kind == "layer_extractor" and entry.name == name for entry in registry) and not kind:
+        raise UsageError(f"{name!r} is a layer extractor; extractors are checked through the student contract: "
+                         f"run kdplug check-plugin on the student it supports")
+    known = sorted({e.name for e in registry if e.kind in kinds} | {e.plugin for e in registry}
+                   | {e.distribution for e in registry if e.distribution})
+    close = close_matches(name, known)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    where = f"{kind} " if kind else ""
+    raise UsageError(f"no {where}component, plugin or distribution is called {name!r}.{hint} "
+                     f"Run 'kdplug plugins' to see every component and the plugin that provides it.")
+
+
+def handle(args: argparse.Namespace, manager: PluginManager) -> int:
+    from ..testing.contracts import Workspace, check_component
+
+    registry = manager.registry
+    targets = find_targets(registry, args.name, args.kind)
+    options = parse_options(args.options)
+    report_failures(manager)
+    reports = []
+    with Workspace() as workspace:
+        for kind, name in targets:
+            if not args.json:
+                print(f"checking {kind} {name!r} ...", file=sys.stderr, flush=True)
+            report = check_component(kind, name, options=options or None, registry=registry, workspace=workspace,
+                                     data_dir=args.data_dir)
+            reports.append(report)
+            if not args.json:
+                print(report.format(verbose=args.details))
+                print()
+    if args.json:
+        print(json.dumps([{"kind": r.kind, "name": r.name, "provider": r.provider, "ok": r.ok,
+                           "not_checked": r.not_checked, "results": [vars(x) for x in r.results]} for r in reports],
+                         indent=2))
+    failed = [r for r in reports if not r.ok]
+    unchecked = [r for r in reports if r.ok and r.not_checked]
+    if not args.json and len(reports) > 1:
+        print(f"{len(reports)} components: {len(reports) - len(failed) - len(unchecked)} passed, {len(failed)} failed"
+              + (f", {len(unchecked)} not checked" if unchecked else ""))
+    return 1 if failed or unchecked else 0

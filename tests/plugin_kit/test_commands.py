@@ -1,0 +1,166 @@
+"""``kdplug check-plugin`` (verdicts, exit codes) and ``kdplug new-plugin`` (a skeleton whose tests pass)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import tomllib
+
+import pytest
+
+from kdplug.cli import main
+from kdplug.testing import contracts
+
+BROKEN_DIST = '''
+import kdplug
+from torch import nn
+from kdplug.types import ProjectedPairs
+
+class Forgetful(nn.Module):
+    ild_loss, needs_teacher_heads, default_weights = "mse", False, {"eta": 0.5, "lam": 0.3}
+    def __init__(self, request):
+        super().__init__()
+        self.map = nn.Linear(request.student_layers[-1].width, request.teacher_layers[-1].width)
+        self.unused = nn.Linear(2, 2)
+    def forward(self, inputs):
+        return ProjectedPairs(student=self.map(inputs.student_layers[-1]).unsqueeze(1),
+                              teacher=inputs.teacher_layers[-1].detach().unsqueeze(1))
+
+@kdplug.hookimpl
+def kdplug_register_projectors(register):
+    register("forgetful", Forgetful, description="forgets to use a parameter")
+'''
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def broken_dist(tmp_path, monkeypatch):
+    """An installed distribution (module + dist-info with an entry point) whose projector is broken."""
+    (tmp_path / "kdplug_forgetful.py").write_text(textwrap.dedent(BROKEN_DIST))
+    info = tmp_path / "kdplug_forgetful-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kdplug-forgetful\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[kdplug]\nforgetful = kdplug_forgetful\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    yield tmp_path
+    importlib.invalidate_caches()
+
+
+# -- check-plugin --------------------------------------------------------------------------------
+
+def test_a_passing_projector_exits_0_with_a_verdict(capsys):
+    code, out, _ = run_cli(capsys, "check-plugin", "pkd-skip")
+    assert code == 0
+    assert "projector 'pkd-skip' (plugin 'pkd' (kdplug" in out
+    assert "PASS  gradients reach every parameter" in out and "verdict: PASSED" in out
+
+
+def test_a_failing_plugin_exits_1_naming_the_check_and_why(capsys, broken_dist):
+    code, out, _ = run_cli(capsys, "check-plugin", "kdplug-forgetful")  # by distribution name
+    assert code == 1
+    assert "kdplug-forgetful 1.0" in out
+    line = next(l for l in out.splitlines() if "gradients reach every parameter" in l)
+    assert line.lstrip().startswith("FAIL") and "unused.weight (no gradient)" in line
+    assert "verdict: FAILED, 1 of 11 checks failed: gradients reach every parameter" in out
+
+
+def test_a_plugin_name_checks_all_its_components(capsys):
+    code, out, _ = run_cli(capsys, "check-plugin", "pkd", "--kind", "projector")
+    assert code == 0
+    assert "projector 'pkd-skip'" in out and "projector 'pkd-last'" in out
+    assert "2 components: 2 passed, 0 failed" in out
+
+
+def test_projector_options_are_passed_to_the_factory(capsys):
+    code, out, _ = run_cli(capsys, "check-plugin", "pkd-skip", "--option", "layer_map=[1]")
+    assert code == 1  # one mapped layer fits only the students with two layers
+    assert "layer_map must list one teacher layer" in out and "FAIL  builds for the layer shapes" in out
+
+
+def test_unknown_name_exits_2_with_a_suggestion(capsys):
+    code, _, err = run_cli(capsys, "check-plugin", "pkd-skp")
+    assert code == 2 and "Did you mean 'pkd-skip'" in err
+
+
+def test_a_task_needs_its_data_dir(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "check-plugin", "sst2", "--kind", "task")
+    assert code == 1 and "verdict: NOT CHECKED, needs data" in out
+    data = contracts.write_tiny_sst2(tmp_path / "SST-2")
+    code, out, _ = run_cli(capsys, "check-plugin", "sst2", "--kind", "task", "--data-dir", data)
+    assert code == 0 and "PASS  labels in range" in out
+
+
+def test_json_output(capsys):
+    code, out, _ = run_cli(capsys, "check-plugin", "mse", "--json")
+    (report,) = json.loads(out)
+    assert code == 0 and report["kind"] == "loss" and report["ok"]
+    assert {"check": "zero for identical inputs", "status": "passed", "detail": "", "case": ""} in report["results"]
+
+
+# -- new-plugin ----------------------------------------------------------------------------------
+
+def test_new_plugin_writes_a_skeleton_whose_tests_pass(capsys, tmp_path):
+    target = tmp_path / "kdplug-fit-hints"
+    code, out, _ = run_cli(capsys, "new-plugin", "fit-hints", "--kind", "projector", "--output", str(target))
+    assert code == 0 and "pip install -e ." in out
+    files = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
+    assert files == ["README.md", "pyproject.toml", "src/kdplug_fit_hints/__init__.py",
+                     "src/kdplug_fit_hints/projector.py", "tests/conftest.py", "tests/test_kdplug_fit_hints.py"]
+    project = tomllib.loads((target / "pyproject.toml").read_text())
+    assert project["project"]["name"] == "kdplug-fit-hints"
+    assert project["project"]["entry-points"]["kdplug"] == {"fit-hints": "kdplug_fit_hints.projector"}
+    assert project["project"]["dependencies"] == ["kdplug>=0.1"]
+    assert "${" not in "".join((target / f).read_text() for f in files)
+
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=target,
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "passed" in result.stdout and "failed" not in result.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["new-plugin", "alp"], "already registered by plugin 'alp'"),
+    (["new-plugin", "My_Proj"], "lowercase letters and digits"),
+])
+def test_new_plugin_refuses_bad_or_taken_names(capsys, tmp_path, argv, message):
+    code, _, err = run_cli(capsys, *argv, "--output", str(tmp_path / "out"))
+    assert code == 2 and message in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_new_plugin_does_not_overwrite(capsys, tmp_path):
+    (tmp_path / "keep.txt").write_text("mine")
+    code, _, err = run_cli(capsys, "new-plugin", "fit-hints", "--output", str(tmp_path))
+    assert code == 2 and "not empty" in err and (tmp_path / "keep.txt").read_text() == "mine"
+
+
+# -- the pytest plugin reports a broken contract -------------------------------------------------
+
+def test_contract_classes_report_the_failed_check(tmp_path):
+    (tmp_path / "kdplug_forgetful.py").write_text(textwrap.dedent(BROKEN_DIST))
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["kdplug.testing.pytest_plugin"]\n')
+    (tmp_path / "test_forgetful.py").write_text(textwrap.dedent('''
+        from kdplug.testing.pytest_plugin import ProjectorContract
+
+        class TestForgetful(ProjectorContract):
+            name = "forgetful"
+            plugin = "kdplug_forgetful"
+    '''))
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path), "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 1
+    assert "5 failed" in result.stdout  # one per shape of the grid
+    assert "FAILED test_forgetful.py::TestForgetful::test_contract[12x768-4x384-gradients-reach-every-parameter]" in result.stdout
+    assert ("projector 'forgetful' failed the check 'gradients reach every parameter' on 12x768-4x384: "
+            "2 of 4 parameters got no useful gradient from the ILD loss: unused.weight (no gradient)") in result.stdout
