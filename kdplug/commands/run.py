@@ -17,7 +17,7 @@ DEMO_PRESET: dict[str, Any] = {
     "projector": "rkd",
     "task": "demo",
     "baseline": "nkd",
-    "epochs": 4,
+    "epochs": 15,
     "teacher_epochs": 3,
     "student_options": {"embedding_dim": 128, "hidden_size": 256},
 }

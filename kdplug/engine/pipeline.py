@@ -196,7 +196,10 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: 
         echo(f"baseline: {config.student} with {config.baseline}")
         student = context.new_student()
         projector = context.new_projector(student, name=config.baseline)
-        result = context.train_stage(f"baseline-{config.baseline}", student, projector)
+        # the baseline keeps its own weights: the run's eta/lam are meant for the main projector
+        defaults = dict(getattr(projector, "default_weights", {}) or {})
+        weights = context.weights(projector, eta=defaults.get("eta", 0.0), lam=defaults.get("lam", 0.0))
+        result = context.train_stage(f"baseline-{config.baseline}", student, projector, weights=weights)
         metrics["baseline"] = {"projector": config.baseline, "dev": result.dev, "parameters": count_parameters(student)}
         rows.append((f"{config.student} + {config.baseline}", count_parameters(student), result.dev))
 

@@ -76,7 +76,8 @@ def test_missing_data_directory_exits_2_naming_it(capsys, tmp_path, tiny_bert_di
 
 def test_tiny_run_writes_the_run_directory_and_reuses_the_teacher(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     argv = ["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "pkd-skip", "--task", "sst2",
-            "--data-dir", str(sst2_dir), "--epochs", "2", "--set", "teacher_epochs=1", *TINY_STUDENT]
+            "--data-dir", str(sst2_dir), "--epochs", "2", "--set", "teacher_epochs=1", "--baseline", "nkd",
+            "--set", "eta=0.3", *TINY_STUDENT]
     code, out, _ = run_cli(capsys, *argv, "--output", str(tmp_path / "first"))
     assert code == 0, out
     run_dir = tmp_path / "first"
@@ -87,9 +88,11 @@ def test_tiny_run_writes_the_run_directory_and_reuses_the_teacher(capsys, tmp_pa
     assert "stored" in metrics["teacher"]["finetuned"]
     assert [h["epoch"] for h in metrics["stages"]["distill"]["history"]] == [1, 2]
     assert metrics["stages"]["distill"]["weights"]["lam"] > 0  # pkd-skip's ILD term was on
+    assert metrics["stages"]["distill"]["weights"]["eta"] == 0.3
+    assert metrics["stages"]["baseline-nkd"]["weights"]["ce"] == 1.0  # the run's eta is not the baseline's
     assert "ild" in metrics["stages"]["distill"]["history"][0]["train"]
     assert load_file(str(run_dir / "student" / "model.safetensors"))
-    assert "teacher" in out and "bilstm + pkd-skip" in out  # the closing table
+    assert "teacher" in out and "bilstm + pkd-skip" in out and "bilstm + nkd" in out  # the closing table
 
     code, out, _ = run_cli(capsys, *argv, "--output", str(tmp_path / "second"))
     second = json.loads((tmp_path / "second" / "metrics.json").read_text())
