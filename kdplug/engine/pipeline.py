@@ -42,6 +42,9 @@ class RunResult:
 def resolve_names(config: RunConfig, registry: Registry) -> None:
     """Fail on any unknown name before doing any work."""
     if not Path(config.teacher).is_dir():
+        if looks_like_path(config.teacher):
+            raise UsageError(f"teacher checkpoint directory {config.teacher} does not exist; pass an existing "
+                             f"directory written by save_pretrained, or a name from 'kdplug plugins'")
         registry.resolve("teacher", config.teacher)
     registry.resolve("student", config.student)
     registry.resolve("projector", config.projector)
@@ -49,6 +52,10 @@ def resolve_names(config: RunConfig, registry: Registry) -> None:
     registry.resolve("recipe", config.recipe)
     if config.baseline:
         registry.resolve("projector", config.baseline)
+
+
+def looks_like_path(name: str) -> bool:
+    return name.startswith((".", "~", "/")) or name.count("/") > 1
 
 
 def create_teacher(config: RunConfig, registry: Registry, task: Task, **extra: Any) -> Teacher:
