@@ -23,7 +23,8 @@ COMMANDS = [run, plugins, cache, zoo, sweep, report, check_plugin, new_plugin]
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kdplug", description="Knowledge distillation for NLP models, built from plugins.",
-        epilog="Docs: docs/ in the repository (cli.md, hooks.md, methods.md, models.md, tasks.md). "
+        epilog="Docs: docs/ in the repository (cli.md, hooks.md, methods.md, models.md, tasks.md, recipes.md, "
+               "zoo.md, sweep-and-report.md, writing-a-plugin.md, performance.md, robustness.md). "
                f"Disable plugins with --disable-plugin NAME or {DISABLE_ENV}=NAME,NAME.")
     parser.add_argument("--version", action="version", version=f"kdplug {__version__}")
     parser.add_argument("--disable-plugin", dest="disabled", action="append", default=[], metavar="NAME",
