@@ -1,0 +1,200 @@
+"""TAKD, teacher-assistant KD (Mirzadeh et al. 2020): bridge the capacity gap with a chain of models.
+
+teacher → TA₁ → ... → TA_k → student: each link is an ordinary logit-KD (RKD) run whose
+teacher is the best checkpoint of the link before, L = (1−η)·CE + η·τ²·KL(σ(z_t/τ) ‖ σ(z_s/τ)).
+A TA is any registered student (``bert-6``, ``bilstm`` ...) or teacher (``roberta-base``, the
+Universal-KD paper's TA for RoBERTa-large → DistilRoBERTa); a teacher-type TA starts from its
+pretrained weights and reads text with its own tokenizer.
+
+A trained TA is stored under ``<cache>/takd/<fingerprint>`` (safetensors + a summary), the
+fingerprint chaining the previous link's (the teacher's weights for the first), the TA's name
+and options, the data and the training settings; a later run that needs the same link loads
+it instead of training it again. The final link trains the run's student and is always run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from accelerate.utils import set_seed
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+import kdplug
+from kdplug.engine import fingerprint
+from kdplug.engine.cache import file_lock
+from kdplug.errors import ConfigError, UnknownComponentError, UsageError
+from kdplug.types import Teacher
+
+log = logging.getLogger("kdplug.recipes.takd")
+
+WEIGHTS, SUMMARY = "model.safetensors", "takd_link.json"
+
+
+@dataclass(frozen=True)
+class Link:
+    """One model of the chain: a registered student or teacher name and its options."""
+
+    name: str
+    options: dict = field(default_factory=dict)
+    final: bool = False  # the run's student
+
+
+def plan_chain(ta: Any, student: str, student_options: Optional[dict] = None) -> list[Link]:
+    """The links in training order: each TA of ``ta``, then the student.
+
+    ``ta`` is a name, a ``{"name": .., **options}`` mapping, or a list of them (teacher side first).
+    """
+    entries = ta if isinstance(ta, (list, tuple)) else [ta]
+    if not entries:
+        raise ConfigError("recipe 'takd': ta is empty; name at least one teaching assistant, e.g. "
+                          "--set 'recipe_options.ta=[bert-4]'")
+    links = []
+    for entry in entries:
+        if isinstance(entry, str):
+            links.append(Link(entry))
+        elif isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            options = {k: v for k, v in entry.items() if k != "name"}
+            links.append(Link(entry["name"], options))
+        else:
+            raise ConfigError(f"recipe 'takd': a TA is a name or {{name: NAME, option: value ...}}, got {entry!r}")
+    return links + [Link(student, dict(student_options or {}), final=True)]
+
+
+def default_ta(ctx) -> list[str]:
+    """A BERT-k TA halfway between a Hugging Face teacher's depth and nothing (TAKD's middle size)."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(ctx.teacher.model, PreTrainedModel):
+        raise UsageError("recipe 'takd' needs the option ta: the teaching assistant(s), e.g. "
+                         "--set 'recipe_options.ta=[bilstm]'")
+    depth = ctx.teacher.model.config.num_hidden_layers
+    return [f"bert-{max(1, depth // 2)}"]
+
+
+def link_key(previous: str, link: Link, data: str, settings: dict) -> str:
+    """The stored TA's fingerprint: what it learnt from, what it is, on which data, how."""
+    return fingerprint.of_values("takd-link", previous, link.name, link.options, data, settings)
+
+
+class TAKD:
+    """Train each link of the chain with RKD from the previous link's best checkpoint.
+
+    Options: ``ta`` (a name, ``{name: .., option: ..}`` or a list of them; default ``bert-{n/2}``
+    for an n-layer Hugging Face teacher), ``eta`` and ``temperature`` (default: the run's, else
+    RKD's 0.7 and 10), ``ta_epochs`` and ``ta_lr`` (default: the run's epochs and learning rate).
+    """
+
+    def __init__(self, ta: Any = None, eta: Optional[float] = None, temperature: Optional[float] = None,
+                 ta_epochs: Optional[int] = None, ta_lr: Optional[float] = None) -> None:
+        self.ta, self.eta, self.temperature = ta, eta, temperature
+        self.ta_epochs, self.ta_lr = ta_epochs, ta_lr
+        if ta is not None:
+            plan_chain(ta, "student")  # malformed entries fail before any work
+
+    def run(self, ctx):
+        if ctx.config.projector != "rkd":
+            log.warning("recipe takd trains every link with rkd; projector %r is not used", ctx.config.projector)
+        links = plan_chain(self.ta if self.ta is not None else default_ta(ctx), ctx.config.student,
+                           ctx.config.student_options)
+        data = fingerprint.of_values(fingerprint.of_token_ids(ctx.train.input_ids), ctx.train.labels,
+                                     {name: fingerprint.of_token_ids(split.input_ids) for name, split in ctx.dev.items()})
+        teaching, teacher_label = ctx, ctx.config.teacher
+        previous = teacher_fingerprint = fingerprint.of_module(ctx.teacher.model)
+        for number, link in enumerate(links, start=1):
+            stage = f"link{number}-{link.name}"
+            model = self.build(ctx, link)
+            weights = self.weights(teaching, model)
+            record = {"model": link.name, "options": link.options, "teacher": teacher_label,
+                      "teacher_fingerprint": teacher_fingerprint}
+            if link.final:  # the run's student: always trained
+                teaching.train_stage(stage, model, None, weights=weights)
+                ctx.stages[stage].update(record)
+                break
+            key = link_key(previous, link, data, self.settings(ctx, weights))
+            stored = self.train_or_reuse(ctx, teaching, stage, model, weights, key)
+            ctx.stages[stage].update(record, stored=str(stored))
+            tokenizer = getattr(model, "tokenizer", None) or ctx.tokenizer
+            teaching = ctx.with_teacher(Teacher(model=model, tokenizer=tokenizer, source=str(stored), finetuned=True))
+            teaching.teacher_cache()  # now, before the next link seeds its run: same result whether stored or not
+            previous, teacher_label = key, f"{link.name} (link {number})"
+            teacher_fingerprint = fingerprint.of_module(model)
+        return model
+
+    # -- one link ---------------------------------------------------------------------------
+    def build(self, ctx, link: Link) -> nn.Module:
+        """A fresh model for ``link``: the run's student, a registered student, or a teacher's model."""
+        if link.final:
+            return ctx.new_student()
+        try:
+            ctx.registry.resolve("student", link.name)
+        except UnknownComponentError:
+            pass
+        else:
+            return ctx.new_student(link.name, **link.options)
+        try:
+            ctx.registry.resolve("teacher", link.name)
+        except UnknownComponentError:
+            raise UsageError(f"recipe 'takd': TA {link.name!r} is neither a registered student nor a teacher; "
+                             f"see 'kdplug plugins --kind student' and '--kind teacher'") from None
+        set_seed(ctx.config.seed)
+        ta = ctx.registry.create("teacher", link.name, ctx.task, **link.options)
+        if ta.tokenizer is not None and ta.tokenizer.get_vocab() != ctx.tokenizer.get_vocab():
+            ta.model.tokenizer = ta.tokenizer  # it reads text its own way (see the student hook)
+        return ta.model
+
+    def weights(self, teaching, model: nn.Module):
+        rkd = teaching.new_projector(model, name="rkd")
+        return teaching.weights(rkd, eta=self.eta, lam=0.0, temperature=self.temperature)
+
+    def settings(self, ctx, weights) -> dict:
+        config = ctx.config
+        return {"weights": weights.as_dict(), "epochs": self.ta_epochs or config.epochs, "lr": self.ta_lr or config.lr,
+                "batch_size": config.batch_size, "weight_decay": config.weight_decay,
+                "warmup_ratio": config.warmup_ratio, "best_checkpoint": config.best_checkpoint,
+                "max_length": ctx.train_max_length, "precision": config.precision, "seed": config.seed}
+
+    def train_or_reuse(self, ctx, teaching, stage: str, model: nn.Module, weights, key: str) -> Path:
+        """Load the link's stored weights into ``model``, or train it and store them."""
+        directory = Path(ctx.cache_root) / "takd" / key
+        with file_lock(directory.parent / f"{key}.lock"):
+            if (directory / SUMMARY).is_file():
+                try:
+                    load_model(model, str(directory / WEIGHTS))
+                    summary = json.loads((directory / SUMMARY).read_text())
+                except Exception as exc:  # a damaged store: train again
+                    log.warning("stored TA %s is unreadable (%s); training it again", directory, exc)
+                else:
+                    log.info("%s: reusing the trained TA %s", stage, directory)
+                    ctx.stages[stage] = {**summary, "reused": str(directory)}
+                    return directory
+            teaching.train_stage(stage, model, None, weights=weights, epochs=self.ta_epochs, lr=self.ta_lr)
+            store(model, directory, ctx.stages[stage])
+        return directory
+
+
+def store(model: nn.Module, directory: Path, summary: dict) -> None:
+    """Write the TA's weights and summary atomically (a crash never leaves half a link)."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    try:
+        save_model(model, str(staging / WEIGHTS))
+        (staging / SUMMARY).write_text(json.dumps(summary, indent=1, default=str))
+        if directory.exists():
+            shutil.rmtree(directory)
+        os.replace(staging, directory)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@kdplug.hookimpl
+def kdplug_register_recipes(register):
+    register("takd", TAKD, description="TAKD: teacher -> TA(s) -> student, each link RKD from the previous link's "
+                                       "best checkpoint (Mirzadeh et al. 2020)")

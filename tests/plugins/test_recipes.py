@@ -1,0 +1,204 @@
+"""The capacity-gap recipes (DIH, TAKD, Annealing KD) against METHODS.md, and each one end to end.
+
+The losses and schedules are checked against values computed here with plain ``math`` from the
+definitions, on tiny hand-made tensors; the end-to-end runs go through ``kdplug run`` with a tiny
+random BERT teacher and a tiny BiLSTM student.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from kdplug_recipes.annealing import AnnealingObjective, annealing_multiplier
+from kdplug_recipes.dih import DIHObjective, head_positions
+from kdplug_recipes.takd import Link, link_key, plan_chain
+from safetensors.torch import load_model
+
+import kdplug
+from kdplug.cli import main
+from kdplug.engine import fingerprint
+from kdplug.engine.objective import StepState
+from kdplug.errors import ConfigError
+from kdplug.types import LayerSpec
+
+TINY_STUDENT = ["--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16"]
+
+
+def softmax(values, tau=1.0):
+    exps = [math.exp(v / tau) for v in values]
+    return [e / sum(exps) for e in exps]
+
+
+def kl(p, q):
+    return sum(a * math.log(a / b) for a, b in zip(p, q))
+
+
+def state(student, labels, teacher=None, heads=None):
+    return StepState(student_logits=torch.tensor(student), student_layers=[], labels=torch.tensor(labels),
+                     teacher_logits=None if teacher is None else torch.tensor(teacher), teacher_layers=None,
+                     teacher_head_logits=None if heads is None else torch.tensor(heads), pairs=None)
+
+
+# -- DIH --------------------------------------------------------------------------------------
+
+
+def dih_objective(alpha, tau, positions):
+    return DIHObjective(alpha=alpha, head_positions=positions, kd_loss=kdplug.create_loss("kd", temperature=tau),
+                        task_loss=kdplug.create_loss("ce"))
+
+
+def test_dih_loss_sums_kd_over_output_and_heads_and_counts_ce_once():
+    student, teacher, labels = [[1.0, 0.0], [0.0, 2.0]], [[2.0, 0.0], [0.5, 0.5]], [0, 1]
+    heads = [[[0.0, 1.0], [1.0, 1.0]], [[3.0, 0.0], [0.0, 0.0]]]  # (B=2, n=2, C=2)
+    alpha, tau = 0.1, 5.0
+    targets = [[teacher[b]] + heads[b] for b in range(2)]  # final output, head 1, head 2
+    kd = sum(tau ** 2 * sum(kl(softmax(targets[b][h], tau), softmax(student[b], tau)) for b in range(2)) / 2
+             for h in range(3))
+    ce = sum(-math.log(softmax(student[b])[labels[b]]) for b in range(2)) / 2
+    terms = dih_objective(alpha, tau, [0, 1])(state(student, labels, teacher, heads))
+    assert terms["kd"].item() == pytest.approx(kd, rel=1e-5)
+    assert terms["ce"].item() == pytest.approx(ce, rel=1e-5)
+    assert terms["loss"].item() == pytest.approx(alpha * kd + (1 - alpha) * ce, rel=1e-5)
+
+    only_second = dih_objective(alpha, tau, [1])(state(student, labels, teacher, heads))
+    kd_second = sum(tau ** 2 * sum(kl(softmax(targets[b][h], tau), softmax(student[b], tau)) for b in range(2)) / 2
+                    for h in (0, 2))
+    assert only_second["kd"].item() == pytest.approx(kd_second, rel=1e-5)
+
+
+def test_dih_layers_select_heads_by_teacher_layer_index():
+    specs = [LayerSpec(i, 8, "transformer") for i in range(1, 7)]
+    assert head_positions(specs, None) == [0, 1, 2, 3, 4, 5]
+    assert head_positions(specs, [2, 4, 6]) == [1, 3, 5]
+    assert head_positions(specs, 3) == [2]
+    with pytest.raises(ConfigError, match=r"layers=\[0, 7\].*\[1, 2, 3, 4, 5, 6\]"):
+        head_positions(specs, [0, 7])
+
+
+# -- Annealing KD -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("e1, tau_max, expected", [
+    (10, 10, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]),  # the GLUE defaults: one step per epoch
+    (6, 3, [1 / 3, 1 / 3, 2 / 3, 2 / 3, 1.0, 1.0]),  # ⌊6/3⌋ = 2 epochs per step
+    (10, 3, [1 / 3] * 3 + [2 / 3] * 3 + [1.0] * 4),  # t stops at τ_max
+    (2, 10, [0.5, 1.0]),  # E1 < τ_max: t = ⌈e·τ_max/E1⌉, still ending on the full logits
+    (3, 10, [0.4, 0.7, 1.0]),
+])
+def test_annealing_multiplier_per_epoch(e1, tau_max, expected):
+    assert [annealing_multiplier(epoch, e1, tau_max) for epoch in range(1, e1 + 1)] == pytest.approx(expected)
+
+
+def test_annealing_phase1_is_mse_to_scaled_teacher_logits_without_labels():
+    objective = AnnealingObjective(tau_max=10, loss=kdplug.create_loss("mse"))
+    student, teacher = [[1.0, -1.0], [0.5, 2.0]], [[4.0, -2.0], [1.0, 6.0]]
+    objective.set_epoch(3, 10)  # φ = 0.3
+    expected = sum((s - 0.3 * t) ** 2 for row_s, row_t in zip(student, teacher) for s, t in zip(row_s, row_t)) / 4
+    with_labels = objective(state(student, [0, 1], teacher))
+    assert with_labels["loss"].item() == pytest.approx(expected, rel=1e-6)
+    assert with_labels["phi"].item() == pytest.approx(0.3)
+    assert objective(state(student, [1, 0], teacher))["loss"].item() == with_labels["loss"].item()  # no labels
+
+
+# -- TAKD -------------------------------------------------------------------------------------
+
+
+def test_takd_chain_runs_teacher_side_first_and_ends_with_the_student():
+    chain = plan_chain(["bert-4", {"name": "bilstm", "hidden_size": 8}], "gated-cnn", {"hidden_size": 16})
+    assert chain == [Link("bert-4"), Link("bilstm", {"hidden_size": 8}), Link("gated-cnn", {"hidden_size": 16}, final=True)]
+    assert plan_chain("roberta-base", "distilroberta") == [Link("roberta-base"), Link("distilroberta", final=True)]
+    with pytest.raises(ConfigError, match="ta is empty"):
+        plan_chain([], "bilstm")
+    with pytest.raises(ConfigError, match="name or"):
+        plan_chain([{"hidden_size": 8}], "bilstm")
+
+
+def test_takd_link_key_chains_through_the_previous_link():
+    first, second = Link("bert-4"), Link("bilstm", {"hidden_size": 8})
+    key1 = link_key("teacher-fp", first, "data", {"epochs": 3})
+    key2 = link_key(key1, second, "data", {"epochs": 3})
+    assert key2 == link_key(link_key("teacher-fp", first, "data", {"epochs": 3}), second, "data", {"epochs": 3})
+    other_first = link_key("teacher-fp", Link("bert-3"), "data", {"epochs": 3})
+    assert link_key(other_first, second, "data", {"epochs": 3}) != key2  # a new TA 1 invalidates TA 2
+    assert link_key("other-teacher", first, "data", {"epochs": 3}) != key1
+    assert link_key("teacher-fp", first, "data", {"epochs": 4}) != key1
+
+
+# -- end to end -------------------------------------------------------------------------------
+
+
+def tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, recipe, *extra, output="run"):
+    argv = ["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--task", "sst2", "--data-dir", str(sst2_dir),
+            "--recipe", recipe, "--epochs", "2", "--set", "teacher_epochs=1", "--set", "head_epochs=2",
+            *TINY_STUDENT, *extra, "--output", str(tmp_path / output)]
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads((tmp_path / output / "metrics.json").read_text())
+
+
+def test_dih_run_warms_up_heads_then_distils_from_the_selected_ones(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    metrics = tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, "dih", "--set", "recipe_options.layers=[2, 4]")
+    stages = metrics["stages"]
+    assert list(stages) == ["teacher_heads", "distill"]
+    assert len(stages["teacher_heads"]["best_dev_loss"]) == 4  # one head per tiny-BERT layer
+    assert stages["distill"]["heads"] == [2, 4]
+    assert stages["distill"]["weights"] == {"ce": 0.9, "eta": 0.1, "lam": 0.0, "temperature": 5.0}
+    assert {"kd", "ce", "loss"} <= set(stages["distill"]["history"][0]["train"])
+    assert metrics["student"]["recipe"] == "dih"
+
+    again = tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, "dih", output="again")
+    assert "reused" in again["stages"]["teacher_heads"]  # same teacher and task: the heads are stored
+    assert again["stages"]["distill"]["heads"] == [1, 2, 3, 4]
+
+
+def test_annealing_run_scales_the_teacher_up_then_fine_tunes(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    metrics = tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, "annealing", "--set", "recipe_options.e1=3",
+                       "--set", "recipe_options.e2=1", "--set", "recipe_options.tau_max=3")
+    phase1, phase2 = metrics["stages"]["phase1"], metrics["stages"]["phase2"]
+    assert [h["train"]["phi"] for h in phase1["history"]] == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert "ce" not in phase1["history"][0]["train"]  # phase 1 sees no labels
+    assert len(phase2["history"]) == 1 and set(phase2["history"][0]["train"]) == {"ce", "loss"}
+
+
+def test_takd_run_trains_each_link_from_the_last_and_reuses_the_ta(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    ta = ["--set", "recipe_options.ta=[bert-2]"]
+    metrics = tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, "takd", *ta)
+    stages = metrics["stages"]
+    assert list(stages) == ["link1-bert-2", "link2-bilstm"]
+    link1, link2 = stages["link1-bert-2"], stages["link2-bilstm"]
+    assert link1["teacher"] == tiny_bert_dir and link2["teacher"] == "bert-2 (link 1)"
+    assert link1["dev"] and link2["dev"] and link1["weights"]["eta"] == 0.7  # RKD's defaults
+
+    # link 2 learnt from link 1's stored model: its teacher fingerprint is that model's, and the
+    # teacher cache it read was built from that model
+    task = kdplug.create_task("sst2", str(sst2_dir))
+    ta_model = kdplug.create_student("bert-2", task, kdplug.create_teacher("hf", task, source=tiny_bert_dir))
+    load_model(ta_model, f"{link1['stored']}/model.safetensors")
+    assert link2["teacher_fingerprint"] == fingerprint.of_module(ta_model) != link1["teacher_fingerprint"]
+    metas = [json.loads(path.read_text()) for path in Path(os.environ["KDPLUG_CACHE"]).glob("teacher-cache/*/meta.json")]
+    assert {m["description"]["split"] for m in metas if m["description"]["teacher"] == link1["stored"]} == {"train", "dev"}
+
+    again = tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, "takd", *ta, output="again")
+    assert again["stages"]["link1-bert-2"]["reused"] == link1["stored"]
+    assert again["stages"]["link1-bert-2"]["dev"] == link1["dev"]  # the link's result is still reported
+    assert again["stages"]["link2-bilstm"]["history"] == link2["history"]  # reused or not: the same student
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe, options", [
+    ("dih", []), ("annealing", ["--set", "recipe_options.e1=2", "--set", "recipe_options.e2=1"]),
+    ("takd", ["--set", "recipe_options.ta=[bert-3]"]),
+])
+def test_recipe_with_the_minilm_teacher_on_the_demo_task(capsys, tmp_path, recipe, options):
+    argv = ["run", "--teacher", "minilm", "--student", "bilstm", "--task", "demo", "--recipe", recipe, "--epochs", "1",
+            "--set", "task_options.num_train=64", "--set", "task_options.num_dev=32", "--set", "teacher_epochs=1",
+            "--set", "head_epochs=1", *TINY_STUDENT, *options, "--output", str(tmp_path / "run")]
+    assert main(argv) == 0, capsys.readouterr().out
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["stages"] and 0.0 <= metrics["student"]["dev"]["dev"]["accuracy"] <= 1.0
