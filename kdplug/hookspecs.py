@@ -173,7 +173,12 @@ def kdplug_register_recipes(register):
     (``ctx.new_student()``, ``ctx.new_projector(student)``), resolves objective weights
     (``ctx.weights(projector, eta=.., lam=..)``), runs training stages (``ctx.train_stage(name,
     student, projector, weights=.., objective=..)``, which keeps the best dev checkpoint), warms up
-    teacher heads (``ctx.teacher_heads()``) and reads the teacher cache (``ctx.teacher_cache()``).
-    Every stage's metrics are recorded by the context. ``run`` returns the final student, which
-    the engine evaluates on the dev splits and exports.
+    teacher heads (``ctx.teacher_heads()``; also done by ``train_stage`` for a projector or
+    objective whose ``needs_teacher_heads`` is True), reads the teacher cache
+    (``ctx.teacher_cache()``) and distils from another model, e.g. a trained teacher assistant
+    (``ctx.with_teacher(teacher)`` returns a context whose stages read that model's cache).
+    An ``objective`` gets a :class:`kdplug.engine.objective.StepState` per batch and returns its
+    loss terms (key ``"loss"`` is optimised); with ``set_epoch(epoch, epochs)`` it can follow a
+    schedule. Every stage's metrics are recorded by the context. ``run`` returns the final
+    student, which the engine evaluates on the dev splits and exports.
     """

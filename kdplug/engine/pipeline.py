@@ -227,7 +227,10 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: 
     metrics["stages"] = context.stages
     metrics["student"] = {"name": config.student, "projector": config.projector, "recipe": config.recipe,
                           "dev": final, "parameters": count_parameters(student)}
-    rows.append((f"{config.student} + {config.projector}", count_parameters(student), final))
+    label = f"{config.student} + {config.projector}"
+    if config.recipe != "standard":
+        label += f" ({config.recipe})"
+    rows.append((label, count_parameters(student), final))
     metrics["wall_seconds"] = round(time.perf_counter() - started, 2)
     metrics["processes"] = accelerator.num_processes
     if main_process:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ class RunDirectory:
             raise UsageError(
                 f"output directory {path} already holds a run; choose another --output, or pass --overwrite "
                 f"to replace it")
+        if path.is_dir() and overwrite and ((path / CONFIG_FILE).exists() or (path / METRICS_FILE).exists()):
+            shutil.rmtree(path)  # stale checkpoints must not leak into the new run
         path.mkdir(parents=True, exist_ok=True)
         return cls(path)
 

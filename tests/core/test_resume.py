@@ -36,11 +36,9 @@ def finished(run_dir):
 @pytest.fixture(scope="module")
 def reference(setup, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    os.environ["KDPLUG_CACHE"] = str(tmp_path_factory.mktemp("reference-cache"))
-    try:
+    with pytest.MonkeyPatch.context() as patch:  # restores the test's own cache setting afterwards
+        patch.setenv("KDPLUG_CACHE", str(tmp_path_factory.mktemp("reference-cache")))
         assert main(setup + ["--output", str(run_dir)]) == 0
-    finally:
-        del os.environ["KDPLUG_CACHE"]
     return finished(run_dir)
 
 
