@@ -216,7 +216,9 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: 
     student = recipe.run(context)
     if not isinstance(student, nn.Module):
         raise UsageError(f"recipe {config.recipe!r} returned {type(student).__name__}, not the trained student module")
-    final = trainer.evaluate(student, context.splits_for(student)[1])
+    student_dev = context.splits_for(student)[1]
+    predictions: dict[str, list] = {}
+    final = trainer.evaluate(student, student_dev, predictions)
     if context.last_distillation is not None and main_process:
         stage, module = context.last_distillation
         first = task.dev_splits[0]
@@ -236,6 +238,8 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: 
     if main_process:
         run_dir.save_student(student, {"student": config.student, "options": config.student_options,
                                        "task": task.name, "num_outputs": num_outputs(task)})
+        run_dir.write_predictions({name: {"predictions": predictions[name], "labels": split.labels}
+                                   for name, split in student_dev.items()})
         run_dir.write_metrics(metrics)
     accelerator.wait_for_everyone()
     echo(format_table(rows, task))

@@ -21,6 +21,7 @@ from ..config import RunConfig, dump_yaml
 from ..errors import UsageError
 
 CONFIG_FILE, METRICS_FILE, LOG_FILE, STUDENT_DIR = "config.yaml", "metrics.json", "log.txt", "student"
+PREDICTIONS_FILE = "predictions.json"
 
 
 def default_output(config: RunConfig) -> Path:
@@ -57,6 +58,11 @@ class RunDirectory:
 
     def write_metrics(self, metrics: dict[str, Any]) -> None:
         write_atomic(self.path / METRICS_FILE, json.dumps(metrics, indent=2, default=_jsonable))
+
+    def write_predictions(self, predictions: dict[str, dict[str, list]]) -> None:
+        """The final student's dev predictions and the gold labels, per split, in example order
+        (what paired bootstrap comparisons between runs resample)."""
+        write_atomic(self.path / PREDICTIONS_FILE, json.dumps(predictions))
 
     def save_student(self, student: nn.Module, description: dict[str, Any]) -> Path:
         """Weights in safetensors; plus ``save_pretrained`` output where the student has it."""

@@ -154,11 +154,15 @@ class Trainer:
         merged[torch.cat(indices)] = torch.cat(outputs)
         return merged
 
-    def evaluate(self, model: nn.Module, dev_splits: dict[str, EncodedSplit]) -> dict[str, dict[str, float]]:
+    def evaluate(self, model: nn.Module, dev_splits: dict[str, EncodedSplit],
+                 predictions: Optional[dict[str, list]] = None) -> dict[str, dict[str, float]]:
+        """Metrics per split; with ``predictions`` (a dict), also fills it with each split's predictions."""
         results = {}
         for name, split in dev_splits.items():
-            predictions = self.predict(model, split, desc=f"evaluate {name}")
-            results[name] = self.task.compute_metrics(predictions.tolist(), split.labels)
+            predicted = self.predict(model, split, desc=f"evaluate {name}").tolist()
+            results[name] = self.task.compute_metrics(predicted, split.labels)
+            if predictions is not None:
+                predictions[name] = predicted
         return results
 
     def main_score(self, metrics: dict[str, dict[str, float]]) -> float:

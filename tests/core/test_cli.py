@@ -12,6 +12,8 @@ from safetensors.torch import load_file
 
 from kdplug.cli import main
 
+from ..conftest import SST2_DEV
+
 TINY_STUDENT = ["--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16"]
 
 
@@ -121,3 +123,16 @@ def test_every_command_is_documented_in_docs():
     commands = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices
     for name in commands:
         assert f"kdplug {name}" in docs, f"'kdplug {name}' is not documented in docs/"
+
+
+def test_run_directory_holds_dev_predictions(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    code, _, _ = run_cli(capsys, "run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "rkd",
+                         "--task", "sst2", "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1",
+                         *TINY_STUDENT, "--output", str(tmp_path / "run"))
+    assert code == 0
+    predictions = json.loads((tmp_path / "run" / "predictions.json").read_text())
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    dev = predictions["dev"]
+    assert dev["labels"] == [label for _, label in SST2_DEV]
+    accuracy = sum(p == y for p, y in zip(dev["predictions"], dev["labels"])) / len(dev["labels"])
+    assert accuracy == metrics["student"]["dev"]["dev"]["accuracy"]
