@@ -64,7 +64,7 @@ def close_matches(name: str, candidates: Iterable[str], n: int = 3) -> list[str]
         )
         if score >= 0.6:
             scored.append((score, candidate))
-    scored.sort(key=lambda item: (-item[0], item[1]))
+    scored.sort(key=lambda item: -item[0])  # stable: ties keep the candidates' order
     return [candidate for _, candidate in scored[:n]]
 
 
@@ -74,8 +74,8 @@ class UnknownComponentError(UsageError):
     def __init__(self, kind: str, name: str, available: Sequence[str]) -> None:
         self.kind, self.name, self.available = kind, name, list(available)
         self.suggestions = close_matches(name, available)
-        hint = f" Did you mean {self.suggestions[0]!r}?" if self.suggestions else ""
-        listing = ", ".join(available) if available else "(none registered)"
+        hint = f" Did you mean {' or '.join(repr(s) for s in self.suggestions[:2])}?" if self.suggestions else ""
+        listing = ", ".join(sorted(available)) if available else "(none registered)"
         super().__init__(
             f"unknown {kind} {name!r}.{hint} Available {kind}s: {listing}. "
             f"Run 'kdplug plugins' to see every component and the plugin that provides it."

@@ -113,7 +113,7 @@ class Registry:
         raise UnknownComponentError(kind.replace("_", " "), name, self._listing(kind))
 
     def _listing(self, kind: str) -> list[str]:
-        return sorted(self._entries[kind])
+        return list(self._entries[kind])  # registration order: the first of equally close names wins
 
     def get(self, kind: str, name: str) -> Any:
         """The registered object itself (used for layer extractors, which are not factories)."""
