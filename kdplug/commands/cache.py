@@ -18,14 +18,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=handle)
 
 
+#: what lives under the cache root: folder -> (title, file pattern; None: one directory per entry)
+SECTIONS = {
+    "teachers": ("fine-tuned teachers", None),
+    "teacher-cache": ("teacher outputs", None),
+    "heads": ("teacher heads", "*.safetensors"),
+    "takd": ("trained teacher assistants (TAKD)", None),
+    "sentencepiece": ("SentencePiece student tokenizers", "*.model"),
+}
+
+
+def _describe(meta) -> str:
+    if meta is None:
+        return ""
+    details = ", ".join(f"{key} {value}" for key, value in meta.description.items())
+    return f"{meta.num_examples} examples; {details}"
+
+
 def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     from ..engine.cache import default_cache_root, list_caches
 
     root = Path(args.cache_dir) if args.cache_dir else default_cache_root()
-    sections = {"teacher-cache": "teacher outputs", "teachers": "fine-tuned teachers", "heads": "teacher heads"}
     if args.action == "clear":
         freed = 0
-        for name in sections:
+        for name in SECTIONS:
             directory = root / name
             if directory.exists():
                 freed += sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
@@ -34,20 +50,18 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         return 0
     print(f"cache: {root}")
     total = 0
-    for name, title in sections.items():
+    for name, (title, pattern) in SECTIONS.items():
         directory = root / name
-        items = list_caches(directory) if name != "heads" else []
-        files = sorted(directory.glob("*.safetensors")) if name == "heads" and directory.exists() else []
-        if not items and not files:
+        if pattern is None:
+            items = [(path.name, size, _describe(meta)) for path, meta, size in list_caches(directory)]
+        else:
+            files = sorted(directory.glob(pattern)) if directory.exists() else []
+            items = [(path.stem, path.stat().st_size, "") for path in files]
+        if not items:
             continue
         print(f"{title}:")
-        for path, meta, size in items:
+        for key, size, info in items:
             total += size
-            info = meta.description if meta is not None else "incomplete"
-            extra = f" {meta.num_examples} examples" if meta is not None else ""
-            print(f"  {path.name}  {size / 2**20:8.1f} MiB{extra}  {info}")
-        for path in files:
-            total += path.stat().st_size
-            print(f"  {path.stem}  {path.stat().st_size / 2**20:8.1f} MiB")
+            print(f"  {key}  {size / 2**20:8.1f} MiB  {info}".rstrip())
     print(f"total {total / 2**20:.1f} MiB")
     return 0

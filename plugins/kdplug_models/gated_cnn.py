@@ -61,11 +61,15 @@ class GatedCNNClassifier(PooledEncoderClassifier):
 
 def gated_cnn_student(task: Task, teacher: Teacher, *, embedding_dim: Optional[int] = None, hidden_size: int = 768,
                       num_layers: int = 4, kernel_size: int = 3, dropout: float = 0.1,
-                      attention_dim: Optional[int] = None, tokenizer: Any = None,
-                      init_embeddings_from_teacher: bool = False, source: Optional[str] = None) -> GatedCNNClassifier:
+                      attention_dim: Optional[int] = None, tokenizer: Any = "teacher",
+                      init_embeddings_from_teacher: bool = False, source: Optional[str] = None,
+                      sentencepiece_vocab_size: int = 8000,
+                      sentencepiece_model_type: str = "unigram") -> GatedCNNClassifier:
     """Build the Gated-CNN student (``source``: a directory its ``save_pretrained`` wrote, to resume)."""
     return build_pooled_student(GatedCNNClassifier, task, teacher, embedding_dim=embedding_dim, tokenizer=tokenizer,
                                 init_embeddings_from_teacher=init_embeddings_from_teacher, source=source,
+                                sentencepiece_vocab_size=sentencepiece_vocab_size,
+                                sentencepiece_model_type=sentencepiece_model_type,
                                 hidden_size=hidden_size, num_layers=num_layers, kernel_size=kernel_size,
                                 dropout=dropout, attention_dim=attention_dim)
 

@@ -27,6 +27,9 @@ WEIGHTS_NAME = "model.safetensors"
 #: 30,522-word vocabulary: 23.0M (BiLSTM) and 26.5M (Gated-CNN); 300 would give 20.1M and 23.5M.
 DEFAULT_EMBEDDING_DIM = 384
 
+#: values of the students' ``tokenizer`` option that name a tokenizer rather than give one
+TEACHER_TOKENIZER, SENTENCEPIECE_TOKENIZER = "teacher", "sentencepiece"
+
 
 @dataclass
 class PooledOutput:
@@ -159,13 +162,16 @@ class PooledLayerExtractor:
 
 def student_vocabulary(teacher: Any, tokenizer: Any = None) -> tuple[Any, int, int]:
     """The tokenizer a non-Transformer student reads with (its own if given, as an object or a
-    directory, else the teacher's), its vocabulary size and padding id."""
+    directory; the teacher's for None or ``"teacher"``), its vocabulary size and padding id."""
+    if isinstance(tokenizer, str) and tokenizer == TEACHER_TOKENIZER:
+        tokenizer = None
     if isinstance(tokenizer, (str, os.PathLike)):
         from transformers import AutoTokenizer
 
         if not os.path.isdir(tokenizer):
-            raise kdplug.UsageError(f"student option tokenizer={tokenizer!r} is not a directory; pass a "
-                                    f"directory written by a tokenizer's save_pretrained")
+            raise kdplug.UsageError(f"student option tokenizer={tokenizer!r} is not a directory; pass "
+                                    f"{TEACHER_TOKENIZER!r}, {SENTENCEPIECE_TOKENIZER!r} or a directory written "
+                                    f"by a tokenizer's save_pretrained")
         tokenizer = AutoTokenizer.from_pretrained(tokenizer)
     tokenizer = tokenizer if tokenizer is not None else getattr(teacher, "tokenizer", None)
     if tokenizer is None:
@@ -177,15 +183,22 @@ def student_vocabulary(teacher: Any, tokenizer: Any = None) -> tuple[Any, int, i
 
 def build_pooled_student(model_class: type[PooledEncoderClassifier], task: Any, teacher: Any, *,
                          embedding_dim: Optional[int], tokenizer: Any, init_embeddings_from_teacher: bool,
-                         source: Optional[str], **architecture: Any) -> PooledEncoderClassifier:
+                         source: Optional[str], sentencepiece_vocab_size: int = 8000,
+                         sentencepiece_model_type: str = "unigram", **architecture: Any) -> PooledEncoderClassifier:
     """The body of the BiLSTM and Gated-CNN student factories.
 
     ``source`` reloads a student its ``save_pretrained`` wrote; otherwise the vocabulary is the
-    tokenizer's, and ``embedding_dim`` defaults to 384 (see docs/models.md for why), or to the
-    teacher's width when the embeddings are copied from the teacher.
+    tokenizer's (``"sentencepiece"``: one trained on the task's training text, see
+    sentencepiece_tokenizer.py), and ``embedding_dim`` defaults to 384 (see docs/models.md for
+    why), or to the teacher's width when the embeddings are copied from the teacher.
     """
     if source is not None:
         return model_class.from_pretrained(source)
+    if isinstance(tokenizer, str) and tokenizer == SENTENCEPIECE_TOKENIZER:
+        from .sentencepiece_tokenizer import task_sentencepiece_tokenizer
+
+        tokenizer = task_sentencepiece_tokenizer(task, vocab_size=sentencepiece_vocab_size,
+                                                 model_type=sentencepiece_model_type)
     tokenizer, vocab_size, pad = student_vocabulary(teacher, tokenizer)
     if embedding_dim is None and init_embeddings_from_teacher:
         embedding_dim = teacher.model.get_input_embeddings().embedding_dim

@@ -136,3 +136,18 @@ def test_run_directory_holds_dev_predictions(capsys, tmp_path, tiny_bert_dir, ss
     assert dev["labels"] == [label for _, label in SST2_DEV]
     accuracy = sum(p == y for p, y in zip(dev["predictions"], dev["labels"])) / len(dev["labels"])
     assert accuracy == metrics["student"]["dev"]["dev"]["accuracy"]
+
+
+def test_cache_list_and_clear(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    cache = tmp_path / "cache"
+    assert main(["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "rkd", "--task", "sst2",
+                 "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1", *TINY_STUDENT,
+                 "--cache-dir", str(cache), "--output", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    code, out, _ = run_cli(capsys, "cache", "list", "--cache-dir", str(cache))
+    assert code == 0
+    assert "fine-tuned teachers:" in out and "teacher outputs:" in out
+    assert "split train" in out and "split dev" in out and "task sst2" in out
+    code, out, _ = run_cli(capsys, "cache", "clear", "--cache-dir", str(cache))
+    assert code == 0 and "MiB freed" in out
+    assert not (cache / "teacher-cache").exists() and not (cache / "teachers").exists()
