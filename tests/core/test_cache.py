@@ -101,3 +101,19 @@ def test_concurrent_builders_compute_once(tmp_path):
         worker.join(timeout=60)
     assert sorted(calls for calls, _ in results) == [0, 1]  # one built it, the other waited and read it
     assert all(values == [[3.0, 3.0]] for _, values in results)
+
+
+def test_cache_key_changes_with_teacher_tokenizer_data_layers_and_precision():
+    from kdplug.engine.data import EncodedSplit
+    from kdplug.engine.teacher import cache_key
+
+    def split(ids):
+        return EncodedSplit(input_ids=ids, token_type_ids=None, labels=[0] * len(ids), is_regression=False, pad_id=0)
+
+    base = dict(teacher_fingerprint="t", tokenizer_fingerprint="k", split=split([[1, 2], [3]]), specs=SPECS,
+                precision="auto")
+    key = cache_key(**base)
+    assert cache_key(**base) == key
+    for change in ({"teacher_fingerprint": "t2"}, {"tokenizer_fingerprint": "k2"}, {"split": split([[1, 2], [4]])},
+                   {"specs": SPECS[:1]}, {"precision": "fp32"}):
+        assert cache_key(**{**base, **change}) != key, change
