@@ -52,6 +52,7 @@ class RunConfig:
     max_length: Optional[int] = None  # None = 64 for single sentences, 128 for pairs
     best_checkpoint: str = "best"  # "best": the best dev epoch (as the papers report); "last"
     seed: int = 42
+    teacher_seed: Optional[int] = None  # seeds the teacher's fine-tuning; None = seed (kdplug run --seeds fixes it)
     # teacher fine-tuning (when the teacher is not fine-tuned yet)
     teacher_epochs: int = 3
     teacher_lr: float = 5e-5

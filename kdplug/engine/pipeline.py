@@ -124,13 +124,44 @@ def resume_config(run_dir: Path) -> RunConfig:
     return config
 
 
+def prepare_teacher(config: RunConfig, registry: Registry, task: Task, teacher: Teacher, train, dev, *,
+                    accelerator, cache_root: Path, checkpoints: Checkpointer, seed: int, main_process: bool,
+                    echo: Callable[[str], None]) -> tuple[Teacher, dict[str, Any]]:
+    """The teacher fine-tuned on the task: as given, reused from the store, or fine-tuned now and stored."""
+    info: dict[str, Any] = {"name": config.teacher, "source": teacher.source}
+    if teacher.finetuned:
+        return teacher, info
+    max_length = config.max_length or default_max_length(task)
+    settings = {"epochs": config.teacher_epochs, "lr": config.teacher_lr, "batch_size": config.teacher_batch_size,
+                "max_length": max_length, "seed": seed}
+    key = teacher_stage.finetune_key(teacher, task, train, settings)
+    stored = teacher_stage.stored_teacher_dir(cache_root, key)
+    if stored is not None:
+        echo(f"teacher: reusing the fine-tuned teacher {stored}")
+        info["finetuned"] = {"reused": str(stored)}
+        return create_teacher(config, registry, task, source=str(stored)), info
+    echo(f"teacher: fine-tuning {teacher.source} on {task.name} ({config.teacher_epochs} epochs)")
+    trainer = Trainer(accelerator, task, batch_size=config.teacher_batch_size, seed=seed,
+                      weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio)
+    summary = teacher_stage.finetune(
+        teacher, trainer, task, train, dev, epochs=config.teacher_epochs, lr=config.teacher_lr,
+        task_loss=registry.create("loss", "mse" if task.is_regression else "ce"), regression=task.is_regression,
+        checkpoints=checkpoints)
+    if main_process:
+        teacher_stage.store(teacher, cache_root, key, summary)
+    accelerator.wait_for_everyone()
+    info["finetuned"] = {**summary, "stored": str(cache_root / "teachers" / key)}
+    return teacher, info
+
+
 def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: float,
          echo: Callable[[str], None], main_process: bool) -> RunResult:
     if main_process:
         run_dir.write_config(config)
     checkpoints = Checkpointer(run_dir.path / CHECKPOINT_DIR, every_steps=config.checkpoint_every)
     cache_root = Path(config.cache_dir) if config.cache_dir else default_cache_root()
-    set_seed(config.seed)
+    teacher_seed = config.seed if config.teacher_seed is None else config.teacher_seed
+    set_seed(teacher_seed)
     accelerator = build_accelerator(config.precision)
     echo(f"kdplug run -> {run_dir.path}  (device: {accelerator.device}, cache: {cache_root})")
 
@@ -148,29 +179,9 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: 
                       best_checkpoint=config.best_checkpoint, num_workers=config.num_workers)
     metrics: dict[str, Any] = {"task": task.name, "main_metric": task.main_metric, "config": config.to_dict()}
 
-    # -- teacher: fine-tuned once, stored, reused --------------------------------------------
-    teacher_info: dict[str, Any] = {"name": config.teacher, "source": teacher.source}
-    if not teacher.finetuned:
-        settings = {"epochs": config.teacher_epochs, "lr": config.teacher_lr, "batch_size": config.teacher_batch_size,
-                    "max_length": max_length, "seed": config.seed}
-        key = teacher_stage.finetune_key(teacher, task, train, settings)
-        stored = teacher_stage.stored_teacher_dir(cache_root, key)
-        if stored is not None:
-            echo(f"teacher: reusing the fine-tuned teacher {stored}")
-            teacher = create_teacher(config, registry, task, source=str(stored))
-            teacher_info["finetuned"] = {"reused": str(stored)}
-        else:
-            echo(f"teacher: fine-tuning {teacher.source} on {task.name} ({config.teacher_epochs} epochs)")
-            teacher_trainer = Trainer(accelerator, task, batch_size=config.teacher_batch_size, seed=config.seed,
-                                      weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio)
-            summary = teacher_stage.finetune(
-                teacher, teacher_trainer, task, train, dev, epochs=config.teacher_epochs, lr=config.teacher_lr,
-                task_loss=registry.create("loss", "mse" if task.is_regression else "ce"), regression=task.is_regression,
-                checkpoints=checkpoints)
-            if main_process:
-                teacher_stage.store(teacher, cache_root, key, summary)
-            accelerator.wait_for_everyone()
-            teacher_info["finetuned"] = {**summary, "stored": str(cache_root / "teachers" / key)}
+    teacher, teacher_info = prepare_teacher(config, registry, task, teacher, train, dev, accelerator=accelerator,
+                                            cache_root=cache_root, checkpoints=checkpoints, seed=teacher_seed,
+                                            main_process=main_process, echo=echo)
     teacher_stage.freeze(teacher)
     teacher_fp = fingerprint.of_module(teacher.model)
     tokenizer_fp = fingerprint.of_tokenizer(teacher.tokenizer)
