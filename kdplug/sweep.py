@@ -8,7 +8,9 @@ one sweep directory. A point whose run directory already holds ``metrics.json`` 
 again: an interrupted sweep resumes where it stopped.
 
 Points that differ only by ``seed`` form one group, reported as mean ± std (sample standard
-deviation); the best group by mean dev score of the task's main metric is marked.
+deviation); the best group by mean dev score of the task's main metric is marked. A seed axis
+varies the students only: the teacher is fine-tuned with the base seed (``teacher_seed``) and
+shared, as with ``kdplug run --seeds``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import yaml
 
 from .config import RunConfig, apply, parse_value
 from .engine.rundir import write_atomic
+from .engine.interrupt import RunInterrupted
 from .errors import ConfigError, KdplugError, UsageError
 
 SWEEP_FILE, RESULTS_MD, RESULTS_JSON, POINTS_DIR = "sweep.yaml", "results.md", "results.json", "points"
@@ -121,6 +124,9 @@ class Sweep:
         config = RunConfig()
         apply(config, self.base, source="sweep base")
         apply(config, point, source=f"grid point {point_id(point)}")
+        if "seed" in self.grid and config.teacher_seed is None:
+            # one fine-tuned teacher for every seed: the seeds vary the students only (kdplug run --seeds)
+            config.teacher_seed = int(self.base.get("seed", RunConfig.seed))
         if self.zoo:
             config.zoo = self.zoo
         config.output = str(self.directory / POINTS_DIR / point_id(point))
@@ -154,10 +160,12 @@ class Sweep:
                 echo(f"[{number}/{len(mine)}] {label}: done already, skipped")
                 continue
             echo(f"[{number}/{len(mine)}] {label}")
-            try:
-                run(config, registry, overwrite=True, echo=lambda text: echo(f"    {text}"))
-            except UsageError:
-                raise
+            interrupted = (Path(config.output) / "checkpoints").is_dir() and (Path(config.output) / "config.yaml").is_file()
+            try:  # an interrupted point continues from its checkpoints, anything else starts afresh
+                run(config, registry, overwrite=not interrupted, resume=interrupted,
+                    echo=lambda text: echo(f"    {text}"))
+            except (UsageError, RunInterrupted):
+                raise  # a stop request ends the sweep; 'kdplug sweep' again continues it
             except KdplugError as exc:  # one failed point does not lose the others
                 failures[label] = str(exc)
                 echo(f"    failed: {exc}")

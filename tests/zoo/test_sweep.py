@@ -70,3 +70,25 @@ def test_a_different_grid_in_the_same_directory_is_refused(tiny_sweep, capsys):
     directory, argv = tiny_sweep
     code = main([*argv[:-4], "--grid", "projector=alp,ckd-no", "--output", str(directory)])
     assert code == 2 and "holds another sweep" in capsys.readouterr().err
+
+
+def test_a_stop_request_ends_the_sweep_and_the_next_run_continues_it(tmp_path, tiny_bert_dir, monkeypatch, capsys):
+    from tests.conftest import write_sst2
+
+    data = write_sst2(tmp_path / "SST-2")
+    argv = ["sweep", "--set", f"teacher={tiny_bert_dir}", "--set", f"data_dir={data}", "--set", "task=sst2",
+            "--set", "student=bilstm", "--set", "student_options.embedding_dim=16",
+            "--set", "student_options.hidden_size=16", "--set", "epochs=2", "--set", "teacher_epochs=1",
+            "--grid", "projector=rkd,nkd", "--output", str(tmp_path / "sweep")]
+    # SIGTERM right after the first distillation step of the first point
+    monkeypatch.setenv("KDPLUG_SIGNAL_AT", "distill:1:1:SIGTERM")
+    assert main(argv) == 143
+    first = tmp_path / "sweep" / "points" / "projector=rkd"
+    assert (first / "checkpoints" / "distill").is_dir()
+    assert not (tmp_path / "sweep" / "points" / "projector=nkd").exists()  # the sweep stopped there
+    monkeypatch.delenv("KDPLUG_SIGNAL_AT")
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert "resuming at epoch 1, step 1" in (first / "log.txt").read_text()
+    results = json.loads((tmp_path / "sweep" / "results.json").read_text())
+    assert len(results["points"]) == 2 and not results.get("failures")
