@@ -189,6 +189,7 @@ class RecipeContext:
         needs_teacher = module.needs_teacher
         train_cache = self.teacher_cache()[0] if needs_teacher else None
         train, dev = self.splits_for(student)
+        check_vocabulary(student, name, [train, *dev.values()])
         lr = lr or self.config.lr or getattr(student, "default_lr", None) or DEFAULT_LR
         epochs = epochs or self.config.epochs
         log.info("stage %s: student %s, projector %s, weights %s, %d epochs, lr %g", name, type(student).__name__,
@@ -202,3 +203,19 @@ class RecipeContext:
 
     def distill(self, name: str, student: nn.Module, projector: Optional[nn.Module], **weights: Any) -> StageResult:
         return self.train_stage(name, student, projector, weights=self.weights(projector, **weights))
+
+
+def check_vocabulary(model: nn.Module, stage: str, splits: list[EncodedSplit]) -> None:
+    """Token ids beyond the model's embedding table mean its tokenizer is not the one it was
+    built for; say so instead of failing inside an embedding lookup."""
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else getattr(model, "embeddings", None)
+    rows = getattr(embeddings, "num_embeddings", None)
+    if rows is None:
+        return
+    largest = max((max(ids) for split in splits for ids in split.input_ids if ids), default=-1)
+    if largest >= rows:
+        raise UsageError(
+            f"stage {stage!r}: the student's embedding table has {rows} rows, but its input is tokenised with ids up "
+            f"to {largest}: the student and the tokenizer reading its data (the teacher's, unless the student "
+            f"carries its own 'tokenizer') do not match. Build the student from this teacher, or give it its own "
+            f"tokenizer (e.g. --set student_options.tokenizer=sentencepiece for bilstm/gated-cnn).")

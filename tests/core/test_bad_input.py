@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 
 import pytest
+import torch
 
 from kdplug.cli import main
 from kdplug.engine import checkpoint
@@ -98,3 +99,30 @@ def test_full_disk_during_a_checkpoint_keeps_the_previous_one(capsys, tmp_path, 
     assert "the disk is full" in err and "is intact" in err and "--resume" in err
     assert (output / "checkpoints" / "distill" / "state.json").is_file()  # epoch 1's checkpoint survives
     assert not [p for p in (output / "checkpoints").iterdir() if p.name.startswith(".")]  # no half-written one
+
+
+def test_student_whose_vocabulary_does_not_match_the_tokenizer(capsys, tmp_path, tiny_bert_dir):
+    """A third-party student with a smaller embedding table than the teacher's tokenizer."""
+    import kdplug
+    from kdplug.config import build_config
+    from kdplug.engine.pipeline import run
+    from kdplug.errors import UsageError
+    from kdplug.plugins import PluginManager
+
+    class SmallVocabulary:
+        @kdplug.hookimpl
+        def kdplug_register_students(self, register):
+            def factory(task, teacher):
+                student = kdplug.create_student("bilstm", task, teacher, embedding_dim=8, hidden_size=8)
+                student.embeddings = torch.nn.Embedding(5, 8)  # too few rows for the teacher's vocabulary
+                return student
+            register("small-vocab", factory)
+
+    manager = PluginManager()
+    manager.register(SmallVocabulary(), "small-vocab-test")
+    config = build_config(flags={"teacher": tiny_bert_dir, "task": "sst2", "data_dir": str(sst2_with(tmp_path)),
+                                 "student": "small-vocab", "projector": "rkd", "epochs": 1, "teacher_epochs": 1,
+                                 "output": str(tmp_path / "run")})
+    with pytest.raises(UsageError) as error:
+        run(config, manager.registry, echo=lambda text: None)
+    assert "embedding table has 5 rows" in str(error.value) and "tokenizer" in str(error.value)
