@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import statistics
 from pathlib import Path
 from typing import Any
 
-from ..config import FIELDS, build_config
+import yaml
+
+from ..config import FIELDS, RunConfig, build_config, dump_yaml
+from ..engine.rundir import CONFIG_FILE, METRICS_FILE, default_output, write_atomic
+from ..errors import ConfigError
 from ..plugins import PluginManager
 from . import report_failures
 
@@ -32,6 +39,7 @@ examples:
   kdplug run --teacher bert-base --student bilstm --projector universal-ca --task sst2 --data-dir glue/SST-2
   kdplug run --teacher ./my-finetuned-bert --student bert-4 --projector alp --task mrpc --set lr=2e-5
   kdplug run --config zoo/alp-kd/table1-sst2-alp.yaml --set seed=2
+  kdplug run --projector rkd --seeds 5 --output runs/rkd     # seeds 42..46 in runs/rkd/seed-*, one teacher
 
 every configuration key (use with --set KEY=VALUE or in the YAML file):
   """ + ", ".join(sorted(FIELDS)) + "\n  component options: --set student_options.hidden_size=256 (likewise teacher_options, projector_options, task_options, recipe_options)"
@@ -56,6 +64,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="set any configuration key, e.g. --set lr=2e-5 --set projector_options.layer_map=[1,5,9]")
     parser.add_argument("--output", help="run directory (default: runs/<time>-<task>-<student>-<projector>)")
     parser.add_argument("--seed", type=int, help="random seed (default: 42)")
+    parser.add_argument("--seeds", metavar="N|S1,S2,...",
+                        help="run the same setup once per seed into OUTPUT/seed-<s>: N seeds from --seed on "
+                             "(42, 43, ... by default), or the listed ones; the teacher is fine-tuned once, with "
+                             "--seed, and shared; mean ± std go to OUTPUT/seeds.json")
     parser.add_argument("--epochs", type=int, help="student training epochs (default: 3)")
     parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"],
                         help="auto (default): bf16 teacher inference where supported, fp32 training on CPU")
@@ -89,5 +101,115 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     config = build_config(file=args.config, flags=flags, overrides=args.overrides,
                           base=None if components_given else DEMO_PRESET)
     report_failures(manager)
+    if args.seeds is not None:
+        run_seeds(config, parse_seeds(args.seeds, config.seed), manager, overwrite=args.overwrite)
+        return 0
     run(config, manager.registry, overwrite=args.overwrite)
     return 0
+
+
+# -- several seeds ------------------------------------------------------------------------------
+
+SEEDS_FILE = "seeds.json"
+
+
+def parse_seeds(text: str, first: int) -> list[int]:
+    """``"5"`` -> five seeds from ``first`` on; ``"1,2,3"`` (or ``[1,2,3]``) -> those seeds."""
+    parts = [p.strip() for p in text.strip().strip("[]").split(",") if p.strip()]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        values = []
+    if not values:
+        raise ConfigError(f"--seeds expects a count (--seeds 5) or a list of integers (--seeds 1,2,3), got {text!r}")
+    if len(parts) == 1 and "," not in text:
+        if values[0] < 1:
+            raise ConfigError(f"--seeds {text}: the number of seeds must be at least 1")
+        return list(range(first, first + values[0]))
+    if len(set(values)) != len(values):
+        raise ConfigError(f"--seeds {text}: a seed is listed twice")
+    return values
+
+
+def seed_configs(config: RunConfig, seeds: list[int]) -> list[RunConfig]:
+    """One configuration per seed, identical but for ``seed`` and the output directory. The teacher's
+    fine-tuning seed stays the base seed, so every student learns from the same fine-tuned teacher."""
+    output = Path(config.output or default_output(config))
+    teacher_seed = config.seed if config.teacher_seed is None else config.teacher_seed
+    return [dataclasses.replace(config, seed=seed, teacher_seed=teacher_seed, output=str(output / f"seed-{seed}"))
+            for seed in seeds]
+
+
+def run_seeds(config: RunConfig, seeds: list[int], manager: PluginManager, *, overwrite: bool = False,
+              echo=print) -> dict[str, Any]:
+    """Run ``config`` once per seed (a finished seed with the same configuration is not run again,
+    an interrupted one resumes), then write and print mean ± std over the seeds."""
+    from ..engine.pipeline import CHECKPOINT_DIR, resolve_names, run
+
+    resolve_names(config, manager.registry)
+    configs = seed_configs(config, seeds)
+    root = Path(configs[0].output).parent
+    for number, seed_config in enumerate(configs, 1):
+        run_dir = Path(seed_config.output)
+        same = _same_config(run_dir, seed_config)
+        if same and (run_dir / METRICS_FILE).is_file() and not overwrite:
+            echo(f"[seed {seed_config.seed}, {number}/{len(configs)}] done already in {run_dir}, skipped")
+            continue
+        resume = same and (run_dir / CHECKPOINT_DIR).is_dir() and not overwrite
+        echo(f"[seed {seed_config.seed}, {number}/{len(configs)}]" + (" resuming" if resume else ""))
+        # an unfinished run of this very configuration without checkpoints is ours to start again
+        run(seed_config, manager.registry, overwrite=overwrite or same, resume=resume)
+    summary = summarize_seeds(configs)
+    write_atomic(root / SEEDS_FILE, json.dumps(summary, indent=2))
+    echo(format_seeds(summary))
+    echo(f"seeds summary: {root / SEEDS_FILE}; compare methods with 'kdplug report {root} OTHER_RUN_DIR'")
+    return summary
+
+
+def _same_config(run_dir: Path, config: RunConfig) -> bool:
+    path = run_dir / CONFIG_FILE
+    return path.is_file() and yaml.safe_load(path.read_text(encoding="utf-8")) == yaml.safe_load(dump_yaml(config))
+
+
+def summarize_seeds(configs: list[RunConfig]) -> dict[str, Any]:
+    """Per model (student, and the baseline when there is one): each dev metric's values, mean and
+    sample standard deviation over the seeds."""
+    runs = {c.seed: json.loads((Path(c.output) / METRICS_FILE).read_text(encoding="utf-8")) for c in configs}
+    first = next(iter(runs.values()))
+    models = {"student": f"{configs[0].student} + {configs[0].projector}"}
+    if "baseline" in first:
+        models["baseline"] = f"{configs[0].student} + {first['baseline']['projector']}"
+    summary: dict[str, Any] = {"seeds": list(runs), "teacher_seed": configs[0].teacher_seed,
+                               "main_metric": first["main_metric"], "best_checkpoint": configs[0].best_checkpoint,
+                               "runs": {str(seed): c.output for seed, c in zip(runs, configs)}, "models": {}}
+    for key, label in models.items():
+        table: dict[str, dict[str, dict[str, Any]]] = {}
+        for split, metrics in first[key]["dev"].items():
+            for metric in metrics:
+                values = [runs[seed][key]["dev"][split][metric] for seed in runs]
+                table.setdefault(split, {})[metric] = {
+                    "values": values, "mean": statistics.fmean(values),
+                    "std": statistics.stdev(values) if len(values) > 1 else None}
+        summary["models"][label] = table
+    return summary
+
+
+def format_seeds(summary: dict[str, Any]) -> str:
+    """The summary as a table: one line per model, mean ± std (×100) of every dev metric."""
+    models = summary["models"]
+    columns = [(split, metric) for split, metrics in next(iter(models.values())).items() for metric in metrics]
+    header = ["model"] + [f"{split} {metric}" for split, metric in columns]
+    body = []
+    for label, table in models.items():
+        cells = []
+        for split, metric in columns:
+            cell = table[split][metric]
+            spread = f" ± {cell['std'] * 100:.2f}" if cell["std"] is not None else ""
+            cells.append(f"{cell['mean'] * 100:.2f}{spread}")
+        body.append([label] + cells)
+    widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    seeds = ", ".join(str(s) for s in summary["seeds"])
+    return "\n".join([f"{len(summary['seeds'])} seeds ({seeds}); mean ± sample std; teacher fine-tuned with seed "
+                      f"{summary['teacher_seed']}; {summary['best_checkpoint']} checkpoint",
+                      line(header), line(["-" * w for w in widths])] + [line(r) for r in body])
