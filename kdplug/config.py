@@ -182,12 +182,13 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def parse_overrides(items: list[str]) -> dict[str, Any]:
+def parse_overrides(items: list[str], flag: str = "--set") -> dict[str, Any]:
+    """``["KEY=VALUE", ...]`` from a repeatable command-line ``flag``, values read as YAML."""
     overrides = {}
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set expects KEY=VALUE (e.g. --set lr=2e-5), got {item!r}")
+            raise ConfigError(f"{flag} expects KEY=VALUE (e.g. {flag} lr=2e-5), got {item!r}")
         overrides[key.strip()] = parse_value(text)
     return overrides
 

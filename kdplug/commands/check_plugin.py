@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from ..config import parse_value
-from ..errors import ConfigError, UsageError, close_matches
+from ..config import parse_overrides
+from ..errors import UsageError, close_matches
 from ..plugins import PluginManager
 from ..registry import Registry
 from . import report_failures
@@ -43,13 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def parse_options(pairs: list[str]) -> dict:
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--option expects KEY=VALUE, got {pair!r}")
-        options[key.strip()] = parse_value(value)
-    return options
+    return parse_overrides(pairs, flag="--option")
 
 
 def find_targets(registry: Registry, name: str, kind: str | None = None) -> list[tuple[str, str]]:
