@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from kdplug.testing.contracts import TINY_SST2_DEV, TINY_SST2_TRAIN, write_tiny_sst2
 from kdplug.testing.tiny import make_tiny_bert
 
 
@@ -21,22 +24,12 @@ def tiny_bert_dir(tmp_path_factory) -> str:
     return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert") / "bert", num_layers=4, hidden=32)
 
 
-SST2_TRAIN = [
-    ("the movie was very good .", 1), ("i loved this film , it is great .", 1), ("the acting was fun", 1),
-    ("we enjoyed the story and the music", 1), ("a nice film", 1), ("the ending was great !", 1),
-    ("the film was really bad !", 0), ("we hated the plot", 0), ("the music was dull", 0),
-    ("the acting was awful and boring", 0), ("a poor story", 0), ("it was not fun", 0),
-]
-SST2_DEV = [("the story was good", 1), ("the plot was boring", 0), ("i loved the music", 1), ("a bad film", 0)]
+SST2_TRAIN, SST2_DEV = TINY_SST2_TRAIN, TINY_SST2_DEV
 
 
 def write_sst2(directory, train=SST2_TRAIN, dev=SST2_DEV):
     """A directory in the GLUE SST-2 layout (``sentence<TAB>label`` with a header)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, rows in (("train.tsv", train), ("dev.tsv", dev)):
-        lines = ["sentence\tlabel"] + [f"{text}\t{label}" for text, label in rows]
-        (directory / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return directory
+    return Path(write_tiny_sst2(directory, train, dev))
 
 
 @pytest.fixture

@@ -287,11 +287,12 @@ TINY_SST2_TRAIN = [
 TINY_SST2_DEV = [("the story was good", 1), ("the plot was boring", 0), ("i loved the music", 1), ("a bad film", 0)]
 
 
-def write_tiny_sst2(directory: str | os.PathLike) -> str:
-    """A directory in the GLUE SST-2 layout (``sentence<TAB>label``, with a header), 12 + 4 lines."""
+def write_tiny_sst2(directory: str | os.PathLike, train: Sequence[tuple[str, int]] = TINY_SST2_TRAIN,
+                    dev: Sequence[tuple[str, int]] = TINY_SST2_DEV) -> str:
+    """A directory in the GLUE SST-2 layout (``sentence<TAB>label``, with a header); by default 12 + 4 lines."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    for file, rows in (("train.tsv", TINY_SST2_TRAIN), ("dev.tsv", TINY_SST2_DEV)):
+    for file, rows in (("train.tsv", train), ("dev.tsv", dev)):
         lines = ["sentence\tlabel"] + [f"{text}\t{label}" for text, label in rows]
         (directory / file).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return str(directory)
