@@ -131,7 +131,3 @@ class Checkpointer:
             raise CheckpointError(f"the checkpoint {directory} is unreadable ({exc}); delete it to restart "
                                   f"that stage from scratch") from exc
         return progress, model_state, best_state, optimizer, rng
-
-    def latest(self) -> Optional[Path]:
-        found = [p for p in self.root.glob("*") if (p / STATE).is_file() and not p.name.startswith(".")]
-        return max(found, key=lambda p: (p / STATE).stat().st_mtime) if found else None
