@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property, wraps
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
@@ -272,6 +272,28 @@ def _raise_on_failure(manager: PluginManager, name: str) -> PluginManager:
     if failure is not None:
         raise PluginError(failure.message())
     return manager
+
+
+def _begin(kind: str, name: str, registry: Optional[Registry]) -> tuple[Registry, ContractReport, "_Recorder"]:
+    """Every contract starts alike: a report for the component and the check that its name resolves."""
+    registry = _registry(registry)
+    report = ContractReport(kind, name, _provider(registry, kind, name))
+    rec = _Recorder()
+    rec.run("name resolves", lambda: _resolve(registry, kind, name), fatal=True)
+    return registry, report, rec
+
+
+@contextmanager
+def _borrowed(workspace: Optional["Workspace"]) -> Iterator["Workspace"]:
+    """The caller's workspace, or a temporary one removed afterwards."""
+    if workspace is not None:
+        yield workspace
+        return
+    own = Workspace()
+    try:
+        yield own
+    finally:
+        own.cleanup()
 
 
 def _registry(registry: Optional[Registry]) -> Registry:
@@ -660,10 +682,7 @@ def check_projector(name: str, *, options: Optional[Mapping[str, Any]] = None,
                     shapes: Sequence[LayerShapes] = PROJECTOR_GRID, registry: Optional[Registry] = None,
                     cases: Optional[Sequence[str]] = None) -> ContractReport:
     """The projector contract on every point of ``shapes`` (``cases``: only these shape ids)."""
-    registry = _registry(registry)
-    report = ContractReport("projector", name, _provider(registry, "projector", name))
-    rec = _Recorder()
-    rec.run("name resolves", lambda: _resolve(registry, "projector", name), fatal=True)
+    registry, report, rec = _begin("projector", name, registry)
     report.results += rec.results
     if rec.blocked_by:
         return report
@@ -900,25 +919,17 @@ def check_student(name: str, *, options: Optional[Mapping[str, Any]] = None, tea
     ``teacher``: a :class:`Teacher`, or a callable ``task -> Teacher``; default: a random tiny
     BERT through the ``hf`` teacher. ``options``: the student's options (e.g. small widths).
     """
-    registry = _registry(registry)
-    report = ContractReport("student", name, _provider(registry, "student", name))
-    rec = _Recorder()
-    rec.run("name resolves", lambda: _resolve(registry, "student", name), fatal=True)
+    registry, report, rec = _begin("student", name, registry)
     report.results += rec.results
     if rec.blocked_by:
         return report
-    own = workspace is None
-    workspace = workspace or Workspace()
-    try:
+    with _borrowed(workspace) as workspace:
         if teacher is None:
             teacher_for = _tiny_teacher_factory(registry, workspace)
         else:
             teacher_for = teacher if callable(teacher) and not isinstance(teacher, Teacher) else (lambda task: teacher)
         for shape in cases:
             report.results += _student_case(registry, name, shape, teacher_for, options or {})
-    finally:
-        if own:
-            workspace.cleanup()
     return report
 
 
@@ -1000,22 +1011,14 @@ def check_teacher(name: str, *, options: Optional[Mapping[str, Any]] = None, cas
                   registry: Optional[Registry] = None, workspace: Optional[Workspace] = None) -> ContractReport:
     """The teacher contract; by default loads a random tiny BERT through ``source`` (every teacher
     factory accepts it, see the teacher hook). ``options`` replaces that default."""
-    registry = _registry(registry)
-    report = ContractReport("teacher", name, _provider(registry, "teacher", name))
-    rec = _Recorder()
-    rec.run("name resolves", lambda: _resolve(registry, "teacher", name), fatal=True)
+    registry, report, rec = _begin("teacher", name, registry)
     report.results += rec.results
     if rec.blocked_by:
         return report
-    own = workspace is None
-    workspace = workspace or Workspace()
-    try:
+    with _borrowed(workspace) as workspace:
         opts = dict(options) if options is not None else {"source": workspace.tiny_bert}
         for shape in cases:
             report.results += _teacher_case(registry, name, shape, opts, workspace)
-    finally:
-        if own:
-            workspace.cleanup()
     return report
 
 
@@ -1061,11 +1064,8 @@ def check_loss(name: str, *, options: Optional[Mapping[str, Any]] = None,
                registry: Optional[Registry] = None) -> ContractReport:
     """The loss contract: a finite scalar that trains the student side, zero for identical pairs,
     ``weights`` honoured; pair losses and label losses (CE) are told apart by what they accept."""
-    registry = _registry(registry)
-    report = ContractReport("loss", name, _provider(registry, "loss", name))
-    rec = _Recorder()
+    registry, report, rec = _begin("loss", name, registry)
     options = dict(options or {})
-    rec.run("name resolves", lambda: _resolve(registry, "loss", name), fatal=True)
     loss_fn = rec.run("builds", lambda: registry.create("loss", name, **options), fatal=True)
     def accepts() -> _Note:
         form, _ = _detect_form(loss_fn)
@@ -1148,11 +1148,8 @@ def check_task(name: str, *, data_dir: Optional[str] = None, options: Optional[M
                registry: Optional[Registry] = None) -> ContractReport:
     """The task contract. A task that needs files it was not given (or a hub it cannot reach)
     is skipped with its own message: pass ``data_dir`` (and ``options``) to check it."""
-    registry = _registry(registry)
-    report = ContractReport("task", name, _provider(registry, "task", name))
-    rec = _Recorder()
+    registry, report, rec = _begin("task", name, registry)
     options = dict(options or {})
-    rec.run("name resolves", lambda: _resolve(registry, "task", name), fatal=True)
 
     def build():
         try:
@@ -1271,11 +1268,8 @@ def check_recipe(name: str, *, options: Optional[Mapping[str, Any]] = None, run:
     from ..config import RunConfig
     from ..engine.pipeline import run as run_pipeline
 
-    registry = _registry(registry)
-    report = ContractReport("recipe", name, _provider(registry, "recipe", name))
-    rec = _Recorder()
+    registry, report, rec = _begin("recipe", name, registry)
     options = dict(options or {})
-    rec.run("name resolves", lambda: _resolve(registry, "recipe", name), fatal=True)
 
     def build() -> None:
         recipe = registry.create("recipe", name, **options)
@@ -1283,18 +1277,16 @@ def check_recipe(name: str, *, options: Optional[Mapping[str, Any]] = None, run:
                                                        f"a run(ctx) method")
 
     rec.run("builds", build, fatal=True)
-    own = workspace is None
-    workspace = workspace or Workspace()
-    results: list[Any] = []
+    with _borrowed(workspace) as workspace:
+        results: list[Any] = []
 
-    def one_run(index: int):
-        settings = {**TINY_RUN, "teacher": workspace.tiny_bert, "data_dir": workspace.sst2_dir, **(run or {}),
-                    "recipe": name, "recipe_options": options, "cache_dir": str(workspace.path("cache")),
-                    "output": str(workspace.path(f"run-{name}-{index}"))}
-        config = RunConfig(**settings).validate()
-        return run_pipeline(config, registry, overwrite=True, echo=lambda line: None)
+        def one_run(index: int):
+            settings = {**TINY_RUN, "teacher": workspace.tiny_bert, "data_dir": workspace.sst2_dir, **(run or {}),
+                        "recipe": name, "recipe_options": options, "cache_dir": str(workspace.path("cache")),
+                        "output": str(workspace.path(f"run-{name}-{index}"))}
+            config = RunConfig(**settings).validate()
+            return run_pipeline(config, registry, overwrite=True, echo=lambda line: None)
 
-    try:
         rec.run("runs on a tiny setup", lambda: results.append(one_run(1)), fatal=True)
         result = results[0] if results else None
 
@@ -1324,9 +1316,6 @@ def check_recipe(name: str, *, options: Optional[Mapping[str, Any]] = None, run:
                     f" and {again.metrics['student']['dev']}")
 
         rec.run("deterministic under a seed", deterministic)
-    finally:
-        if own:
-            workspace.cleanup()
     report.results += rec.results
     return report
 
