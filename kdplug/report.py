@@ -553,12 +553,8 @@ def curves_figure(runs: list[Run], out: Path) -> Optional[str]:
 
     for axis in (dev_axis, loss_axis):
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(out, dpi=110)
-    plt.close(figure)
-    return out.name
+        _grid_and_legend(axis)
+    return _save(figure, out)
 
 
 def attention_figure(run: Run, record: dict, out: Path) -> str:
@@ -583,10 +579,7 @@ def attention_figure(run: Run, record: dict, out: Path) -> str:
         figure.colorbar(image, ax=axis, fraction=0.046, pad=0.04)
     figure.suptitle(f"{run.label}: attention over teacher layers ({record.get('stage', '')}, "
                     f"{record.get('split', 'dev')})", fontsize=11)
-    figure.tight_layout()
-    figure.savefig(out, dpi=110)
-    plt.close(figure)
-    return out.name
+    return _save(figure, out)
 
 
 def teacher_layer_for(j: int, m: int, n: int) -> int:
@@ -641,11 +634,20 @@ def layers_figure(runs: list[tuple[Run, dict, dict]], out: Path, notes: list[str
         dist_axis.set(title=f"cosine distance of S{j} to T{t} per dev example", xlabel="dev example",
                       ylabel="1 − cos")
         for axis in (pca_axis, dist_axis):
-            axis.grid(alpha=0.3)
-            axis.legend(fontsize=8)
+            _grid_and_legend(axis)
+    return _save(figure, out)
+
+
+def _grid_and_legend(axis) -> None:
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+
+
+def _save(figure, out: Path) -> str:
+    """Write a figure as the report's PNGs are written, free it, and return its file name."""
     figure.tight_layout()
     figure.savefig(out, dpi=110)
-    plt.close(figure)
+    _pyplot().close(figure)
     return out.name
 
 
