@@ -6,6 +6,7 @@ optimizer, checkpoints and DDP see a single module; only the student is exported
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -120,9 +121,15 @@ class DistillationModule(nn.Module):
             pairs=pairs))
 
 
+@functools.lru_cache(maxsize=None)
+def takes_token_types(model_class: type) -> bool:
+    """Whether a model class's forward accepts ``token_type_ids`` (asked once per class, not per batch)."""
+    return "token_type_ids" in inspect.signature(model_class.forward).parameters
+
+
 def model_forward(model: nn.Module, batch: dict[str, torch.Tensor]) -> Any:
     """Call a teacher or student on a collated batch, passing token types only to models that take them."""
     kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-    if "token_type_ids" in batch and "token_type_ids" in inspect.signature(model.forward).parameters:
+    if "token_type_ids" in batch and takes_token_types(type(model)):
         kwargs["token_type_ids"] = batch["token_type_ids"]
     return model(**kwargs)

@@ -8,7 +8,6 @@ inputs loads it instead of training again.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import os
@@ -24,7 +23,7 @@ from ..types import LayerSpec, Task, Teacher, num_outputs
 from . import cache as cache_module
 from . import fingerprint
 from .data import EncodedSplit
-from .objective import DistillationModule, WeightedObjective
+from .objective import DistillationModule, WeightedObjective, model_forward
 from .trainer import Trainer, inference_autocast
 
 log = logging.getLogger(__name__)
@@ -91,13 +90,9 @@ def _teacher_batches(teacher: Teacher, trainer: Trainer, split: EncodedSplit, pr
     loader, _ = trainer.loader(split, shuffle=False, batch_size=trainer.batch_size * 2)
     device = trainer.accelerator.device
     teacher.model.to(device)
-    accepts_types = "token_type_ids" in inspect.signature(teacher.model.forward).parameters
     with torch.no_grad(), inference_autocast(precision, device):
         for batch in loader:
-            inputs = {"input_ids": batch["input_ids"].to(device), "attention_mask": batch["attention_mask"].to(device)}
-            if accepts_types and "token_type_ids" in batch:
-                inputs["token_type_ids"] = batch["token_type_ids"].to(device)
-            outputs = teacher.model(**inputs)
+            outputs = model_forward(teacher.model, {key: value.to(device) for key, value in batch.items()})
             layers = extractor(teacher.model, outputs)
             yield batch["index"], outputs.logits.float(), [layers[i].float() for i in positions]
 
