@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from typing import Optional, Sequence
 
@@ -52,6 +53,9 @@ def _quiet_libraries(verbose: bool) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    if hasattr(signal, "SIGXFSZ"):  # a file-size limit makes writes fail (EFBIG, reported) instead of killing us
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    logging.raiseExceptions = False  # a log line that cannot be written (full disk) must not bury the real error
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,

@@ -8,6 +8,7 @@ list the valid ones, so a typo never silently runs the wrong experiment.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ class RunConfig:
     student: str = "bilstm"
     projector: str = "rkd"
     task: str = "demo"
-    recipe: str = "standard"
+    recipe: Optional[str] = None  # None: the projector's default recipe (two-stage for Universal-KD), else standard
     data_dir: Optional[str] = None
     # component options, passed as keyword arguments to each factory
     teacher_options: dict = field(default_factory=dict)
@@ -39,14 +40,15 @@ class RunConfig:
     projector_options: dict = field(default_factory=dict)
     task_options: dict = field(default_factory=dict)
     recipe_options: dict = field(default_factory=dict)
-    # the objective  L = (1 - eta - lam) * CE + eta * KD + lam * ILD ; None = the projector's default
+    # the objective  L = ce_weight * CE + eta * KD + lam * ILD ; None = the projector's default
     eta: Optional[float] = None
     lam: Optional[float] = None
+    ce_weight: Optional[float] = None  # None: 1 - eta - lam (ALP-KD's convex form); set it for PKD's (1-a)CE + a KD + b PT
     temperature: Optional[float] = None
     # student training
-    epochs: int = 3
+    epochs: Optional[int] = None  # None: the student family's default (see docs/models.md)
     batch_size: int = 32
-    lr: Optional[float] = None  # None = the student's default_lr attribute, else 5e-5
+    lr: Optional[float] = None  # None: the student family's default (see docs/models.md)
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     max_length: Optional[int] = None  # None = 64 for single sentences, 128 for pairs
@@ -72,26 +74,41 @@ class RunConfig:
     zoo: Optional[str] = None  # the zoo entry this run reproduces (set by 'kdplug zoo run')
 
     def validate(self) -> "RunConfig":
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.best_checkpoint not in CHECKPOINT_POLICIES:
+        """Check every value against its valid range (exit 2 naming the key, the value and the range)."""
+        def require(ok: bool, key: str, valid: str) -> None:
+            if not ok:
+                raise ConfigError(f"{key} must be {valid}, got {getattr(self, key)!r}")
+
+        def finite(value: Any) -> bool:
+            return isinstance(value, (int, float)) and math.isfinite(value)
+
+        require(self.precision in PRECISIONS, "precision", f"one of {', '.join(PRECISIONS)}")
+        require(self.best_checkpoint in CHECKPOINT_POLICIES, "best_checkpoint",
+                f"one of {', '.join(CHECKPOINT_POLICIES)}")
+        for key in ("batch_size", "teacher_batch_size"):
+            require(getattr(self, key) >= 1, key, "at least 1")
+        require(self.epochs is None or self.epochs >= 1, "epochs", "at least 1 (or unset for the student's default)")
+        for key in ("teacher_epochs", "head_epochs", "num_workers", "seed"):
+            require(getattr(self, key) >= 0, key, "0 or more")
+        require(self.teacher_seed is None or self.teacher_seed >= 0, "teacher_seed", "0 or more")
+        require(self.checkpoint_every >= 0, "checkpoint_every", "0 (epoch ends only) or a positive step count")
+        for key in ("lr", "teacher_lr", "head_lr"):
+            value = getattr(self, key)
+            require(value is None or (finite(value) and value > 0), key, "a positive finite number, e.g. 5e-5")
+        require(finite(self.weight_decay) and self.weight_decay >= 0, "weight_decay", "0 or a positive finite number")
+        require(finite(self.warmup_ratio) and 0 <= self.warmup_ratio <= 1, "warmup_ratio", "between 0 and 1")
+        require(self.max_length is None or self.max_length >= 1, "max_length",
+                "a positive number of tokens (or unset: 64 for single sentences, 128 for pairs)")
+        for key in ("eta", "lam", "ce_weight"):
+            value = getattr(self, key)
+            require(value is None or (finite(value) and value >= 0), key, "0 or a positive finite number")
+        if self.ce_weight is None and (self.eta or 0.0) + (self.lam or 0.0) > 1.0 + 1e-9:
             raise ConfigError(
-                f"best_checkpoint must be one of {', '.join(CHECKPOINT_POLICIES)}, got {self.best_checkpoint!r}")
-        for name in ("epochs", "batch_size", "teacher_batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.checkpoint_every < 0:
-            raise ConfigError(f"checkpoint_every must be 0 (epoch ends only) or a positive step count, got {self.checkpoint_every}")
-        if self.teacher_epochs < 0 or self.head_epochs < 0:
-            raise ConfigError("teacher_epochs and head_epochs must be at least 0")
-        for name in ("eta", "lam"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 <= value <= 1.0:
-                raise ConfigError(f"{name} must lie in [0, 1], got {value}")
-        if (self.eta or 0.0) + (self.lam or 0.0) > 1.0 + 1e-9:
-            raise ConfigError(f"eta + lam must not exceed 1 (the CE weight is 1 - eta - lam); got {self.eta} + {self.lam}")
-        if self.temperature is not None and self.temperature <= 0:
-            raise ConfigError(f"temperature must be positive, got {self.temperature}")
+                f"eta + lam = {(self.eta or 0.0) + (self.lam or 0.0):g} exceeds 1, so the CE weight 1 - eta - lam "
+                f"would be negative; lower them, or set the CE weight yourself with ce_weight (PKD's objective "
+                f"(1-a)CE + a KD + b PT: --set ce_weight=0.8 --set eta=0.2 --set lam=100)")
+        require(self.temperature is None or (finite(self.temperature) and self.temperature > 0), "temperature",
+                "a positive finite number")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,12 +182,27 @@ def apply(config: RunConfig, values: dict[str, Any], *, source: str) -> RunConfi
     return config
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a mapping with the same key twice (PyYAML keeps the last one)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} appears twice (first at line {seen[key].line + 1}); "
+                    f"keep one of them", key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"configuration file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -42,11 +42,13 @@ class PluginFailure:
     name: str
     distribution: str
     error: str
-    stage: str  # "import", "register", "version"
+    stage: str  # "import", "register", "version", "duplicate name"
 
     def message(self) -> str:
-        return (f"plugin {self.name!r} from {self.distribution or 'an unknown distribution'} "
-                f"was skipped ({self.stage} failed): {self.error}")
+        origin = f"plugin {self.name!r} from {self.distribution or 'an unknown distribution'}"
+        if self.stage == "duplicate name":  # only the one name was skipped, the plugin's others work
+            return f"{origin}: {self.error}"
+        return f"{origin} was skipped ({self.stage} failed): {self.error}"
 
 
 def _kdplug_version() -> str:
@@ -145,10 +147,18 @@ class PluginManager:
 
                 try:
                     impl.function(register=register)
-                except PluginError:
-                    raise  # duplicate names are the user's to resolve, not something to skip
                 except Exception as exc:
                     self.failures.append(PluginFailure(info.name, info.distribution, _describe(exc), "register"))
+        for shadowed in registry.shadowed:
+            entry = shadowed.entry
+            self.failures.append(PluginFailure(entry.plugin, entry.distribution, shadowed.message(), "duplicate name"))
+        for (kind, name), rivals in registry.conflicts().items():
+            for entry in rivals:
+                others = ", ".join(e.provider() for e in rivals if e is not entry)
+                self.failures.append(PluginFailure(
+                    entry.plugin, entry.distribution,
+                    f"{kind} {name!r} is also registered by {others}; neither can be used until one is disabled",
+                    "duplicate name"))
         return registry
 
 

@@ -26,6 +26,9 @@ KINDS: dict[str, str] = {
     "recipe": "kdplug_register_recipes",
 }
 
+#: kind -> its plural, for headings ("losses", not "losss")
+PLURALS = {kind: kind + ("es" if kind.endswith("s") else "s") for kind in KINDS}
+
 _FIELD = re.compile(r"\{(\w+)\}")
 
 
@@ -65,11 +68,35 @@ def _compile(name: str) -> tuple[Optional[re.Pattern], Optional[str]]:
     return re.compile(re.escape(prefix) + r"(\d+)" + re.escape(suffix)), fields[0]
 
 
+#: the distribution whose components are the built-ins
+BUILTIN_DISTRIBUTION = "kdplug"
+
+
+@dataclass(frozen=True)
+class Shadowed:
+    """A registration that was skipped because another plugin has the name (see ``Registry.add``)."""
+
+    entry: Entry
+    kept: Entry
+
+    def message(self) -> str:
+        return (f"{self.entry.kind} {self.entry.name!r} of {self.entry.provider()} was skipped: the built-in "
+                f"{self.kept.kind} of that name ({self.kept.provider()}) keeps it; register it under another "
+                f"name, or disable the plugin (--disable-plugin {self.entry.plugin})")
+
+
 class Registry:
-    """Entries per kind, filled by :class:`kdplug.plugins.PluginManager`."""
+    """Entries per kind, filled by :class:`kdplug.plugins.PluginManager`.
+
+    Two plugins registering one name: a built-in keeps it and the other registration is skipped
+    and reported (``shadowed``); between two third-party plugins the name is unusable until one
+    is disabled, and only a run that asks for it fails. Every other name keeps working.
+    """
 
     def __init__(self) -> None:
         self._entries: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
+        self._conflicts: dict[tuple[str, str], list[Entry]] = {}
+        self.shadowed: list[Shadowed] = []
 
     def add(self, kind: str, name: str, factory: Callable[..., Any], *, description: str = "",
             plugin: str = "", distribution: str = "", version: str = "") -> Entry:
@@ -79,16 +106,22 @@ class Registry:
             raise PluginError(f"plugin {plugin!r} registered a {kind} with an invalid name {name!r}")
         if not callable(factory):
             raise PluginError(f"plugin {plugin!r} registered {kind} {name!r} with a non-callable {factory!r}")
-        existing = self._entries[kind].get(name)
-        if existing is not None:
-            raise PluginError(
-                f"{kind} {name!r} is registered twice: by {existing.provider()} and by "
-                f"plugin {plugin!r} ({distribution} {version}). Uninstall or disable one of them "
-                f"(--disable-plugin NAME or KDPLUG_DISABLE_PLUGINS=NAME)."
-            )
         pattern, field_name = _compile(name)
         entry = Entry(kind, name, factory, description, plugin, distribution, version, pattern, field_name)
-        self._entries[kind][name] = entry
+        existing = self._entries[kind].get(name) or next(
+            (e for e in self._conflicts.get((kind, name), [])), None)
+        if existing is None:
+            self._entries[kind][name] = entry
+            return entry
+        builtin = [e for e in (existing, entry) if e.distribution == BUILTIN_DISTRIBUTION]
+        if builtin and (kind, name) not in self._conflicts:
+            kept = builtin[0]
+            self._entries[kind][name] = kept
+            self.shadowed.append(Shadowed(entry if kept is existing else existing, kept))
+            return kept
+        # two third-party plugins: neither wins; a run that asks for the name is told to choose
+        self._conflicts.setdefault((kind, name), [existing]).append(entry)
+        self._entries[kind].pop(name, None)
         return entry
 
     def entries(self, kind: str) -> list[Entry]:
@@ -103,6 +136,12 @@ class Registry:
 
     def resolve(self, kind: str, name: str) -> tuple[Entry, dict[str, int]]:
         """The entry for ``name`` and the options its name implies."""
+        rivals = self._conflicts.get((kind, name))
+        if rivals:
+            providers = " and ".join(e.provider() for e in rivals)
+            raise PluginError(
+                f"{kind} {name!r} is registered by {providers}: kdplug cannot tell which one you mean. "
+                f"Uninstall or disable all but one of them (--disable-plugin NAME or KDPLUG_DISABLE_PLUGINS=NAME).")
         entry = self._entries[kind].get(name)
         if entry is not None and entry._pattern is None:
             return entry, {}
@@ -115,6 +154,10 @@ class Registry:
     def _listing(self, kind: str) -> list[str]:
         return list(self._entries[kind])  # registration order: the first of equally close names wins
 
+    def conflicts(self) -> dict[tuple[str, str], list[Entry]]:
+        """Names that two third-party plugins both registered, with the rivals."""
+        return dict(self._conflicts)
+
     def get(self, kind: str, name: str) -> Any:
         """The registered object itself (used for layer extractors, which are not factories)."""
         return self.resolve(kind, name)[0].factory
@@ -124,6 +167,21 @@ class Registry:
         options = {**implied, **options}
         _check_options(entry, name, args, options)
         return entry.factory(*args, **options)
+
+    def check_options(self, kind: str, name: str, *args: Any, **options: Any) -> None:
+        """Fail now, with the valid options, where ``create`` would reject ``options`` later.
+
+        The factory's signature catches unknown names; a factory that takes ``**options`` (e.g.
+        attributes of a model config) may add a ``check_options(*args, **options)`` attribute
+        that raises :class:`~kdplug.errors.UsageError` without building anything. Positional
+        arguments may be placeholders (None) when only the signature is checked.
+        """
+        entry, implied = self.resolve(kind, name)
+        options = {**implied, **options}
+        _check_options(entry, name, args, options)
+        checker = getattr(entry.factory, "check_options", None)
+        if checker is not None and all(arg is not None for arg in args):
+            checker(*args, **options)
 
 
 def _check_options(entry: Entry, name: str, args: tuple, options: dict[str, Any]) -> None:

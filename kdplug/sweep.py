@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional
 import yaml
 
 from .config import RunConfig, apply, parse_value
-from .engine.rundir import write_atomic
+from .storage import write_atomic
 from .engine.interrupt import RunInterrupted
 from .errors import ConfigError, KdplugError, UsageError
 
@@ -143,11 +143,13 @@ class Sweep:
         write_atomic(path, spec)
 
     def run(self, registry, *, shard: tuple[int, int] = (1, 1), echo: Callable[[str], None] = print) -> "Results":
-        from .engine.pipeline import resolve_names, run
+        from .engine.pipeline import run
+        from .engine.preflight import resolve_components
+        from .engine.rundir import is_completed
 
         configs = [(p, self.config(p)) for p in self.points]
         for _, config in configs:  # every name and value is checked before the first run starts
-            resolve_names(config, registry)
+            resolve_components(config, registry)
         self.write_spec()
         index, count = shard
         mine = configs[index - 1::count]
@@ -156,7 +158,7 @@ class Sweep:
         failures = {}
         for number, (point, config) in enumerate(mine, 1):
             label = point_id(point)
-            if (Path(config.output) / "metrics.json").is_file():
+            if is_completed(Path(config.output)):
                 echo(f"[{number}/{len(mine)}] {label}: done already, skipped")
                 continue
             echo(f"[{number}/{len(mine)}] {label}")

@@ -137,6 +137,9 @@ class Teacher:
             fine-tunes it first (and stores the result for later runs).
         save_pretrained: writes the model and tokenizer to a directory such that the same
             factory, given that directory as ``source``, loads it back.
+        pretrained: the pre-trained checkpoint (hub id or directory) the teacher was, or will be,
+            fine-tuned from; students that start from pre-trained weights (PKD's BERT-k) load
+            them from here. None when unknown (a teacher passed already fine-tuned).
     """
 
     model: nn.Module
@@ -144,6 +147,7 @@ class Teacher:
     source: str
     finetuned: bool = False
     save_pretrained: Optional[Callable[[str], None]] = None
+    pretrained: Optional[str] = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -151,7 +155,8 @@ class Teacher:
 class Student(Protocol):
     """A student is an ``nn.Module`` whose forward takes ``input_ids``, ``attention_mask`` (and
     optionally ``token_type_ids``) and returns an object with ``.logits``. It may carry its own
-    ``tokenizer`` attribute (default: the teacher's) and a ``save_pretrained(dir)`` method."""
+    ``tokenizer`` attribute (default: the teacher's), a ``save_pretrained(dir)`` method, and
+    ``kdplug_init``: a dict saying where its initial weights came from, which the run records."""
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs: Any) -> Any: ...
 
@@ -215,9 +220,13 @@ class Projector(Protocol):
 
     Class attributes the engine reads:
         ild_loss: registry name of the loss that compares the pairs (e.g. ``"mse"``).
+        ild_loss_options: (optional) keyword options for that loss, e.g. ``{"reduction": "mean"}``.
         needs_teacher_heads: True when forward reads ``inputs.teacher_head_logits``; the engine
             then warms up one pseudo classifier per teacher layer before distillation.
-        default_weights: ``{"eta": .., "lam": ..}`` used where the run does not set them.
+        default_weights: ``{"eta": .., "lam": .., "temperature": ..}`` (optionally ``"ce"``) used
+            where the run does not set them.
+        default_recipe: (optional) the recipe a run uses when it names none, e.g. ``"two-stage"``
+            for Universal-KD, whose single distillation stage has no CE term.
     forward(inputs: DistillInputs) -> ProjectedPairs | None (None: logit-only method).
     """
 
@@ -226,6 +235,37 @@ class Projector(Protocol):
     default_weights: Mapping[str, float]
 
     def __call__(self, inputs: DistillInputs) -> Optional[ProjectedPairs]: ...
+
+
+@dataclass
+class StepState:
+    """Everything an objective may use for one batch (teacher tensors carry no gradient).
+
+    ``labelled`` ``(batch,)`` is True where the example has a gold label (examples of an
+    unlabelled transfer set have none); CE-like terms must only count those rows. None means
+    every row is labelled.
+    """
+
+    student_logits: torch.Tensor
+    student_layers: list[torch.Tensor]
+    labels: torch.Tensor
+    teacher_logits: Optional[torch.Tensor]
+    teacher_layers: Optional[list[torch.Tensor]]
+    teacher_head_logits: Optional[torch.Tensor]
+    pairs: Optional[ProjectedPairs]
+    labelled: Optional[torch.Tensor] = None
+
+    def labelled_loss(self, task_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                      regression: bool = False) -> Optional[torch.Tensor]:
+        """``task_loss(logits, labels)`` (CE, or MSE for regression) over the rows that have a gold
+        label; None when the batch has none (a batch drawn from an unlabelled transfer set)."""
+        logits = self.student_logits.squeeze(-1) if regression else self.student_logits  # (B, 1) -> (B,)
+        labels = self.labels
+        if self.labelled is not None:
+            if not bool(self.labelled.any()):
+                return None
+            logits, labels = logits[self.labelled], labels[self.labelled]
+        return task_loss(logits, labels)
 
 
 # --------------------------------------------------------------------------------------------

@@ -36,7 +36,8 @@ def _describe(meta) -> str:
 
 
 def handle(args: argparse.Namespace, manager: PluginManager) -> int:
-    from ..engine.cache import default_cache_root, list_caches
+    from ..engine.cache import list_caches
+    from ..storage import default_cache_root
 
     root = Path(args.cache_dir) if args.cache_dir else default_cache_root()
     if args.action == "clear":

@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..plugins import PluginManager
-from ..registry import KINDS
+from ..registry import KINDS, PLURALS
 from . import report_failures
 
 
@@ -36,7 +36,7 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         group = [e for e in entries if e.kind == kind]
         if not group:
             continue
-        print(f"{kind}s:")
+        print(f"{PLURALS[kind]}:")
         width = max(len(e.name) for e in group)
         for e in sorted(group, key=lambda e: e.name):
             origin = f"[{e.plugin}: {e.distribution} {e.version}]".replace(" ]", "]")

@@ -12,8 +12,9 @@ from typing import Any
 import yaml
 
 from ..config import FIELDS, RunConfig, build_config, dump_yaml
-from ..engine.rundir import CONFIG_FILE, METRICS_FILE, default_output, write_atomic
-from ..errors import ConfigError
+from ..engine.rundir import CONFIG_FILE, METRICS_FILE, default_output
+from ..storage import write_atomic
+from ..errors import ConfigError, UsageError
 from ..plugins import PluginManager
 from . import report_failures
 
@@ -144,15 +145,23 @@ def run_seeds(config: RunConfig, seeds: list[int], manager: PluginManager, *, ov
               echo=print) -> dict[str, Any]:
     """Run ``config`` once per seed (a finished seed with the same configuration is not run again,
     an interrupted one resumes), then write and print mean ± std over the seeds."""
-    from ..engine.pipeline import CHECKPOINT_DIR, resolve_names, run
+    from ..engine.pipeline import CHECKPOINT_DIR, run
+    from ..engine.preflight import resolve_components
+    from ..engine.rundir import is_completed
 
-    resolve_names(config, manager.registry)
+    resolve_components(config, manager.registry)
     configs = seed_configs(config, seeds)
     root = Path(configs[0].output).parent
+    foreign = sorted(e.name for e in root.iterdir() if not e.name.startswith("seed-") and e.name != SEEDS_FILE) \
+        if root.is_dir() else []
+    if foreign:
+        raise UsageError(f"output directory {root} holds files kdplug did not write (e.g. {foreign[0]}); --seeds "
+                         f"writes seed-<s>/ run directories and {SEEDS_FILE} into a new or empty directory, or one "
+                         f"it wrote before: choose another --output")
     for number, seed_config in enumerate(configs, 1):
         run_dir = Path(seed_config.output)
         same = _same_config(run_dir, seed_config)
-        if same and (run_dir / METRICS_FILE).is_file() and not overwrite:
+        if same and is_completed(run_dir) and not overwrite:
             echo(f"[seed {seed_config.seed}, {number}/{len(configs)}] done already in {run_dir}, skipped")
             continue
         resume = same and (run_dir / CHECKPOINT_DIR).is_dir() and not overwrite

@@ -14,22 +14,22 @@ instead of building twice; a truncated or corrupted cache fails its check and is
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Iterable, Optional
 
 import numpy as np
 import torch
 
+from .. import fingerprint
+from . import faults
+from ..storage import file_lock, raise_as_storage_error, staging_directory
 from ..types import LayerSpec
-from . import fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -38,22 +38,6 @@ LOGITS_FILE, LAYERS_FILE, META_FILE = "logits.f32", "layers.f16", "meta.json"
 
 #: a batch of teacher outputs: (example indices, logits (B, C), one (B, w_i) tensor per layer)
 CacheBatch = tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]
-
-
-def default_cache_root() -> Path:
-    return Path(os.environ.get("KDPLUG_CACHE") or Path.home() / ".cache" / "kdplug")
-
-
-@contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock across processes (and DDP ranks) on one machine."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass
@@ -139,16 +123,20 @@ def open_or_build(root: Path, key: str, *, num_examples: int, num_outputs: int, 
         if meta is not None:
             log.info("teacher cache hit: %s", directory)
             return TeacherCache(directory, meta)
-        if directory.exists():
-            shutil.rmtree(directory)
         log.info("building the teacher cache %s (%d examples)", directory, num_examples)
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+        staging = staging_directory(root, key)
         try:
+            faults.fire_at("cache-write")
             meta = _write(staging, key, num_examples, num_outputs, specs, compute, description, progress)
+            if directory.exists():  # an incomplete or corrupted copy, already reported by _verify
+                shutil.rmtree(directory)
             os.replace(staging, directory)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
+        except BaseException as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise_as_storage_error(exc, f"the teacher cache {directory}",
+                                   "nothing was cached and nothing else was changed; free space (or raise the "
+                                   "limit) and run again")
+            raise
     return TeacherCache(directory, meta)
 
 
@@ -186,7 +174,8 @@ def list_caches(root: Path) -> list[tuple[Path, Optional[CacheMeta], int]]:
     if not root.is_dir():
         return []
     found = []
-    for directory in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    for directory in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                            and not p.name.endswith(".lock")):
         size = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
         meta_path = directory / META_FILE
         meta = None

@@ -10,12 +10,9 @@ optimizer and scheduler states, which hold plain tensors and numbers, are read b
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import random
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -25,6 +22,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..errors import KdplugError
+from ..storage import complete_copy, raise_as_storage_error, replace_directory, staging_directory
+from . import faults
 
 MODEL, BEST, OPTIMIZER, RNG, STATE = "model.safetensors", "best.safetensors", "optimizer.pt", "rng.safetensors", "state.json"
 
@@ -46,6 +45,8 @@ class Progress:
     sums: dict[str, float] = field(default_factory=dict)
     count: int = 0
     complete: bool = False
+    warned: list[str] = field(default_factory=list)  # codes of the health findings already reported
+    warnings: list[str] = field(default_factory=list)
     python_rng: Any = None
     numpy_rng: Any = None
 
@@ -90,36 +91,37 @@ class Checkpointer:
     def save(self, stage: str, progress: Progress, model_state: dict, best_state: Optional[dict],
              optimizer: torch.optim.Optimizer, scheduler: Any) -> Path:
         target = self.directory(stage)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        staging = staging_directory(target.parent, target.name)
         try:
+            faults.fire_at("checkpoint-write")
             save_file(_tensors(model_state), str(staging / MODEL))
             if best_state is not None:
                 save_file(_tensors(best_state), str(staging / BEST))
             torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, staging / OPTIMIZER)
             rng, progress.python_rng, progress.numpy_rng = capture_rng()
             save_file(rng, str(staging / RNG))
-            (staging / STATE).write_text(json.dumps(asdict(progress)))
-            if target.exists():
-                previous = target.with_name(f".{target.name}.old")
-                shutil.rmtree(previous, ignore_errors=True)
-                os.replace(target, previous)
-                os.replace(staging, target)
-                shutil.rmtree(previous, ignore_errors=True)
-            else:
-                os.replace(staging, target)
-        except OSError as exc:
+            (staging / STATE).write_text(json.dumps(asdict(progress)))  # last: its presence marks a complete copy
+            replace_directory(staging, target, between=lambda: faults.fire_at("checkpoint-swap"))
+        except BaseException as exc:
             shutil.rmtree(staging, ignore_errors=True)
-            reason = "the disk is full" if exc.errno == errno.ENOSPC else str(exc)
-            kept = f"the previous checkpoint {target} is intact" if target.exists() else "no earlier checkpoint exists"
-            raise CheckpointError(f"could not write the checkpoint of stage {stage!r}: {reason}; {kept}. "
-                                  f"Free space and resume with 'kdplug run --resume {self.root.parent}'.") from exc
+            kept = (f"the previous checkpoint {target} is intact" if self._complete(target) is not None
+                    else "no earlier checkpoint exists")
+            raise_as_storage_error(exc, f"the checkpoint of stage {stage!r}",
+                                   f"{kept}. Free space (or raise the limit) and continue with "
+                                   f"'kdplug run --resume {self.root.parent}'")
+            raise
         return target
+
+    @staticmethod
+    def _complete(target: Path) -> Optional[Path]:
+        """The stage's checkpoint, or the previous one when a kill struck between the two renames
+        that put a new one in place."""
+        return complete_copy(target, lambda path: (path / STATE).is_file())
 
     def load(self, stage: str) -> Optional[tuple[Progress, dict, Optional[dict], dict, dict]]:
         """``(progress, model state, best state, optimizer+scheduler states, rng tensors)`` or None."""
-        directory = self.directory(stage)
-        if not self.enabled or not (directory / STATE).is_file():
+        directory = self._complete(self.directory(stage)) if self.enabled else None
+        if directory is None:
             return None
         try:
             progress = Progress(**json.loads((directory / STATE).read_text()))

@@ -1,9 +1,14 @@
-"""Fault injection for the robustness tests: deliver a signal to this process at a given step.
+"""Fault injection for the robustness tests: a real signal delivered to this process at a chosen point.
 
 ``KDPLUG_SIGNAL_AT=STAGE:EPOCH:STEP[:SIGNAL]`` (signal name or number, default SIGKILL) makes
 the training loop send that signal to its own process right after that step, which is how the
 tests kill a run at an exact point and check that ``--resume`` ends where an uninterrupted run
-ends. Unset, it costs one dictionary lookup per stage.
+ends. ``KDPLUG_FAULT_AT=POINT[:COUNT[:ACTION]]`` acts the COUNT-th time (default 1) the code
+passes a named point: ACTION is a signal (default SIGKILL), or ``fsize=BYTES``, which sets this
+process's real file-size limit (``RLIMIT_FSIZE``) so that the writes that follow fail the way a
+full disk or a quota makes them fail. Points: ``checkpoint-write``, ``checkpoint-swap`` (between
+the two renames that put a new checkpoint in place), ``cache-write``, ``teacher-store`` and
+``run-results``. Unset, each costs one dictionary lookup.
 """
 
 from __future__ import annotations
@@ -13,6 +18,14 @@ import signal
 from typing import Optional
 
 ENV = "KDPLUG_SIGNAL_AT"
+POINT_ENV = "KDPLUG_FAULT_AT"
+_passes: dict[str, int] = {}
+
+
+def _signal(text: Optional[str]) -> int:
+    if not text:
+        return int(signal.SIGKILL)
+    return int(text) if text.isdigit() else int(getattr(signal, text))
 
 
 def planned(stage: str) -> Optional[tuple[int, int, int]]:
@@ -23,12 +36,30 @@ def planned(stage: str) -> Optional[tuple[int, int, int]]:
     parts = spec.split(":")
     if parts[0] != stage or len(parts) not in (3, 4):
         return None
-    signum = signal.SIGKILL
-    if len(parts) == 4:
-        signum = int(parts[3]) if parts[3].isdigit() else getattr(signal, parts[3])
-    return int(parts[1]), int(parts[2]), int(signum)
+    return int(parts[1]), int(parts[2]), _signal(parts[3] if len(parts) == 4 else None)
 
 
 def fire(plan: Optional[tuple[int, int, int]], epoch: int, step: int) -> None:
     if plan is not None and plan[:2] == (epoch, step):
         os.kill(os.getpid(), plan[2])
+
+
+def fire_at(point: str) -> None:
+    """Deliver the signal planned for the COUNT-th pass through ``point``."""
+    spec = os.environ.get(POINT_ENV)
+    if not spec:
+        return
+    parts = spec.split(":")
+    if parts[0] != point:
+        return
+    _passes[point] = _passes.get(point, 0) + 1
+    if _passes[point] != int(parts[1] if len(parts) > 1 and parts[1] else 1):
+        return
+    action = parts[2] if len(parts) > 2 else None
+    if action and action.startswith("fsize="):
+        import resource
+
+        limit = int(action.split("=", 1)[1])
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+        return
+    os.kill(os.getpid(), _signal(action))

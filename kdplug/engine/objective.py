@@ -8,44 +8,33 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
 
-from ..types import DistillInputs, LayerExtractor, ProjectedPairs
-
-
-@dataclass
-class StepState:
-    """Everything an objective may use for one batch (teacher tensors carry no gradient)."""
-
-    student_logits: torch.Tensor
-    student_layers: list[torch.Tensor]
-    labels: torch.Tensor
-    teacher_logits: Optional[torch.Tensor]
-    teacher_layers: Optional[list[torch.Tensor]]
-    teacher_head_logits: Optional[torch.Tensor]
-    pairs: Optional[ProjectedPairs]
+from ..types import DistillInputs, LayerExtractor, StepState
 
 
 Objective = Callable[[StepState], dict[str, torch.Tensor]]
 
 
 class WeightedObjective(nn.Module):
-    """L = β·task + η·KD + λ·ILD with β = 1 − η − λ (ALP-KD eq. 7).
+    """L = β·task + η·KD + λ·ILD (ALP-KD eq. 7; PKD eq. 8 with β = 1 − α, η = α, λ = PKD's β).
 
-    ``task`` is CE (MSE for regression), ``KD`` the temperature-scaled KL on logits (MSE for
-    regression), ``ILD`` the projector's own loss on the pairs it returns. Terms with weight 0
-    are not computed, so ``nkd`` needs no teacher at all.
+    ``task`` is CE (MSE for regression) over the labelled rows only, ``KD`` the
+    temperature-scaled KL on logits (MSE for regression), ``ILD`` the projector's own loss on the
+    pairs it returns. The three weights are independent; ``ce`` defaults to 1 − η − λ, the
+    convex combination of ALP-KD. Terms with weight 0 are not computed, so ``nkd`` needs no
+    teacher at all.
     """
 
-    def __init__(self, *, eta: float, lam: float, task_loss: Callable, kd_loss: Callable,
-                 ild_loss: Optional[Callable], regression: bool = False) -> None:
+    def __init__(self, *, eta: float, lam: float, task_loss: Callable, kd_loss: Optional[Callable],
+                 ild_loss: Optional[Callable], regression: bool = False, ce: Optional[float] = None) -> None:
         super().__init__()
         self.regression = regression
-        self.eta, self.lam, self.beta = eta, lam, 1.0 - eta - lam
+        self.eta, self.lam = eta, lam
+        self.ce = round(1.0 - eta - lam, 9) if ce is None else ce
         self.task_loss, self.kd_loss, self.ild_loss = task_loss, kd_loss, ild_loss
 
     @property
@@ -55,10 +44,11 @@ class WeightedObjective(nn.Module):
     def forward(self, state: StepState) -> dict[str, torch.Tensor]:
         terms: dict[str, torch.Tensor] = {}
         total = state.student_logits.new_zeros(())
-        if self.beta > 0:
-            logits = state.student_logits.squeeze(-1) if self.regression else state.student_logits  # (B, 1) -> (B,)
-            terms["ce"] = self.task_loss(logits, state.labels)
-            total = total + self.beta * terms["ce"]
+        if self.ce > 0:
+            ce = state.labelled_loss(self.task_loss, self.regression)
+            if ce is not None:
+                terms["ce"] = ce
+                total = total + self.ce * ce
         if self.eta > 0:
             terms["kd"] = self.kd_loss(state.student_logits, state.teacher_logits)
             total = total + self.eta * terms["kd"]
@@ -118,7 +108,7 @@ class DistillationModule(nn.Module):
         return self.objective(StepState(
             student_logits=logits, student_layers=student_layers, labels=batch["labels"],
             teacher_logits=teacher_logits, teacher_layers=teacher_layers, teacher_head_logits=head_logits,
-            pairs=pairs))
+            pairs=pairs, labelled=batch.get("labelled")))
 
 
 @functools.lru_cache(maxsize=None)

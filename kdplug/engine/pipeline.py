@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+import traceback
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -18,13 +20,17 @@ from ..config import RunConfig
 from ..errors import UsageError
 from ..registry import Registry
 from ..types import Task, Teacher, matchable_layers, num_outputs
-from . import analysis, fingerprint, interrupt
+from .. import fingerprint
+from . import analysis, faults, interrupt, preflight
 from . import teacher as teacher_stage
-from .cache import TeacherCache, default_cache_root
+from ..storage import default_cache_root, file_lock, raise_as_storage_error
+from .cache import TeacherCache
 from .checkpoint import Checkpointer
 from .data import default_max_length, encode
-from .recipe import RecipeContext
-from .rundir import CONFIG_FILE, METRICS_FILE, RunDirectory, default_output
+from .recipe import RecipeContext, count_parameters
+from .interrupt import RunInterrupted
+from .rundir import (COMPLETED, CONFIG_FILE, FAILED, INTERRUPTED, RUNNING, RunDirectory, default_output,
+                     is_completed)
 from .trainer import Trainer, build_accelerator, predictions_from_logits, process_state
 
 log = logging.getLogger("kdplug")
@@ -39,62 +45,72 @@ class RunResult:
     rows: list[tuple[str, int, dict[str, float]]] = field(default_factory=list)  # (model, params, dev metrics)
 
 
-def resolve_names(config: RunConfig, registry: Registry) -> None:
-    """Fail on any unknown name before doing any work."""
-    if not Path(config.teacher).is_dir():
-        if looks_like_path(config.teacher):
-            raise UsageError(f"teacher checkpoint directory {config.teacher} does not exist; pass an existing "
-                             f"directory written by save_pretrained, or a name from 'kdplug plugins'")
-        registry.resolve("teacher", config.teacher)
-    registry.resolve("student", config.student)
-    registry.resolve("projector", config.projector)
-    registry.resolve("task", config.task)
-    registry.resolve("recipe", config.recipe)
-    if config.baseline:
-        registry.resolve("projector", config.baseline)
-
-
-def looks_like_path(name: str) -> bool:
-    return name.startswith((".", "~", "/")) or name.count("/") > 1
-
-
 def create_teacher(config: RunConfig, registry: Registry, task: Task, **extra: Any) -> Teacher:
     if Path(config.teacher).is_dir():  # a local checkpoint directory
         return registry.create("teacher", "hf", task, **{**config.teacher_options, "source": config.teacher, **extra})
     return registry.create("teacher", config.teacher, task, **{**config.teacher_options, **extra})
 
 
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 def run(config: RunConfig, registry: Registry, *, overwrite: bool = False, resume: bool = False,
         echo: Callable[[str], None] = print) -> RunResult:
     """Run ``config`` into a new run directory (or, with ``resume``, continue the run already in
-    ``config.output`` from its checkpoints)."""
+    ``config.output`` from its checkpoints).
+
+    Every name, option and directory is checked first. A run that fails leaves its directory
+    usable: the error and traceback in log.txt, ``status: failed`` in metrics.json, and the same
+    command run again replaces it.
+    """
     started = time.perf_counter()
-    resolve_names(config, registry)
+    notes = preflight.resolve_components(config, registry)
+    cache_root = Path(config.cache_dir).expanduser() if config.cache_dir else default_cache_root()
     # Under `accelerate launch` / `torchrun` every rank runs this; only the main one writes files
     # and prints, the others compute their shard and wait.
     main_process = process_state().is_main_process
     if config.output is None:
         config.output = str(broadcast_object(str(default_output(config))))
     output = Path(config.output)
+    preflight.writable_paths(config, output, cache_root)
     run_dir = RunDirectory(output)
     if main_process and not resume:
         run_dir = RunDirectory.create(output, overwrite=overwrite)
+    elif main_process:
+        run_dir.set_status(RUNNING)
     process_state().wait_for_everyone()
     handler = run_dir.attach_log() if main_process else None
+    say = echo if main_process else _silent
+    for note in notes:
+        say(note)
+        log.info(note)
     try:
         with interrupt.graceful_stop():
-            result = _run(config, registry, run_dir, started, echo if main_process else _silent, main_process)
+            result = _run(config, registry, run_dir, cache_root, started, say, main_process)
         if main_process and not config.keep_checkpoints:
             shutil.rmtree(run_dir.path / CHECKPOINT_DIR, ignore_errors=True)
         return result
+    except RunInterrupted as exc:
+        if main_process:
+            run_dir.set_status(INTERRUPTED, message=str(exc))
+        raise
+    except BaseException as exc:
+        if main_process:
+            record_failure(run_dir, exc, started)
+        raise
     finally:
         if handler is not None:
             logging.getLogger("kdplug").removeHandler(handler)
             handler.close()
+
+
+def record_failure(run_dir: RunDirectory, exc: BaseException, started: float) -> None:
+    """log.txt gets the traceback, metrics.json and the marker say ``failed`` and why."""
+    message = str(exc) or type(exc).__name__
+    log.error("the run failed: %s\n%s", message, "".join(traceback.format_exception(exc)).rstrip())
+    try:
+        run_dir.write_metrics({"status": FAILED, "error": message, "error_type": type(exc).__name__,
+                               "wall_seconds": round(time.perf_counter() - started, 2)})
+        run_dir.set_status(FAILED, message=message)
+    except OSError:
+        pass  # the disk that failed the run may fail this too; the error itself still reaches the user
 
 
 def _silent(message: str) -> None:
@@ -117,8 +133,8 @@ def resume_config(run_dir: Path) -> RunConfig:
     if not (run_dir / CONFIG_FILE).is_file():
         raise UsageError(f"{run_dir} holds no run to resume (no {CONFIG_FILE}); pass the run directory "
                          f"that 'kdplug run' printed")
-    if (run_dir / METRICS_FILE).is_file() and not (run_dir / CHECKPOINT_DIR).exists():
-        raise UsageError(f"the run in {run_dir} already completed ({METRICS_FILE} exists); nothing to resume")
+    if is_completed(run_dir) and not (run_dir / CHECKPOINT_DIR).exists():
+        raise UsageError(f"the run in {run_dir} already completed; nothing to resume")
     config = build_config(file=str(run_dir / CONFIG_FILE))
     config.output = str(run_dir)
     return config
@@ -127,39 +143,48 @@ def resume_config(run_dir: Path) -> RunConfig:
 def prepare_teacher(config: RunConfig, registry: Registry, task: Task, teacher: Teacher, train, dev, *,
                     accelerator, cache_root: Path, checkpoints: Checkpointer, seed: int, main_process: bool,
                     echo: Callable[[str], None]) -> tuple[Teacher, dict[str, Any]]:
-    """The teacher fine-tuned on the task: as given, reused from the store, or fine-tuned now and stored."""
-    info: dict[str, Any] = {"name": config.teacher, "source": teacher.source}
+    """The teacher fine-tuned on the task: as given, reused from the store, or fine-tuned now and stored.
+
+    Fine-tuning runs under a lock on its key, so a second run that needs the same teacher waits
+    for the first and reuses what it stored instead of fine-tuning again.
+    """
+    info: dict[str, Any] = {"name": config.teacher, "source": teacher.source, "pretrained": teacher.pretrained}
     if teacher.finetuned:
         return teacher, info
     max_length = config.max_length or default_max_length(task)
     settings = {"epochs": config.teacher_epochs, "lr": config.teacher_lr, "batch_size": config.teacher_batch_size,
                 "max_length": max_length, "seed": seed}
-    key = teacher_stage.finetune_key(teacher, task, train, settings)
-    stored = teacher_stage.stored_teacher_dir(cache_root, key)
-    if stored is not None:
-        echo(f"teacher: reusing the fine-tuned teacher {stored}")
-        info["finetuned"] = {"reused": str(stored)}
-        return create_teacher(config, registry, task, source=str(stored)), info
-    echo(f"teacher: fine-tuning {teacher.source} on {task.name} ({config.teacher_epochs} epochs)")
-    trainer = Trainer(accelerator, task, batch_size=config.teacher_batch_size, seed=seed,
-                      weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio)
-    summary = teacher_stage.finetune(
-        teacher, trainer, task, train, dev, epochs=config.teacher_epochs, lr=config.teacher_lr,
-        task_loss=registry.create("loss", "mse" if task.is_regression else "ce"), regression=task.is_regression,
-        checkpoints=checkpoints)
-    if main_process:
-        teacher_stage.store(teacher, cache_root, key, summary)
-    accelerator.wait_for_everyone()
-    info["finetuned"] = {**summary, "stored": str(cache_root / "teachers" / key)}
+    key = teacher_stage.finetune_key(teacher, task, train, dev, settings)
+    lock = file_lock(teacher_stage.teacher_store(cache_root) / f"{key}.lock") if main_process else nullcontext()
+    with lock:  # the other ranks of a multi-process run follow the main one's decision
+        stored = broadcast_object(teacher_stage.stored_teacher_dir(cache_root, key) if main_process else None)
+        if stored is not None:
+            echo(f"teacher: reusing the fine-tuned teacher {stored}")
+            summary = teacher_stage.stored_summary(stored)
+            info["finetuned"] = {"reused": str(stored),
+                                 **{k: summary[k] for k in ("best_epoch", "dev", "history", "seconds") if k in summary}}
+            reloaded = create_teacher(config, registry, task, source=str(stored))
+            reloaded.pretrained = teacher.pretrained or teacher.source
+            return reloaded, info
+        echo(f"teacher: fine-tuning {teacher.source} on {task.name} ({config.teacher_epochs} epochs)")
+        trainer = Trainer(accelerator, task, batch_size=config.teacher_batch_size, seed=seed,
+                          weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio)
+        summary = teacher_stage.finetune(
+            teacher, trainer, task, train, dev, epochs=config.teacher_epochs, lr=config.teacher_lr,
+            task_loss=registry.create("loss", "mse" if task.is_regression else "ce"), regression=task.is_regression,
+            checkpoints=checkpoints)
+        if main_process:
+            teacher_stage.store(teacher, cache_root, key, summary)
+        accelerator.wait_for_everyone()
+    info["finetuned"] = {**summary, "stored": str(teacher_stage.teacher_store(cache_root) / key)}
     return teacher, info
 
 
-def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: float,
+def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_root: Path, started: float,
          echo: Callable[[str], None], main_process: bool) -> RunResult:
     if main_process:
         run_dir.write_config(config)
     checkpoints = Checkpointer(run_dir.path / CHECKPOINT_DIR, every_steps=config.checkpoint_every)
-    cache_root = Path(config.cache_dir) if config.cache_dir else default_cache_root()
     teacher_seed = config.seed if config.teacher_seed is None else config.teacher_seed
     set_seed(teacher_seed)
     accelerator = build_accelerator(config.precision)
@@ -168,6 +193,8 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: 
     task = registry.create("task", config.task, data_dir=config.data_dir, **config.task_options)
     teacher = create_teacher(config, registry, task)
     max_length = config.max_length or default_max_length(task)
+    preflight.check_sequence_length(config, task, teacher, max_length)
+    preflight.check_component_options(config, registry, task, teacher)
     train = encode(task.load_split("train"), teacher.tokenizer, max_length, is_regression=task.is_regression)
     dev = {name: encode(task.load_split(name), teacher.tokenizer, max_length, is_regression=task.is_regression)
            for name in task.dev_splits}
@@ -239,7 +266,8 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: 
             batch_size=config.batch_size * 2, device=accelerator.device)
     metrics["stages"] = context.stages
     metrics["student"] = {"name": config.student, "projector": config.projector, "recipe": config.recipe,
-                          "dev": final, "parameters": count_parameters(student)}
+                          "dev": final, "parameters": count_parameters(student),
+                          "init": getattr(student, "kdplug_init", {"init": "random"})}
     label = f"{config.student} + {config.projector}"
     if config.recipe != "standard":
         label += f" ({config.recipe})"
@@ -247,11 +275,19 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, started: 
     metrics["wall_seconds"] = round(time.perf_counter() - started, 2)
     metrics["processes"] = accelerator.num_processes
     if main_process:
-        run_dir.save_student(student, {"student": config.student, "options": config.student_options,
-                                       "task": task.name, "num_outputs": num_outputs(task)})
-        run_dir.write_predictions({name: {"predictions": predictions[name], "labels": split.labels}
-                                   for name, split in student_dev.items()})
-        run_dir.write_metrics(metrics)
+        try:
+            faults.fire_at("run-results")
+            run_dir.save_student(student, {"student": config.student, "options": config.student_options,
+                                           "task": task.name, "num_outputs": num_outputs(task)})
+            run_dir.write_predictions({name: {"predictions": predictions[name], "labels": split.labels}
+                                       for name, split in student_dev.items()})
+            run_dir.write_metrics({"status": COMPLETED, **metrics})
+            run_dir.set_status(COMPLETED)
+        except BaseException as exc:
+            raise_as_storage_error(exc, f"the results into {run_dir.path}",
+                                   f"the trained student is kept in {checkpoints.root}; free space (or raise the "
+                                   f"limit) and finish with 'kdplug run --resume {run_dir.path}'")
+            raise
     accelerator.wait_for_everyone()
     echo(format_table(rows, task))
     echo(f"wall time {metrics['wall_seconds']:.1f}s; results in {run_dir.path}")

@@ -19,7 +19,7 @@ from ..config import RunConfig
 from ..errors import UsageError
 from ..registry import Registry
 from ..types import ProjectionRequest, Task, Teacher, matchable_layers, num_outputs
-from . import fingerprint
+from .. import fingerprint
 from .cache import TeacherCache
 from .checkpoint import Checkpointer
 from .data import EncodedSplit, encode
@@ -31,19 +31,40 @@ from .trainer import StageResult, Trainer
 log = logging.getLogger(__name__)
 
 DEFAULT_LR = 5e-5
+DEFAULT_EPOCHS = 3
 DEFAULT_TEMPERATURE = 1.0
+#: with its default number of epochs a student still takes at least this many optimizer steps:
+#: a few hundred labelled examples need many more epochs than GLUE's tens of thousands
+MIN_DEFAULT_STEPS = 300
+MAX_DEFAULT_EPOCHS = 30
+
+
+def student_default(student: nn.Module, attribute: str, fallback: Any) -> Any:
+    """A student family's own default (``default_lr``, ``default_epochs``), else ``fallback``."""
+    value = getattr(student, attribute, None)
+    return fallback if value is None else value
+
+
+def default_epochs(student: nn.Module, examples: int, batch_size: int) -> int:
+    """The family's default epochs, raised to reach ``MIN_DEFAULT_STEPS`` optimizer steps (at most
+    ``MAX_DEFAULT_EPOCHS``): on a small data set three epochs are a few dozen steps, which leaves
+    a freshly initialised student predicting one class."""
+    family = int(student_default(student, "default_epochs", DEFAULT_EPOCHS))
+    steps_per_epoch = max(1, -(-examples // batch_size))
+    return max(family, min(MAX_DEFAULT_EPOCHS, -(-MIN_DEFAULT_STEPS // steps_per_epoch)))
 
 
 @dataclass
 class Weights:
-    """The resolved objective weights of a stage: L = (1-eta-lam)·CE + eta·KD + lam·ILD."""
+    """The resolved objective weights of a stage: L = ce·CE + eta·KD + lam·ILD."""
 
     eta: float
     lam: float
     temperature: float
+    ce: float
 
     def as_dict(self) -> dict[str, float]:
-        return {"ce": round(1.0 - self.eta - self.lam, 6), "eta": self.eta, "lam": self.lam, "temperature": self.temperature}
+        return {"ce": round(self.ce, 6), "eta": self.eta, "lam": self.lam, "temperature": self.temperature}
 
 
 @dataclass
@@ -63,6 +84,7 @@ class RecipeContext:
     last_distillation: Optional[tuple[str, DistillationModule]] = None
     #: the tokenizer ``train`` and ``dev`` are encoded with (the run's teacher's); None = the teacher's
     tokenizer: Any = None
+    _size_checked: bool = False
 
     def __post_init__(self) -> None:
         if self.tokenizer is None:
@@ -72,7 +94,11 @@ class RecipeContext:
     def new_student(self, name: Optional[str] = None, **options: Any) -> nn.Module:
         set_seed(self.config.seed)
         opts = {**self.config.student_options, **options} if name is None else options
-        return self.registry.create("student", name or self.config.student, self.task, self.teacher, **opts)
+        student = self.registry.create("student", name or self.config.student, self.task, self.teacher, **opts)
+        if name is None and not self._size_checked:
+            self._size_checked = True
+            warn_if_not_smaller(student, self.teacher.model, self.config.student)
+        return student
 
     def new_projector(self, student: nn.Module, name: Optional[str] = None, **options: Any) -> nn.Module:
         opts = {**self.config.projector_options, **options} if name is None else options
@@ -84,26 +110,36 @@ class RecipeContext:
         return ProjectionRequest(teacher_specs, student_specs, num_outputs(self.task), self.task.is_regression)
 
     def weights(self, projector: Optional[nn.Module], *, eta: Optional[float] = None, lam: Optional[float] = None,
-                temperature: Optional[float] = None) -> Weights:
-        """Explicit arguments, else the run's settings, else the projector's defaults."""
+                temperature: Optional[float] = None, ce: Optional[float] = None) -> Weights:
+        """The weights of a stage: each of ``eta``, ``lam``, ``temperature`` given here, else the run's
+        setting, else the projector's default. The CE weight is ``ce`` if given; when the recipe
+        passes ``eta`` or ``lam`` it defines the stage, so CE is 1 − eta − lam (two-stage's stage 1
+        has none, whatever the run says); otherwise the run's ``ce_weight``, else 1 − eta − lam."""
         defaults = dict(getattr(projector, "default_weights", {}) or {})
-        pick = lambda explicit, configured, key, fallback: next(  # noqa: E731
-            v for v in (explicit, configured, defaults.get(key), fallback) if v is not None)
-        resolved = Weights(eta=float(pick(eta, self.config.eta, "eta", 0.0)),
-                           lam=float(pick(lam, self.config.lam, "lam", 0.0)),
-                           temperature=float(pick(temperature, self.config.temperature, "temperature", DEFAULT_TEMPERATURE)))
-        if resolved.eta + resolved.lam > 1.0 + 1e-9:
-            raise UsageError(f"eta + lam = {resolved.eta + resolved.lam:g} exceeds 1; the CE weight 1 - eta - lam would be negative")
-        return resolved
+        config = self.config
+
+        def pick(*candidates: Optional[float]) -> Optional[float]:
+            return next((float(v) for v in candidates if v is not None), None)
+
+        eta_value = pick(eta, config.eta, defaults.get("eta"), 0.0)
+        lam_value = pick(lam, config.lam, defaults.get("lam"), 0.0)
+        convex = round(1.0 - eta_value - lam_value, 9)  # 1 - 0.7 - 0.3 is 5.6e-17, not 0
+        ce_value = pick(ce, convex) if eta is not None or lam is not None else pick(
+            ce, config.ce_weight, defaults.get("ce"), convex)
+        if ce_value < -1e-9:
+            raise UsageError(f"eta + lam = {eta_value + lam_value:g} exceeds 1, so the CE weight 1 - eta - lam would "
+                             f"be negative; lower them or set ce_weight")
+        temperature_value = pick(temperature, config.temperature, defaults.get("temperature"), DEFAULT_TEMPERATURE)
+        return Weights(eta=eta_value, lam=lam_value, temperature=temperature_value, ce=max(ce_value, 0.0))
 
     def objective(self, projector: Optional[nn.Module], weights: Weights) -> WeightedObjective:
         regression = self.task.is_regression
         task_loss = self._loss("mse") if regression else self._loss("ce")
         kd_loss = self._loss("mse") if regression else self._loss("kd", temperature=weights.temperature)
         ild_name = getattr(projector, "ild_loss", None)
-        ild_loss = self._loss(ild_name) if ild_name else None
-        return WeightedObjective(eta=weights.eta, lam=weights.lam, task_loss=task_loss, kd_loss=kd_loss,
-                                 ild_loss=ild_loss, regression=regression)
+        ild_loss = self._loss(ild_name, **dict(getattr(projector, "ild_loss_options", {}) or {})) if ild_name else None
+        return WeightedObjective(eta=weights.eta, lam=weights.lam, ce=weights.ce, task_loss=task_loss,
+                                 kd_loss=kd_loss, ild_loss=ild_loss, regression=regression)
 
     def _loss(self, name: str, **options: Any):
         return self.registry.create("loss", name, **options)
@@ -113,15 +149,14 @@ class RecipeContext:
         return self.caches()
 
     def teacher_heads(self) -> TeacherHeads:
-        """The teacher's pseudo classifiers, warmed up (or reused) on first use."""
+        """The teacher's pseudo classifiers, warmed up (or reused) on first use; each head is
+        selected on a held-out tenth of the training set, never on dev."""
         if self._heads is None:
-            train_cache, dev_caches = self.teacher_cache()
-            first = self.task.dev_splits[0]
+            train_cache, _ = self.teacher_cache()
             heads, summary = warmed_up_heads(
-                self.cache_root, train_cache, self.train.labels, dev_caches[first], self.dev[first].labels,
-                num_outputs=num_outputs(self.task), is_regression=self.task.is_regression,
-                epochs=self.config.head_epochs, lr=self.config.head_lr, batch_size=self.config.batch_size,
-                seed=self.config.seed)
+                self.cache_root, train_cache, self.train.labels, num_outputs=num_outputs(self.task),
+                is_regression=self.task.is_regression, epochs=self.config.head_epochs, lr=self.config.head_lr,
+                batch_size=self.config.batch_size, seed=self.config.seed)
             self.stages["teacher_heads"] = summary
             self._heads = heads
         return self._heads
@@ -190,10 +225,11 @@ class RecipeContext:
         train_cache = self.teacher_cache()[0] if needs_teacher else None
         train, dev = self.splits_for(student)
         check_vocabulary(student, name, [train, *dev.values()])
-        lr = lr or self.config.lr or getattr(student, "default_lr", None) or DEFAULT_LR
-        epochs = epochs or self.config.epochs
-        log.info("stage %s: student %s, projector %s, weights %s, %d epochs, lr %g", name, type(student).__name__,
-                 type(projector).__name__ if projector is not None else None, weights.as_dict(), epochs, lr)
+        lr = lr or self.config.lr or student_default(student, "default_lr", DEFAULT_LR)
+        epochs = epochs or self.config.epochs or default_epochs(student, len(train), self.config.batch_size)
+        matching = f", layers matched by {getattr(projector, 'name', type(projector).__name__)}" if projector else ""
+        log.info("stage %s: %s student%s; weights %s; %d epochs at lr %g", name, type(student).__name__, matching,
+                 ", ".join(f"{k} {v:g}" for k, v in weights.as_dict().items()), epochs, lr)
         result = self.trainer.fit(name, module, train, dev, epochs=epochs, lr=lr, teacher_cache=train_cache,
                                   checkpoints=self.checkpoints)
         if projector is not None:
@@ -203,6 +239,21 @@ class RecipeContext:
 
     def distill(self, name: str, student: nn.Module, projector: Optional[nn.Module], **weights: Any) -> StageResult:
         return self.train_stage(name, student, projector, weights=self.weights(projector, **weights))
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def warn_if_not_smaller(student: nn.Module, teacher: nn.Module, name: str) -> None:
+    """Distillation compresses: a student as large as its teacher is almost always a mistake
+    (e.g. the paper-sized 23M BiLSTM under a 22.7M MiniLM teacher)."""
+    size, teacher_size = count_parameters(student), count_parameters(teacher)
+    if size >= teacher_size:
+        log.warning("the student %s has %.1fM parameters, as many as the teacher (%.1fM) or more: distillation is "
+                    "meant to compress, and a large student trained from few labels overfits. Choose a smaller one "
+                    "(bilstm/gated-cnn: --set student_options.hidden_size=256; bert-k: fewer layers) or a larger "
+                    "teacher.", name, size / 1e6, teacher_size / 1e6)
 
 
 def check_vocabulary(model: nn.Module, stage: str, splits: list[EncodedSplit]) -> None:

@@ -1,7 +1,11 @@
 """The run directory: resolved config, metrics, the student's weights and the log.
 
-Files are written atomically (temporary file, then rename), so an interrupted run never leaves
-a half-written metrics.json or config behind.
+A run directory is marked as kdplug's by ``kdplug_run.json`` (its status: running, completed,
+failed or interrupted). kdplug writes into an existing directory only when it is empty or such a
+run directory, and ``--overwrite`` removes only the entries a run writes (:data:`RUN_ENTRIES`):
+a user's own files, a data directory placed there by mistake, are never deleted. Files are
+written atomically (temporary file, then rename), so an interrupted run never leaves a
+half-written metrics.json or config behind.
 """
 
 from __future__ import annotations
@@ -12,16 +16,48 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from safetensors.torch import save_model
 from torch import nn
 
 from ..config import RunConfig, dump_yaml
 from ..errors import UsageError
+from ..storage import write_atomic
 
 CONFIG_FILE, METRICS_FILE, LOG_FILE, STUDENT_DIR = "config.yaml", "metrics.json", "log.txt", "student"
-PREDICTIONS_FILE = "predictions.json"
+PREDICTIONS_FILE, MARKER_FILE = "predictions.json", "kdplug_run.json"
+#: everything a run writes at the top of its directory; nothing else is ever removed from it
+RUN_ENTRIES = (MARKER_FILE, CONFIG_FILE, METRICS_FILE, LOG_FILE, PREDICTIONS_FILE, STUDENT_DIR, "checkpoints",
+               "attention.json", "attention.png", "layers_dev.safetensors")
+RUNNING, COMPLETED, FAILED, INTERRUPTED = "running", "completed", "failed", "interrupted"
+
+
+def run_status(path: Path) -> Optional[str]:
+    """The status of the run in ``path``; None when ``path`` holds no kdplug run."""
+    marker = path / MARKER_FILE
+    if marker.is_file():
+        try:
+            return json.loads(marker.read_text(encoding="utf-8")).get("status", RUNNING)
+        except (OSError, ValueError):
+            return RUNNING
+    if (path / CONFIG_FILE).is_file() or (path / METRICS_FILE).is_file():  # written before the marker existed
+        return COMPLETED if (path / METRICS_FILE).is_file() else RUNNING
+    return None
+
+
+def is_completed(path: Path) -> bool:
+    return run_status(path) == COMPLETED and (path / METRICS_FILE).is_file()
+
+
+def remove_run_entries(path: Path) -> None:
+    """Delete what a run wrote in ``path`` (and nothing else)."""
+    for name in RUN_ENTRIES:
+        entry = path / name
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        elif entry.exists() or entry.is_symlink():
+            entry.unlink()
 
 
 def default_output(config: RunConfig) -> Path:
@@ -30,28 +66,38 @@ def default_output(config: RunConfig) -> Path:
     return Path("runs") / f"{stamp}-{safe(config.task)}-{safe(config.student)}-{safe(config.projector)}"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(text, encoding="utf-8")
-    os.replace(staging, path)
-
-
 class RunDirectory:
     def __init__(self, path: Path) -> None:
         self.path = path
 
     @classmethod
     def create(cls, path: Path, *, overwrite: bool = False) -> "RunDirectory":
+        """A run directory at ``path``: new, empty, or replacing a run (never anything else)."""
         if path.exists() and not path.is_dir():
             raise UsageError(f"output {path} exists and is not a directory; choose another --output")
-        if path.is_dir() and not overwrite and ((path / CONFIG_FILE).exists() or (path / METRICS_FILE).exists()):
-            raise UsageError(
-                f"output directory {path} already holds a run; choose another --output, or pass --overwrite "
-                f"to replace it")
-        if path.is_dir() and overwrite and ((path / CONFIG_FILE).exists() or (path / METRICS_FILE).exists()):
-            shutil.rmtree(path)  # stale checkpoints must not leak into the new run
+        if path.is_dir():
+            status = run_status(path)
+            others = sorted(entry.name for entry in path.iterdir() if entry.name not in RUN_ENTRIES)
+            if status is None and others:
+                raise UsageError(
+                    f"output directory {path} holds files kdplug did not write (e.g. {others[0]}); kdplug writes "
+                    f"only into a new or empty directory, or one holding an earlier run: choose another --output")
+            if status in (RUNNING, COMPLETED, INTERRUPTED) and not overwrite:
+                hint = (f"continue it with 'kdplug run --resume {path}', " if status != COMPLETED else "")
+                raise UsageError(f"output directory {path} already holds a run ({status}); {hint}choose another "
+                                 f"--output, or pass --overwrite to replace it")
+            if status is not None:  # a failed run, or --overwrite: only the run's own entries go
+                remove_run_entries(path)
         path.mkdir(parents=True, exist_ok=True)
-        return cls(path)
+        run_dir = cls(path)
+        run_dir.set_status(RUNNING)
+        return run_dir
+
+    def set_status(self, status: str, **details: Any) -> None:
+        from .. import __version__
+
+        record = {"kdplug": __version__, "status": status, "updated": time.strftime("%Y-%m-%d %H:%M:%S"), **details}
+        write_atomic(self.path / MARKER_FILE, json.dumps(record, indent=1))
 
     def write_config(self, config: RunConfig) -> None:
         write_atomic(self.path / CONFIG_FILE, dump_yaml(config))

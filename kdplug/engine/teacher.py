@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import torch
 
 from .. import find_layer_extractor
+from ..storage import atomic_directory, complete_copy, move_aside, verify
 from ..types import LayerSpec, Task, Teacher, num_outputs
 from . import cache as cache_module
-from . import fingerprint
+from . import faults
+from .. import fingerprint
 from .data import EncodedSplit
 from .objective import DistillationModule, WeightedObjective, model_forward
 from .trainer import Trainer, inference_autocast
@@ -31,15 +31,45 @@ log = logging.getLogger(__name__)
 FINETUNED_MARKER = "kdplug_finetuned.json"
 
 
-def finetune_key(teacher: Teacher, task: Task, train: EncodedSplit, settings: dict[str, Any]) -> str:
+def finetune_key(teacher: Teacher, task: Task, train: EncodedSplit, dev: dict[str, EncodedSplit],
+                 settings: dict[str, Any]) -> str:
+    """What a fine-tuned teacher depends on: base weights, tokenizer, training data, the dev data
+    its best epoch is chosen on, and the settings."""
     return fingerprint.of_values(
         "teacher-finetune", fingerprint.of_module(teacher.model), fingerprint.of_tokenizer(teacher.tokenizer),
-        task.name, fingerprint.of_token_ids(train.input_ids), fingerprint.of_values(train.labels), settings)
+        task.name, fingerprint.of_token_ids(train.input_ids), fingerprint.of_values(train.labels),
+        {name: [fingerprint.of_token_ids(split.input_ids), fingerprint.of_values(split.labels)]
+         for name, split in dev.items()}, settings)
+
+
+def teacher_store(root: Path) -> Path:
+    return root / "teachers"
 
 
 def stored_teacher_dir(root: Path, key: str) -> Optional[Path]:
-    directory = root / "teachers" / key
-    return directory if (directory / FINETUNED_MARKER).is_file() else None
+    """The stored fine-tuned teacher for ``key``, if there is an intact one.
+
+    A damaged copy (a file missing or failing its checksum) is reported, moved aside and
+    treated as absent, so the caller fine-tunes again instead of failing in every later run.
+    """
+    directory = complete_copy(teacher_store(root) / key, lambda path: (path / FINETUNED_MARKER).is_file())
+    if directory is None:
+        return None
+    problems = verify(directory)
+    if problems:
+        moved = move_aside(directory)
+        log.warning("the stored fine-tuned teacher %s is damaged (%s); moved it to %s and fine-tuning the "
+                    "teacher again", directory, "; ".join(problems), moved)
+        return None
+    return directory
+
+
+def stored_summary(directory: Path) -> dict[str, Any]:
+    """What the stored teacher's fine-tuning recorded (history, best epoch, dev metrics)."""
+    try:
+        return json.loads((directory / FINETUNED_MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def finetune(teacher: Teacher, trainer: Trainer, task: Task, train: EncodedSplit, dev: dict[str, EncodedSplit], *,
@@ -54,20 +84,18 @@ def finetune(teacher: Teacher, trainer: Trainer, task: Task, train: EncodedSplit
 
 
 def store(teacher: Teacher, root: Path, key: str, summary: dict[str, Any]) -> Path:
-    """Save a fine-tuned teacher atomically under ``root/teachers/key``."""
+    """Save a fine-tuned teacher atomically, with checksums, under ``root/teachers/key``."""
     if teacher.save_pretrained is None:
         raise RuntimeError("this teacher has no save_pretrained; it cannot be stored for reuse")
-    target = root / "teachers" / key
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=target.parent))
-    try:
+    target = teacher_store(root) / key
+    with atomic_directory(target, f"the fine-tuned teacher {target}") as staging:
+        faults.fire_at("teacher-store")
         teacher.save_pretrained(str(staging))
-        (staging / FINETUNED_MARKER).write_text(json.dumps({"source": teacher.source, **summary}, indent=1, default=str))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        marker_path = staging / FINETUNED_MARKER
+        marker = json.loads(marker_path.read_text()) if marker_path.is_file() else {}
+        marker.update({"source": teacher.source, "pretrained": teacher.pretrained or teacher.source,
+                       "created": time.strftime("%Y-%m-%d %H:%M:%S"), **summary})
+        marker_path.write_text(json.dumps(marker, indent=1, default=str))
     return target
 
 

@@ -26,7 +26,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from ..errors import KdplugError
 from ..types import Task
-from . import faults, interrupt
+from . import faults, health, interrupt
 from .cache import TeacherCache
 from .checkpoint import Checkpointer, Progress, restore_rng
 from .data import Collator, EncodedSplit, LengthGroupedBatchSampler
@@ -47,10 +47,14 @@ class StageResult:
     best_epoch: int = 0
     dev: dict[str, dict[str, float]] = field(default_factory=dict)
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        return {"best_epoch": self.best_epoch, "dev": self.dev, "history": self.history,
-                "seconds": round(self.seconds, 2)}
+        summary = {"best_epoch": self.best_epoch, "dev": self.dev, "history": self.history,
+                   "seconds": round(self.seconds, 2)}
+        if self.warnings:
+            summary["warnings"] = self.warnings
+        return summary
 
 
 def process_state() -> PartialState:
@@ -188,7 +192,7 @@ class Trainer:
             module.load_state_dict(saved[1])
             progress = saved[0]
             return StageResult(name, progress.history, progress.best_epoch, progress.best_dev,
-                               time.perf_counter() - started)
+                               time.perf_counter() - started, progress.warnings)
         # a stage's randomness depends on the seed and its name only, so a resumed run that
         # skips earlier stages draws the same dropout masks as an uninterrupted one
         set_seed(self.seed + zlib.crc32(name.encode()) % 100_000)
@@ -248,13 +252,20 @@ class Trainer:
                         raise RunInterrupted(f"stopped by signal {interrupt.requested()} in stage {name!r} at epoch "
                                              f"{epoch}, step {step}; checkpoint written to {path}. Continue with "
                                              f"'kdplug run --resume <run dir>'.", interrupt.requested())
-            metrics = self.evaluate(module, dev_splits)
+            predictions: dict[str, list] = {}
+            metrics = self.evaluate(module, dev_splits, predictions)
             score = self.main_score(metrics)
             record = {"epoch": epoch, "train": {k: v / max(progress.count, 1) for k, v in progress.sums.items()},
                       "dev": metrics}
             progress.history.append(record)
-            log.info("%s epoch %d/%d: train loss %.4f, dev %s", name, epoch, epochs, record["train"].get("loss", 0.0),
+            log.info("%s epoch %d/%d: train loss %.4f, %s", name, epoch, epochs, record["train"].get("loss", 0.0),
                      _format(metrics))
+            for finding in health.check_epoch(name, progress.history, epochs=epochs, lr=lr, labels=self.task.labels,
+                                              predictions=predictions.get(self.task.dev_splits[0])):
+                if finding.code not in progress.warned:
+                    progress.warned.append(finding.code)
+                    progress.warnings.append(finding.message)
+                    log.warning(finding.message)
             if self.best_checkpoint == "last" or progress.best_score is None or score > progress.best_score:
                 progress.best_score, progress.best_epoch, progress.best_dev = score, epoch, metrics
                 best_state = copy.deepcopy(unwrapped.state_dict())
@@ -265,7 +276,8 @@ class Trainer:
             unwrapped.load_state_dict(best_state)
         save(complete=True)
         self.accelerator.free_memory()
-        return StageResult(name, progress.history, progress.best_epoch, progress.best_dev, time.perf_counter() - started)
+        return StageResult(name, progress.history, progress.best_epoch, progress.best_dev, time.perf_counter() - started,
+                           progress.warnings)
 
     def _step(self, module, batch, teacher_cache, optimizer, scheduler, name, epoch, step, checkpoints) -> dict[str, float]:
         teacher = {}
@@ -292,4 +304,4 @@ class Trainer:
 
 
 def _format(metrics: dict[str, dict[str, float]]) -> str:
-    return "; ".join(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in values.items()) for split, values in metrics.items())
+    return ", ".join(f"{split} {k} {v:.4f}" for split, values in metrics.items() for k, v in values.items())

@@ -89,12 +89,31 @@ class MSELoss(nn.Module):
 
 
 class NormalizedMSELoss(nn.Module):
-    """PKD eq. 7: ‖a/‖a‖₂ − b/‖b‖₂‖²₂ per pair, summed over D (a squared distance of unit vectors)."""
+    """PKD eq. 7: ‖a/‖a‖₂ − b/‖b‖₂‖²₂ between unit vectors.
+
+    ``reduction="sum"`` (default) is the equation: summed over D and over the pairs, averaged
+    over the batch. ``"mean"`` is PKD's reference code (``F.mse_loss`` of the normalised states):
+    averaged over D, the pairs and the batch, D·P times smaller, which is why PKD's β is 10-1000.
+    """
+
+    REDUCTIONS = ("sum", "mean")
+
+    def __init__(self, reduction: str = "sum") -> None:
+        super().__init__()
+        if reduction not in self.REDUCTIONS:
+            raise UsageError(f"loss 'normalized-mse': reduction must be 'sum' (PKD eq. 7) or 'mean' (PKD's code), "
+                             f"got {reduction!r}")
+        self.reduction = reduction
 
     def forward(self, student: Tensor, target: Tensor, weights: Optional[Tensor] = None) -> Tensor:
         student, target, weights = _as_pairs(student, target, weights, "normalized-mse")
-        diff = F.normalize(student, dim=-1) - F.normalize(target, dim=-1)  # (B, P, D)
-        return _reduce(diff.pow(2).sum(dim=-1), weights)
+        squared = (F.normalize(student, dim=-1) - F.normalize(target, dim=-1)).pow(2)  # (B, P, D)
+        if self.reduction == "mean":
+            return _reduce(squared.mean(dim=-1), weights) / squared.shape[1]
+        return _reduce(squared.sum(dim=-1), weights)
+
+    def extra_repr(self) -> str:
+        return f"reduction={self.reduction!r}"
 
 
 class KLLoss(nn.Module):

@@ -10,6 +10,11 @@ teacher and m student layers, the default maps are
 and ``layer_map`` sets A by hand, e.g. ``[1, 5, 9]`` for ALP-KD's 12→4 PKD and ``[1]``, ``[6]`` or
 ``[12]`` for its 12→2 table. Where the widths differ, a learned Linear per matched layer maps the
 student vector to the teacher's width before normalisation (PKD itself skips that case).
+
+PKD's objective (eq. 8) is (1−α)·CE + α·L_DS + β·L_PT, three independent weights: in kdplug
+``ce_weight`` = 1−α, ``eta`` = α, ``lam`` = β. PKD's code averages L_PT over the hidden dimension
+and the layers (``loss_reduction="mean"``), which is what its β ∈ {10, 100, 500, 1000} weighs;
+the default ``"sum"`` is eq. 7 as written, which ALP-KD's PKD rows weigh with λ ≤ 0.7.
 """
 
 from __future__ import annotations
@@ -36,8 +41,13 @@ class PKDSkip(nn.Module):
     # λ = 0.7 (5 of 8), τ = 5 (5 of 8); SST-2 uses exactly these.
     default_weights = {"eta": 0.2, "lam": 0.7, "temperature": 5.0}
 
-    def __init__(self, request: ProjectionRequest, *, layer_map: Optional[Sequence[int]] = None) -> None:
+    def __init__(self, request: ProjectionRequest, *, layer_map: Optional[Sequence[int]] = None,
+                 loss_reduction: str = "sum") -> None:
         super().__init__()
+        if loss_reduction not in ("sum", "mean"):
+            raise UsageError(f"projector {self.name!r}: loss_reduction must be 'sum' (PKD eq. 7, the default) or "
+                             f"'mean' (PKD's reference code, for its beta of 10-1000), got {loss_reduction!r}")
+        self.ild_loss_options = {"reduction": loss_reduction}
         students = intermediate_student_layers(request, self.name)
         self.n, self.m = len(request.teacher_layers), len(request.student_layers)
         if layer_map is None:
@@ -63,7 +73,7 @@ class PKDSkip(nn.Module):
         return ProjectedPairs(student, teacher, attention=attention.expand(teacher.shape[0], -1, -1))  # (B, m-1, n)
 
     def extra_repr(self) -> str:
-        return f"layer_map={list(self.layer_map)}"
+        return f"layer_map={list(self.layer_map)}, loss_reduction={self.ild_loss_options['reduction']!r}"
 
 
 class PKDLast(PKDSkip):

@@ -18,9 +18,15 @@ CE on them); the student's output layer is its own classifier, f_m^s = σ(z_s). 
 the student [that] determines how much we should attend to each pseudo TA"), so the gradient also
 flows through the attention; the teacher side is detached.
 
-Regression tasks (one output): f is the raw scalar prediction (no softmax), λ_ij =
-softmax_i(f_i^t·f_j^s / τ_att) of the products of the two predictions, and MSE replaces KL, as for
-the logit KD.
+Regression tasks (one output; the paper is silent): f is the raw scalar prediction (no softmax) and
+MSE replaces KL, as for the logit KD. A dot product of two scalars would always put the weight on
+the largest teacher prediction, whatever the student says, so the attention is on closeness:
+λ_ij = softmax_i(−(f_i^t − f_j^s)² / τ_att), the heads nearest the student's prediction get the
+weight (METHODS.md).
+
+Training is two-stage (§4.2): stage 1 is β·KD + (1−β)·L_Univ with no CE, stage 2 CE only. That
+is these projectors' ``default_recipe``: a run that names no recipe gets ``two-stage``, since a
+single stage of their default weights would never see a gold label.
 """
 
 from __future__ import annotations
@@ -43,8 +49,9 @@ class UniversalIL(nn.Module):
     ild_loss = "kl"
     needs_teacher_heads = True
     # Stage 1 of the paper: L = β·L_KD + (1−β)·L_Univ with no CE, β = 0.5 (Table 7: 5 of 8 tasks;
-    # Table 8: all; Table 9: 5 of 8), τ = 1 for all runs.
+    # Table 8: all; Table 9: 5 of 8), τ = 1 for all runs; stage 2 is CE only.
     default_weights = {"eta": 0.5, "lam": 0.5, "temperature": 1.0}
+    default_recipe = "two-stage"
 
     def __init__(self, request: ProjectionRequest, *, attention_temperature: float = 1.0) -> None:
         super().__init__()
@@ -81,8 +88,12 @@ class UniversalIL(nn.Module):
         return self.outputs_of(torch.stack(logits, dim=1))  # (B, m-1, C)
 
     def attention(self, teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
-        """λ as ``(B, P, n)``: row j holds λ_1j..λ_nj (eq. 4)."""
-        return (student @ teacher.transpose(1, 2) / self.tau).softmax(dim=-1)
+        """λ as ``(B, P, n)``: row j holds λ_1j..λ_nj (eq. 4; closeness for regression)."""
+        if self.is_regression:  # (B, P, 1) - (B, 1, n) -> (B, P, n) squared distances
+            scores = -(student - teacher.transpose(1, 2)).pow(2)
+        else:
+            scores = student @ teacher.transpose(1, 2)  # (B, P, C) @ (B, C, n) -> (B, P, n)
+        return (scores / self.tau).softmax(dim=-1)
 
     def forward(self, inputs: DistillInputs) -> ProjectedPairs:
         teacher = self.teacher_outputs(inputs)  # (B, n, C)

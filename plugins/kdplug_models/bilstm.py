@@ -73,7 +73,7 @@ def _require_right_padding(attention_mask: torch.Tensor) -> None:
                                 "padding); set tokenizer.padding_side = 'right'")
 
 
-def bilstm_student(task: Task, teacher: Teacher, *, embedding_dim: Optional[int] = None, hidden_size: int = 768,
+def bilstm_student(task: Task, teacher: Teacher, *, embedding_dim: Optional[int] = None, hidden_size: Optional[int] = None,
                    num_layers: int = 3, bidirectional: bool = True, dropout: float = 0.1,
                    attention_dim: Optional[int] = None, tokenizer: Any = "teacher",
                    init_embeddings_from_teacher: bool = False, source: Optional[str] = None,

@@ -59,7 +59,7 @@ class GatedCNNClassifier(PooledEncoderClassifier):
                            for index in range(num_layers))
 
 
-def gated_cnn_student(task: Task, teacher: Teacher, *, embedding_dim: Optional[int] = None, hidden_size: int = 768,
+def gated_cnn_student(task: Task, teacher: Teacher, *, embedding_dim: Optional[int] = None, hidden_size: Optional[int] = None,
                       num_layers: int = 4, kernel_size: int = 3, dropout: float = 0.1,
                       attention_dim: Optional[int] = None, tokenizer: Any = "teacher",
                       init_embeddings_from_teacher: bool = False, source: Optional[str] = None,

@@ -5,8 +5,11 @@ A hub id is first looked up in the local cache only; the hub is contacted only w
 reachable, so an offline machine gets an :class:`~kdplug.errors.OfflineError` at once rather than
 the ~25 s of retries ``transformers`` spends on a dead network.
 
-BERT-k students follow PKD (Sun et al. 2019, Sec. 4.1): the teacher's block with k layers,
-initialised from the teacher's embeddings and its first k layers.
+BERT-k students follow PKD (Sun et al. 2019, Sec. 4.2): the teacher's block with k layers,
+initialised from the embeddings and the first k layers of the *pre-trained* model the teacher was
+fine-tuned from ("the first k layers of parameters from pre-trained BERT-Base"). The option
+``init=teacher`` copies the fine-tuned teacher's instead (TinyBERT and DistilBERT's habit), and
+``init=DIR`` any checkpoint of the same architecture.
 """
 
 from __future__ import annotations
@@ -186,7 +189,12 @@ def hf_teacher(task: Task, source: Optional[str] = None, num_labels: Optional[in
         logger.warning("%s has no classification head with %d outputs: it will be fine-tuned on %r first",
                        source, model.config.num_labels, task.name)
 
-    teacher = Teacher(model=model, tokenizer=tokenizer, source=source, finetuned=claimed and head_fits)
+    finetuned_already = claimed and head_fits
+    # where the pre-trained weights are: the source itself, unless it is already fine-tuned, when
+    # only a kdplug-written marker knows
+    pretrained = (marker or {}).get("pretrained") or (marker or {}).get("base") if finetuned_already else source
+    teacher = Teacher(model=model, tokenizer=tokenizer, source=source, finetuned=finetuned_already,
+                      pretrained=pretrained)
 
     def save_pretrained(directory: str, finetuned: bool = True) -> None:
         """Write the teacher's current model and tokenizer (safetensors); with ``finetuned`` (the
@@ -195,7 +203,8 @@ def hf_teacher(task: Task, source: Optional[str] = None, num_labels: Optional[in
         teacher.model.save_pretrained(directory)
         teacher.tokenizer.save_pretrained(directory)
         if finetuned:
-            marker = {"task": task.name, "num_labels": teacher.model.config.num_labels, "base": source}
+            marker = {"task": task.name, "num_labels": teacher.model.config.num_labels,
+                      "pretrained": teacher.pretrained or source}
             with open(os.path.join(directory, FINETUNED_MARKER), "w") as handle:
                 json.dump(marker, handle, indent=2)
 
@@ -224,6 +233,9 @@ def minilm_teacher(task: Task, **options: Any) -> Teacher:
 # --------------------------------------------------------------------------------------------
 
 
+INIT_PRETRAINED, INIT_TEACHER = "pretrained", "teacher"
+
+
 def _hf_teacher_model(teacher: Teacher, student: str):
     from transformers import PreTrainedModel
 
@@ -233,22 +245,45 @@ def _hf_teacher_model(teacher: Teacher, student: str):
     return teacher.model
 
 
-def truncated_copy(teacher: Teacher, task: Task, layers: int, *, student: str, copy_classifier: bool = False,
-                   **config_overrides: Any):
-    """The teacher's architecture with ``layers`` layers, holding the teacher's embeddings and
-    first ``layers`` layers (and pooler); the classifier is new unless ``copy_classifier``."""
+def _initial_weights(teacher: Teacher, task: Task, *, student: str, init: str, source: Optional[str]):
+    """The model whose embeddings and first layers a truncated student copies, and where it came from."""
+    model = _hf_teacher_model(teacher, student)
+    if init == INIT_TEACHER:
+        return model, {"init": INIT_TEACHER, "from": teacher.source}
+    if init == INIT_PRETRAINED:
+        checkpoint = source or teacher.pretrained
+        if checkpoint is None:
+            raise UsageError(
+                f"student {student!r} starts from the pre-trained checkpoint the teacher was fine-tuned from (PKD "
+                f"Sec. 4.2), but the teacher {teacher.source} was passed already fine-tuned and does not say which. "
+                f"Name it with --set student_options.source=DIR_OR_HUB_ID (e.g. bert-base-uncased), or start from "
+                f"the fine-tuned teacher's own layers with --set student_options.init=teacher")
+    else:
+        checkpoint = init
+    checkpoint = os.path.expanduser(str(checkpoint))
+    initial, _, _ = _load_classifier(checkpoint, task, what="student")
+    for attribute in ("model_type", "hidden_size", "num_attention_heads", "intermediate_size"):
+        mine, theirs = getattr(model.config, attribute, None), getattr(initial.config, attribute, None)
+        if mine != theirs:
+            raise UsageError(f"student {student!r}: the checkpoint {checkpoint} has {attribute}={theirs!r} but the "
+                             f"teacher has {mine!r}; initialise from a checkpoint of the teacher's architecture")
+    return initial, {"init": INIT_PRETRAINED if init == INIT_PRETRAINED else "checkpoint", "from": checkpoint}
+
+
+def truncated_copy(teacher: Teacher, task: Task, layers: int, *, student: str, init: str = INIT_PRETRAINED,
+                   source: Optional[str] = None, copy_classifier: bool = False, **config_overrides: Any):
+    """The teacher's architecture with ``layers`` layers, holding the embeddings and first ``layers``
+    layers (and pooler) of the model named by ``init`` (see the module docstring); the classifier
+    is new unless ``copy_classifier`` (which copies the fine-tuned teacher's)."""
     from transformers import AutoModelForSequenceClassification
 
-    source = _hf_teacher_model(teacher, student)
-    total = source.config.num_hidden_layers
+    teacher_model = _hf_teacher_model(teacher, student)
+    total = teacher_model.config.num_hidden_layers
     if not 1 <= layers <= total:
         raise UsageError(f"student {student!r} takes the teacher's first {layers} layers, but the teacher "
                          f"({teacher.source}) has {total}; ask for 1 to {total} layers")
-    config = source.config.__class__.from_dict(source.config.to_dict())
-    unknown = sorted(key for key in config_overrides if not hasattr(config, key))
-    if unknown:
-        raise UsageError(f"unknown student option(s) {', '.join(unknown)} for {student!r}: options are "
-                         f"copy_classifier or attributes of the teacher's {type(config).__name__}")
+    check_truncated_options(teacher_model.config, student, config_overrides)
+    config = teacher_model.config.__class__.from_dict(teacher_model.config.to_dict())
     config.update(config_overrides)
     config.num_hidden_layers = layers
     config.num_labels = num_outputs(task)
@@ -256,46 +291,81 @@ def truncated_copy(teacher: Teacher, task: Task, layers: int, *, student: str, c
     config.problem_type = "regression" if task.is_regression else "single_label_classification"
     model = AutoModelForSequenceClassification.from_config(config)
 
-    prefix = source.base_model_prefix + "."
-    teacher_state = source.state_dict()
+    initial, provenance = _initial_weights(teacher, task, student=student, init=init, source=source)
+    prefix = teacher_model.base_model_prefix + "."
     copied = {}
-    for name, tensor in model.state_dict().items():
-        if not (name.startswith(prefix) or copy_classifier):
-            continue  # the task head: trained from scratch on this student's features
-        if name in teacher_state and teacher_state[name].shape == tensor.shape:
-            copied[name] = teacher_state[name]
-    # Layer i of the student has the same parameter names as layer i of the teacher, so the
-    # names present in the student are exactly the embeddings, layers 0..k-1 (and the pooler).
+    for state, wanted in ((initial.state_dict(), lambda name: name.startswith(prefix)),
+                          (teacher_model.state_dict(), lambda name: copy_classifier and not name.startswith(prefix))):
+        for name, tensor in model.state_dict().items():
+            if wanted(name) and name in state and state[name].shape == tensor.shape:
+                copied[name] = state[name]
+    # Layer i of the student has the same parameter names as layer i of the source, so the names
+    # present in the student are exactly the embeddings, layers 0..k-1 (and the pooler).
     model.load_state_dict(copied, strict=False)
     missing = [name for name in model.state_dict() if name.startswith(prefix) and name not in copied]
     if missing:
-        raise UsageError(f"student {student!r} could not copy {len(missing)} tensor(s) from the teacher, "
+        raise UsageError(f"student {student!r} could not copy {len(missing)} tensor(s) from {provenance['from']}, "
                          f"e.g. {missing[0]}")
+    model.kdplug_init = {**provenance, "layers": list(range(1, layers + 1))}
     return model
 
 
-def bert_k_student(task: Task, teacher: Teacher, layers: int, *, copy_classifier: bool = False,
-                   **config_overrides: Any):
-    """BERT-k (PKD): the teacher's block with ``layers`` layers, initialised from its first ones."""
-    return truncated_copy(teacher, task, layers, student=f"bert-{layers}", copy_classifier=copy_classifier,
-                          **config_overrides)
+TRUNCATED_OPTIONS = ("init", "source", "copy_classifier")
+
+
+def check_truncated_options(config: Any, student: str, options: dict[str, Any]) -> None:
+    unknown = sorted(key for key in options if not hasattr(config, key))
+    if unknown:
+        raise UsageError(f"unknown student option(s) {', '.join(unknown)} for {student!r}: options are "
+                         f"{', '.join(TRUNCATED_OPTIONS)} or attributes of the teacher's {type(config).__name__}")
+
+
+def _check_init(init: Any, student: str) -> None:
+    if not isinstance(init, str) or not init:
+        raise UsageError(f"student {student!r}: init must be {INIT_PRETRAINED!r}, {INIT_TEACHER!r} or a checkpoint "
+                         f"directory, got {init!r}")
+
+
+def bert_k_student(task: Task, teacher: Teacher, layers: int, *, init: str = INIT_PRETRAINED,
+                   source: Optional[str] = None, copy_classifier: bool = False, **config_overrides: Any):
+    """BERT-k (PKD): the teacher's block with ``layers`` layers, from the pre-trained model's first ones.
+
+    ``init``: ``pretrained`` (the checkpoint the teacher was fine-tuned from; ``source`` names it
+    when the teacher came already fine-tuned), ``teacher`` (the fine-tuned teacher's layers) or a
+    checkpoint directory.
+    """
+    _check_init(init, f"bert-{layers}")
+    return truncated_copy(teacher, task, layers, student=f"bert-{layers}", init=init, source=source,
+                          copy_classifier=copy_classifier, **config_overrides)
+
+
+def check_bert_k_options(task: Task, teacher: Teacher, layers: int, *, init: str = INIT_PRETRAINED,
+                         source: Optional[str] = None, copy_classifier: bool = False, **config_overrides: Any) -> None:
+    """What ``bert_k_student`` would reject in its options, checked before any work."""
+    _check_init(init, f"bert-{layers}")
+    check_truncated_options(_hf_teacher_model(teacher, f"bert-{layers}").config, f"bert-{layers}", config_overrides)
+
+
+bert_k_student.check_options = check_bert_k_options
 
 
 def distilroberta_student(task: Task, teacher: Teacher, *, source: str = "distilroberta-base",
-                          from_teacher: bool = False, layers: int = 6, trust_remote_code: bool = False,
-                          **config_overrides: Any):
-    """DistilRoBERTa: a pretrained checkpoint (``source``), or with ``from_teacher`` the first
-    ``layers`` (6) layers of a RoBERTa teacher."""
+                          from_teacher: bool = False, init: str = INIT_PRETRAINED, layers: int = 6,
+                          trust_remote_code: bool = False, **config_overrides: Any):
+    """DistilRoBERTa: a pretrained checkpoint (``source``), or with ``from_teacher`` the RoBERTa
+    teacher's architecture with ``layers`` (6) layers, initialised as ``init`` says (see bert-k)."""
     if from_teacher:
         model_type = _hf_teacher_model(teacher, "distilroberta").config.model_type
         if "roberta" not in model_type:
             raise UsageError(f"student 'distilroberta' with from_teacher=True copies a RoBERTa teacher, but the "
                              f"teacher is a {model_type} model; use bert-{layers} for it")
-        return truncated_copy(teacher, task, layers, student="distilroberta", **config_overrides)
+        _check_init(init, "distilroberta")
+        return truncated_copy(teacher, task, layers, student="distilroberta", init=init, **config_overrides)
     model, tokenizer, _ = _load_classifier(os.path.expanduser(source), task, what="student",
                                            trust_remote_code=trust_remote_code, **config_overrides)
     if teacher.tokenizer is None or teacher.tokenizer.get_vocab() != tokenizer.get_vocab():
         model.tokenizer = tokenizer  # it reads text its own way (see the student hook)
+    model.kdplug_init = {"init": "checkpoint", "from": source}
     return model
 
 
@@ -344,7 +414,8 @@ def kdplug_register_teachers(register):
 @kdplug.hookimpl
 def kdplug_register_students(register):
     register("bert-{layers}", bert_k_student,
-             description="the teacher's block with k layers, from its embeddings and first k layers (PKD)")
+             description="the teacher's block with k layers, from the pre-trained model's embeddings and first k "
+                         "layers (PKD); option init=pretrained|teacher|DIR")
     register("distilroberta", distilroberta_student,
              description="DistilRoBERTa (option source, default distilroberta-base; or from_teacher=True)")
 

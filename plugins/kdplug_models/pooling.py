@@ -22,10 +22,24 @@ from kdplug.types import LayerSpec
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 
-#: The papers give no embedding size. 384 (half the hidden size) puts both students at the
-#: "similar capacity of around 25M trainable parameters" of Universal-KD Sec. 5.3 with BERT's
-#: 30,522-word vocabulary: 23.0M (BiLSTM) and 26.5M (Gated-CNN); 300 would give 20.1M and 23.5M.
+#: The papers give no embedding size. Half the hidden size (384 for the papers' 768) puts both
+#: students at the "similar capacity of around 25M trainable parameters" of Universal-KD Sec. 5.3
+#: with BERT's 30,522-word vocabulary: 23.0M (BiLSTM) and 26.5M (Gated-CNN); 300 would give
+#: 20.1M and 23.5M.
 DEFAULT_EMBEDDING_DIM = 384
+#: used when the teacher's width cannot be read
+PAPER_HIDDEN_SIZE = 768
+
+
+def teacher_width(teacher: Any) -> int:
+    """The width of the teacher's last layer: a student as wide as its teacher is the papers'
+    setting (768 under BERT-base), and scales down with a smaller teacher (384 under MiniLM)."""
+    model = getattr(teacher, "model", None)
+    try:
+        specs = kdplug.find_layer_extractor(model).layer_specs(model)
+        return specs[-1].width
+    except (kdplug.KdplugError, AttributeError, IndexError):
+        return PAPER_HIDDEN_SIZE
 
 #: values of the students' ``tokenizer`` option that name a tokenizer rather than give one
 TEACHER_TOKENIZER, SENTENCEPIECE_TOKENIZER = "teacher", "sentencepiece"
@@ -189,11 +203,14 @@ def build_pooled_student(model_class: type[PooledEncoderClassifier], task: Any, 
 
     ``source`` reloads a student its ``save_pretrained`` wrote; otherwise the vocabulary is the
     tokenizer's (``"sentencepiece"``: one trained on the task's training text, see
-    sentencepiece_tokenizer.py), and ``embedding_dim`` defaults to 384 (see docs/models.md for
-    why), or to the teacher's width when the embeddings are copied from the teacher.
+    sentencepiece_tokenizer.py). ``hidden_size`` defaults to the teacher's width (768 under BERT-base,
+    the papers' setting; 384 under MiniLM), ``embedding_dim`` to half of it, or to the teacher's
+    embedding width when the embeddings are copied from the teacher (see docs/models.md).
     """
     if source is not None:
         return model_class.from_pretrained(source)
+    if architecture.get("hidden_size") is None:
+        architecture["hidden_size"] = teacher_width(teacher)
     if isinstance(tokenizer, str) and tokenizer == SENTENCEPIECE_TOKENIZER:
         from .sentencepiece_tokenizer import task_sentencepiece_tokenizer
 
@@ -203,7 +220,7 @@ def build_pooled_student(model_class: type[PooledEncoderClassifier], task: Any, 
     if embedding_dim is None and init_embeddings_from_teacher:
         embedding_dim = teacher.model.get_input_embeddings().embedding_dim
     elif embedding_dim is None:
-        embedding_dim = DEFAULT_EMBEDDING_DIM
+        embedding_dim = architecture["hidden_size"] // 2
     model = model_class(vocab_size=vocab_size, num_outputs=kdplug.num_outputs(task), embedding_dim=embedding_dim,
                         pad_token_id=pad, **architecture)
     if init_embeddings_from_teacher:

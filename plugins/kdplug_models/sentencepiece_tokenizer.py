@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 import kdplug
-from kdplug.engine import fingerprint
-from kdplug.engine.cache import default_cache_root, file_lock
+from kdplug import fingerprint
+from kdplug.storage import default_cache_root, file_lock
 
 log = logging.getLogger("kdplug.models.sentencepiece")
 

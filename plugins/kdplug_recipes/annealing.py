@@ -27,8 +27,8 @@ import torch
 from torch import nn
 
 import kdplug
-from kdplug.engine.objective import StepState
 from kdplug.errors import ConfigError
+from kdplug.types import StepState
 
 log = logging.getLogger("kdplug.recipes.annealing")
 

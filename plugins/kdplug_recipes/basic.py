@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import logging
+
 import kdplug
+
+log = logging.getLogger("kdplug.recipes.basic")
 
 
 class Standard:
-    """One stage: L = (1-eta-lam)·CE + eta·KD + lam·ILD for ``epochs`` epochs."""
+    """One stage: L = ce·CE + eta·KD + lam·ILD (ce = 1 - eta - lam unless set) for ``epochs`` epochs."""
 
     def run(self, ctx):
         student = ctx.new_student()
         projector = ctx.new_projector(student)
-        ctx.train_stage("distill", student, projector)
+        weights = ctx.weights(projector)
+        if weights.ce == 0:
+            log.warning(
+                "the CE weight is 0 (eta %g, lam %g): this single stage never sees a gold label, so the student "
+                "learns only what the teacher's outputs say. Train in two stages (--recipe two-stage: stage 2 is CE "
+                "only), or give CE a weight (--set lam=0.2, or --set ce_weight=0.3).", weights.eta, weights.lam)
+        ctx.train_stage("distill", student, projector, weights=weights)
         return student
 
 

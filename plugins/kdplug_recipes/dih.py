@@ -4,13 +4,17 @@ A linear head on each selected teacher layer is trained with CE while the teache
 each kept at its best dev loss: the engine's teacher-head warm-up (``ctx.teacher_heads()``),
 stored by fingerprint, so later runs with the same teacher and task reuse the heads. The
 heads are cheaper "teachers" of the student: each is a shallower view of the teacher. The
-student then learns from the teacher's output and every head at once, equally weighted:
+student then learns from the teacher's output and the heads at once, equally weighted. The
+reference loss is Σ_{h ∈ {final} ∪ heads} [α·τ²·KL(σ(t_h/τ) ‖ σ(z_s/τ)) + (1 − α)·CE(y, z_s)]: CE
+counted once per head, so KD:CE stays α : (1 − α) however many heads there are. kdplug divides
+it by the number of terms (same ratio, same optimum):
 
-    L = Σ_{h ∈ {final} ∪ heads} α·τ²·KL(σ(t_h/τ) ‖ σ(z_s/τ)) + (1 − α)·CE(y, z_s)
+    L = α · mean_{h ∈ {final} ∪ heads} τ²·KL(σ(t_h/τ) ‖ σ(z_s/τ)) + (1 − α)·CE(y, z_s)
 
-with α = 0.1, τ = 5. The reference code adds CE once per head; kdplug counts it once, so α
-and 1 − α keep their meaning as in Hinton's KD whatever the number of heads. Regression tasks
-use MSE(z_s, t_h) in place of the KL (and MSE on the gold score in place of CE).
+with α = 0.1, τ = 5, and heads on three evenly spaced intermediate teacher layers (n/4, n/2,
+3n/4, rounded half up; never the last layer, whose head would duplicate the teacher's own
+output). Regression tasks use MSE(z_s, t_h) in place of the KL (and MSE on the gold score in
+place of CE).
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ import torch
 from torch import nn
 
 import kdplug
-from kdplug.engine.objective import StepState
 from kdplug.errors import ConfigError
+from kdplug.types import StepState
 
 log = logging.getLogger("kdplug.recipes.dih")
 
@@ -46,20 +50,33 @@ class DIHObjective(nn.Module):
 
     def forward(self, state: StepState) -> dict[str, torch.Tensor]:
         targets = [state.teacher_logits] + [state.teacher_head_logits[:, i] for i in self.head_positions]  # (B, C) each
-        kd = sum(self.kd_loss(state.student_logits, target) for target in targets)
-        logits = state.student_logits.squeeze(-1) if self.regression else state.student_logits  # (B, 1) -> (B,)
-        ce = self.task_loss(logits, state.labels)
-        return {"kd": kd, "ce": ce, "loss": self.alpha * kd + (1.0 - self.alpha) * ce}
+        kd = sum(self.kd_loss(state.student_logits, target) for target in targets) / len(targets)
+        terms = {"kd": kd, "loss": self.alpha * kd}
+        ce = state.labelled_loss(self.task_loss, self.regression)
+        if ce is not None:
+            terms["ce"] = ce
+            terms["loss"] = terms["loss"] + (1.0 - self.alpha) * ce
+        return terms
+
+
+def default_head_layers(n: int) -> list[int]:
+    """Teacher layers n/4, n/2 and 3n/4, rounded half up, without the last layer or repeats."""
+    layers = [int(n * fraction + 0.5) for fraction in (0.25, 0.5, 0.75)]
+    return list(dict.fromkeys(layer for layer in layers if 1 <= layer < n))
 
 
 def head_positions(specs: Sequence[kdplug.LayerSpec], layers: Optional[Sequence[int]]) -> list[int]:
     """Positions (in the teacher's matchable layers) of the heads DIH distils from.
 
-    ``layers`` holds teacher layer indices (1..n, as ``LayerSpec.index``); None means every layer.
+    ``layers`` holds teacher layer indices (1..n, as ``LayerSpec.index``); None means the default
+    three (:func:`default_head_layers`).
     """
     available = [spec.index for spec in specs]
     if layers is None:
-        return list(range(len(specs)))
+        layers = [available[position - 1] for position in default_head_layers(len(available))]
+        if not layers:
+            raise ConfigError(f"recipe 'dih': the teacher has {len(available)} matchable layer(s), too few for a head "
+                              f"below its last layer; use another recipe (rkd) or a deeper teacher")
     if isinstance(layers, int):
         layers = [layers]
     unknown = [layer for layer in layers if layer not in available]
@@ -67,7 +84,7 @@ def head_positions(specs: Sequence[kdplug.LayerSpec], layers: Optional[Sequence[
         raise ConfigError(
             f"recipe 'dih': layers={list(layers)!r} names no head of this teacher; its layers are "
             f"{available} (set e.g. --set 'recipe_options.layers=[{available[len(available) // 2]}, {available[-1]}]', "
-            f"or leave layers unset for every layer)")
+            f"or leave layers unset for n/4, n/2 and 3n/4)")
     return [available.index(layer) for layer in dict.fromkeys(layers)]
 
 
@@ -75,7 +92,7 @@ class DIH:
     """Warm up the teacher's heads (or reuse them), then one distillation stage from all of them.
 
     Options: ``alpha`` (KD weight, 0.1), ``temperature`` (τ, 5), ``layers`` (teacher layer
-    indices whose heads teach; default every layer). Epochs and learning rate are the run's;
+    indices whose heads teach; default n/4, n/2 and 3n/4). Epochs and learning rate are the run's;
     the heads' warm-up uses the run's ``head_epochs`` and ``head_lr``.
     """
 
@@ -107,5 +124,5 @@ class DIH:
 
 @kdplug.hookimpl
 def kdplug_register_recipes(register):
-    register("dih", DIH, description="DIH: CE-trained heads on teacher layers, then KD from the output and all "
-                                     "heads (Asadian & Salehi-Abari 2021)")
+    register("dih", DIH, description="DIH: CE-trained heads on teacher layers n/4, n/2, 3n/4, then KD from the "
+                                     "output and the heads (Asadian & Salehi-Abari 2021)")

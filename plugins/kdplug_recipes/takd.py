@@ -28,8 +28,8 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 import kdplug
-from kdplug.engine import fingerprint
-from kdplug.engine.cache import file_lock
+from kdplug import fingerprint
+from kdplug.storage import file_lock
 from kdplug.errors import ConfigError, UnknownComponentError, UsageError
 from kdplug.types import Teacher
 

@@ -3,13 +3,16 @@ and leaves earlier results intact."""
 
 from __future__ import annotations
 
-import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from kdplug.cli import main
-from kdplug.engine import checkpoint
 
 from ..conftest import write_sst2
 
@@ -80,25 +83,75 @@ def test_output_directory_with_another_run_is_left_intact(capsys, tmp_path, tiny
     assert (output / "metrics.json").read_text() == '{"earlier": "results"}'
 
 
-def test_full_disk_during_a_checkpoint_keeps_the_previous_one(capsys, tmp_path, tiny_bert_dir, monkeypatch):
-    real_save = checkpoint.save_file
-    calls = []
+# -- real write failures: the process's file-size limit (RLIMIT_FSIZE) set at a chosen point -----
 
-    def save_file(tensors, path, *args, **kwargs):
-        if ".distill." in str(path):
-            calls.append(path)
-            if len(calls) > 3:  # the first distill checkpoint (model, best, rng) fits, the next one does not
-                raise OSError(errno.ENOSPC, "No space left on device")
-        return real_save(tensors, path, *args, **kwargs)
 
-    monkeypatch.setattr(checkpoint, "save_file", save_file)
-    output = tmp_path / "run"
-    code, err = run(capsys, "run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(sst2_with(tmp_path)),
-                    *TINY, "--epochs", "3", "--output", str(output))
-    assert code == 1
-    assert "the disk is full" in err and "is intact" in err and "--resume" in err
-    assert (output / "checkpoints" / "distill" / "state.json").is_file()  # epoch 1's checkpoint survives
-    assert not [p for p in (output / "checkpoints").iterdir() if p.name.startswith(".")]  # no half-written one
+def kdplug_process(*argv, fault=None):
+    env = {**os.environ}
+    if fault:
+        env["KDPLUG_FAULT_AT"] = fault
+    return subprocess.run([sys.executable, "-m", "kdplug.cli", *argv], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def no_staging_left(root):
+    return not [p for p in Path(root).rglob(".staging-*")]
+
+
+def test_a_failed_checkpoint_write_keeps_the_previous_checkpoint(tmp_path, tiny_bert_dir):
+    output, data = tmp_path / "run", sst2_with(tmp_path)
+    argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), *TINY, "--epochs", "3",
+            "--output", str(output)]
+    # checkpoint writes: 1 the teacher's, 2 distill epoch 1, 3 distill epoch 2 (fails: 1,000-byte file limit)
+    failed = kdplug_process(*argv, fault="checkpoint-write:3:fsize=1000")
+    assert failed.returncode == 1, failed.stderr
+    assert "could not write the checkpoint of stage 'distill'" in failed.stderr
+    assert "size limit" in failed.stderr and "is intact" in failed.stderr and "--resume" in failed.stderr
+    state = json.loads((output / "checkpoints" / "distill" / "state.json").read_text())
+    assert state["epoch"] == 2  # epoch 1's checkpoint survives
+    assert no_staging_left(output)
+    assert json.loads((output / "metrics.json").read_text())["status"] == "failed"
+
+    resumed = kdplug_process("run", "--resume", str(output))  # nothing lost: the run finishes from there
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((output / "metrics.json").read_text())["status"] == "completed"
+
+
+def test_a_failed_teacher_cache_write_leaves_no_partial_cache(tmp_path, tiny_bert_dir):
+    output, data = tmp_path / "run", sst2_with(tmp_path)
+    argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), *TINY, "--output", str(output)]
+    failed = kdplug_process(*argv, fault="cache-write:1:fsize=2000")  # dev (1 KiB) fits, train (3 KiB) does not
+    assert failed.returncode == 1, failed.stderr
+    assert "could not write the teacher cache" in failed.stderr and "size limit" in failed.stderr
+    cache = Path(os.environ["KDPLUG_CACHE"])
+    assert no_staging_left(cache)
+    caches = [p for p in (cache / "teacher-cache").iterdir() if p.is_dir()]
+    assert len(caches) == 1 and (caches[0] / "meta.json").is_file()  # the dev cache, complete; no train cache
+    again = kdplug_process(*argv, "--overwrite")
+    assert again.returncode == 0, again.stderr
+    assert "reusing the fine-tuned teacher" in again.stdout
+
+
+def test_a_failed_teacher_store_stores_nothing(tmp_path, tiny_bert_dir):
+    output, data = tmp_path / "run", sst2_with(tmp_path)
+    failed = kdplug_process("run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), *TINY,
+                            "--output", str(output), fault="teacher-store:1:fsize=10000")
+    assert failed.returncode == 1, failed.stderr
+    assert "could not write the fine-tuned teacher" in failed.stderr and "nothing was stored" in failed.stderr
+    teachers = Path(os.environ["KDPLUG_CACHE"]) / "teachers"
+    assert no_staging_left(teachers) and not [p for p in teachers.iterdir() if p.is_dir()]
+
+
+def test_a_failed_student_save_keeps_the_trained_student_for_resume(tmp_path, tiny_bert_dir):
+    output, data = tmp_path / "run", sst2_with(tmp_path)
+    failed = kdplug_process("run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), *TINY,
+                            "--output", str(output), fault="run-results:1:fsize=1000")
+    assert failed.returncode == 1, failed.stderr
+    assert "could not write the results" in failed.stderr and "--resume" in failed.stderr
+    assert (output / "checkpoints" / "distill" / "state.json").is_file()
+    resumed = kdplug_process("run", "--resume", str(output))
+    assert resumed.returncode == 0, resumed.stderr
+    assert (output / "student" / "model.safetensors").is_file() and not (output / "checkpoints").exists()
 
 
 def test_student_whose_vocabulary_does_not_match_the_tokenizer(capsys, tmp_path, tiny_bert_dir):

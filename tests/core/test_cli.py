@@ -55,7 +55,7 @@ def test_unknown_projector_exits_2_with_the_closest_name(capsys, tmp_path):
     (["--set", "epochz=3"], "Did you mean 'epochs'"),
     (["--set", "epochs=three"], "epochs must be int"),
     (["--set", "novalue"], "--set expects KEY=VALUE"),
-    (["--set", "eta=0.8", "--set", "lam=0.5"], "eta + lam must not exceed 1"),
+    (["--set", "eta=0.8", "--set", "lam=0.5"], "eta + lam = 1.3 exceeds 1"),
 ])
 def test_bad_options_exit_2_and_say_why(capsys, tmp_path, argv, message):
     code, _, err = run_cli(capsys, "run", "--task", "sst2", *argv, "--output", str(tmp_path / "run"))

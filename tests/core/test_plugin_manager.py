@@ -29,7 +29,15 @@ import kdplug
 
 @kdplug.hookimpl
 def kdplug_register_projectors(register):
-    register("pkd-skip", lambda request, **kw: None)
+    register("rkd", lambda request, **kw: None)
+    register("dup-own-name", lambda request, **kw: None)
+'''
+RIVAL = '''
+import kdplug
+
+@kdplug.hookimpl
+def kdplug_register_projectors(register):
+    register("dup-own-name", lambda request, **kw: None)
 '''
 RAISES_IN_HOOK = '''
 import kdplug
@@ -96,11 +104,28 @@ def test_block_list_from_argument_and_environment(site, monkeypatch):
     assert "alp" in manager.registry.names("projector")
 
 
-def test_duplicate_name_across_distributions_is_an_error_naming_both(site):
+def test_a_plugin_that_reuses_a_built_in_name_is_skipped_and_the_rest_keeps_working(site):
     install(site, "kdplug-dup-test", "kdplug_dup_test", DUPLICATE)
+    manager = PluginManager()
+    registry = manager.registry  # no error: the built-in keeps its name
+    assert registry.resolve("projector", "rkd")[0].distribution == "kdplug"
+    assert "dup-own-name" in registry.names("projector")  # the plugin's other names still work
+    failure = next(f for f in manager.failures if f.name == "kdplug-dup-test")
+    assert failure.stage == "duplicate name"
+    assert "'rkd'" in failure.message() and "kdplug-dup-test" in failure.message() and "kdplug 0.1.0" in failure.message()
+
+
+def test_two_plugins_with_one_name_fail_only_the_runs_that_ask_for_it(site):
+    install(site, "kdplug-dup-test", "kdplug_dup_test", DUPLICATE)
+    install(site, "kdplug-rival-test", "kdplug_rival_test", RIVAL)
+    manager = PluginManager()
+    registry = manager.registry
+    assert "alp" in registry.names("projector")
     with pytest.raises(PluginError) as error:
-        PluginManager().registry
-    assert "kdplug-dup-test" in str(error.value) and "kdplug " in str(error.value)
+        registry.resolve("projector", "dup-own-name")
+    assert "kdplug-dup-test" in str(error.value) and "kdplug-rival-test" in str(error.value)
+    assert "--disable-plugin" in str(error.value)
+    assert {f.name for f in manager.failures if f.stage == "duplicate name"} >= {"kdplug-dup-test", "kdplug-rival-test"}
 
 
 def test_plugin_needing_a_newer_kdplug_is_skipped_with_a_clear_message(site):

@@ -33,9 +33,20 @@ def test_exact_name_wins_over_a_template():
 def test_duplicate_names_name_both_providers():
     registry = Registry()
     registry.add("projector", "alp", factory, plugin="first", distribution="dist-one", version="1.0")
+    registry.add("projector", "alp", factory, plugin="second", distribution="dist-two", version="2.0")
+    registry.add("projector", "rkd", factory, plugin="third", distribution="dist-one", version="1.0")
     with pytest.raises(PluginError) as error:
-        registry.add("projector", "alp", factory, plugin="second", distribution="dist-two", version="2.0")
+        registry.create("projector", "alp")
     assert "dist-one" in str(error.value) and "dist-two" in str(error.value)
+    assert registry.create("projector", "rkd") == factory()  # other names are unaffected
+
+
+def test_a_built_in_keeps_its_name_against_a_third_party_plugin():
+    registry = Registry()
+    registry.add("projector", "rkd", lambda: "third-party", plugin="x", distribution="kdplug-x", version="1.0")
+    registry.add("projector", "rkd", lambda: "built-in", plugin="logit-kd", distribution="kdplug", version="0.1.0")
+    assert registry.create("projector", "rkd") == "built-in"
+    assert [s.entry.distribution for s in registry.shadowed] == ["kdplug-x"]
 
 
 def test_unknown_name_lists_the_available_ones_and_the_closest():

@@ -129,11 +129,18 @@ def test_kd_averages_over_the_batch_not_over_classes():
 
 
 def test_kd_carries_tau_squared():
-    student = torch.tensor([[1.0, -0.5, 0.3]], dtype=torch.float64)
-    teacher = torch.tensor([[2.0, 0.1, -0.7]], dtype=torch.float64)
-    at_tau = kdplug.create_loss("kd", temperature=4.0)(student, teacher)
-    plain_kl = kdplug.create_loss("kd", temperature=1.0)(student / 4.0, teacher / 4.0)
-    assert at_tau.item() == pytest.approx(16.0 * plain_kl.item(), rel=1e-12)
+    # one example at tau = 4: tau^2 * KL(softmax(t/4) || softmax(s/4)), written out by hand
+    student, teacher, tau = [1.0, -0.5, 0.3], [2.0, 0.1, -0.7], 4.0
+    p_t = [math.exp(v / tau) for v in teacher]
+    p_t = [v / sum(p_t) for v in p_t]
+    p_s = [math.exp(v / tau) for v in student]
+    p_s = [v / sum(p_s) for v in p_s]
+    expected = 16.0 * sum(a * math.log(a / b) for a, b in zip(p_t, p_s))
+    got = kdplug.create_loss("kd", temperature=tau)(torch.tensor([student], dtype=torch.float64),
+                                                   torch.tensor([teacher], dtype=torch.float64))
+    assert got.item() == pytest.approx(expected, rel=1e-12)
+    # without the tau^2 factor the value would be 16 times smaller
+    assert got.item() > 10 * sum(a * math.log(a / b) for a, b in zip(p_t, p_s))
 
 
 @pytest.mark.parametrize("temperature", [0, -1.0, "hot"])
@@ -182,6 +189,28 @@ def test_normalized_mse_matches_pkd_eq7(weights):
 
     got = kdplug.create_loss("normalized-mse")(tensor(PAIR_S), tensor(PAIR_T), None if weights is None else tensor(weights))
     assert got.item() == pytest.approx(pair_reference(term, weights), rel=1e-12)
+
+
+@pytest.mark.parametrize("weights", [None, PAIR_W])
+def test_normalized_mse_mean_reduction_is_pkds_code(weights):
+    # PKD's patience_loss: F.mse_loss of the normalised states, a mean over batch, layers and D
+    def term(s, t):
+        ns, nt = math.sqrt(sum(x * x for x in s)), math.sqrt(sum(x * x for x in t))
+        return sum((a / ns - b / nt) ** 2 for a, b in zip(s, t)) / len(s)
+
+    got = kdplug.create_loss("normalized-mse", reduction="mean")(
+        tensor(PAIR_S), tensor(PAIR_T), None if weights is None else tensor(weights))
+    assert got.item() == pytest.approx(pair_reference(term, weights) / 2, rel=1e-12)  # 2 pairs averaged
+    with pytest.raises(UsageError, match="reduction"):
+        kdplug.create_loss("normalized-mse", reduction="max")
+
+
+def test_pkd_loss_reduction_option_reaches_its_loss():
+    request = request_for(3, 2, 3, 2)
+    assert kdplug.create_projector("pkd-skip", request).ild_loss_options == {"reduction": "sum"}
+    assert kdplug.create_projector("pkd-skip", request, loss_reduction="mean").ild_loss_options == {"reduction": "mean"}
+    with pytest.raises(UsageError, match="loss_reduction"):
+        kdplug.create_projector("pkd-skip", request, loss_reduction="avg")
 
 
 def test_normalized_mse_ignores_the_scale_of_either_side():
@@ -386,29 +415,40 @@ def test_attention_is_computed_from_the_student_and_not_detached(name):
     assert any(a is not None and not torch.allclose(a, b) for a, b in zip(live, frozen))
 
 
+def test_alp_key_query_value_with_identity_maps_is_scaled_dot_product_attention():
+    # W^Q = W^K = W^V = W^O = I: C^j = sum_k softmax_k(h_s . h_t^k / sqrt(d)) h_t^k, from the equations alone
+    request = request_for(3, 2, 3, 2)
+    projector = kdplug.create_projector("alp-kqv1", request).double()
+    with torch.no_grad():
+        for layer in (projector.query, projector.key, projector.value, projector.output):
+            layer.weight.copy_(torch.eye(2, dtype=torch.float64))
+    expected = 0.0
+    for b in range(2):
+        keys = [np.array(TEACHER[k][b]) for k in range(3)]
+        for j in range(2):
+            s = np.array(STUDENT[j][b])
+            alpha = np_softmax([s @ key / math.sqrt(2) for key in keys])
+            c = sum(a * key for a, key in zip(alpha, keys))
+            expected += np.mean((s - c) ** 2) / 2
+    assert ild_value(projector, literal_inputs(TEACHER, STUDENT)).item() == pytest.approx(expected, rel=1e-12)
+
+
 @pytest.mark.parametrize("name, heads", [("alp-kqv1", 1), ("alp-kqv4", 4), ("alp-kqv1", 2)])
-def test_alp_key_query_value_matches_multi_head_attention(name, heads):
+def test_alp_key_query_value_matches_pytorchs_multi_head_attention(name, heads):
+    # the reference is PyTorch's own multi-head attention (Vaswani et al.) given the same four maps
     width, n = 4, 3
     request = request_for(n, width, 3, width)
     torch.manual_seed(1)
     projector = kdplug.create_projector(name, request, heads=heads).double()
     inputs = make_inputs(request, batch=2, dtype=torch.float64)
-    wq, wk, wv, wo = (as_np(layer.weight) for layer in (projector.query, projector.key, projector.value, projector.output))
-    d = width // heads
-    expected = 0.0
-    for b in range(2):
-        keys = [as_np(h[b]) for h in inputs.teacher_layers]
-        for j in range(2):
-            s = as_np(inputs.student_layers[j][b])
-            q = wq @ s
-            heads_out = []
-            for h in range(heads):
-                part = slice(h * d, (h + 1) * d)
-                alpha = np_softmax([q[part] @ (wk @ key)[part] / math.sqrt(d) for key in keys])
-                heads_out.append(sum(a * (wv @ key)[part] for a, key in zip(alpha, keys)))
-            c = wo @ np.concatenate(heads_out)
-            expected += np.mean((s - c) ** 2) / 2
-    assert ild_value(projector, inputs).item() == pytest.approx(expected, rel=1e-10)
+    keys = torch.stack([h.detach() for h in inputs.teacher_layers], dim=0)  # (n, B, D): (source, batch, width)
+    queries = torch.stack([h.detach() for h in inputs.student_layers[:-1]], dim=0)  # (m-1, B, D)
+    in_proj = torch.cat([projector.query.weight, projector.key.weight, projector.value.weight]).detach()
+    combined, _ = torch.nn.functional.multi_head_attention_forward(
+        queries, keys, keys, width, heads, in_proj, None, None, None, False, 0.0,
+        projector.output.weight.detach(), None, training=False, need_weights=False)
+    expected = ((queries - combined) ** 2).mean(dim=-1).mean(dim=1).sum()  # MSE per pair, batch mean, pair sum
+    assert ild_value(projector, inputs).item() == pytest.approx(expected.item(), rel=1e-10)
 
 
 def test_alp_key_query_value_rejects_heads_that_do_not_divide_the_width():
@@ -480,6 +520,18 @@ def test_universal_attention_temperature_divides_the_scores():
         kdplug.create_projector("universal-cg", request_for(3, 2, 3, 2), attention_temperature="sqrt-d")
 
 
+def test_universal_regression_attends_to_the_nearest_teacher_head():
+    # METHODS.md: lambda_i = softmax_i(-(f_i^t - f^s)^2 / tau_att); heads 2.0, 3.0, 4.5, student 3.0
+    projector = kdplug.create_projector("universal-cg", request_for(3, 2, 3, 2, outputs=1, regression=True))
+    inputs = literal_inputs(TEACHER, STUDENT, teacher_heads=[[[2.0], [3.0], [4.5]]] * 2,
+                            student_logits=[[3.0], [3.0]])
+    scores = [-(2.0 - 3.0) ** 2, 0.0, -(4.5 - 3.0) ** 2]
+    expected = [math.exp(v) / sum(math.exp(w) for w in scores) for v in scores]  # .2497, .6788, .0715
+    attention = projector(inputs).attention[0, 0]
+    assert as_np(attention) == pytest.approx(expected, rel=1e-12)
+    assert attention.argmax().item() == 1  # the head that agrees with the student, not the largest (4.5)
+
+
 def test_universal_regression_uses_raw_predictions_and_mse():
     request = request_for(3, 2, 3, 2, outputs=1, regression=True)
     torch.manual_seed(3)
@@ -492,10 +544,15 @@ def test_universal_regression_uses_raw_predictions_and_mse():
             classifier = projector.classifiers[j]
             f_s = (as_np(classifier.weight) @ np.array(STUDENT[j][b]) + as_np(classifier.bias)).item()
             f_t = [heads[b][i][0] for i in range(3)]
-            lam = np_softmax([t * f_s for t in f_t])
+            lam = np_softmax([-(t - f_s) ** 2 for t in f_t])
             expected += (f_s - sum(l * t for l, t in zip(lam, f_t))) ** 2 / 2
     inputs = literal_inputs(TEACHER, STUDENT, teacher_heads=heads, student_logits=[[0.3], [0.1]])
     assert ild_value(projector, inputs).item() == pytest.approx(expected, rel=1e-12)
+
+
+def test_universal_projectors_train_in_two_stages_by_default():
+    for name in ("universal-il", "universal-cg", "universal-ca", "universal-loss-att"):
+        assert kdplug.create_projector(name, request_for(3, 2, 3, 2)).default_recipe == "two-stage"
 
 
 def test_universal_without_teacher_heads_is_a_clear_error():

@@ -151,23 +151,81 @@ def test_hf_extractor_reads_the_first_token_of_every_layer(teacher):
 # -- BERT-k and DistilRoBERTa students ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("layers", [1, 3])
-def test_bert_k_copies_the_teachers_embeddings_and_first_k_layers(teacher, task, layers):
-    student = kdplug.create_student(f"bert-{layers}", task, teacher).eval()
-    assert student.config.num_hidden_layers == layers
-    assert [spec.index for spec in kdplug.find_layer_extractor(student).layer_specs(student)] == list(range(layers + 1))
+def finetuned_in_place(teacher):
+    """What the engine's fine-tuning does to a teacher: new weights in the same model object."""
+    with torch.no_grad():
+        for parameter in teacher.model.parameters():
+            parameter.add_(0.01 * torch.randn_like(parameter))
+    return teacher
 
-    teacher_state = teacher.model.state_dict()
+
+def assert_body_equals(student, state, layers):
     prefix = student.base_model_prefix + "."
     body = [name for name in student.state_dict() if name.startswith(prefix)]
     assert any(f".layer.{layers - 1}." in name for name in body)
     for name in body:
-        assert torch.equal(student.state_dict()[name], teacher_state[name]), name
-    # ...so the student computes exactly the teacher's first k layers
+        assert torch.equal(student.state_dict()[name], state[name]), name
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+def test_bert_k_starts_from_the_pretrained_model_not_the_finetuned_teacher(checkpoints, task, layers):
+    # PKD Sec. 4.2: "the first k layers of parameters from pre-trained BERT-Base"
+    teacher = finetuned_in_place(kdplug.create_teacher("hf", task, source=checkpoints["bert"]))
+    pretrained = kdplug.create_teacher("hf", task, source=checkpoints["bert"]).model  # the weights on disk
+    student = kdplug.create_student(f"bert-{layers}", task, teacher).eval()
+    assert student.config.num_hidden_layers == layers
+    assert [spec.index for spec in kdplug.find_layer_extractor(student).layer_specs(student)] == list(range(layers + 1))
+    assert_body_equals(student, pretrained.state_dict(), layers)
+    assert not torch.equal(student.bert.encoder.layer[0].output.dense.weight,
+                           teacher.model.bert.encoder.layer[0].output.dense.weight)
+    assert student.kdplug_init == {"init": "pretrained", "from": checkpoints["bert"], "layers": list(range(1, layers + 1))}
+    # ...so the student computes exactly the pre-trained model's first k layers
     inputs = batch(teacher.tokenizer, ["i loved this book", "the cat sat"])
-    teacher_states = teacher.model.eval()(**inputs).hidden_states
-    for mine, theirs in zip(student(**inputs).hidden_states, teacher_states[: layers + 1]):
+    for mine, theirs in zip(student(**inputs).hidden_states, pretrained.eval()(**inputs).hidden_states[: layers + 1]):
         torch.testing.assert_close(mine, theirs)
+
+
+def test_bert_k_init_teacher_copies_the_finetuned_teacher(checkpoints, task):
+    teacher = finetuned_in_place(kdplug.create_teacher("hf", task, source=checkpoints["bert"]))
+    student = kdplug.create_student("bert-2", task, teacher, init="teacher")
+    assert_body_equals(student, teacher.model.state_dict(), 2)
+    assert student.kdplug_init["init"] == "teacher"
+
+
+def test_bert_k_init_from_a_checkpoint_directory(checkpoints, task, tmp_path):
+    other = make_tiny_bert(tmp_path / "other", num_layers=TINY_LAYERS, hidden=TINY_WIDTH, seed=7)
+    teacher = kdplug.create_teacher("hf", task, source=checkpoints["bert"])
+    student = kdplug.create_student("bert-2", task, teacher, init=other)
+    assert_body_equals(student, kdplug.create_teacher("hf", task, source=other).model.state_dict(), 2)
+    assert student.kdplug_init == {"init": "checkpoint", "from": other, "layers": [1, 2]}
+    wider = make_tiny_bert(tmp_path / "wider", num_layers=2, hidden=2 * TINY_WIDTH)
+    with pytest.raises(kdplug.UsageError, match="hidden_size=64.*teacher has 32"):
+        kdplug.create_student("bert-2", task, teacher, init=wider)
+
+
+def test_a_teacher_passed_finetuned_names_its_pretrained_model(checkpoints, task, tmp_path):
+    teacher = finetuned_in_place(kdplug.create_teacher("hf", task, source=checkpoints["bert"]))
+    teacher.save_pretrained(str(tmp_path / "finetuned"))  # kdplug's marker remembers the pre-trained source
+    reloaded = kdplug.create_teacher("hf", task, source=str(tmp_path / "finetuned"))
+    assert reloaded.finetuned and reloaded.pretrained == checkpoints["bert"]
+    student = kdplug.create_student("bert-2", task, reloaded)
+    assert student.kdplug_init["from"] == checkpoints["bert"]
+
+    # a fine-tuned checkpoint from elsewhere does not say where it came from: ask, don't guess
+    foreign = kdplug.create_teacher("hf", task, source=str(tmp_path / "finetuned"))
+    foreign.pretrained = None
+    with pytest.raises(kdplug.UsageError, match="student_options.source=.*student_options.init=teacher"):
+        kdplug.create_student("bert-2", task, foreign)
+    student = kdplug.create_student("bert-2", task, foreign, source=checkpoints["bert"])
+    assert_body_equals(student, kdplug.create_teacher("hf", task, source=checkpoints["bert"]).model.state_dict(), 2)
+
+
+def test_bert_k_rejects_unknown_options_before_building(checkpoints, task):
+    teacher = kdplug.create_teacher("hf", task, source=checkpoints["bert"])
+    registry = kdplug.get_plugin_manager().registry
+    with pytest.raises(kdplug.UsageError, match="hidden_dropout_prb"):
+        registry.check_options("student", "bert-2", task, teacher, hidden_dropout_prb=0.2)
+    registry.check_options("student", "bert-2", task, teacher, hidden_dropout_prob=0.2, init="teacher")
 
 
 def test_bert_k_cannot_have_more_layers_than_the_teacher(teacher, task):
@@ -176,10 +234,14 @@ def test_bert_k_cannot_have_more_layers_than_the_teacher(teacher, task):
 
 
 def test_distilroberta_from_teacher_needs_a_roberta_teacher(checkpoints, task):
-    roberta = kdplug.create_teacher("hf", task, source=checkpoints["roberta"])
+    roberta = finetuned_in_place(kdplug.create_teacher("hf", task, source=checkpoints["roberta"]))
+    pretrained = kdplug.create_teacher("hf", task, source=checkpoints["roberta"]).model
     student = kdplug.create_student("distilroberta", task, roberta, from_teacher=True, layers=2)
     assert student.config.model_type == "roberta" and student.config.num_hidden_layers == 2
     assert torch.equal(student.roberta.encoder.layer[1].output.dense.weight,
+                       pretrained.roberta.encoder.layer[1].output.dense.weight)
+    copied = kdplug.create_student("distilroberta", task, roberta, from_teacher=True, layers=2, init="teacher")
+    assert torch.equal(copied.roberta.encoder.layer[1].output.dense.weight,
                        roberta.model.roberta.encoder.layer[1].output.dense.weight)
     bert = kdplug.create_teacher("hf", task, source=checkpoints["bert"])
     with pytest.raises(kdplug.UsageError, match="RoBERTa teacher"):

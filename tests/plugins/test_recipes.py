@@ -15,16 +15,15 @@ from pathlib import Path
 import pytest
 import torch
 from kdplug_recipes.annealing import AnnealingObjective, annealing_multiplier
-from kdplug_recipes.dih import DIHObjective, head_positions
+from kdplug_recipes.dih import DIHObjective, default_head_layers, head_positions
 from kdplug_recipes.takd import Link, link_key, plan_chain
 from safetensors.torch import load_model
 
 import kdplug
 from kdplug.cli import main
-from kdplug.engine import fingerprint
-from kdplug.engine.objective import StepState
+from kdplug import fingerprint
 from kdplug.errors import ConfigError
-from kdplug.types import LayerSpec
+from kdplug.types import LayerSpec, StepState
 
 TINY_STUDENT = ["--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16"]
 
@@ -52,28 +51,45 @@ def dih_objective(alpha, tau, positions):
                         task_loss=kdplug.create_loss("ce"))
 
 
-def test_dih_loss_sums_kd_over_output_and_heads_and_counts_ce_once():
+def test_dih_loss_keeps_the_references_kd_to_ce_ratio():
+    # reference: sum_h [alpha tau^2 KL_h + (1 - alpha) CE] over the final output and the heads;
+    # kdplug divides it by the number of terms: alpha * mean_h(tau^2 KL_h) + (1 - alpha) * CE
     student, teacher, labels = [[1.0, 0.0], [0.0, 2.0]], [[2.0, 0.0], [0.5, 0.5]], [0, 1]
     heads = [[[0.0, 1.0], [1.0, 1.0]], [[3.0, 0.0], [0.0, 0.0]]]  # (B=2, n=2, C=2)
     alpha, tau = 0.1, 5.0
     targets = [[teacher[b]] + heads[b] for b in range(2)]  # final output, head 1, head 2
-    kd = sum(tau ** 2 * sum(kl(softmax(targets[b][h], tau), softmax(student[b], tau)) for b in range(2)) / 2
-             for h in range(3))
+    kd_terms = [tau ** 2 * sum(kl(softmax(targets[b][h], tau), softmax(student[b], tau)) for b in range(2)) / 2
+                for h in range(3)]
     ce = sum(-math.log(softmax(student[b])[labels[b]]) for b in range(2)) / 2
+    reference = sum(alpha * kd_h + (1 - alpha) * ce for kd_h in kd_terms)
     terms = dih_objective(alpha, tau, [0, 1])(state(student, labels, teacher, heads))
-    assert terms["kd"].item() == pytest.approx(kd, rel=1e-5)
+    assert terms["kd"].item() == pytest.approx(sum(kd_terms) / 3, rel=1e-5)
     assert terms["ce"].item() == pytest.approx(ce, rel=1e-5)
-    assert terms["loss"].item() == pytest.approx(alpha * kd + (1 - alpha) * ce, rel=1e-5)
+    assert terms["loss"].item() == pytest.approx(reference / 3, rel=1e-5)
 
     only_second = dih_objective(alpha, tau, [1])(state(student, labels, teacher, heads))
-    kd_second = sum(tau ** 2 * sum(kl(softmax(targets[b][h], tau), softmax(student[b], tau)) for b in range(2)) / 2
-                    for h in (0, 2))
-    assert only_second["kd"].item() == pytest.approx(kd_second, rel=1e-5)
+    assert only_second["kd"].item() == pytest.approx((kd_terms[0] + kd_terms[2]) / 2, rel=1e-5)
+
+
+def test_dih_kd_to_ce_ratio_does_not_grow_with_the_number_of_heads():
+    student, labels = [[1.0, 0.0], [0.0, 2.0]], [0, 1]
+    teacher = [[1.0, 0.0], [0.0, 2.0]]  # identical to the student: every KD term is 0
+    heads = [[[1.0, 0.0]] * 24, [[0.0, 2.0]] * 24]
+    few = dih_objective(0.1, 5.0, [0])(state(student, labels, teacher, heads))
+    many = dih_objective(0.1, 5.0, list(range(24)))(state(student, labels, teacher, heads))
+    assert many["loss"].item() == pytest.approx(few["loss"].item(), abs=1e-6)  # CE keeps weight 0.9 either way
+
+
+@pytest.mark.parametrize("n, expected", [(12, [3, 6, 9]), (24, [6, 12, 18]), (6, [2, 3, 5]), (4, [1, 2, 3]),
+                                         (2, [1]), (1, [])])
+def test_dih_default_heads_sit_at_a_quarter_half_and_three_quarters(n, expected):
+    assert default_head_layers(n) == expected
+    assert n not in default_head_layers(n)  # never the last layer: its head would repeat the teacher's output
 
 
 def test_dih_layers_select_heads_by_teacher_layer_index():
     specs = [LayerSpec(i, 8, "transformer") for i in range(1, 7)]
-    assert head_positions(specs, None) == [0, 1, 2, 3, 4, 5]
+    assert head_positions(specs, None) == [1, 2, 4]  # layers 2, 3, 5 of 6
     assert head_positions(specs, [2, 4, 6]) == [1, 3, 5]
     assert head_positions(specs, 3) == [2]
     with pytest.raises(ConfigError, match=r"layers=\[0, 7\].*\[1, 2, 3, 4, 5, 6\]"):
@@ -146,15 +162,22 @@ def test_dih_run_warms_up_heads_then_distils_from_the_selected_ones(capsys, tmp_
     metrics = tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, "dih", "--set", "recipe_options.layers=[2, 4]")
     stages = metrics["stages"]
     assert list(stages) == ["teacher_heads", "distill"]
-    assert len(stages["teacher_heads"]["best_dev_loss"]) == 4  # one head per tiny-BERT layer
+    heads = stages["teacher_heads"]
+    assert len(heads["best_held_out_loss"]) == 4  # one head per tiny-BERT layer
+    # selected on a held-out tenth of train (12 examples: index 9), never on the dev split
+    assert (heads["trained_on"], heads["held_out"]) == (11, 1) and "held out" in heads["selection"]
     assert stages["distill"]["heads"] == [2, 4]
     assert stages["distill"]["weights"] == {"ce": 0.9, "eta": 0.1, "lam": 0.0, "temperature": 5.0}
     assert {"kd", "ce", "loss"} <= set(stages["distill"]["history"][0]["train"])
     assert metrics["student"]["recipe"] == "dih"
 
-    again = tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, "dih", output="again")
-    assert "reused" in again["stages"]["teacher_heads"]  # same teacher and task: the heads are stored
-    assert again["stages"]["distill"]["heads"] == [1, 2, 3, 4]
+    # the same fine-tuned teacher and training data with other dev data: the heads do not depend
+    # on dev, so they are reused
+    stored = metrics["teacher"]["finetuned"]["stored"]
+    (sst2_dir / "dev.tsv").write_text("sentence\tlabel\nthe film was fun .\t1\nthe plot was dull .\t0\n")
+    again = tiny_run(capsys, tmp_path, stored, sst2_dir, "dih", output="again")
+    assert "reused" in again["stages"]["teacher_heads"] and again["stages"]["teacher_heads"]["held_out"] == 1
+    assert again["stages"]["distill"]["heads"] == [1, 2, 3]  # n/4, n/2, 3n/4 of the 4 layers
 
 
 def test_annealing_run_scales_the_teacher_up_then_fine_tunes(capsys, tmp_path, tiny_bert_dir, sst2_dir):

@@ -99,7 +99,7 @@ def test_files_are_what_the_generator_writes_and_the_index_lists_them():
     ({"config": {"teacher": "bert-base", "student": "bert-4", "projector": "alp", "task": "sst2", "lrr": 1}},
      "Did you mean 'lr'"),
     ({"config": {"teacher": "bert-base", "student": "bert-4", "projector": "alp", "task": "sst2", "eta": 2}},
-     "eta must lie in [0, 1]"),
+     "exceeds 1, so the CE weight"),
     ({"config": {"teacher": "bert-base", "student": "bert-4", "task": "sst2"}}, "must name the projector"),
     ({"search": {"lr": []}}, "search.lr must be a non-empty list"),
 ])

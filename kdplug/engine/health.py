@@ -1,0 +1,76 @@
+"""Training that goes nowhere says so: checks after every epoch of every stage.
+
+Three failures are common enough in distillation to look for each epoch, and silent otherwise:
+
+- the model predicts one class for every dev example (a student that has not learned the task yet,
+  or a teacher fine-tuned at a learning rate that does not suit it);
+- the training loss has not moved from chance level since the first epoch;
+- the intermediate-layer term collapsed while CE stays at chance: the student matched the
+  teacher's layer vectors without learning the task (PKD on a from-scratch BiLSTM at λ = 0.7).
+
+Each finding names what is wrong and what to change; the trainer logs it once per stage and
+records it in the stage's summary (``warnings`` in metrics.json).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+#: below this relative change between the first and the latest epoch a loss "has not moved"
+FLAT = 0.01
+#: a term that fell below this fraction of its first-epoch value has collapsed
+COLLAPSED = 0.1
+#: CE within this fraction of ln(C) is at chance level
+CHANCE = 0.9
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str  # "single-class", "flat-loss", "ild-collapse"
+    message: str
+
+
+def _knobs(stage: str) -> tuple[str, str]:
+    """The options that set a stage's learning rate and length."""
+    if stage == "teacher":
+        return "--set teacher_lr=...", "--set teacher_epochs=..."
+    return "--set lr=...", "--epochs ..."
+
+
+def check_epoch(stage: str, history: Sequence[dict], *, epochs: int, lr: float, labels: Sequence[str],
+                predictions: Optional[Sequence[float]]) -> list[Finding]:
+    """What looks wrong after the latest epoch in ``history`` (``{"epoch", "train": {term: mean}}``)."""
+    findings = []
+    epoch = history[-1]["epoch"]
+    settled = epoch >= 2 or epoch == epochs  # one epoch of a long stage proves little
+    lr_knob, epochs_knob = _knobs(stage)
+    if labels and predictions is not None and settled:
+        counts = Counter(int(p) for p in predictions)
+        if len(counts) == 1:
+            label = labels[next(iter(counts))] if next(iter(counts)) < len(labels) else next(iter(counts))
+            findings.append(Finding("single-class", (
+                f"stage {stage!r}, epoch {epoch}: the model predicts {label!r} for every dev example: it has not "
+                f"learned the task. Train longer ({epochs_knob}) or with a larger learning rate ({lr_knob}; it is "
+                f"{lr:g}); a model trained on few examples needs many epochs.")))
+    if len(history) >= 2:
+        first, last = history[0]["train"], history[-1]["train"]
+        chance = math.log(len(labels)) if len(labels) > 1 else None
+        key = "ce" if "ce" in first and "ce" in last else "loss"
+        moved = abs(last[key] - first[key]) / max(abs(first[key]), 1e-12)
+        at_chance = chance is None or last[key] >= CHANCE * chance
+        if moved < FLAT and at_chance:
+            findings.append(Finding("flat-loss", (
+                f"stage {stage!r}, epoch {epoch}: the training {key} has not moved ({first[key]:.4f} -> "
+                f"{last[key]:.4f} since epoch 1). The learning rate {lr:g} may be too small for this model (try "
+                f"ten times larger: {lr_knob}), or the inputs carry nothing the model can use.")))
+        if "ild" in first and "ild" in last and "ce" in last and chance is not None:
+            if last["ild"] < COLLAPSED * first["ild"] and last["ce"] >= CHANCE * chance:
+                findings.append(Finding("ild-collapse", (
+                    f"stage {stage!r}, epoch {epoch}: the layer-matching term fell from {first['ild']:.4f} to "
+                    f"{last['ild']:.4f} while CE stays at chance ({last['ce']:.4f}; ln {len(labels)} = {chance:.4f}): "
+                    f"the student imitates the teacher's layer vectors without learning the task. Lower its weight "
+                    f"(--set lam=0.1), or match in the output space instead (--projector universal-ca).")))
+    return findings

@@ -1,0 +1,117 @@
+"""Everything a run checks before it does any work: a mistake costs a second, not a fine-tuning.
+
+Names and option names of every component, the recipe a run will use (and why), directories it
+must write, and the sequence length against the models' limits. Each problem is a
+:class:`~kdplug.errors.UsageError` (exit 2) that names the key, the value and what would work.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+from ..config import RunConfig
+from ..errors import UsageError
+from ..registry import Registry
+from ..types import Task, Teacher
+
+STANDARD_RECIPE = "standard"
+
+
+def looks_like_path(name: str) -> bool:
+    return name.startswith((".", "~", "/")) or name.count("/") > 1
+
+
+def factory_attribute(registry: Registry, kind: str, name: str, attribute: str) -> Any:
+    """A class attribute of a registered factory (e.g. a projector's ``default_recipe``), if any."""
+    factory = registry.resolve(kind, name)[0].factory
+    factory = getattr(factory, "func", factory)  # functools.partial
+    return getattr(factory, attribute, None)
+
+
+def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
+    """Check every name and option name; fill in the recipe when the run names none.
+
+    Returns the notes the run prints first (which recipe runs, and why).
+    """
+    teacher_is_dir = Path(config.teacher).expanduser().is_dir()
+    if not teacher_is_dir:
+        if looks_like_path(config.teacher):
+            raise UsageError(f"teacher checkpoint directory {config.teacher} does not exist; pass an existing "
+                             f"directory written by save_pretrained, or a name from 'kdplug plugins'")
+        registry.resolve("teacher", config.teacher)
+    for kind in ("student", "projector", "task"):
+        registry.resolve(kind, getattr(config, kind))
+    if config.baseline:
+        registry.resolve("projector", config.baseline)
+    notes = []
+    if config.recipe is None:
+        default = factory_attribute(registry, "projector", config.projector, "default_recipe")
+        config.recipe = default or STANDARD_RECIPE
+        if default:
+            notes.append(f"recipe {default}: the default of projector {config.projector!r} (pass --recipe to "
+                         f"choose another)")
+    registry.resolve("recipe", config.recipe)
+    # option names, against each factory's signature; values that need the models come later
+    registry.check_options("teacher", "hf" if teacher_is_dir else config.teacher, None, **config.teacher_options)
+    registry.check_options("student", config.student, None, None, **config.student_options)
+    registry.check_options("projector", config.projector, None, **config.projector_options)
+    registry.check_options("recipe", config.recipe, **config.recipe_options)
+    return notes
+
+
+def check_writable(directory: Path, what: str, option: str) -> None:
+    """``directory`` (or the nearest existing parent it would be created in) accepts new files."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"the {what} {directory} cannot be created: {existing} is not a directory; "
+                         f"choose another {option}")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        raise UsageError(f"the {what} {directory} is not writable ({exc.strerror.lower()} in {existing}); "
+                         f"choose another {option} or fix the permissions") from None
+
+
+def check_sequence_length(config: RunConfig, task: Task, teacher: Teacher, max_length: int) -> None:
+    """``max_length`` fits the teacher's position embeddings and holds more than the special tokens."""
+    tokenizer = teacher.tokenizer
+    specials = tokenizer.num_special_tokens_to_add(pair=task.is_pair) if tokenizer is not None else 0
+    words = 2 if task.is_pair else 1
+    if max_length < specials + words:
+        raise UsageError(
+            f"max_length={max_length} leaves no room for text: the tokenizer adds {specials} special tokens "
+            f"to each {'pair' if task.is_pair else 'sentence'}; use at least {specials + words} (kdplug's default is "
+            f"{128 if task.is_pair else 64})")
+    limit = position_limit(teacher.model)
+    if limit is not None and max_length > limit:
+        raise UsageError(f"max_length={max_length} exceeds the teacher's {limit} positions; use at most {limit}")
+
+
+def position_limit(model: Any) -> Optional[int]:
+    """How many tokens a Hugging Face model's position embeddings hold (RoBERTa reserves two)."""
+    config = getattr(model, "config", None)
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is None:
+        return None
+    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        return positions - 2
+    return positions
+
+
+def check_component_options(config: RunConfig, registry: Registry, task: Task, teacher: Teacher) -> None:
+    """The student's options against the loaded teacher (e.g. attributes of its config), before
+    the teacher is fine-tuned or cached."""
+    registry.check_options("student", config.student, task, teacher, **config.student_options)
+
+
+def writable_paths(config: RunConfig, output: Path, cache_root: Path) -> None:
+    check_writable(output, "output directory", "--output")
+    check_writable(cache_root, "cache directory", "--cache-dir (or $KDPLUG_CACHE)")
+    if config.data_dir and os.path.abspath(output) == os.path.abspath(config.data_dir):
+        raise UsageError(f"--output {output} is the data directory; a run writes its own directory, choose another")

@@ -1,0 +1,235 @@
+"""Where kdplug keeps what it stores, and how it writes it so that nothing is ever half-written.
+
+Everything kdplug stores for reuse (fine-tuned teachers, teacher outputs, heads, assistants,
+tokenizers) and every checkpoint is written the same way: into a staging directory next to the
+target, checksummed, then renamed into place. A reader therefore sees the previous complete copy
+or the new complete copy, never a mixture; a failed write (full disk, a file-size limit, a
+read-only or forbidden directory) removes its staging directory, keeps the previous copy and
+raises :class:`StorageError`, whose message says what happened and that nothing was lost.
+
+Files follow the user's umask (``mkdtemp`` alone would make every stored directory private), so
+a cache shared by a team through a group-writable directory works. This module is part of the
+public plugin API (``kdplug.api``): plugins that store things use it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from . import fingerprint
+from .errors import KdplugError
+
+CHECKSUMS_FILE = "kdplug_checksums.json"
+#: what a staging directory's name starts with; ``kdplug cache clear --stale`` looks for it
+STAGING_PREFIX = ".staging-"
+#: the suffix of a damaged stored copy that was moved aside
+DAMAGED_SUFFIX = ".damaged"
+#: the previous copy while a new one is renamed into place (used if a kill leaves no other)
+PREVIOUS_SUFFIX = ".previous"
+
+
+class StorageError(KdplugError):
+    """A write failed (disk full, file too large, no permission, read-only file system).
+
+    The previous copy of what was being written is intact; exit code 1.
+    """
+
+
+def default_cache_root() -> Path:
+    """``$KDPLUG_CACHE``, else ``~/.cache/kdplug``."""
+    return Path(os.environ.get("KDPLUG_CACHE") or Path.home() / ".cache" / "kdplug")
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: Path) -> None:
+    """Give ``path`` the permissions a plain ``mkdir`` or ``open`` would have given it."""
+    mode = (0o777 if path.is_dir() else 0o666) & ~current_umask()
+    os.chmod(path, mode)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock across processes (and DDP ranks) on one machine; waits for the holder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# -- write failures ------------------------------------------------------------------------------
+
+_REASONS = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exhausted",
+    errno.EFBIG: "a file reached the size limit of this process (ulimit -f)",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EROFS: "the file system is read-only",
+}
+#: how libraries that do not raise OSError (safetensors, torch.save) spell the same failures
+_MESSAGES = (("no space left", errno.ENOSPC), ("code: 28", errno.ENOSPC), ("storagefull", errno.ENOSPC),
+             ("file too large", errno.EFBIG), ("filetoolarge", errno.EFBIG), ("code: 27", errno.EFBIG),
+             ("permission denied", errno.EACCES), ("read-only file system", errno.EROFS),
+             ("file write failed", errno.EIO), ("ioerror", errno.EIO))
+
+
+def write_failure_reason(exc: BaseException) -> Optional[str]:
+    """What went wrong when ``exc`` is a failed write, in words; None when it is something else."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return _REASONS.get(exc.errno, os.strerror(exc.errno).lower())
+    text = str(exc).lower().replace(" ", "")
+    for needle, code in _MESSAGES:
+        if needle.replace(" ", "") in text:
+            return _REASONS.get(code, f"a write failed ({exc})")
+    return None
+
+
+def raise_as_storage_error(exc: BaseException, what: str, kept: str) -> None:
+    """Re-raise a failed write of ``what`` as a :class:`StorageError` saying ``kept``; other errors unchanged."""
+    reason = write_failure_reason(exc)
+    if reason is None:
+        raise exc
+    raise StorageError(f"could not write {what}: {reason}; {kept}.") from exc
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write a text file so that readers see the old or the new content, never a part."""
+    staging = path.with_name(f".{path.name}.tmp")
+    try:
+        staging.write_text(text, encoding="utf-8")
+        os.replace(staging, path)
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
+
+
+# -- atomic directories --------------------------------------------------------------------------
+
+
+def staging_directory(parent: Path, name: str) -> Path:
+    """A fresh, empty directory in ``parent`` to build ``name`` in, with umask permissions."""
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{name}.", dir=parent))
+    follow_umask(staging)
+    return staging
+
+
+def write_checksums(directory: Path) -> None:
+    """Record a checksum of every file below ``directory`` (what :func:`verify` checks)."""
+    sums = {str(path.relative_to(directory)): fingerprint.of_file(str(path))
+            for path in sorted(directory.rglob("*")) if path.is_file() and path.name != CHECKSUMS_FILE}
+    (directory / CHECKSUMS_FILE).write_text(json.dumps(sums, indent=1))
+
+
+def verify(directory: Path) -> list[str]:
+    """Problems with a directory written by :func:`atomic_directory`: [] when it is intact."""
+    path = directory / CHECKSUMS_FILE
+    if not path.is_file():
+        return [f"{CHECKSUMS_FILE} is missing"]
+    try:
+        sums = json.loads(path.read_text())
+    except ValueError:
+        return [f"{CHECKSUMS_FILE} is unreadable"]
+    problems = []
+    for name, expected in sums.items():
+        file = directory / name
+        if not file.is_file():
+            problems.append(f"{name} is missing")
+        elif fingerprint.of_file(str(file)) != expected:
+            problems.append(f"{name} fails its checksum")
+    return problems
+
+
+def move_aside(directory: Path) -> Path:
+    """Rename a damaged stored directory out of the way (kept for inspection, never deleted here)."""
+    target = directory.with_name(f"{directory.name}{DAMAGED_SUFFIX}-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.replace(directory, target)
+    return target
+
+
+def replace_directory(staging: Path, target: Path, between: Optional[Callable[[], None]] = None) -> None:
+    """Put ``staging`` in the place of ``target``: the old copy stays readable as
+    ``<target>.previous`` until the new one is in place (see :func:`complete_copy`).
+    ``between`` runs between the two renames (the robustness tests kill the process there)."""
+    previous = target.with_name(target.name + PREVIOUS_SUFFIX)
+    if target.exists():
+        shutil.rmtree(previous, ignore_errors=True)
+        os.replace(target, previous)
+        if between is not None:
+            between()
+    os.replace(staging, target)
+    shutil.rmtree(previous, ignore_errors=True)
+
+
+def complete_copy(target: Path, is_complete=lambda path: not verify(path)) -> Optional[Path]:
+    """``target`` if complete, else the previous copy a kill between two renames left behind."""
+    for candidate in (target, target.with_name(target.name + PREVIOUS_SUFFIX)):
+        if candidate.is_dir() and is_complete(candidate):
+            return candidate
+    return None
+
+
+@contextlib.contextmanager
+def atomic_directory(target: Path, what: str) -> Iterator[Path]:
+    """Build ``target`` in a staging directory that becomes ``target`` when the block succeeds.
+
+    On success the files are checksummed and the staging directory replaces ``target`` (the
+    previous copy, if any, is removed only after). On any failure the staging directory is
+    removed and ``target`` is untouched; a failed write becomes a :class:`StorageError`.
+    """
+    staging = staging_directory(target.parent, target.name)
+    try:
+        yield staging
+        write_checksums(staging)
+        replace_directory(staging, target)
+    except BaseException as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        kept = (f"the previous copy {target} is intact" if target.exists()
+                else "nothing was stored, and nothing else was changed")
+        raise_as_storage_error(exc, what, kept)
+        raise
+
+
+def stale_staging(root: Path) -> list[Path]:
+    """Staging directories below ``root`` that no live write owns (left by killed processes).
+
+    A staging directory is stale when no lock next to it is held; kdplug's writers hold their
+    lock for as long as they write, so asking for the lock without waiting tells them apart.
+    """
+    found = []
+    for path in sorted(root.rglob(f"{STAGING_PREFIX}*")) if root.is_dir() else []:
+        if path.is_dir() and not _in_use(path):
+            found.append(path)
+    return found
+
+
+def _in_use(staging: Path, recent_seconds: float = 60.0) -> bool:
+    # A write in progress touches its staging directory continually; one untouched for a minute
+    # whose owner holds no lock in the same folder is left over from a killed process.
+    if time.time() - staging.stat().st_mtime < recent_seconds:
+        return True
+    for lock in staging.parent.glob("*.lock"):
+        with open(lock, "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
