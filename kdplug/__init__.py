@@ -17,6 +17,7 @@ from .errors import (
     UnknownComponentError,
     UsageError,
 )
+from .inference import Prediction, Student, load_student, predict
 from .plugins import PluginManager, get_plugin_manager, hookimpl, set_plugin_manager
 from .types import (
     DistillInputs,
@@ -107,6 +108,10 @@ def find_layer_extractor(model: Any) -> LayerExtractor:
     )
 
 
+from . import model_types as _model_types
+
+_model_types.install()  # transformers' Auto classes learn plugins' model types (kdplug_models: BiLSTM, Gated-CNN)
+
 __all__ = [
     "ConfigError", "DataError", "DistillInputs", "Example", "KdplugError", "LayerExtractor", "LayerSpec",
     "OfflineError", "PluginError", "PluginManager", "ProjectedPairs", "ProjectionRequest", "Task", "Teacher",
@@ -114,4 +119,5 @@ __all__ = [
     "create_task", "create_teacher", "find_layer_extractor", "get_plugin_manager", "hookimpl", "list_components",
     "list_layer_extractors", "list_losses", "list_projectors", "list_recipes", "list_students", "list_tasks",
     "list_teachers", "matchable_layers", "num_outputs", "set_plugin_manager",
+    "Prediction", "Student", "load_student", "predict",
 ]

@@ -13,19 +13,19 @@ import sys
 from typing import Optional, Sequence
 
 from . import __version__
-from .commands import cache, check_plugin, new_plugin, plugins, report, run, sweep, zoo
+from .commands import cache, check_plugin, export, new_plugin, plugins, predict, report, run, sweep, zoo
 from .errors import KdplugError, UsageError
 from .plugins import DISABLE_ENV, PluginManager, set_plugin_manager
 
 #: the subcommands, in the order ``kdplug --help`` lists them
-COMMANDS = [run, plugins, cache, zoo, sweep, report, check_plugin, new_plugin]
+COMMANDS = [run, predict, export, plugins, cache, zoo, sweep, report, check_plugin, new_plugin]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kdplug", description="Knowledge distillation for NLP models, built from plugins.",
-        epilog="Docs: docs/ in the repository (cli.md, hooks.md, methods.md, models.md, tasks.md, recipes.md, "
-               "zoo.md, sweep-and-report.md, writing-a-plugin.md, performance.md, robustness.md). "
+        epilog="Docs: docs/ in the repository (cli.md, deploy.md, hooks.md, methods.md, models.md, tasks.md, "
+               "recipes.md, zoo.md, sweep-and-report.md, writing-a-plugin.md, performance.md, robustness.md). "
                f"Disable plugins with --disable-plugin NAME or {DISABLE_ENV}=NAME,NAME.")
     parser.add_argument("--version", action="version", version=f"kdplug {__version__}")
     parser.add_argument("--disable-plugin", dest="disabled", action="append", default=[], metavar="NAME",

@@ -56,7 +56,7 @@ class RunConfig:
     seed: int = 42
     teacher_seed: Optional[int] = None  # seeds the teacher's fine-tuning; None = seed (kdplug run --seeds fixes it)
     # teacher fine-tuning (when the teacher is not fine-tuned yet)
-    teacher_epochs: int = 3
+    teacher_epochs: Optional[int] = None  # None: 3, or more to reach 300 optimizer steps on small data
     teacher_lr: float = 5e-5
     teacher_batch_size: int = 32
     # teacher heads warm-up (Universal-KD, DIH)
@@ -70,6 +70,7 @@ class RunConfig:
     num_workers: int = 0
     checkpoint_every: int = 0  # also checkpoint every N steps (0: at epoch ends and stage ends only)
     keep_checkpoints: bool = False  # keep checkpoints/ after the run completes
+    measure_speed: bool = True  # time teacher and student at batch 1 and 32 on dev inputs (a few seconds)
     # provenance
     zoo: Optional[str] = None  # the zoo entry this run reproduces (set by 'kdplug zoo run')
 
@@ -88,7 +89,8 @@ class RunConfig:
         for key in ("batch_size", "teacher_batch_size"):
             require(getattr(self, key) >= 1, key, "at least 1")
         require(self.epochs is None or self.epochs >= 1, "epochs", "at least 1 (or unset for the student's default)")
-        for key in ("teacher_epochs", "head_epochs", "num_workers", "seed"):
+        require(self.teacher_epochs is None or self.teacher_epochs >= 0, "teacher_epochs", "0 or more (or unset)")
+        for key in ("head_epochs", "num_workers", "seed"):
             require(getattr(self, key) >= 0, key, "0 or more")
         require(self.teacher_seed is None or self.teacher_seed >= 0, "teacher_seed", "0 or more")
         require(self.checkpoint_every >= 0, "checkpoint_every", "0 (epoch ends only) or a positive step count")
@@ -241,3 +243,38 @@ def build_config(*, file: Optional[str] = None, flags: Optional[dict[str, Any]] 
 
 def dump_yaml(config: RunConfig) -> str:
     return yaml.safe_dump(config.to_dict(), sort_keys=False)
+
+
+#: keys a command line never needs to reproduce a run's results
+_LOCAL_KEYS = ("output", "cache_dir", "num_workers", "zoo")
+_FLAGS = ("teacher", "student", "projector", "task", "recipe", "data_dir", "seed", "epochs", "precision", "baseline")
+
+
+def command_line(config: RunConfig) -> str:
+    """A ``kdplug run`` command that reproduces ``config`` (paths and cache locations aside)."""
+    import shlex
+
+    defaults = RunConfig()
+    parts = ["kdplug", "run"]
+    for key in _FLAGS:
+        value = getattr(config, key)
+        if value is not None and (key in ("teacher", "student", "projector", "task", "recipe", "seed")
+                                  or value != getattr(defaults, key)):
+            parts += [f"--{key.replace('_', '-')}", str(value)]
+    for key in FIELDS:
+        if key in _FLAGS or key in _LOCAL_KEYS:
+            continue
+        value = getattr(config, key)
+        if isinstance(value, dict):
+            parts += [f"--set {key}.{name}={_yaml_value(item)}" for name, item in sorted(value.items())]
+        elif value != getattr(defaults, key):
+            parts.append(f"--set {key}={_yaml_value(value)}")
+    return " ".join(part if part.startswith("--set ") else shlex.quote(part) for part in parts)
+
+
+def _yaml_value(value: Any) -> str:
+    import shlex
+
+    text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+    text = text.removesuffix("\n...").strip()
+    return shlex.quote(text) if any(c in text for c in " []{}'\",*") else text

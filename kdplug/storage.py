@@ -102,7 +102,12 @@ def write_failure_reason(exc: BaseException) -> Optional[str]:
 
 
 def raise_as_storage_error(exc: BaseException, what: str, kept: str) -> None:
-    """Re-raise a failed write of ``what`` as a :class:`StorageError` saying ``kept``; other errors unchanged."""
+    """Re-raise a failed write of ``what`` as a :class:`StorageError` saying ``kept``; other errors unchanged.
+
+    A :class:`StorageError` from a write inside this one keeps its message and gains ``kept``.
+    """
+    if isinstance(exc, StorageError):
+        raise StorageError(f"{str(exc).rstrip('.')}; {kept}.") from exc
     reason = write_failure_reason(exc)
     if reason is None:
         raise exc

@@ -97,6 +97,8 @@ class Task(Protocol):
         main_metric: the key of :meth:`compute_metrics` used to pick the best checkpoint.
         dev_splits: the evaluation splits, the first is the one model selection uses
             (MNLI: ``("dev_matched", "dev_mismatched")``).
+        text_columns: (optional) the names of the input columns in the task's files, one or two
+            (SST-2: ``("sentence",)``); ``kdplug predict`` reads files with these columns.
     """
 
     name: str
@@ -116,6 +118,12 @@ class Task(Protocol):
 def num_outputs(task: Task) -> int:
     """Width of a model's output layer for ``task``: 1 for regression, else the class count."""
     return 1 if task.is_regression else len(task.labels)
+
+
+def text_columns(task: Task) -> tuple[str, ...]:
+    """The task's input column names: its own, else ``text`` (and ``text_pair`` for pairs)."""
+    columns = tuple(getattr(task, "text_columns", ()) or ())
+    return columns or (("text", "text_pair") if task.is_pair else ("text",))
 
 
 # --------------------------------------------------------------------------------------------

@@ -25,13 +25,12 @@ DEMO_PRESET: dict[str, Any] = {
     "projector": "rkd",
     "task": "demo",
     "baseline": "nkd",
-    "epochs": 15,
-    # MiniLM-L6 (a sentence-embedding model) sometimes stalls at chance with BERT's lr 5e-5 and
-    # batch 32 on 800 examples; 1e-4 with batch 16 fine-tunes it reliably
+    # the student's size, epochs and learning rate are the defaults; the teacher's are quicker
+    # than the defaults for the demo: MiniLM-L6 reaches the same dev accuracy in 4 epochs at
+    # lr 1e-4 and batch 16 (200 steps) as in 12 epochs at 5e-5 and batch 32, in a third of the time
     "teacher_epochs": 4,
     "teacher_lr": 1e-4,
     "teacher_batch_size": 16,
-    "student_options": {"embedding_dim": 128, "hidden_size": 256},
 }
 
 RUN_EXAMPLES = """

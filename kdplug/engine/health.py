@@ -8,8 +8,10 @@ Three failures are common enough in distillation to look for each epoch, and sil
 - the intermediate-layer term collapsed while CE stays at chance: the student matched the
   teacher's layer vectors without learning the task (PKD on a from-scratch BiLSTM at λ = 0.7).
 
-Each finding names what is wrong and what to change; the trainer logs it once per stage and
-records it in the stage's summary (``warnings`` in metrics.json).
+A finding is reported once it has lasted a third of the stage's epochs (at least two), or at the
+stage's last epoch: slow starts that recover (a truncated BERT often predicts one class for its
+first epochs) stay quiet. Each finding names what is wrong and what to change; the trainer logs
+it once per stage and records it in the stage's summary (``warnings`` in metrics.json).
 """
 
 from __future__ import annotations
@@ -40,22 +42,34 @@ def _knobs(stage: str) -> tuple[str, str]:
     return "--set lr=...", "--epochs ..."
 
 
+def patience(epochs: int) -> int:
+    """How many epochs a problem must last before it is reported."""
+    return max(2, -(-epochs // 3))
+
+
+def stuck_since_start(history: Sequence[dict]) -> bool:
+    """Whether the model predicted one class on dev in every epoch so far (``predicted_classes``)."""
+    return all(record.get("predicted_classes") == 1 for record in history)
+
+
 def check_epoch(stage: str, history: Sequence[dict], *, epochs: int, lr: float, labels: Sequence[str],
                 predictions: Optional[Sequence[float]]) -> list[Finding]:
-    """What looks wrong after the latest epoch in ``history`` (``{"epoch", "train": {term: mean}}``)."""
+    """What looks wrong after the latest epoch in ``history`` (``{"epoch", "train": {term: mean},
+    "predicted_classes": n}``); ``predictions`` are the latest epoch's on the first dev split."""
     findings = []
     epoch = history[-1]["epoch"]
-    settled = epoch >= 2 or epoch == epochs  # one epoch of a long stage proves little
+    settled = epoch >= patience(epochs) or epoch == epochs
     lr_knob, epochs_knob = _knobs(stage)
-    if labels and predictions is not None and settled:
+    if labels and predictions and settled and stuck_since_start(history):
         counts = Counter(int(p) for p in predictions)
         if len(counts) == 1:
-            label = labels[next(iter(counts))] if next(iter(counts)) < len(labels) else next(iter(counts))
+            only = next(iter(counts))
+            label = labels[only] if 0 <= only < len(labels) else only
             findings.append(Finding("single-class", (
                 f"stage {stage!r}, epoch {epoch}: the model predicts {label!r} for every dev example: it has not "
                 f"learned the task. Train longer ({epochs_knob}) or with a larger learning rate ({lr_knob}; it is "
                 f"{lr:g}); a model trained on few examples needs many epochs.")))
-    if len(history) >= 2:
+    if len(history) >= 2 and settled:
         first, last = history[0]["train"], history[-1]["train"]
         chance = math.log(len(labels)) if len(labels) > 1 else None
         key = "ce" if "ce" in first and "ce" in last else "loss"

@@ -6,31 +6,33 @@ import logging
 import shutil
 import time
 import traceback
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 from accelerate.utils import set_seed
 from torch import nn
 
 from .. import find_layer_extractor
-from ..config import RunConfig
+from ..config import RunConfig, command_line
 from ..errors import UsageError
 from ..registry import Registry
-from ..types import Task, Teacher, matchable_layers, num_outputs
+from ..types import Task, Teacher, matchable_layers, text_columns
 from .. import fingerprint
-from . import analysis, faults, interrupt, preflight
+from . import analysis, faults, interrupt, package, preflight
+from . import speed as speed_module
 from . import teacher as teacher_stage
 from ..storage import default_cache_root, file_lock, raise_as_storage_error
 from .cache import TeacherCache
 from .checkpoint import Checkpointer
-from .data import default_max_length, encode
-from .recipe import RecipeContext, count_parameters
+from .data import encode
+from .recipe import RecipeContext, count_parameters, default_epochs
+from .speed import Speed
 from .interrupt import RunInterrupted
-from .rundir import (COMPLETED, CONFIG_FILE, FAILED, INTERRUPTED, RUNNING, RunDirectory, default_output,
-                     is_completed)
+from .rundir import (COMPLETED, CONFIG_FILE, FAILED, INTERRUPTED, RUNNING, STUDENT_DIR, RunDirectory,
+                     default_output, is_completed)
 from .trainer import Trainer, build_accelerator, predictions_from_logits, process_state
 
 log = logging.getLogger("kdplug")
@@ -39,10 +41,21 @@ CHECKPOINT_DIR = "checkpoints"
 
 
 @dataclass
+class Row:
+    """One line of the closing table."""
+
+    model: str
+    parameters: int
+    dev: dict[str, dict[str, float]]
+    speed: Optional[Speed] = None
+    speedup: Optional[float] = None
+
+
+@dataclass
 class RunResult:
     run_dir: Path
     metrics: dict[str, Any]
-    rows: list[tuple[str, int, dict[str, float]]] = field(default_factory=list)  # (model, params, dev metrics)
+    rows: list[Row] = field(default_factory=list)
 
 
 def create_teacher(config: RunConfig, registry: Registry, task: Task, **extra: Any) -> Teacher:
@@ -98,7 +111,8 @@ def run(config: RunConfig, registry: Registry, *, overwrite: bool = False, resum
     finally:
         if handler is not None:
             logging.getLogger("kdplug").removeHandler(handler)
-            handler.close()
+            with suppress(OSError):  # a full disk must not replace the error being reported
+                handler.close()
 
 
 def record_failure(run_dir: RunDirectory, exc: BaseException, started: float) -> None:
@@ -142,7 +156,7 @@ def resume_config(run_dir: Path) -> RunConfig:
 
 def prepare_teacher(config: RunConfig, registry: Registry, task: Task, teacher: Teacher, train, dev, *,
                     accelerator, cache_root: Path, checkpoints: Checkpointer, seed: int, main_process: bool,
-                    echo: Callable[[str], None]) -> tuple[Teacher, dict[str, Any]]:
+                    max_length: int, echo: Callable[[str], None]) -> tuple[Teacher, dict[str, Any]]:
     """The teacher fine-tuned on the task: as given, reused from the store, or fine-tuned now and stored.
 
     Fine-tuning runs under a lock on its key, so a second run that needs the same teacher waits
@@ -151,8 +165,9 @@ def prepare_teacher(config: RunConfig, registry: Registry, task: Task, teacher: 
     info: dict[str, Any] = {"name": config.teacher, "source": teacher.source, "pretrained": teacher.pretrained}
     if teacher.finetuned:
         return teacher, info
-    max_length = config.max_length or default_max_length(task)
-    settings = {"epochs": config.teacher_epochs, "lr": config.teacher_lr, "batch_size": config.teacher_batch_size,
+    epochs = default_epochs(teacher.model, len(train), config.teacher_batch_size) if config.teacher_epochs is None \
+        else config.teacher_epochs
+    settings = {"epochs": epochs, "lr": config.teacher_lr, "batch_size": config.teacher_batch_size,
                 "max_length": max_length, "seed": seed}
     key = teacher_stage.finetune_key(teacher, task, train, dev, settings)
     lock = file_lock(teacher_stage.teacher_store(cache_root) / f"{key}.lock") if main_process else nullcontext()
@@ -166,11 +181,11 @@ def prepare_teacher(config: RunConfig, registry: Registry, task: Task, teacher: 
             reloaded = create_teacher(config, registry, task, source=str(stored))
             reloaded.pretrained = teacher.pretrained or teacher.source
             return reloaded, info
-        echo(f"teacher: fine-tuning {teacher.source} on {task.name} ({config.teacher_epochs} epochs)")
+        echo(f"teacher: fine-tuning {teacher.source} on {task.name} ({epochs} epochs at lr {config.teacher_lr:g})")
         trainer = Trainer(accelerator, task, batch_size=config.teacher_batch_size, seed=seed,
                           weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio)
         summary = teacher_stage.finetune(
-            teacher, trainer, task, train, dev, epochs=config.teacher_epochs, lr=config.teacher_lr,
+            teacher, trainer, task, train, dev, epochs=epochs, lr=config.teacher_lr,
             task_loss=registry.create("loss", "mse" if task.is_regression else "ce"), regression=task.is_regression,
             checkpoints=checkpoints)
         if main_process:
@@ -192,8 +207,7 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
 
     task = registry.create("task", config.task, data_dir=config.data_dir, **config.task_options)
     teacher = create_teacher(config, registry, task)
-    max_length = config.max_length or default_max_length(task)
-    preflight.check_sequence_length(config, task, teacher, max_length)
+    max_length = preflight.sequence_length(config, task, teacher)
     preflight.check_component_options(config, registry, task, teacher)
     train = encode(task.load_split("train"), teacher.tokenizer, max_length, is_regression=task.is_regression)
     dev = {name: encode(task.load_split(name), teacher.tokenizer, max_length, is_regression=task.is_regression)
@@ -208,7 +222,7 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
 
     teacher, teacher_info = prepare_teacher(config, registry, task, teacher, train, dev, accelerator=accelerator,
                                             cache_root=cache_root, checkpoints=checkpoints, seed=teacher_seed,
-                                            main_process=main_process, echo=echo)
+                                            main_process=main_process, max_length=max_length, echo=echo)
     teacher_stage.freeze(teacher)
     teacher_fp = fingerprint.of_module(teacher.model)
     tokenizer_fp = fingerprint.of_tokenizer(teacher.tokenizer)
@@ -225,15 +239,16 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
         return built["train"], built["dev"]
 
     _, dev_caches = caches() if config.projector != "nkd" or config.baseline else (None, None)
-    rows: list[tuple[str, int, dict[str, float]]] = []
     if dev_caches is not None:
         teacher_info["dev"] = {name: task.compute_metrics(
             predictions_from_logits(torch.from_numpy(cache.logits[:].copy()), task.is_regression).tolist(),
             dev[name].labels) for name, cache in dev_caches.items()}
-        rows.append((f"teacher ({Path(config.teacher).name})", count_parameters(teacher.model), teacher_info["dev"]))
+    teacher_info["parameters"] = count_parameters(teacher.model)
+    rows = [Row(f"teacher ({Path(config.teacher).name})", teacher_info["parameters"], teacher_info.get("dev", {}))]
     metrics["teacher"] = teacher_info
 
     context = RecipeContext(config=config, registry=registry, task=task, teacher=teacher, trainer=trainer,
+                            max_length=max_length,
                             train=train, dev=dev, caches=caches, cache_root=cache_root, checkpoints=checkpoints)
 
     # -- the baseline, for the comparison table ------------------------------------------------
@@ -246,7 +261,7 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
         weights = context.weights(projector, eta=defaults.get("eta", 0.0), lam=defaults.get("lam", 0.0))
         result = context.train_stage(f"baseline-{config.baseline}", student, projector, weights=weights)
         metrics["baseline"] = {"projector": config.baseline, "dev": result.dev, "parameters": count_parameters(student)}
-        rows.append((f"{config.student} + {config.baseline}", count_parameters(student), result.dev))
+        rows.append(Row(f"{config.student} + {config.baseline}", count_parameters(student), result.dev))
 
     # -- the recipe -------------------------------------------------------------------------
     echo(f"recipe {config.recipe}: {config.student} <- {config.projector}")
@@ -271,14 +286,24 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
     label = f"{config.student} + {config.projector}"
     if config.recipe != "standard":
         label += f" ({config.recipe})"
-    rows.append((label, count_parameters(student), final))
+    rows.append(Row(label, count_parameters(student), final))
+    first = task.dev_splits[0]
+    if config.measure_speed:
+        echo("measuring inference speed: teacher and student, batch 1 and 32, on dev inputs")
+        teacher_speed = speed_module.measure(teacher.model, dev[first], accelerator.device)
+        student_speed = speed_module.measure(student, student_dev[first], accelerator.device)
+        ratio = speed_module.speedup(teacher_speed, student_speed)
+        rows[0].speed = teacher_speed
+        for row in rows[1:]:  # the baseline has the student's architecture, so its speed
+            row.speed, row.speedup = student_speed, ratio
+        metrics["speed"] = {"teacher": teacher_speed.as_dict(), "student": student_speed.as_dict(),
+                            "speedup": round(ratio, 3) if ratio else None}
     metrics["wall_seconds"] = round(time.perf_counter() - started, 2)
     metrics["processes"] = accelerator.num_processes
     if main_process:
         try:
             faults.fire_at("run-results")
-            run_dir.save_student(student, {"student": config.student, "options": config.student_options,
-                                           "task": task.name, "num_outputs": num_outputs(task)})
+            write_student_package(run_dir, config, task, student, context, metrics, max_length)
             run_dir.write_predictions({name: {"predictions": predictions[name], "labels": split.labels}
                                        for name, split in student_dev.items()})
             run_dir.write_metrics({"status": COMPLETED, **metrics})
@@ -294,17 +319,46 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
     return RunResult(run_dir.path, metrics, rows)
 
 
+def write_student_package(run_dir: RunDirectory, config: RunConfig, task: Task, student: nn.Module,
+                          context: RecipeContext, metrics: dict[str, Any], max_length: int) -> None:
+    """``<run>/student/``: weights, config, tokenizer, labels and the model card (see engine/package.py)."""
+    from transformers import PreTrainedModel
+
+    tokenizer = getattr(student, "tokenizer", None) or context.tokenizer
+    speed = metrics.get("speed", {})
+    info = package.package_info(config=config, task=task, columns=text_columns(task), max_length=max_length,
+                                student_name=config.student, init=metrics["student"].get("init"),
+                                dev=metrics["student"]["dev"], speed=speed)
+    citations = [citation for kind, name in (("projector", config.projector), ("recipe", config.recipe))
+                 if (citation := preflight.factory_attribute(context.registry, kind, name, "citation"))]
+    card = package.model_card(config=config, task=task, metrics=metrics, speed=speed,
+                              command=command_line(config), citations=list(dict.fromkeys(citations)),
+                              student_class=type(student).__name__,
+                              huggingface_family=isinstance(student, PreTrainedModel)
+                              and type(student).__module__.startswith("transformers."))
+    package.write_package(run_dir.path / STUDENT_DIR, student, tokenizer, info, card)
+
+
 def _human(count: int) -> str:
     return f"{count / 1e6:.1f}M" if count >= 1e5 else f"{count / 1e3:.1f}K"
 
 
-def format_table(rows: list[tuple[str, int, dict[str, dict[str, float]]]], task: Task) -> str:
+def format_table(rows: list[Row], task: Task) -> str:
     split = task.dev_splits[0]
-    keys = sorted({key for _, _, dev in rows for key in dev.get(split, {})},
-                  key=lambda k: (k != task.main_metric, k))
+    keys = sorted({key for row in rows for key in row.dev.get(split, {})}, key=lambda k: (k != task.main_metric, k))
+    timed = any(row.speed is not None for row in rows)
     header = ["model", "params"] + [f"{split} {k}" for k in keys]
-    body = [[name, _human(params)] + [f"{dev.get(split, {}).get(k, float('nan')) * 100:.2f}" for k in keys]
-            for name, params, dev in rows]
+    if timed:
+        header += ["weights", "ms/example (b=1)", "examples/s (b=32)", "speed-up"]
+    body = []
+    for row in rows:
+        cells = [row.model, _human(row.parameters)]
+        cells += [f"{row.dev[split][k] * 100:.2f}" if k in row.dev.get(split, {}) else "" for k in keys]
+        if timed:
+            speed = row.speed
+            cells += ([f"{speed.weights_mb:.1f} MB", f"{speed.latency_ms:.2f}", f"{speed.throughput:.0f}",
+                       f"{row.speedup:.2f}x" if row.speedup else "1.00x"] if speed else ["", "", "", ""])
+        body.append(cells)
     widths = [max(len(str(r[i])) for r in [header] + body) for i in range(len(header))]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in body])

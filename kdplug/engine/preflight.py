@@ -78,7 +78,20 @@ def check_writable(directory: Path, what: str, option: str) -> None:
                          f"choose another {option} or fix the permissions") from None
 
 
-def check_sequence_length(config: RunConfig, task: Task, teacher: Teacher, max_length: int) -> None:
+def sequence_length(config: RunConfig, task: Task, teacher: Teacher) -> int:
+    """The run's maximum length: ``max_length`` if set (checked), else the papers' default (64 for
+    single sentences, 128 for pairs) or the teacher's position limit, whichever is smaller."""
+    from .data import default_max_length
+
+    if config.max_length is None:
+        limit = position_limit(teacher.model)
+        default = default_max_length(task)
+        return default if limit is None else min(default, limit)
+    check_sequence_length(task, teacher, config.max_length)
+    return config.max_length
+
+
+def check_sequence_length(task: Task, teacher: Teacher, max_length: int) -> None:
     """``max_length`` fits the teacher's position embeddings and holds more than the special tokens."""
     tokenizer = teacher.tokenizer
     specials = tokenizer.num_special_tokens_to_add(pair=task.is_pair) if tokenizer is not None else 0

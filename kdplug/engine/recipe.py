@@ -84,6 +84,8 @@ class RecipeContext:
     last_distillation: Optional[tuple[str, DistillationModule]] = None
     #: the tokenizer ``train`` and ``dev`` are encoded with (the run's teacher's); None = the teacher's
     tokenizer: Any = None
+    #: tokens per example (the run's max_length, or the task's default within the teacher's limit)
+    max_length: Optional[int] = None
     _size_checked: bool = False
 
     def __post_init__(self) -> None:
@@ -205,7 +207,7 @@ class RecipeContext:
     def train_max_length(self) -> int:
         from .data import default_max_length
 
-        return self.config.max_length or default_max_length(self.task)
+        return self.max_length or self.config.max_length or default_max_length(self.task)
 
     def train_stage(self, name: str, student: nn.Module, projector: Optional[nn.Module] = None, *,
                     weights: Optional[Weights] = None, objective: Optional[nn.Module] = None,

@@ -18,8 +18,6 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from safetensors.torch import save_model
-from torch import nn
 
 from ..config import RunConfig, dump_yaml
 from ..errors import UsageError
@@ -109,17 +107,6 @@ class RunDirectory:
         """The final student's dev predictions and the gold labels, per split, in example order
         (what paired bootstrap comparisons between runs resample)."""
         write_atomic(self.path / PREDICTIONS_FILE, json.dumps(predictions))
-
-    def save_student(self, student: nn.Module, description: dict[str, Any]) -> Path:
-        """Weights in safetensors; plus ``save_pretrained`` output where the student has it."""
-        directory = self.path / STUDENT_DIR
-        directory.mkdir(exist_ok=True)
-        if hasattr(student, "save_pretrained"):
-            student.save_pretrained(str(directory))
-        if not (directory / "model.safetensors").exists():
-            save_model(student, str(directory / "model.safetensors"))
-        write_atomic(directory / "kdplug_student.json", json.dumps(description, indent=2, default=_jsonable))
-        return directory
 
     def attach_log(self) -> logging.Handler:
         handler = logging.FileHandler(self.path / LOG_FILE, encoding="utf-8")

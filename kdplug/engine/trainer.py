@@ -257,6 +257,9 @@ class Trainer:
             score = self.main_score(metrics)
             record = {"epoch": epoch, "train": {k: v / max(progress.count, 1) for k, v in progress.sums.items()},
                       "dev": metrics}
+            first_split = predictions.get(self.task.dev_splits[0])
+            if self.task.labels and first_split:
+                record["predicted_classes"] = len(set(first_split))
             progress.history.append(record)
             log.info("%s epoch %d/%d: train loss %.4f, %s", name, epoch, epochs, record["train"].get("loss", 0.0),
                      _format(metrics))

@@ -41,6 +41,14 @@ from .layers import (BucketSpec, attention_divisor, bucket_mask, check_inputs, c
 AttentionTemperature = Union[float, str]
 
 
+
+ALP = """@inproceedings{passban2021alpkd,
+  title = {{ALP-KD}: Attention-Based Layer Projection for Knowledge Distillation},
+  author = {Passban, Peyman and Wu, Yimeng and Rezagholizadeh, Mehdi and Liu, Qun},
+  booktitle = {Proceedings of AAAI 2021},
+  year = {2021}
+}"""
+
 class ALP(nn.Module):
     """ALP-KD with the attention over all n teacher layers (eq. 6): no buckets to choose."""
 
@@ -52,6 +60,7 @@ class ALP(nn.Module):
     # ALP-KD Table 10, its most frequent setting: η = 0.7, λ = 0.2 (MNLI, MRPC, QNLI, QQP), τ = 20
     # (4 of 8 tasks). Table 10 covers every ALP student, so the bucketed variants share it.
     default_weights = {"eta": 0.7, "lam": 0.2, "temperature": 20.0}
+    citation = ALP
 
     def __init__(self, request: ProjectionRequest, *, buckets: Optional[BucketSpec] = None,
                  attention_temperature: Optional[AttentionTemperature] = None) -> None:

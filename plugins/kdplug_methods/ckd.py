@@ -20,6 +20,15 @@ from kdplug.types import DistillInputs, ProjectedPairs, ProjectionRequest
 from .layers import BucketSpec, check_inputs, common_width, intermediate_student_layers, resolve_buckets
 
 
+
+CKD = """@inproceedings{wu2020skip,
+  title = {Why Skip If You Can Combine: A Simple Knowledge Distillation Technique for Intermediate Layers},
+  author = {Wu, Yimeng and Passban, Peyman and Rezagholizadeh, Mehdi and Liu, Qun},
+  booktitle = {Proceedings of EMNLP 2020},
+  pages = {1016--1021},
+  year = {2020}
+}"""
+
 class CKDNoOverlap(nn.Module):
     """CKD-NO: contiguous buckets sharing no layer (12→4: {1-4}, {5-8}, {9-12})."""
 
@@ -29,6 +38,7 @@ class CKDNoOverlap(nn.Module):
     needs_teacher_heads = False
     # ALP-KD Table 9, the most frequent values: η = 0.2 (4 of 8 tasks), λ = 0.2 (all), τ = 20 (4 of 8).
     default_weights = {"eta": 0.2, "lam": 0.2, "temperature": 20.0}
+    citation = CKD
 
     def __init__(self, request: ProjectionRequest, *, buckets: Optional[BucketSpec] = None) -> None:
         super().__init__()

@@ -15,6 +15,14 @@ import kdplug
 from kdplug.types import DistillInputs, ProjectionRequest
 
 
+
+HINTON = """@article{hinton2015distilling,
+  title = {Distilling the Knowledge in a Neural Network},
+  author = {Hinton, Geoffrey and Vinyals, Oriol and Dean, Jeff},
+  journal = {arXiv preprint arXiv:1503.02531},
+  year = {2015}
+}"""
+
 class NoKD(nn.Module):
     """CE only: the baseline every distillation method is measured against."""
 
@@ -33,6 +41,7 @@ class RegularKD(NoKD):
     """Logit KD only (Hinton et al. 2015)."""
 
     default_weights = {"eta": 0.7, "lam": 0.0, "temperature": 10.0}
+    citation = HINTON
 
 
 @kdplug.hookimpl

@@ -20,7 +20,10 @@ from kdplug.errors import PluginError, UsageError
 
 
 def _as_pairs(student: Tensor, target: Tensor, weights: Optional[Tensor], loss: str):
-    """``(B, P, D)`` views of both sides; logits ``(B, C)`` count as a single pair."""
+    """``(B, P, D)`` views of both sides; logits ``(B, C)`` count as a single pair, and regression
+    scores ``(B,)`` as a single pair of width 1."""
+    if student.dim() == 1 and target.dim() == 1:
+        student, target = student[:, None], target[:, None]  # (B,) -> (B, 1)
     if student.dim() == 2:
         student, target = student.unsqueeze(1), target.unsqueeze(1)  # (B, 1, C)
         if weights is not None and weights.dim() == 1:

@@ -31,6 +31,15 @@ from kdplug.types import DistillInputs, ProjectedPairs, ProjectionRequest
 from .layers import check_inputs, check_teacher_layer, common_width, intermediate_student_layers, width_adapter
 
 
+
+PKD = """@inproceedings{sun2019patient,
+  title = {Patient Knowledge Distillation for {BERT} Model Compression},
+  author = {Sun, Siqi and Cheng, Yu and Gan, Zhe and Liu, Jingjing},
+  booktitle = {Proceedings of EMNLP-IJCNLP 2019},
+  pages = {4314--4323},
+  year = {2019}
+}"""
+
 class PKDSkip(nn.Module):
     """PKD-Skip: every (n/m)-th teacher layer, the paper's better strategy."""
 
@@ -40,6 +49,7 @@ class PKDSkip(nn.Module):
     # ALP-KD Table 8 (its PKD runs), the most frequent values: η = 0.2 (6 of 8 tasks),
     # λ = 0.7 (5 of 8), τ = 5 (5 of 8); SST-2 uses exactly these.
     default_weights = {"eta": 0.2, "lam": 0.7, "temperature": 5.0}
+    citation = PKD
 
     def __init__(self, request: ProjectionRequest, *, layer_map: Optional[Sequence[int]] = None,
                  loss_reduction: str = "sum") -> None:

@@ -42,6 +42,14 @@ from kdplug.types import DistillInputs, ProjectedPairs, ProjectionRequest
 from .layers import attention_divisor, check_inputs, intermediate_student_layers
 
 
+
+UNIVERSAL = """@inproceedings{wu2021universalkd,
+  title = {Universal-{KD}: Attention-based Output-Grounded Intermediate Layer Knowledge Distillation},
+  author = {Wu, Yimeng and Rezagholizadeh, Mehdi and Ghaddar, Abbas and Haidar, Md Akmal and Ghodsi, Ali},
+  booktitle = {Proceedings of EMNLP 2021},
+  year = {2021}
+}"""
+
 class UniversalIL(nn.Module):
     """Universal-KD^(IL): every intermediate student layer against the attention-weighted pseudo TAs."""
 
@@ -52,6 +60,7 @@ class UniversalIL(nn.Module):
     # Table 8: all; Table 9: 5 of 8), τ = 1 for all runs; stage 2 is CE only.
     default_weights = {"eta": 0.5, "lam": 0.5, "temperature": 1.0}
     default_recipe = "two-stage"
+    citation = UNIVERSAL
 
     def __init__(self, request: ProjectionRequest, *, attention_temperature: float = 1.0) -> None:
         super().__init__()

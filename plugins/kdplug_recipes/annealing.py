@@ -44,6 +44,15 @@ def annealing_multiplier(epoch: int, e1: int, tau_max: int) -> float:
     return min(t, tau_max) / tau_max
 
 
+
+ANNEALING = """@inproceedings{jafari2021annealing,
+  title = {Annealing Knowledge Distillation},
+  author = {Jafari, Aref and Rezagholizadeh, Mehdi and Sharma, Pranav and Ghodsi, Ali},
+  booktitle = {Proceedings of EACL 2021},
+  pages = {2493--2504},
+  year = {2021}
+}"""
+
 class AnnealingObjective(nn.Module):
     """Phase 1: MSE(z_s, z_t · φ) on raw logits, φ set by the trainer at each epoch; no labels."""
 
@@ -69,6 +78,8 @@ class Annealing:
     Options: ``e1`` (10), ``e2`` (3; 0 skips phase 2), ``tau_max`` (10), ``phase2_lr`` (default:
     the run's learning rate). The run's ``epochs`` is not used: E₁ and E₂ are the schedule.
     """
+
+    citation = ANNEALING
 
     def __init__(self, e1: int = 10, e2: int = 3, tau_max: int = 10, phase2_lr: float | None = None) -> None:
         for name, value, least in (("e1", e1, 1), ("e2", e2, 0), ("tau_max", tau_max, 1)):

@@ -33,6 +33,13 @@ class TwoStage:
     ``stage2_epochs`` (default: the run's epochs), ``stage2_lr``.
     """
 
+    citation = """@inproceedings{wu2021universalkd,
+  title = {Universal-{KD}: Attention-based Output-Grounded Intermediate Layer Knowledge Distillation},
+  author = {Wu, Yimeng and Rezagholizadeh, Mehdi and Ghaddar, Abbas and Haidar, Md Akmal and Ghodsi, Ali},
+  booktitle = {Proceedings of EMNLP 2021},
+  year = {2021}
+}"""
+
     def __init__(self, beta: float | None = None, stage2_epochs: int | None = None, stage2_lr: float | None = None):
         self.beta, self.stage2_epochs, self.stage2_lr = beta, stage2_epochs, stage2_lr
 

@@ -32,6 +32,14 @@ from kdplug.types import StepState
 log = logging.getLogger("kdplug.recipes.dih")
 
 
+
+DIH = """@article{asadian2021dih,
+  title = {Distilling Knowledge via Intermediate Classifier Heads},
+  author = {Asadian, Aryan and Salehi-Abari, Amirali},
+  journal = {arXiv preprint arXiv:2103.00497},
+  year = {2021}
+}"""
+
 class DIHObjective(nn.Module):
     """The DIH student loss over the teacher's output and the heads at ``head_positions``.
 
@@ -95,6 +103,8 @@ class DIH:
     indices whose heads teach; default n/4, n/2 and 3n/4). Epochs and learning rate are the run's;
     the heads' warm-up uses the run's ``head_epochs`` and ``head_lr``.
     """
+
+    citation = DIH
 
     def __init__(self, alpha: float = 0.1, temperature: float = 5.0, layers: Optional[Sequence[int]] = None) -> None:
         if not 0.0 <= alpha <= 1.0:

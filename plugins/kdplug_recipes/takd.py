@@ -38,6 +38,15 @@ log = logging.getLogger("kdplug.recipes.takd")
 WEIGHTS, SUMMARY = "model.safetensors", "takd_link.json"
 
 
+TAKD = """@inproceedings{mirzadeh2020takd,
+  title = {Improved Knowledge Distillation via Teacher Assistant},
+  author = {Mirzadeh, Seyed Iman and Farajtabar, Mehrdad and Li, Ang and Levine, Nir and Matsukawa, Akihiro and Ghasemzadeh, Hassan},
+  booktitle = {Proceedings of AAAI 2020},
+  pages = {5191--5198},
+  year = {2020}
+}"""
+
+
 @dataclass(frozen=True)
 class Link:
     """One model of the chain: a registered student or teacher name and its options."""
@@ -91,6 +100,8 @@ class TAKD:
     for an n-layer Hugging Face teacher), ``eta`` and ``temperature`` (default: the run's, else
     RKD's 0.7 and 10), ``ta_epochs`` and ``ta_lr`` (default: the run's epochs and learning rate).
     """
+
+    citation = TAKD
 
     def __init__(self, ta: Any = None, eta: Optional[float] = None, temperature: Optional[float] = None,
                  ta_epochs: Optional[int] = None, ta_lr: Optional[float] = None) -> None:

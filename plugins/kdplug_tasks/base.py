@@ -61,6 +61,7 @@ class DataTask:
     max_train_examples: Optional[int] = None
     max_dev_examples: Optional[int] = None
     source: str = ""
+    text_columns: tuple[str, ...] = ()  # the input columns as the task's files name them
     _loaded: dict[str, list[Example]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

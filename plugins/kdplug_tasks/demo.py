@@ -184,6 +184,7 @@ def demo_task(data_dir: Optional[str] = None, *, num_train: int = 800, num_dev: 
     return DataTask(
         name="demo", labels=LABELS, is_pair=False, metrics=("accuracy",), main_metric="accuracy",
         reader=lambda split, limit: data[split][:limit], source=f"generated (seed={seed}, label_noise={label_noise})",
+        text_columns=("text",),
         max_train_examples=check_count("max_train_examples", max_train_examples),
         max_dev_examples=check_count("max_dev_examples", max_dev_examples),
     )

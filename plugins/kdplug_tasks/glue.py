@@ -116,7 +116,7 @@ def task_directory(spec: GlueSpec, data_dir: str) -> str:
     return nested if os.path.isdir(nested) else data_dir
 
 
-def read_glue_file(spec: GlueSpec, path: str, limit: Optional[int]) -> list[Example]:
+def read_glue_file(spec: GlueSpec, path: str, limit: Optional[int], encoding: Optional[str] = None) -> list[Example]:
     if not os.path.isfile(path):
         raise DataError(f"file not found. GLUE {spec.folder} needs "
                         f"{', '.join(f'{split}.tsv' for split in ('train', *spec.dev_splits))} as in the "
@@ -124,7 +124,7 @@ def read_glue_file(spec: GlueSpec, path: str, limit: Optional[int]) -> list[Exam
     columns = {"text_a": spec.text_columns[0], "label": spec.label_column,
                "text_b": spec.text_columns[1] if spec.is_pair else None}
     skipped: list[int] = []
-    records = read_records(path, columns, fieldnames=spec.fieldnames,
+    records = read_records(path, columns, fieldnames=spec.fieldnames, encoding=encoding,
                            on_malformed=skipped.append if spec.skip_malformed else None)
     examples = []
     total = 0
@@ -211,19 +211,20 @@ def hub_examples(spec: GlueSpec, dataset: Any, split: str, limit: Optional[int])
 
 
 def glue_task(spec: GlueSpec, data_dir: Optional[str] = None, *, max_train_examples: Optional[int] = None,
-              max_dev_examples: Optional[int] = None, **unknown: Any) -> DataTask:
+              max_dev_examples: Optional[int] = None, encoding: Optional[str] = None, **unknown: Any) -> DataTask:
     """A GLUE task from the original files in ``data_dir``, or from the hub copy.
 
-    ``max_train_examples`` / ``max_dev_examples`` keep the first N examples (quick runs).
+    ``max_train_examples`` / ``max_dev_examples`` keep the first N examples (quick runs);
+    ``encoding`` reads files that are not UTF-8 (e.g. ``latin-1``).
     """
-    reject_unknown_options(spec.name, unknown, ["max_train_examples", "max_dev_examples"])
+    reject_unknown_options(spec.name, unknown, ["max_train_examples", "max_dev_examples", "encoding"])
     limits = dict(max_train_examples=check_count("max_train_examples", max_train_examples),
                   max_dev_examples=check_count("max_dev_examples", max_dev_examples))
     if data_dir is not None:
         directory = task_directory(spec, os.fspath(data_dir))
 
         def reader(split: str, limit: Optional[int]) -> list[Example]:
-            return read_glue_file(spec, os.path.join(directory, f"{split}.tsv"), limit)
+            return read_glue_file(spec, os.path.join(directory, f"{split}.tsv"), limit, encoding)
 
         source = directory
     else:
@@ -236,7 +237,7 @@ def glue_task(spec: GlueSpec, data_dir: Optional[str] = None, *, max_train_examp
     return DataTask(
         name=spec.name, labels=spec.labels, is_pair=spec.is_pair, metrics=spec.metrics,
         main_metric=spec.main_metric, reader=reader, is_regression=not spec.labels,
-        dev_splits=spec.dev_splits, source=source, **limits,
+        dev_splits=spec.dev_splits, source=source, text_columns=spec.text_columns, **limits,
     )
 
 

@@ -22,7 +22,9 @@ from .base import DataTask, check_count, label_index, parse_score, reject_unknow
 from .tables import FORMATS, read_records
 
 OPTIONS = ("train_file", "dev_file", "text_column", "text_pair_column", "label_column", "labels", "regression",
-           "max_train_examples", "max_dev_examples")
+           "max_train_examples", "max_dev_examples", "encoding")
+#: the option that names each role's column, for error messages
+COLUMN_OPTIONS = {"text_a": "text_column", "text_b": "text_pair_column", "label": "label_column"}
 
 
 def label_text(value: Any) -> str:
@@ -58,12 +60,14 @@ def local_task(data_dir: Optional[str] = None, *, train_file: Optional[str] = No
                text_column: str = "text", text_pair_column: Optional[str] = None, label_column: str = "label",
                labels: Optional[Sequence[Any]] = None, regression: bool = False,
                max_train_examples: Optional[int] = None, max_dev_examples: Optional[int] = None,
-               **unknown: Any) -> DataTask:
+               encoding: Optional[str] = None, **unknown: Any) -> DataTask:
     """The user's files as a task.
 
     ``labels`` fixes the label set and its order (class i = ``labels[i]``); without it the
     label set is every value of the training file's label column, sorted. ``regression=True``
     reads the label column as a float target. ``text_pair_column`` makes it a sentence-pair task.
+    ``encoding`` reads files that are not UTF-8 (``latin-1``, ``cp1252``; a byte-order mark is
+    recognised by itself).
     """
     reject_unknown_options("local", unknown, OPTIONS)
     limits = dict(max_train_examples=check_count("max_train_examples", max_train_examples),
@@ -75,7 +79,8 @@ def local_task(data_dir: Optional[str] = None, *, train_file: Optional[str] = No
         raise ConfigError(f"option labels must be a list of at least two distinct labels, got {labels!r}.")
     files = {"train": resolve_file(data_dir, train_file, "train"), "dev": resolve_file(data_dir, dev_file, "dev")}
     columns = {"text_a": text_column, "text_b": text_pair_column, "label": label_column}
-    records = {split: require_examples(list(read_records(path, columns)), path=path) for split, path in files.items()}
+    records = {split: require_examples(list(read_records(path, columns, encoding=encoding, options=COLUMN_OPTIONS)),
+                                       path=path) for split, path in files.items()}
 
     if regression:
         label_set: tuple[str, ...] = ()
@@ -107,7 +112,8 @@ def local_task(data_dir: Optional[str] = None, *, train_file: Optional[str] = No
         name="local", labels=label_set, is_pair=text_pair_column is not None,
         metrics=("pearson", "spearman") if regression else ("accuracy", "macro_f1"),
         main_metric="pearson" if regression else "accuracy", reader=reader, is_regression=regression,
-        source=f"{files['train']} + {files['dev']}", **limits,
+        source=f"{files['train']} + {files['dev']}",
+        text_columns=(text_column,) if text_pair_column is None else (text_column, text_pair_column), **limits,
     )
 
 

@@ -12,40 +12,41 @@ import json
 import os
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+from kdplug import textio
 from kdplug.errors import DataError, close_matches
 
 #: file extension -> format name understood by :func:`read_records`
 FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl"}
 
 
-def open_text(path: str):
-    """Open a data file as UTF-8 text (a leading byte-order mark is dropped: MRPC has one)."""
+def open_text(path: str, encoding: Optional[str] = None):
+    """A data file as text: UTF-8 unless a byte-order mark or ``encoding`` says otherwise (a
+    leading UTF-8 mark is dropped: MRPC has one); see :mod:`kdplug.textio`."""
     if not os.path.isfile(path):
         where = os.path.dirname(os.path.abspath(path))
         present = sorted(os.listdir(where)) if os.path.isdir(where) else []
         listing = f" The directory holds: {', '.join(present)}." if present else ""
         raise DataError(f"file not found.{listing}", path=path)
-    # newline="\n": a stray carriage return inside a field must not split the record.
-    return open(path, encoding="utf-8-sig", newline="\n")
+    return textio.open_text(path, encoding=encoding)
 
 
-def read_tsv(path: str) -> Iterator[tuple[int, list[str]]]:
+def read_tsv(path: str, encoding: Optional[str] = None) -> Iterator[tuple[int, list[str]]]:
     """Tab-separated lines with quoting disabled: one line is one record, split on every tab.
 
     GLUE's files contain unbalanced quotes inside sentences, which a quoting CSV reader would
     merge with the following lines; splitting on tabs keeps every sentence intact. Blank lines
     are skipped.
     """
-    with open_text(path) as handle:
+    with open_text(path, encoding) as handle:
         for line_number, line in enumerate(handle, start=1):
             line = line.rstrip("\r\n")
             if line.strip():
                 yield line_number, line.split("\t")
 
 
-def read_csv(path: str) -> Iterator[tuple[int, list[str]]]:
+def read_csv(path: str, encoding: Optional[str] = None) -> Iterator[tuple[int, list[str]]]:
     """Comma-separated records with standard (RFC 4180) quoting; a record may span lines."""
-    with open_text(path) as handle:
+    with open_text(path, encoding) as handle:
         reader = csv.reader(handle)
         start = 1
         try:
@@ -58,9 +59,9 @@ def read_csv(path: str) -> Iterator[tuple[int, list[str]]]:
                             path=path, line=start) from error
 
 
-def read_jsonl(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+def read_jsonl(path: str, encoding: Optional[str] = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """One JSON object per line; blank lines are skipped."""
-    with open_text(path) as handle:
+    with open_text(path, encoding) as handle:
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -83,40 +84,50 @@ ROLE_NAMES = {
 }
 
 
-def column_index(header: Sequence[str], column: str, *, path: str, role: str) -> int:
-    """The position of ``column`` in a header line, or a DataError listing the columns there are."""
+def column_index(header: Sequence[str], column: str, *, path: str, role: str, option: Optional[str] = None) -> int:
+    """The position of ``column`` in a header line, or a DataError listing the columns there are
+    and, where an option names the column, how to set it."""
     names = [name.strip() for name in header]
     if column in names:
         return names.index(column)
     suggestions = close_matches(column, names)
     hint = f" Did you mean {suggestions[0]!r}?" if suggestions else ""
+    if option:
+        hint += f" Name the column with --set task_options.{option}={suggestions[0] if suggestions else 'NAME'}."
     raise DataError(f"no column {column!r} (expected to hold the {role}); the header has columns "
                     f"{', '.join(repr(name) for name in names)}.{hint}", path=path, line=1)
 
 
 def read_records(path: str, columns: dict[str, Optional[str]], *, fieldnames: Optional[Sequence[str]] = None,
-                 on_malformed: Optional[Callable[[int], None]] = None) -> Iterator[tuple[int, dict[str, Any]]]:
+                 on_malformed: Optional[Callable[[int], None]] = None, encoding: Optional[str] = None,
+                 options: Optional[dict[str, str]] = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """Records of a TSV/CSV/JSONL file (format from the extension) as ``{role: value}``.
 
     ``columns`` maps a role (``"text_a"``, ``"text_b"``, ``"label"``) to the column or JSON key
     holding it; roles mapped to None are left out. TSV and CSV files start with a header line,
     unless ``fieldnames`` names the fields of a headerless file (CoLA). A line with the wrong
     number of fields raises a DataError, or is passed to ``on_malformed(line)`` and skipped.
+    ``options`` names the task option that sets each role's column (for error messages), and
+    ``encoding`` the file's encoding when it is not UTF-8 (see :mod:`kdplug.textio`).
     """
+    options = options or {}
     wanted = {role: column for role, column in columns.items() if column is not None}
     fmt = FORMATS.get(os.path.splitext(path)[1].lower())
     if fmt is None:
         raise DataError(f"unknown file format; use one of the extensions {', '.join(FORMATS)}.", path=path)
     if fmt == "jsonl":
-        for line_number, record in read_jsonl(path):
-            missing = [column for column in wanted.values() if record.get(column) is None]
+        for line_number, record in read_jsonl(path, encoding):
+            missing = [role for role, column in wanted.items() if record.get(column) is None]
             if missing:
-                raise DataError(f"no value for {', '.join(repr(key) for key in missing)}; this line has keys "
+                named = [f"task_options.{options[role]}" for role in missing if role in options]
+                hint = f" Name the keys with --set {' / '.join(named)}=KEY." if named else ""
+                raise DataError(f"no value for {', '.join(repr(wanted[role]) for role in missing)}; this line has keys "
                                 f"{', '.join(repr(key) for key in record) or '(none)'}. Every line needs "
-                                f"{', '.join(repr(key) for key in wanted.values())}.", path=path, line=line_number)
+                                f"{', '.join(repr(key) for key in wanted.values())}.{hint}", path=path,
+                                line=line_number)
             yield line_number, {role: record[column] for role, column in wanted.items()}
         return
-    rows = read_tsv(path) if fmt == "tsv" else read_csv(path)
+    rows = read_tsv(path, encoding) if fmt == "tsv" else read_csv(path, encoding)
     if fieldnames is None:
         header = next(rows, None)
         if header is None:
@@ -125,8 +136,8 @@ def read_records(path: str, columns: dict[str, Optional[str]], *, fieldnames: Op
         fieldnames, layout = header[1], "the header (line 1)"
     else:
         layout = f"this file's layout ({', '.join(fieldnames)})"
-    positions = {role: column_index(fieldnames, column, path=path, role=ROLE_NAMES.get(role, role))
-                 for role, column in wanted.items()}
+    positions = {role: column_index(fieldnames, column, path=path, role=ROLE_NAMES.get(role, role),
+                                    option=options.get(role)) for role, column in wanted.items()}
     for line_number, fields in rows:
         if len(fields) != len(fieldnames) and on_malformed is not None:
             on_malformed(line_number)

@@ -147,7 +147,7 @@ def test_a_failed_student_save_keeps_the_trained_student_for_resume(tmp_path, ti
     failed = kdplug_process("run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), *TINY,
                             "--output", str(output), fault="run-results:1:fsize=1000")
     assert failed.returncode == 1, failed.stderr
-    assert "could not write the results" in failed.stderr and "--resume" in failed.stderr
+    assert "could not write the student package" in failed.stderr and "--resume" in failed.stderr
     assert (output / "checkpoints" / "distill" / "state.json").is_file()
     resumed = kdplug_process("run", "--resume", str(output))
     assert resumed.returncode == 0, resumed.stderr

@@ -80,22 +80,28 @@ def test_a_student_as_large_as_its_teacher_is_reported(capsys, caplog, tmp_path,
     assert any("as many as the teacher" in r.message for r in caplog.records)
 
 
-def history(*epochs):
-    return [{"epoch": i, "train": terms} for i, terms in enumerate(epochs, 1)]
+def history(*epochs, classes=2):
+    return [{"epoch": i, "train": terms, "predicted_classes": classes} for i, terms in enumerate(epochs, 1)]
 
 
 LABELS = ("negative", "positive")
 
 
-def test_health_single_class_waits_for_a_settled_epoch():
-    findings = health.check_epoch("distill", history({"loss": 0.6}), epochs=5, lr=1e-3, labels=LABELS,
-                                  predictions=[1, 1, 1])
-    assert findings == []  # one epoch of five proves little
-    findings = health.check_epoch("distill", history({"loss": 0.6}, {"loss": 0.5}), epochs=5, lr=1e-3,
-                                  labels=LABELS, predictions=[1, 1, 1])
+def test_health_single_class_waits_for_a_third_of_the_stage():
+    one_class = [1, 1, 1]
+    losses = [{"loss": 0.6}, {"loss": 0.5}, {"loss": 0.4}, {"loss": 0.3}]
+    check = lambda n, epochs, **kw: health.check_epoch(  # noqa: E731
+        "distill", history(*losses[:n], **kw), epochs=epochs, lr=1e-3, labels=LABELS, predictions=one_class)
+    assert check(1, 6, classes=1) == []  # one epoch of six proves little
+    findings = check(2, 6, classes=1)
     assert [f.code for f in findings] == ["single-class"] and "'positive'" in findings[0].message
-    assert health.check_epoch("distill", history({"loss": 0.6}, {"loss": 0.5}), epochs=5, lr=1e-3, labels=LABELS,
-                              predictions=[1, 0, 1]) == []
+    assert check(2, 12, classes=1) == []  # a slow start: reported after 4 of 12 epochs
+    assert [f.code for f in check(4, 12, classes=1)] == ["single-class"]
+    assert [f.code for f in check(1, 1, classes=1)] == ["single-class"]  # the last epoch always counts
+    # an epoch that predicted both classes earlier: it learnt something, so not stuck
+    mixed = history(*losses[:3], classes=1)
+    mixed[0]["predicted_classes"] = 2
+    assert health.check_epoch("distill", mixed, epochs=6, lr=1e-3, labels=LABELS, predictions=one_class) == []
 
 
 def test_health_flat_loss_only_at_chance_level():

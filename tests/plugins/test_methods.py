@@ -175,6 +175,13 @@ def test_mse_matches_its_formula(weights):
     assert got.item() == pytest.approx(expected, rel=1e-12)
 
 
+def test_mse_on_regression_scores_is_the_plain_mean_squared_error():
+    # the task loss of STS-B: predicted scores (B,) against gold scores (B,)
+    predicted, gold = [1.5, 3.0, 4.0], [2.0, 3.0, 1.0]
+    expected = sum((p - g) ** 2 for p, g in zip(predicted, gold)) / 3
+    assert kdplug.create_loss("mse")(tensor(predicted), tensor(gold)).item() == pytest.approx(expected, rel=1e-12)
+
+
 def test_mse_on_logits_is_the_plain_mean_squared_error():
     s, t = [[1.0, 2.0], [0.0, -1.0]], [[0.5, 2.0], [1.0, 1.0]]
     expected = np.mean([(a - b) ** 2 for row_s, row_t in zip(s, t) for a, b in zip(row_s, row_t)])

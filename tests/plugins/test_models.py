@@ -10,8 +10,8 @@ import torch
 
 import kdplug
 from kdplug.testing.tiny import TinyTask, make_tiny_bert, make_tiny_roberta
-from kdplug_models.bilstm import BiLSTMClassifier
-from kdplug_models.gated_cnn import GatedCNNClassifier
+from kdplug_models.modeling_bilstm import BiLSTMConfig, BiLSTMForSequenceClassification
+from kdplug_models.modeling_gated_cnn import GatedCNNConfig, GatedCNNForSequenceClassification
 from kdplug_models.hf import FINETUNED_MARKER
 
 TINY_LAYERS, TINY_WIDTH = 4, 32
@@ -311,6 +311,13 @@ def test_pooled_student_saves_and_reloads(name, teacher, task, tmp_path):
     assert again.tokenizer.get_vocab() == teacher.tokenizer.get_vocab()
 
 
+@pytest.mark.parametrize("name", ["bilstm", "gated-cnn"])
+def test_pooled_student_size_follows_the_teacher(name, checkpoints, task):
+    teacher = kdplug.create_teacher("hf", task, source=checkpoints["bert"])
+    student = kdplug.create_student(name, task, teacher)
+    assert student.config.hidden_size == TINY_WIDTH and student.config.embedding_dim == TINY_WIDTH // 2
+
+
 def lstm_parameters(input_dim, hidden, directions):
     """nn.LSTM: 4 gates, each with input and recurrent weights and two biases, per direction."""
     return directions * 4 * (hidden * (input_dim + hidden) + 2 * hidden)
@@ -321,7 +328,7 @@ def pooling_and_head_parameters(width, layers, classes=2):
 
 
 def test_bilstm_has_the_papers_size():
-    model = BiLSTMClassifier(vocab_size=BERT_VOCAB, num_outputs=2)
+    model = BiLSTMForSequenceClassification(BiLSTMConfig(vocab_size=BERT_VOCAB, num_labels=2))
     count = sum(p.numel() for p in model.parameters())
     expected = (BERT_VOCAB * 384 + lstm_parameters(384, 384, 2) + 2 * lstm_parameters(768, 384, 2)
                 + pooling_and_head_parameters(768, 3))
@@ -330,7 +337,7 @@ def test_bilstm_has_the_papers_size():
 
 
 def test_gated_cnn_has_the_papers_size():
-    model = GatedCNNClassifier(vocab_size=BERT_VOCAB, num_outputs=2)
+    model = GatedCNNForSequenceClassification(GatedCNNConfig(vocab_size=BERT_VOCAB, num_labels=2))
     count = sum(p.numel() for p in model.parameters())
     conv = lambda cin: 3 * cin * 2 * 768 + 2 * 768  # kernel 3, GLU doubles the output channels
     expected = BERT_VOCAB * 384 + conv(384) + 3 * conv(768) + pooling_and_head_parameters(768, 4)

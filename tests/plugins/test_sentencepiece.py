@@ -157,7 +157,7 @@ def test_student_reads_with_its_own_vocabulary(teacher, name):
     assert tokenizer is not teacher.tokenizer and len(tokenizer) != len(teacher.tokenizer)
     assert student.embeddings.num_embeddings == len(tokenizer)
     assert student.embeddings.padding_idx == tokenizer.pad_token_id
-    assert student.config["vocab_size"] == len(tokenizer)
+    assert student.config.vocab_size == len(tokenizer)
     texts = [example.text_a for example in PAIR_TASK.load_split("train")]
     batch = tokenizer(texts, padding=True, return_tensors="pt")
     assert batch["input_ids"].max() < len(tokenizer)

@@ -1,0 +1,74 @@
+"""``kdplug export``: the trained student as ONNX (checked against PyTorch) or as its Hugging Face package."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import UsageError
+from ..plugins import PluginManager
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "export", help="export a trained student to ONNX or as a Hugging Face directory",
+        description="--format onnx: model.onnx (dynamic batch and sequence axes) with the tokenizer and labels, "
+                    "checked with ONNX Runtime against PyTorch on a sample of the run's dev set: the largest "
+                    "absolute difference of the logits is printed, and the export fails above 1e-4. --format hf: "
+                    "a copy of the standalone student directory (loads with transformers' Auto classes).",
+        epilog="examples:\n  kdplug export runs/demo --format onnx --output deploy/demo-onnx\n"
+               "  kdplug export runs/demo --format hf --output deploy/demo-hf",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", metavar="RUN_DIR|STUDENT_DIR", help="a run directory or its student/ directory")
+    parser.add_argument("--format", choices=["onnx", "hf"], required=True)
+    parser.add_argument("--output", required=True, help="a new or empty directory")
+    parser.add_argument("--sample", help="texts to check the ONNX model on (.tsv/.csv/.jsonl/.txt as for "
+                                         "'kdplug predict'); default: the run's dev set")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in --output")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, manager: PluginManager) -> int:
+    from ..export import SAMPLE_SIZE, check_output, export_hf, export_onnx
+
+    check_output(args.output, args.overwrite)  # before any work
+    if args.format == "hf":
+        report = export_hf(args.run, args.output, overwrite=args.overwrite)
+        print(f"exported the student to {report.directory} (Hugging Face format)")
+        return 0
+    sample = sample_texts(args, manager)[:SAMPLE_SIZE]
+    report = export_onnx(args.run, args.output, sample=sample, overwrite=args.overwrite)
+    print(f"exported the student to {report.directory / 'model.onnx'} (inputs {', '.join(report.inputs)}); "
+          f"ONNX Runtime vs PyTorch on {report.sample_size} dev examples: largest absolute difference of the "
+          f"logits {report.max_abs_diff:.2e} (tolerance 1e-4)")
+    return 0
+
+
+def sample_texts(args: argparse.Namespace, manager: PluginManager) -> list:
+    """The texts the ONNX model is checked on: --sample, else the run's first dev split."""
+    from ..inference import load_student
+
+    if args.sample:
+        from .. import textio
+        from .predict import input_format, read_inputs
+
+        student = load_student(args.run, device="cpu")
+        text = textio.read_text(args.sample, option="--sample's encoding (save it as UTF-8)")
+        return read_inputs(text, input_format(args.sample, None), args.sample, student.text_columns,
+                           student.is_pair, None)[2]
+    from ..config import build_config
+    from ..engine.rundir import CONFIG_FILE
+
+    path = Path(args.run)
+    run_dir = path.parent if (path / "kdplug_student.json").is_file() else path
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise UsageError(f"{args.run} is a student directory outside its run, so its dev set is unknown; pass "
+                         f"--sample FILE with texts to check the ONNX model on")
+    config = build_config(file=str(run_dir / CONFIG_FILE))
+    try:
+        task = manager.registry.create("task", config.task, data_dir=config.data_dir, **config.task_options)
+        examples = task.load_split(task.dev_splits[0])
+    except UsageError as exc:
+        raise UsageError(f"could not read the run's dev set to check the export ({exc}); pass --sample FILE "
+                         f"with texts instead") from None
+    return [(e.text_a, e.text_b) if e.text_b is not None else e.text_a for e in examples]

@@ -1,0 +1,136 @@
+"""The student package: what a run hands to the world, ``<run>/student/``.
+
+It stands alone: the weights (safetensors) and config of the student alone (no projector or
+pseudo-classifier weights, which stay in the run directory), the tokenizer the student was
+trained with, truncating at the run's maximum length, the label names (``id2label``),
+``kdplug_student.json`` (what kdplug needs to read inputs: columns, pairs, maximum length) and a
+Hugging Face model card (``README.md``). Nothing in it points into kdplug's cache. Hugging Face
+students load with plain transformers; kdplug's own families (BiLSTM, Gated-CNN) load the same
+way once kdplug is imported.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from safetensors.torch import save_model
+from torch import nn
+
+from .. import __version__
+from ..storage import atomic_directory
+
+INFO_FILE, CARD_FILE = "kdplug_student.json", "README.md"
+PACKAGE_VERSION = 1
+
+
+def write_package(directory: Path, student: nn.Module, tokenizer: Any, info: dict[str, Any], card: str) -> Path:
+    """Write the package atomically: the previous one stays until the new one is complete."""
+    with atomic_directory(directory, f"the student package {directory}") as staging:
+        save_weights(student, staging, info)
+        if tokenizer is not None:
+            readable = copy.deepcopy(tokenizer)
+            readable.model_max_length = info["max_length"]  # truncation=True cuts where training cut
+            readable.save_pretrained(str(staging))
+        (staging / INFO_FILE).write_text(json.dumps(info, indent=2, default=str))
+        (staging / CARD_FILE).write_text(card, encoding="utf-8")
+    return directory
+
+
+def save_weights(student: nn.Module, directory: Path, info: dict[str, Any]) -> None:
+    """The student's own weights and config, labelled with the task's label names."""
+    config = getattr(student, "config", None)
+    if config is None or not hasattr(student, "save_pretrained"):
+        save_model(student, str(directory / "model.safetensors"))  # a third-party family: kdplug loads it
+        return
+    saved = {key: getattr(config, key, None) for key in ("output_hidden_states", "id2label", "label2id")}
+    config.output_hidden_states = False  # deployment needs the logits only
+    if info["labels"]:
+        config.id2label = dict(enumerate(info["labels"]))
+        config.label2id = {label: index for index, label in enumerate(info["labels"])}
+    try:
+        student.save_pretrained(str(directory))
+    finally:
+        for key, value in saved.items():
+            setattr(config, key, value)
+
+
+def package_info(*, config: Any, task: Any, columns: tuple[str, ...], max_length: int, student_name: str,
+                 init: Optional[dict], dev: dict, speed: dict) -> dict[str, Any]:
+    return {"format": PACKAGE_VERSION, "kdplug": __version__, "student": student_name, "task": task.name,
+            "labels": list(task.labels), "is_regression": task.is_regression, "is_pair": task.is_pair,
+            "text_columns": list(columns), "max_length": max_length, "main_metric": task.main_metric,
+            "dev": dev, "seed": config.seed, "init": init, "speed": speed}
+
+
+# -- the model card -------------------------------------------------------------------------------
+
+
+def model_card(*, config: Any, task: Any, metrics: dict, speed: dict, command: str, citations: list[str],
+               student_class: str, huggingface_family: bool) -> str:
+    """README.md in the Hugging Face model-card format (YAML metadata, then prose and tables)."""
+    split = task.dev_splits[0]
+    student_dev = metrics["student"]["dev"].get(split, {})
+    teacher_dev = metrics.get("teacher", {}).get("dev", {}).get(split, {})
+    metadata = {
+        "library_name": "transformers",
+        "pipeline_tag": "text-classification",
+        "tags": ["kdplug", "knowledge-distillation", config.projector, config.student],
+        "model-index": [{"name": f"{config.student}-{config.projector}-{task.name}", "results": [{
+            "task": {"type": "text-classification", "name": "Text Classification"},
+            "dataset": {"name": task.name, "type": task.name, "split": split},
+            "metrics": [{"type": name, "value": round(value, 4)} for name, value in student_dev.items()]}]}],
+    }
+    if task.name in ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte"):
+        metadata["datasets"] = ["nyu-mll/glue"]
+    lines = ["---", yaml.safe_dump(metadata, sort_keys=False).strip(), "---", "",
+             f"# {config.student} distilled from {config.teacher} with {config.projector} ({task.name})", "",
+             f"A `{student_class}` student trained with [kdplug](https://pypi.org/project/kdplug/) {__version__}: "
+             f"knowledge distillation from the teacher `{metrics.get('teacher', {}).get('source', config.teacher)}` on "
+             f"the task `{task.name}` ({getattr(task, 'source', '') or 'see the command below'}), method "
+             f"`{config.projector}`, recipe `{config.recipe}`.", ""]
+    lines += ["## Results", "", f"Dev split `{split}`, seed {config.seed}. One seed on a small dev set is noisy: "
+              "`kdplug run --seeds 5` and `kdplug report` give intervals.", ""]
+    lines += _results_table(metrics, speed, student_dev, teacher_dev)
+    lines += ["", "## Use it", "", "```python"]
+    if not huggingface_family:
+        lines.append("import kdplug  # registers kdplug's model types with transformers' Auto classes")
+    lines += ["from transformers import pipeline", "",
+              'classify = pipeline("text-classification", model="PATH/TO/THIS/DIRECTORY", truncation=True)',
+              'classify("an example sentence")', "```", "", "or, with kdplug:", "", "```bash",
+              "kdplug predict PATH/TO/THIS/DIRECTORY --input texts.tsv --output predictions.tsv", "```", "",
+              "## Training", ""]
+    for name, stage in metrics.get("stages", {}).items():
+        if "weights" in stage:
+            weights = ", ".join(f"{k} {v:g}" for k, v in stage["weights"].items())
+            lines.append(f"- stage `{name}`: {stage.get('epochs')} epochs at lr {stage.get('lr')}, weights {weights}; "
+                         f"best epoch {stage.get('best_epoch')}")
+        elif "selection" in stage:
+            lines.append(f"- stage `{name}`: the teacher's pseudo classifiers, {stage['selection']}")
+    init = metrics["student"].get("init") or {}
+    lines += [f"- initialisation: {init.get('init', 'random')}" + (f" from `{init['from']}`" if init.get("from") else ""),
+              f"- batch size {config.batch_size}, maximum length {config.max_length or 'the task default'}, "
+              f"precision {config.precision}", "", "Reproduce it:", "", "```bash", command, "```"]
+    if citations:
+        lines += ["", "## Citation", "", "```bibtex", *"\n\n".join(citations).splitlines(), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def _results_table(metrics: dict, speed: dict, student_dev: dict, teacher_dev: dict) -> list[str]:
+    names = sorted(student_dev, key=lambda k: (k != metrics.get("main_metric"), k))
+    header = ["model", "parameters", "weights"] + names + ["ms/example (batch 1)", "examples/s (batch 32)", "speed-up"]
+    rows = []
+    for who, dev in (("teacher", teacher_dev), ("student", student_dev)):
+        measured = speed.get(who) or {}
+        parameters = metrics.get(who, {}).get("parameters") or measured.get("parameters")
+        rows.append([who, f"{parameters / 1e6:.1f}M" if parameters else "",
+                     f"{measured['weights_mb']:.1f} MB" if measured else "",
+                     *[f"{dev[name] * 100:.2f}" if name in dev else "" for name in names],
+                     f"{measured['latency_ms']:.2f}" if measured else "",
+                     f"{measured['throughput']:.0f}" if measured else "",
+                     "1.00x" if who == "teacher" and measured else
+                     (f"{speed['speedup']:.2f}x" if who == "student" and speed.get("speedup") else "")])
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]

@@ -1,0 +1,169 @@
+"""Use a trained student: load it, and predict on new text (the public ``kdplug.load_student`` /
+``kdplug.predict``; ``kdplug predict`` and ``kdplug export`` are built on these).
+
+They read only the student package a run writes (``<run>/student``, see
+:mod:`kdplug.engine.package`): weights and config through transformers' Auto classes, the
+tokenizer it was trained with, its label names and maximum length.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+
+import torch
+
+from .errors import UsageError
+
+INFO_FILE = "kdplug_student.json"
+STUDENT_DIR = "student"
+#: what a student directory must hold, and what each file is
+REQUIRED = {"config.json": "the model's config", "tokenizer_config.json": "the tokenizer",
+            INFO_FILE: "kdplug's record of labels, input columns and maximum length"}
+
+Text = Union[str, tuple[str, str]]
+
+
+@dataclass
+class Prediction:
+    """One input's prediction: the label and every label's probability, or a score (regression)."""
+
+    label: Optional[str] = None
+    probabilities: dict[str, float] = field(default_factory=dict)
+    score: Optional[float] = None
+    truncated: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.score is not None:
+            return {"score": self.score}
+        return {"label": self.label, "probabilities": self.probabilities}
+
+
+@dataclass
+class Student:
+    """A loaded student: the model (eval mode), its tokenizer and what it predicts."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    labels: tuple[str, ...]
+    is_regression: bool
+    is_pair: bool
+    max_length: int
+    text_columns: tuple[str, ...]
+    directory: Path
+    info: dict[str, Any]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def predict(self, texts: Union[Text, Sequence[Text]], *, batch_size: int = 32,
+                progress: bool = False) -> list[Prediction]:
+        """Predictions for ``texts`` (a string, a list of strings, or of (text, pair) tuples), in order."""
+        return list(self.iter_predict(texts, batch_size=batch_size, progress=progress))
+
+    def iter_predict(self, texts: Union[Text, Sequence[Text]], *, batch_size: int = 32,
+                     progress: bool = False) -> Iterator[Prediction]:
+        items = [texts] if isinstance(texts, (str, tuple)) else list(texts)
+        if not items:
+            raise UsageError("nothing to predict: the input holds no texts")
+        for item in items:
+            self._check(item)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(items), desc="predict", unit="text", disable=None, leave=False)
+        for start in range(0, len(items), batch_size):
+            chunk = items[start:start + batch_size]
+            yield from self._predict_batch(chunk)
+            if bar is not None:
+                bar.update(len(chunk))
+        if bar is not None:
+            bar.close()
+
+    def _check(self, item: Text) -> None:
+        pair = isinstance(item, tuple)
+        if pair and (len(item) != 2 or not all(isinstance(part, str) for part in item)):
+            raise UsageError(f"a sentence pair must be two strings, got {item!r}")
+        if not pair and not isinstance(item, str):
+            raise UsageError(f"expected text (a string) or a pair of strings, got {type(item).__name__}")
+        if pair != self.is_pair:
+            raise UsageError(f"this student reads {'sentence pairs' if self.is_pair else 'single texts'} "
+                             f"({', '.join(self.text_columns)}), got {'a pair' if pair else 'a single text'}")
+
+    @torch.inference_mode()
+    def _predict_batch(self, chunk: list[Text]) -> Iterator[Prediction]:
+        first = [item[0] if isinstance(item, tuple) else item for item in chunk]
+        second = [item[1] for item in chunk] if self.is_pair else None
+        full = self.tokenizer(first, second, truncation=False, verbose=False)["input_ids"]
+        encoded = self.tokenizer(first, second, truncation=True, max_length=self.max_length, padding=True,
+                                 return_tensors="pt")
+        inputs = {key: value.to(self.device) for key, value in encoded.items()
+                  if key in ("input_ids", "attention_mask", "token_type_ids")}
+        if "token_type_ids" in inputs and not _takes_token_types(self.model):
+            inputs.pop("token_type_ids")
+        logits = self.model(**inputs).logits.float().cpu()
+        for row, ids in zip(logits, full):
+            truncated = len(ids) > self.max_length
+            if self.is_regression:
+                yield Prediction(score=float(row.squeeze(-1)), truncated=truncated)
+            else:
+                probabilities = row.softmax(-1).tolist()
+                yield Prediction(label=self.labels[int(row.argmax())], truncated=truncated,
+                                 probabilities=dict(zip(self.labels, probabilities)))
+
+
+def _takes_token_types(model: torch.nn.Module) -> bool:
+    import inspect
+
+    return "token_type_ids" in inspect.signature(model.forward).parameters
+
+
+def student_directory(path: Union[str, Path]) -> Path:
+    """The student package in ``path``: a run directory (its ``student/``) or the package itself."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise UsageError(f"{path} does not exist; pass a run directory or its student/ directory")
+    if not path.is_dir():
+        raise UsageError(f"{path} is not a directory; pass a run directory or its student/ directory")
+    directory = path / STUDENT_DIR if (path / STUDENT_DIR).is_dir() else path
+    missing = [f"{name} ({what})" for name, what in REQUIRED.items() if not (directory / name).is_file()]
+    if missing:
+        where = "a run directory (with student/) nor a student directory" if directory == path else str(directory)
+        raise UsageError(f"{path} is not {where}: it has no {', '.join(missing)}. A run writes its student to "
+                         f"<run>/student; runs of kdplug before 0.2 wrote no standalone student")
+    return directory
+
+
+def load_student(path: Union[str, Path], *, device: Union[str, torch.device, None] = None) -> Student:
+    """The student in ``path`` (a run directory or its ``student/``), in eval mode on ``device``
+    (default: CUDA when available), with its tokenizer, label names and maximum length."""
+    from . import model_types
+
+    directory = student_directory(path)
+    info = json.loads((directory / INFO_FILE).read_text(encoding="utf-8"))
+    model_types.register_model_types()
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(str(directory))
+    except (KeyError, ValueError) as exc:
+        raise UsageError(f"{directory} holds a model type transformers does not know ({exc}); install the kdplug "
+                         f"plugin that provides the {info.get('student')!r} student") from None
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device).eval()
+    columns = tuple(info.get("text_columns") or (("text", "text_pair") if info.get("is_pair") else ("text",)))
+    return Student(model=model, tokenizer=tokenizer, labels=tuple(info.get("labels") or ()),
+                   is_regression=bool(info.get("is_regression")), is_pair=bool(info.get("is_pair")),
+                   max_length=int(info["max_length"]), text_columns=columns, directory=directory, info=info)
+
+
+def predict(path: Union[str, Path, Student], texts: Union[Text, Iterable[Text]], *, batch_size: int = 32,
+            device: Union[str, torch.device, None] = None) -> list[Prediction]:
+    """Predictions of the student in ``path`` for ``texts`` (strings, or (text, pair) tuples)."""
+    student = path if isinstance(path, Student) else load_student(path, device=device)
+    return student.predict(texts if isinstance(texts, (str, tuple)) else list(texts), batch_size=batch_size)

@@ -1,0 +1,314 @@
+"""Ship the student: a standalone package that plain transformers loads, kdplug.predict, the
+predict and export commands, and speed in every result (tiny runs, real files, real processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.torch import load_file
+
+import kdplug
+from kdplug.cli import main
+
+from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
+
+FAMILIES = ("bert-2", "bilstm", "gated-cnn")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_sst2(tmp_path_factory.mktemp("data") / "SST-2", train=SST2_TRAIN * 3, dev=SST2_DEV)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_bert_dir, data):
+    """One finished run per student family (universal-ca for the BiLSTM: it has projector weights
+    that must stay out of the package)."""
+    root = tmp_path_factory.mktemp("runs")
+    projectors = {"bert-2": "rkd", "bilstm": "universal-ca", "gated-cnn": "rkd"}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KDPLUG_CACHE", str(tmp_path_factory.mktemp("deploy-cache")))
+        for family in FAMILIES:
+            argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), "--student", family,
+                    "--projector", projectors[family], "--epochs", "2", "--set", "teacher_epochs=1",
+                    "--set", "head_epochs=1", "--set", "lr=0.01", "--output", str(root / family)]
+            if family != "bert-2":
+                argv += ["--set", "student_options.hidden_size=16", "--set", "student_options.embedding_dim=16"]
+            assert main(argv) == 0
+    return {family: root / family for family in FAMILIES}
+
+
+def dev_texts():
+    return [text for text, _ in SST2_DEV]
+
+
+def run_predictions(run):
+    return json.loads((run / "predictions.json").read_text())["dev"]["predictions"]
+
+
+# -- the package -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_student_directory_stands_alone(runs, family, tiny_bert_dir):
+    student = runs[family] / "student"
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                 "kdplug_student.json", "README.md"):
+        assert (student / name).is_file(), name
+    config = json.loads((student / "config.json").read_text())
+    assert config["id2label"] == {"0": "negative", "1": "positive"} and not config.get("output_hidden_states")
+    # only the student's weights: no projector, pseudo classifier or teacher head
+    keys = set(load_file(str(student / "model.safetensors")))
+    model = kdplug.load_student(runs[family]).model
+    assert keys == set(model.state_dict()) and not any("projector" in key or "head" in key for key in keys)
+    # nothing points into kdplug's cache or the teacher's directory
+    for path in student.iterdir():
+        if path.suffix in (".json", ".md"):
+            text = path.read_text()
+            assert os.environ["KDPLUG_CACHE"] not in text and "teacher-cache" not in text, path.name
+    info = json.loads((student / "kdplug_student.json").read_text())
+    assert info["labels"] == ["negative", "positive"] and info["text_columns"] == ["sentence"]
+    assert info["max_length"] == 64 and not info["is_pair"]
+
+
+def test_the_model_card_names_the_runs_metrics_and_how_to_reproduce_it(runs):
+    card = (runs["bilstm"] / "student" / "README.md").read_text()
+    metrics = json.loads((runs["bilstm"] / "metrics.json").read_text())
+    accuracy = metrics["student"]["dev"]["dev"]["accuracy"]
+    assert card.startswith("---\n") and "pipeline_tag: text-classification" in card
+    assert f"value: {round(accuracy, 4)}" in card and f"{accuracy * 100:.2f}" in card
+    assert "kdplug run --teacher" in card and "--student bilstm --projector universal-ca" in card
+    assert "wu2021universalkd" in card  # the paper to cite
+    assert "speed-up" in card and "import kdplug" in card
+
+
+def test_the_tokenizer_is_the_one_the_student_was_trained_with(runs, tiny_bert_dir):
+    from transformers import AutoTokenizer
+
+    saved = AutoTokenizer.from_pretrained(str(runs["bert-2"] / "student"))
+    teacher = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    assert saved.get_vocab() == teacher.get_vocab()  # not a 5-word tokenizer that makes everything [UNK]
+    assert saved.unk_token_id not in saved("the movie was good")["input_ids"]
+
+
+# -- loading with plain transformers, in a fresh process -------------------------------------------
+
+LOAD = """
+import json, sys
+{import_kdplug}
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+directory, texts = sys.argv[1], json.loads(sys.argv[2])
+model = AutoModelForSequenceClassification.from_pretrained(directory).eval()
+tokenizer = AutoTokenizer.from_pretrained(directory)
+with torch.no_grad():
+    logits = model(**tokenizer(texts, padding=True, truncation=True, return_tensors="pt")).logits
+classify = pipeline("text-classification", model=directory, truncation=True, top_k=None)
+print(json.dumps({{"argmax": logits.argmax(-1).tolist(), "probabilities": logits.softmax(-1).tolist(),
+                  "pipeline": [{{item["label"]: item["score"] for item in row}} for row in classify(texts)],
+                  "class": type(model).__name__}}))
+"""
+
+
+def load_in_fresh_process(directory, import_kdplug):
+    script = LOAD.format(import_kdplug="import kdplug" if import_kdplug else "")
+    result = subprocess.run([sys.executable, "-c", script, str(directory), json.dumps(dev_texts())],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("family, import_kdplug", [("bert-2", False), ("bilstm", True), ("gated-cnn", True)])
+def test_students_load_with_transformers_and_predict_what_kdplug_predicted(runs, family, import_kdplug):
+    loaded = load_in_fresh_process(runs[family] / "student", import_kdplug)
+    assert loaded["argmax"] == run_predictions(runs[family])  # kdplug's own evaluation of the dev set
+    ours = kdplug.predict(runs[family], dev_texts())
+    for mine, theirs, pipe in zip(ours, loaded["probabilities"], loaded["pipeline"]):
+        assert [mine.probabilities["negative"], mine.probabilities["positive"]] == pytest.approx(theirs, abs=1e-6)
+        assert [pipe["negative"], pipe["positive"]] == pytest.approx(theirs, abs=1e-6)
+    assert len({round(p[1], 6) for p in loaded["probabilities"]}) > 1  # a real model, not a constant
+
+
+def test_pooled_students_need_kdplug_imported_and_say_so(runs):
+    script = ("from transformers import AutoModelForSequenceClassification\n"
+              f"AutoModelForSequenceClassification.from_pretrained({str(runs['bilstm'] / 'student')!r})")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "kdplug-bilstm" in result.stderr
+
+
+# -- the Python API ----------------------------------------------------------------------------
+
+
+def test_load_student_returns_model_tokenizer_and_labels_in_eval_mode(runs):
+    student = kdplug.load_student(runs["bilstm"] / "student")
+    assert not student.model.training and student.labels == ("negative", "positive")
+    assert type(student.model).__name__ == "BiLSTMForSequenceClassification"
+    predictions = kdplug.predict(student, ["the movie was good", "the plot was dull"], batch_size=1)
+    assert [p.label for p in predictions] == [p.label for p in student.predict(["the movie was good",
+                                                                                  "the plot was dull"])]
+    assert all(sum(p.probabilities.values()) == pytest.approx(1.0) for p in predictions)
+    with pytest.raises(kdplug.UsageError, match="single texts"):
+        student.predict([("a", "b")])
+
+
+def test_load_student_names_what_is_missing(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(kdplug.UsageError, match="tokenizer_config.json.*kdplug_student.json"):
+        kdplug.load_student(tmp_path)
+    with pytest.raises(kdplug.UsageError, match="does not exist"):
+        kdplug.load_student(tmp_path / "nowhere")
+
+
+def test_predict_on_regression_gives_scores(tmp_path, tiny_bert_dir):
+    data = tmp_path / "sts"
+    data.mkdir()
+    rows = ["text,other,score"] + [f"the movie {w},the film {w},{i % 5}.0" for i, w in
+                                   enumerate(["was good", "was bad", "is fine", "is dull", "was fun", "was poor"])]
+    for split in ("train", "dev"):
+        (data / f"{split}.csv").write_text("\n".join(rows) + "\n")
+    assert main(["run", "--teacher", tiny_bert_dir, "--task", "local", "--data-dir", str(data), "--student", "bert-2",
+                 "--projector", "rkd", "--epochs", "1", "--set", "teacher_epochs=1",
+                 "--set", "task_options.text_pair_column=other", "--set", "task_options.label_column=score",
+                 "--set", "task_options.regression=true", "--output", str(tmp_path / "run")]) == 0
+    predictions = kdplug.predict(tmp_path / "run", [("the movie was good", "the film was bad")])
+    assert predictions[0].score is not None and predictions[0].label is None
+    with pytest.raises(kdplug.UsageError, match="sentence pairs"):
+        kdplug.predict(tmp_path / "run", ["only one text"])
+
+
+# -- kdplug predict ----------------------------------------------------------------------------
+
+
+def predict_cli(capsys, *argv):
+    code = main(["predict", *map(str, argv)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("suffix, content", [
+    (".tsv", "sentence\tid\n{0}\t1\n{1}\t2\n"),
+    (".csv", 'id,sentence\n1,"{0}"\n2,"{1}"\n'),
+    (".jsonl", '{{"sentence": "{0}", "id": 1}}\n{{"text": "ignored", "sentence": "{1}"}}\n'),
+    (".txt", "{0}\n\n{1}\n"),
+])
+def test_predict_reads_every_format_and_keeps_the_rows(capsys, tmp_path, runs, suffix, content):
+    texts = dev_texts()[:2]
+    source = tmp_path / f"input{suffix}"
+    source.write_text(content.format(*texts))
+    output = tmp_path / f"out{suffix if suffix != '.txt' else '.tsv'}"
+    code, _, err = predict_cli(capsys, runs["bert-2"], "--input", source, "--output", output)
+    assert code == 0, err
+    assert "2 predictions written" in err
+    expected = [p.label for p in kdplug.predict(runs["bert-2"], texts)]
+    if suffix == ".jsonl":
+        rows = [json.loads(line) for line in output.read_text().splitlines()]
+        assert [r["label"] for r in rows] == expected and rows[0]["id"] == 1
+        assert set(rows[0]["probabilities"]) == {"negative", "positive"}
+    else:
+        lines = output.read_text().splitlines()
+        delimiter = "," if suffix == ".csv" else "\t"
+        header = lines[0].split(delimiter)
+        assert header[-3:] == ["label", "probability_negative", "probability_positive"]
+        assert [line.split(delimiter)[header.index("label")] for line in lines[1:]] == expected
+
+
+def test_predict_from_stdin_to_stdout_and_counts_truncation(capsys, runs, monkeypatch):
+    import io
+
+    long_text = " ".join(["the movie was really very good"] * 30)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(f"the film was dull\n{long_text}\n".encode())))
+    code, out, err = predict_cli(capsys, runs["bilstm"], "--input", "-")
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("text\tlabel") and len(out.splitlines()) == 3
+    assert "1 longer than the student's 64 tokens were truncated" in err
+
+
+@pytest.mark.parametrize("case, content, message", [
+    ("wrong columns", "review\tid\ngood\t1\n", ["input.tsv", "line 1", "'sentence'", "--text-column"]),
+    ("empty", "", ["input.tsv is empty"]),
+    ("header only", "sentence\tid\n", ["holds no texts"]),
+    ("malformed", "sentence\tid\ngood\t1\t3\n", ["input.tsv", "line 2", "expected 2 fields"]),
+])
+def test_predict_bad_input_is_a_clear_usage_error(capsys, tmp_path, runs, case, content, message):
+    source = tmp_path / "input.tsv"
+    source.write_text(content)
+    code, _, err = predict_cli(capsys, runs["bert-2"], "--input", source, "--output", tmp_path / "out.tsv")
+    assert code == 2, (case, err)
+    for text in message:
+        assert text in err, (case, err)
+    assert not (tmp_path / "out.tsv").exists()  # nothing half-written
+
+
+def test_predict_does_not_overwrite_a_file_and_names_a_directory_that_is_no_student(capsys, tmp_path, runs):
+    source, existing = tmp_path / "in.txt", tmp_path / "mine.tsv"
+    source.write_text("good film\n")
+    existing.write_text("my notes\n")
+    code, _, err = predict_cli(capsys, runs["bert-2"], "--input", source, "--output", existing)
+    assert code == 2 and "--overwrite" in err and existing.read_text() == "my notes\n"
+    code, _, err = predict_cli(capsys, tmp_path, "--input", source)
+    assert code == 2 and "config.json" in err and "not a run directory" in err
+
+
+def test_predict_latin1_file_needs_its_encoding(capsys, tmp_path, runs):
+    source = tmp_path / "in.txt"
+    source.write_bytes("the film was très good\n".encode("latin-1"))
+    code, _, err = predict_cli(capsys, runs["bert-2"], "--input", source)
+    assert code == 2 and "line 1" in err and "--encoding=latin-1" in err
+    code, _, err = predict_cli(capsys, runs["bert-2"], "--input", source, "--encoding", "latin-1")
+    assert code == 0, err
+
+
+# -- kdplug export -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_onnx_export_computes_what_the_student_computes(capsys, tmp_path, runs, family):
+    import onnxruntime
+
+    output = tmp_path / "onnx"
+    assert main(["export", str(runs[family]), "--format", "onnx", "--output", str(output)]) == 0
+    out = capsys.readouterr().out
+    assert "largest absolute difference" in out
+    info = json.loads((output / "kdplug_student.json").read_text())
+    assert info["onnx"]["max_abs_diff"] <= 1e-4 and info["onnx"]["checked_on"] == len(SST2_DEV)
+    # ONNX Runtime on new inputs of another batch size and length, against kdplug.predict
+    student = kdplug.load_student(runs[family])
+    texts = dev_texts()[:3] + ["we hated the plot and the acting , it was really boring and dull"]
+    encoded = student.tokenizer(texts, padding=True, truncation=True, max_length=64, return_tensors="np")
+    session = onnxruntime.InferenceSession(str(output / "model.onnx"))
+    feed = {name: encoded[name] for name in info["onnx"]["inputs"]}
+    logits = session.run(["logits"], feed)[0]
+    probabilities = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    expected = [[p.probabilities["negative"], p.probabilities["positive"]] for p in student.predict(texts)]
+    np.testing.assert_allclose(probabilities, expected, atol=1e-5)
+
+
+def test_hf_export_copies_the_package_and_refuses_foreign_directories(capsys, tmp_path, runs):
+    output = tmp_path / "hf"
+    assert main(["export", str(runs["bilstm"]), "--format", "hf", "--output", str(output)]) == 0
+    assert [p.label for p in kdplug.predict(output, dev_texts())] == \
+        [p.label for p in kdplug.predict(runs["bilstm"], dev_texts())]
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    assert main(["export", str(runs["bilstm"]), "--format", "hf", "--output", str(foreign)]) == 2
+    assert "not written by kdplug" in capsys.readouterr().err and (foreign / "notes.txt").is_file()
+
+
+# -- speed -------------------------------------------------------------------------------------
+
+
+def test_every_run_measures_size_and_speed_against_the_teacher(runs):
+    metrics = json.loads((runs["bert-2"] / "metrics.json").read_text())
+    speed = metrics["speed"]
+    for who in ("teacher", "student"):
+        assert speed[who]["latency_ms"] > 0 and speed[who]["throughput"] > 0 and speed[who]["weights_mb"] > 0
+    assert speed["student"]["parameters"] < speed["teacher"]["parameters"]
+    assert speed["speedup"] == pytest.approx(speed["student"]["throughput"] / speed["teacher"]["throughput"], rel=1e-2)
+    assert speed["teacher"]["batch_size"] == len(SST2_DEV)  # real dev inputs, all of them (fewer than 32)
