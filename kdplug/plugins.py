@@ -18,7 +18,6 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
 from . import hookspecs
-from .errors import PluginError
 from .registry import KINDS, Registry
 
 ENTRY_POINT_GROUP = "kdplug"

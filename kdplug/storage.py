@@ -114,11 +114,15 @@ def raise_as_storage_error(exc: BaseException, what: str, kept: str) -> None:
     raise StorageError(f"could not write {what}: {reason}; {kept}.") from exc
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write a text file so that readers see the old or the new content, never a part."""
-    staging = path.with_name(f".{path.name}.tmp")
+def write_atomic(path: Path, content: str | bytes) -> None:
+    """Write a file so that readers see the old or the new content, never a part (text is UTF-8)."""
+    path = Path(path)
+    staging = path.with_name(f"{STAGING_PREFIX}{path.name}")
     try:
-        staging.write_text(text, encoding="utf-8")
+        if isinstance(content, bytes):
+            staging.write_bytes(content)
+        else:
+            staging.write_text(content, encoding="utf-8")
         os.replace(staging, path)
     except BaseException:
         staging.unlink(missing_ok=True)
@@ -202,7 +206,10 @@ def atomic_directory(target: Path, what: str) -> Iterator[Path]:
     staging = staging_directory(target.parent, target.name)
     try:
         yield staging
+        for path in staging.rglob("*"):  # libraries write some files private (transformers: 0600)
+            follow_umask(path)
         write_checksums(staging)
+        follow_umask(staging / CHECKSUMS_FILE)
         replace_directory(staging, target)
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)

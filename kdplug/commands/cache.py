@@ -1,68 +1,189 @@
-"""``kdplug cache list|clear``: the fine-tuned teachers, teacher outputs and heads on disk."""
+"""``kdplug cache list|clear``: the fine-tuned teachers, teacher outputs, heads, assistants and
+tokenizers kdplug stores for reuse, and what killed runs left behind."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
+from ..errors import UsageError
 from ..plugins import PluginManager
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("cache", help="show or free the teacher cache, fine-tuned teachers and heads",
-                            description="The cache holds fine-tuned teachers, teacher outputs and warmed-up heads, "
-                                        "each keyed by a fingerprint of what produced it.")
-    parser.add_argument("action", choices=["list", "clear"], help="list: show entries and sizes; clear: delete them")
-    parser.add_argument("--cache-dir", dest="cache_dir", help="default: $KDPLUG_CACHE or ~/.cache/kdplug")
-    parser.set_defaults(handler=handle)
-
-
-#: what lives under the cache root: folder -> (title, file pattern; None: one directory per entry)
+#: what lives under the cache root: folder -> title
 SECTIONS = {
-    "teachers": ("fine-tuned teachers", None),
-    "teacher-cache": ("teacher outputs", None),
-    "heads": ("teacher heads", "*.safetensors"),
-    "takd": ("trained teacher assistants (TAKD)", None),
-    "sentencepiece": ("SentencePiece student tokenizers", "*.model"),
+    "teachers": "fine-tuned teachers",
+    "teacher-cache": "teacher outputs",
+    "heads": "teacher heads",
+    "takd": "trained teacher assistants (TAKD)",
+    "sentencepiece": "SentencePiece student tokenizers",
 }
 
 
-def _describe(meta) -> str:
-    if meta is None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "cache", help="show or free the fine-tuned teachers, teacher outputs and heads kdplug stores",
+        description="kdplug stores what it can reuse under the cache directory ($KDPLUG_CACHE or ~/.cache/kdplug), "
+                    "each entry keyed by a fingerprint of what produced it: fine-tuned teachers, teacher outputs, "
+                    "teacher heads, TAKD assistants and SentencePiece tokenizers.")
+    parser.add_argument("--cache-dir", dest="cache_dir", help="default: $KDPLUG_CACHE or ~/.cache/kdplug")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="every entry with its size and what it is",
+                                 description="Every stored entry by kind, with its size and what produced it "
+                                             "(fine-tuned teachers: source, task, date, dev score), plus staging "
+                                             "folders left by killed runs and damaged copies set aside.")
+    listing.add_argument("--cache-dir", dest="cache_dir", default=argparse.SUPPRESS)
+    clear = actions.add_parser(
+        "clear", help="delete entries: all, one kind, one key, or only what killed runs left",
+        description="Delete stored entries. With no option: every entry of every kind. --kind limits to one kind, "
+                    "--key to the entries whose key starts with KEY (as 'kdplug cache list' shows it), --stale to "
+                    "what killed runs left behind (staging folders no running kdplug is writing, and damaged "
+                    "copies set aside). Only kdplug's own folders are touched; a later run rebuilds what it needs.",
+        epilog="examples:\n  kdplug cache clear --stale\n  kdplug cache clear --kind teacher-cache\n"
+               "  kdplug cache clear --key 3f9a2c", formatter_class=argparse.RawDescriptionHelpFormatter)
+    clear.add_argument("--cache-dir", dest="cache_dir", default=argparse.SUPPRESS)
+    clear.add_argument("--kind", choices=list(SECTIONS), help="only entries of this kind")
+    clear.add_argument("--key", help="only the entry (or entries) whose key starts with KEY")
+    clear.add_argument("--stale", action="store_true", help="only staging folders of killed runs and damaged copies")
+    parser.set_defaults(handler=handle)
+
+
+@dataclass
+class Item:
+    kind: str
+    key: str
+    paths: list[Path]
+    size: int
+    info: str = ""
+    stale: bool = False
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _teacher_info(directory: Path) -> str:
+    from ..engine.teacher import FINETUNED_MARKER
+
+    try:
+        marker = json.loads((directory / FINETUNED_MARKER).read_text())
+    except (OSError, ValueError):
         return ""
+    parts = [f"teacher {marker.get('pretrained') or marker.get('source', '?')}", f"task {marker.get('task', '?')}"]
+    if marker.get("created"):
+        parts.append(f"stored {marker['created']}")
+    dev = marker.get("dev") or {}
+    for split, values in list(dev.items())[:1]:
+        parts.append(f"{split} " + ", ".join(f"{k} {v * 100:.2f}" for k, v in values.items()))
+    return "; ".join(parts)
+
+
+def _cache_info(directory: Path) -> str:
+    from ..engine.cache import META_FILE, CacheMeta
+
+    try:
+        meta = CacheMeta(**json.loads((directory / META_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return "incomplete"
     details = ", ".join(f"{key} {value}" for key, value in meta.description.items())
     return f"{meta.num_examples} examples; {details}"
 
 
+def items(root: Path) -> list[Item]:
+    from ..storage import DAMAGED_SUFFIX, PREVIOUS_SUFFIX, STAGING_PREFIX, stale_staging
+
+    stale = set(stale_staging(root))
+    found: list[Item] = []
+    for kind in SECTIONS:
+        directory = root / kind
+        if not directory.is_dir():
+            continue
+        entries: dict[str, list[Path]] = {}
+        for path in sorted(directory.iterdir()):
+            name = path.name
+            if name.endswith(".lock"):
+                continue
+            if name.startswith(STAGING_PREFIX) or DAMAGED_SUFFIX in name or name.endswith(PREVIOUS_SUFFIX):
+                leftover = path in stale or DAMAGED_SUFFIX in name or name.endswith(PREVIOUS_SUFFIX)
+                found.append(Item(kind, name, [path], _size(path), "damaged copy set aside" if DAMAGED_SUFFIX in name
+                                  else "staging folder of a killed run" if leftover else "being written now",
+                                  stale=leftover))
+                continue
+            entries.setdefault(name.split(".")[0], []).append(path)
+        for key, paths in entries.items():
+            main = paths[0]
+            info = (_teacher_info(main) if kind == "teachers" else _cache_info(main) if kind == "teacher-cache"
+                    else "")
+            found.append(Item(kind, key, paths, sum(_size(p) for p in paths), info))
+    return found
+
+
 def handle(args: argparse.Namespace, manager: PluginManager) -> int:
-    from ..engine.cache import list_caches
     from ..storage import default_cache_root
 
-    root = Path(args.cache_dir) if args.cache_dir else default_cache_root()
-    if args.action == "clear":
-        freed = 0
-        for name in SECTIONS:
-            directory = root / name
-            if directory.exists():
-                freed += sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
-                shutil.rmtree(directory)
-        print(f"cleared {root} ({freed / 2**20:.1f} MiB freed)")
-        return 0
+    root = Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_root()
+    if args.action == "list":
+        return list_entries(root)
+    return clear_entries(root, kind=args.kind, key=args.key, stale=args.stale)
+
+
+def list_entries(root: Path) -> int:
     print(f"cache: {root}")
+    entries = items(root)
     total = 0
-    for name, (title, pattern) in SECTIONS.items():
-        directory = root / name
-        if pattern is None:
-            items = [(path.name, size, _describe(meta)) for path, meta, size in list_caches(directory)]
-        else:
-            files = sorted(directory.glob(pattern)) if directory.exists() else []
-            items = [(path.stem, path.stat().st_size, "") for path in files]
-        if not items:
+    for kind, title in SECTIONS.items():
+        group = [item for item in entries if item.kind == kind]
+        if not group:
             continue
-        print(f"{title}:")
-        for key, size, info in items:
-            total += size
-            print(f"  {key}  {size / 2**20:8.1f} MiB  {info}".rstrip())
+        print(f"{title} ({kind}):")
+        for item in group:
+            total += item.size
+            modified = time.strftime("%Y-%m-%d %H:%M", time.localtime(item.paths[0].stat().st_mtime))
+            flag = "  [stale: 'kdplug cache clear --stale' removes it]" if item.stale else ""
+            print(f"  {item.key}  {item.size / 2**20:8.1f} MiB  {modified}  {item.info}{flag}".rstrip())
     print(f"total {total / 2**20:.1f} MiB")
     return 0
+
+
+def clear_entries(root: Path, *, kind: Optional[str] = None, key: Optional[str] = None, stale: bool = False) -> int:
+    chosen = [item for item in items(root) if (kind is None or item.kind == kind)
+              and (key is None or item.key.startswith(key)) and (item.stale if stale else True)
+              and (stale or item.info != "being written now")]
+    if key is not None and not chosen:
+        raise UsageError(f"no cache entry's key starts with {key!r}; 'kdplug cache list' shows the keys")
+    freed = 0
+    for item in chosen:
+        for path in item.paths:
+            freed += _size(path)
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+    for kind in {item.kind for item in chosen}:
+        _tidy(root / kind)
+    what = "stale entries" if stale else "entries"
+    print(f"removed {len(chosen)} {what} from {root} ({freed / 2**20:.1f} MiB freed)")
+    return 0
+
+
+def _tidy(directory: Path) -> None:
+    """Drop the lock files no process holds, then the folder itself if nothing is left."""
+    import fcntl
+
+    for lock in directory.glob("*.lock"):
+        with open(lock, "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a run is using it
+            if not any(p.name.startswith(lock.name.removesuffix(".lock")) for p in directory.iterdir() if p != lock):
+                lock.unlink()
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    if directory.is_dir() and not any(directory.iterdir()):
+        directory.rmdir()

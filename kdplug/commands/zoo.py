@@ -15,11 +15,11 @@ examples:
   kdplug zoo list alp-kd/table1-*            # ALP-KD Table 1, every row and task
   kdplug zoo list sst2 --table 2             # every entry on SST-2 in a Table 2
   kdplug zoo show alp-kd/table1-sst2-alp
-  kdplug zoo run alp-kd/table1-sst2-alp --set data_dir=~/glue
-  kdplug zoo run alp-kd/table1-sst2-alp --set data_dir=~/glue --set teacher=~/models/bert-base-uncased
+  kdplug zoo run alp-kd/table1-sst2-alp --data-dir ~/glue
+  kdplug zoo run alp-kd/table1-sst2-alp --data-dir ~/glue --teacher ~/models/bert-base-uncased
 
-GLUE data: --set data_dir=DIR (the GLUE root holding SST-2/, MRPC/ ..., or one task's folder);
-without it the task loads the Hugging Face copy (online). Offline teachers: --set teacher=DIR.
+GLUE data: --data-dir DIR (the GLUE root holding SST-2/, MRPC/ ..., or one task's folder);
+without it the task loads the Hugging Face copy (online). Offline teachers: --teacher DIR.
 The zoo directory: $KDPLUG_ZOO, else zoo/ beside the kdplug package (docs/zoo.md).
 """
 
@@ -41,6 +41,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("name", help="entry name, or a path to an entry file")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override any configuration key, e.g. --set data_dir=~/glue --set epochs=1")
+    run.add_argument("--data-dir", dest="data_dir", help="the GLUE root (SST-2/, MRPC/ ...) or one task's folder; "
+                                                          "same as --set data_dir=DIR")
+    run.add_argument("--teacher", help="a local checkpoint directory of the entry's teacher (offline); "
+                                       "same as --set teacher=DIR")
+    run.add_argument("--cache-dir", dest="cache_dir", help="fine-tuned teachers and teacher outputs")
     run.add_argument("--seed", type=int, help="run this seed instead of the entry's seeds")
     run.add_argument("--output", help="run directory (several seeds: a sweep directory); default runs/zoo/NAME-TIME")
     run.add_argument("--overwrite", action="store_true", help="replace an existing run in --output")
@@ -83,7 +88,7 @@ def show_entry(zoo, name: str, manager: PluginManager) -> int:
     missing = [m for m in entry.missing_components(manager.registry)]
     if missing:
         print(f"# not runnable yet: {', '.join(missing)} not registered (see 'kdplug plugins')")
-    print(f"# run: kdplug zoo run {entry.name} --set data_dir=GLUE_DIR")
+    print(f"# run: kdplug zoo run {entry.name} --data-dir GLUE_DIR")
     return 0
 
 
@@ -98,7 +103,8 @@ def run_entry(zoo, args, manager: PluginManager) -> int:
         raise UsageError(f"zoo entry {entry.name!r} needs {', '.join(missing)}, which no installed plugin "
                          f"registers (see 'kdplug plugins' and the entry's notes)")
     report_failures(manager)
-    overrides = parse_overrides(args.overrides)
+    overrides = {**{key: getattr(args, key) for key in ("data_dir", "teacher", "cache_dir")
+                    if getattr(args, key) is not None}, **parse_overrides(args.overrides)}
     seeds = [args.seed] if args.seed is not None else entry.seeds
     stamp = time.strftime("%Y%m%d-%H%M%S")
     default = Path("runs") / "zoo" / f"{entry.name}-{stamp}"

@@ -13,7 +13,6 @@ instead of building twice; a truncated or corrupted cache fails its check and is
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -167,20 +166,3 @@ def _write(staging: Path, key: str, num_examples: int, num_outputs: int, specs: 
     )
     (staging / META_FILE).write_text(json.dumps(meta.__dict__, indent=1))
     return meta
-
-
-def list_caches(root: Path) -> list[tuple[Path, Optional[CacheMeta], int]]:
-    """Every cache directory under ``root`` with its metadata (None if incomplete) and size in bytes."""
-    if not root.is_dir():
-        return []
-    found = []
-    for directory in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
-                            and not p.name.endswith(".lock")):
-        size = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
-        meta_path = directory / META_FILE
-        meta = None
-        if meta_path.is_file():
-            with contextlib.suppress(ValueError, TypeError):
-                meta = CacheMeta(**json.loads(meta_path.read_text()))
-        found.append((directory, meta, size))
-    return found

@@ -24,14 +24,12 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 import kdplug
 from kdplug import fingerprint
-from kdplug.storage import default_cache_root, file_lock
+from kdplug.storage import default_cache_root, file_lock, raise_as_storage_error, write_atomic
 
 log = logging.getLogger("kdplug.models.sentencepiece")
 
@@ -100,7 +98,7 @@ def trained_model(texts: Sequence[str], *, vocab_size: int = DEFAULT_VOCAB_SIZE,
     key = fingerprint.of_values(settings, _digest(texts))
     directory = Path(cache_root or default_cache_root()) / "sentencepiece"
     path = directory / f"{key}.model"
-    with file_lock(directory / f".{key}.lock"):
+    with file_lock(directory / f"{key}.lock"):
         if path.is_file():
             try:
                 sentencepiece.SentencePieceProcessor(model_file=str(path))
@@ -109,7 +107,10 @@ def trained_model(texts: Sequence[str], *, vocab_size: int = DEFAULT_VOCAB_SIZE,
             except (RuntimeError, OSError) as exc:
                 log.warning("sentencepiece: %s is unreadable (%s); training it again", path, exc)
         model = _train(texts, vocab_size=vocab_size, model_type=model_type)
-        _write_atomically(path, model)
+        try:
+            write_atomic(path, model)
+        except OSError as exc:
+            raise_as_storage_error(exc, f"the SentencePiece model {path}", "nothing was stored")
     pieces = sentencepiece.SentencePieceProcessor(model_proto=model).get_piece_size()
     log.info("sentencepiece: trained a %s vocabulary of %d pieces on %d texts -> %s", model_type, pieces,
              len(texts), path)
@@ -144,20 +145,6 @@ def _train(texts: Sequence[str], *, vocab_size: int, model_type: str) -> bytes:
                                 f"pieces on {len(texts)} texts: {exc}. Raise sentencepiece_vocab_size "
                                 f"(it must at least hold every character of the text)") from None
     return model.getvalue()
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, staging = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(staging, path)
-    except BaseException:
-        Path(staging).unlink(missing_ok=True)
-        raise
 
 
 def tokenizer_from_model(model: bytes, model_type: str):

@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -29,7 +26,7 @@ from torch import nn
 
 import kdplug
 from kdplug import fingerprint
-from kdplug.storage import file_lock
+from kdplug.storage import atomic_directory, complete_copy, file_lock, move_aside, verify
 from kdplug.errors import ConfigError, UnknownComponentError, UsageError
 from kdplug.types import Teacher
 
@@ -176,11 +173,17 @@ class TAKD:
         """Load the link's stored weights into ``model``, or train it and store them."""
         directory = Path(ctx.cache_root) / "takd" / key
         with file_lock(directory.parent / f"{key}.lock"):
-            if (directory / SUMMARY).is_file():
+            found = complete_copy(directory, lambda path: (path / SUMMARY).is_file())
+            problems = verify(found) if found is not None else []
+            if problems:  # a damaged store: keep it aside for inspection, train again
+                log.warning("stored TA %s is damaged (%s); moved it to %s and training it again", found,
+                            "; ".join(problems), move_aside(found))
+            elif found is not None:
+                directory = found
                 try:
                     load_model(model, str(directory / WEIGHTS))
                     summary = json.loads((directory / SUMMARY).read_text())
-                except Exception as exc:  # a damaged store: train again
+                except Exception as exc:
                     log.warning("stored TA %s is unreadable (%s); training it again", directory, exc)
                 else:
                     log.info("%s: reusing the trained TA %s", stage, directory)
@@ -192,17 +195,10 @@ class TAKD:
 
 
 def store(model: nn.Module, directory: Path, summary: dict) -> None:
-    """Write the TA's weights and summary atomically (a crash never leaves half a link)."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    try:
+    """Write the TA's weights and summary atomically, with checksums (a crash never leaves half a link)."""
+    with atomic_directory(directory, f"the trained teacher assistant {directory}") as staging:
         save_model(model, str(staging / WEIGHTS))
         (staging / SUMMARY).write_text(json.dumps(summary, indent=1, default=str))
-        if directory.exists():
-            shutil.rmtree(directory)
-        os.replace(staging, directory)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 @kdplug.hookimpl

@@ -179,3 +179,106 @@ def test_student_whose_vocabulary_does_not_match_the_tokenizer(capsys, tmp_path,
     with pytest.raises(UsageError) as error:
         run(config, manager.registry, echo=lambda text: None)
     assert "embedding table has 5 rows" in str(error.value) and "tokenizer" in str(error.value)
+
+
+# -- every configuration value checked before any work -------------------------------------------
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("lr=-1", "lr must be a positive finite number, e.g. 5e-5, got -1.0"),
+    ("lr=.nan", "lr must be a positive finite number, e.g. 5e-5, got nan"),
+    ("seed=-1", "seed must be 0 or more, got -1"),
+    ("num_workers=-2", "num_workers must be 0 or more, got -2"),
+    ("max_length=0", "max_length must be a positive number of tokens"),
+    ("warmup_ratio=1.5", "warmup_ratio must be between 0 and 1, got 1.5"),
+    ("weight_decay=-0.1", "weight_decay must be 0 or a positive finite number, got -0.1"),
+    ("batch_size=0", "batch_size must be at least 1, got 0"),
+    ("teacher_lr=0", "teacher_lr must be a positive finite number"),
+    ("eta=-0.2", "eta must be 0 or a positive finite number"),
+    ("temperature=0", "temperature must be a positive finite number"),
+])
+def test_bad_values_are_usage_errors_naming_key_value_and_range(capsys, tmp_path, tiny_bert_dir, setting, message):
+    output = tmp_path / "run"
+    code, err = run(capsys, "run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir",
+                    str(sst2_with(tmp_path)), *TINY, "--set", setting, "--output", str(output))
+    assert code == 2 and message in err, err
+    assert not output.exists()  # checked before anything was created
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("max_length=1", "max_length=1 leaves no room for text: the tokenizer adds 2 special tokens"),
+    ("max_length=100000", "max_length=100000 exceeds the teacher's 64 positions"),
+    ("student_options.hiden_size=8", "hiden_size"),
+])
+def test_values_that_need_the_models_fail_before_the_teacher_is_fine_tuned(capsys, tmp_path, tiny_bert_dir, setting,
+                                                                           message):
+    code, err = run(capsys, "run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir",
+                    str(sst2_with(tmp_path)), *TINY, "--set", setting, "--output", str(tmp_path / "run"))
+    assert code == 2 and message in err, err
+    teachers = Path(os.environ["KDPLUG_CACHE"]) / "teachers"
+    assert not teachers.exists() or not any(teachers.iterdir())  # nothing was fine-tuned or stored
+    log = tmp_path / "run" / "log.txt"
+    assert not log.exists() or "teacher epoch" not in log.read_text()
+
+
+def test_a_bert_student_option_is_checked_against_the_teachers_config_first(capsys, tmp_path, tiny_bert_dir):
+    code, err = run(capsys, "run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir",
+                    str(sst2_with(tmp_path)), "--student", "bert-2", "--set", "student_options.hidden_dropout_prb=0.2",
+                    "--output", str(tmp_path / "run"))
+    assert code == 2 and "hidden_dropout_prb" in err and "BertConfig" in err
+    log = tmp_path / "run" / "log.txt"
+    assert not log.exists() or "teacher epoch" not in log.read_text()
+
+
+def test_a_yaml_key_given_twice_is_an_error(capsys, tmp_path):
+    config = tmp_path / "setup.yaml"
+    config.write_text("task: sst2\nlr: 1e-5\nepochs: 2\nlr: 5e-5\n")
+    code, err = run(capsys, "run", "--config", str(config), "--output", str(tmp_path / "run"))
+    assert code == 2 and "setup.yaml" in err and "line 4" in err and "'lr' appears twice" in err
+
+
+# -- text files in other encodings ---------------------------------------------------------------
+
+
+def local_files(tmp_path, encoding, *, bom=b""):
+    data = tmp_path / "reviews"
+    data.mkdir()
+    rows = "text,label\n" + "".join(f"{w} film à voir,{i % 2}\n" for i, w in enumerate(
+        ["great", "dull", "superb", "awful", "charming", "boring"]))
+    for split in ("train", "dev"):
+        (data / f"{split}.csv").write_bytes(bom + rows.encode(encoding))
+    return data
+
+
+def local_run(capsys, tmp_path, tiny_bert_dir, data, *extra):
+    return run(capsys, "run", "--teacher", tiny_bert_dir, "--task", "local", "--data-dir", str(data), *TINY, *extra,
+               "--output", str(tmp_path / "run"), "--overwrite")
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "cp1252"])
+def test_a_file_that_is_not_utf8_names_its_bytes_and_the_option(capsys, tmp_path, tiny_bert_dir, encoding):
+    data = local_files(tmp_path, encoding)
+    code, err = local_run(capsys, tmp_path, tiny_bert_dir, data)
+    assert code == 2, err
+    assert "train.csv, line 2" in err and "not valid UTF-8" in err and "\\xe0" in err
+    assert "task_options.encoding=latin-1" in err
+    code, err = local_run(capsys, tmp_path, tiny_bert_dir, data, "--set", f"task_options.encoding={encoding}")
+    assert code == 0, err
+
+
+def test_a_utf16_file_with_a_byte_order_mark_reads_without_options(capsys, tmp_path, tiny_bert_dir):
+    import codecs
+
+    data = local_files(tmp_path, "utf-16-le", bom=codecs.BOM_UTF16_LE)
+    code, err = local_run(capsys, tmp_path, tiny_bert_dir, data)
+    assert code == 0, err
+
+
+def test_a_missing_column_names_the_option_that_names_it(capsys, tmp_path, tiny_bert_dir):
+    data = tmp_path / "reviews"
+    data.mkdir()
+    for split in ("train", "dev"):
+        (data / f"{split}.csv").write_text("review,label\ngood,1\nbad,0\n")
+    code, err = local_run(capsys, tmp_path, tiny_bert_dir, data)
+    assert code == 2 and "no column 'text'" in err and "'review', 'label'" in err
+    assert "--set task_options.text_column=NAME" in err

@@ -125,6 +125,18 @@ def test_every_command_is_documented_in_docs():
         assert f"kdplug {name}" in docs, f"'kdplug {name}' is not documented in docs/"
 
 
+def test_the_log_reads_well(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    code, _, _ = run_cli(capsys, "run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "rkd",
+                         "--task", "sst2", "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1",
+                         *TINY_STUDENT, "--output", str(tmp_path / "run"))
+    assert code == 0
+    log = (tmp_path / "run" / "log.txt").read_text()
+    assert "dev accuracy" in log and "dev dev" not in log
+    assert "projector None" not in log and "weights ce 0.3, eta 0.7, lam 0, temperature 10" in log
+    _, out, _ = run_cli(capsys, "plugins")
+    assert "losses:" in out.splitlines() and "losss:" not in out
+
+
 def test_run_directory_holds_dev_predictions(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     code, _, _ = run_cli(capsys, "run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "rkd",
                          "--task", "sst2", "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1",
@@ -146,7 +158,7 @@ def test_cache_list_and_clear(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     capsys.readouterr()
     code, out, _ = run_cli(capsys, "cache", "list", "--cache-dir", str(cache))
     assert code == 0
-    assert "fine-tuned teachers:" in out and "teacher outputs:" in out
+    assert "fine-tuned teachers (teachers):" in out and "teacher outputs (teacher-cache):" in out
     assert "split train" in out and "split dev" in out and "task sst2" in out
     code, out, _ = run_cli(capsys, "cache", "clear", "--cache-dir", str(cache))
     assert code == 0 and "MiB freed" in out

@@ -75,6 +75,27 @@ def test_killed_run_resumes_to_the_same_result(setup, reference, tmp_path, monke
     assert not (run_dir / "checkpoints").exists()  # removed once the run completed
 
 
+def test_a_kill_between_the_checkpoint_renames_resumes_from_the_previous_checkpoint(setup, reference, tmp_path):
+    # checkpoint swaps: three in the teacher's stage, the 4th replaces distill's step-5 checkpoint
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "KDPLUG_FAULT_AT": "checkpoint-swap:4:SIGKILL"}
+    killed = subprocess.run([sys.executable, "-m", "kdplug.cli", *setup, "--output", str(run_dir)], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    checkpoints = run_dir / "checkpoints"
+    assert not (checkpoints / "distill").exists() and (checkpoints / "distill.previous" / "state.json").is_file()
+
+    assert main(["run", "--resume", str(run_dir)]) == 0
+    metrics, weights = finished(run_dir)
+    expected_metrics, expected_weights = reference
+    assert metrics["student"]["dev"] == expected_metrics["student"]["dev"]
+    for name, tensor in weights.items():
+        torch.testing.assert_close(tensor, expected_weights[name], atol=1e-6, rtol=0)
+    # the resumed run reused the stored teacher and still records how it was fine-tuned
+    finetuned = metrics["teacher"]["finetuned"]
+    assert "reused" in finetuned and len(finetuned["history"]) == 2 and finetuned["best_epoch"] in (1, 2)
+
+
 def test_resume_of_a_completed_run_is_a_usage_error(setup, tmp_path, capsys):
     run_dir = tmp_path / "done"
     (run_dir).mkdir()
