@@ -13,6 +13,8 @@ An entry (``zoo/<paper>/<name>.yaml``) is data, not code::
       scores: {dev: {accuracy: 90.37}}    # our split -> our metric -> value in %, as printed
     seeds: [42]                           # the seeds a reproduction runs
     config: {teacher: bert-base, ...}     # RunConfig keys (kdplug/config.py)
+    sources: {lr: "paper: ALP-KD Table 10", ...}   # where each config value comes from ('paper:',
+                                          # 'assumed:' or 'kdplug:'); unset keys are kdplug defaults
     search: {lr: [1e-5, 2e-5, 5e-5]}      # optional: the paper's grid, for 'kdplug sweep --zoo'
     requires: [projector mhkd]            # optional: components kdplug does not register yet
     notes: [...]                          # where a value comes from, or that the paper gives none
@@ -50,7 +52,9 @@ PAPERS: dict[str, str] = {
 }
 
 REQUIRED = ("name", "paper", "table", "row", "description", "measure", "reported", "seeds", "config")
-OPTIONAL = ("search", "requires", "notes")
+OPTIONAL = ("sources", "search", "requires", "notes")
+#: how a source says where a value comes from
+SOURCE_KINDS = ("paper:", "assumed:", "kdplug:")
 MEASURES = ("student", "teacher")
 REPORTED_SETS = ("dev", "test")
 #: component keys of a RunConfig, and the kind each names (the teacher may also be a directory)
@@ -76,6 +80,23 @@ class ZooEntry:
     requires: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     path: Optional[Path] = None
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def provenance(self) -> list[tuple[str, Any, str]]:
+        """Every value the entry runs with (its own and kdplug's defaults), with where it comes from."""
+        config = self.run_config()
+        rows = []
+        for key in FIELDS:
+            if key in ("output", "cache_dir", "zoo"):
+                continue
+            value = getattr(config, key)
+            if isinstance(value, dict):
+                for option, item in value.items():
+                    rows.append((f"{key}.{option}", item, self.sources.get(f"{key}.{option}", "kdplug: not sourced")))
+                continue
+            default = "kdplug default (the entry does not set it)"
+            rows.append((key, value, self.sources.get(key, default if key not in self.config else "kdplug: not sourced")))
+        return rows
 
     @property
     def task(self) -> str:
@@ -175,10 +196,19 @@ def parse_entry(data: Any, *, path: Optional[Path] = None, expected_name: Option
     notes = data.get("notes") or []
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise _fail(where, "notes must be a list of strings")
+    sources = data.get("sources") or {}
+    if not isinstance(sources, dict):
+        raise _fail(where, "sources must map configuration keys to where each value comes from")
+    for key, source in sources.items():
+        head, _, option = str(key).partition(".")
+        if head not in FIELDS or (option and not isinstance(config.get(head), dict)):
+            raise _fail(where, f"sources.{key}: not a configuration key of this entry")
+        if not isinstance(source, str) or not source.startswith(SOURCE_KINDS):
+            raise _fail(where, f"sources.{key} must start with {', '.join(SOURCE_KINDS)} and say where, got {source!r}")
     return ZooEntry(name=data["name"], paper=data["paper"], table=data["table"], row=data["row"],
                     description=data["description"], measure=data["measure"], reported=data["reported"],
                     seeds=list(seeds), config=dict(config), search=dict(search), requires=list(requires),
-                    notes=list(notes), path=path)
+                    notes=list(notes), path=path, sources=dict(sources))
 
 
 def _check_reported(where: str, reported: Any) -> None:

@@ -37,6 +37,38 @@ def dev_score(task: str, value: float) -> dict:
     return {SPLIT.get(task, "dev"): {METRIC.get(task, "accuracy"): value}}
 
 
+class Settings:
+    """An entry's configuration, every value with where it comes from.
+
+    Sources start with ``paper:`` (the paper says so, and where), ``assumed:`` (the paper implies it,
+    and why we read it so) or ``kdplug:`` (the paper gives no value; kdplug chose one and says why).
+    Keys the entry leaves unset run at kdplug's defaults, which ``kdplug zoo show`` marks as such.
+    """
+
+    def __init__(self) -> None:
+        self.config: dict = {}
+        self.sources: dict[str, str] = {}
+
+    def set(self, source: str, **values) -> "Settings":
+        """``set("paper: Table 5", lr=2e-5)``; option keys as ``recipe_options__beta=0.5``."""
+        assert source.startswith(("paper:", "assumed:", "kdplug:")), source
+        for key, value in values.items():
+            key = key.replace("__", ".")
+            head, _, rest = key.partition(".")
+            if rest:
+                self.config.setdefault(head, {})[rest] = value
+            else:
+                self.config[key] = value
+            self.sources[key] = source
+        return self
+
+    def copy(self) -> "Settings":
+        other = Settings()
+        other.config = {k: dict(v) if isinstance(v, dict) else v for k, v in self.config.items()}
+        other.sources = dict(self.sources)
+        return other
+
+
 # ---------------------------------------------------------------------------------------------
 # ALP-KD (Passban et al., AAAI 2021): Tables 1-4, hyper-parameters in Tables 5-10
 # ---------------------------------------------------------------------------------------------
@@ -63,12 +95,11 @@ ALP_HP = {  # Tables 6-10: lr, T, eta, lambda per task
 }
 ALP_HP_TABLE = {"nkd": 6, "rkd": 7, "pkd": 8, "ckd": 9, "alp": 10}
 ALP_COMMON_NOTES = [
-    "Hyper-parameters: ALP-KD appendix; batch size 32, max length 64 (single sentence) / 128 (pairs).",
-    "Epochs: the appendix gives 10 (STS-B, SST-2, QNLI), 5 (MNLI, QQP), 20 (MRPC, RTE), 50 (CoLA) "
-    "'for fine-tuning'; used here for both the teacher and the student.",
     "Tables 5-10 give one value per task for 'all experiments'; the 6- and 2-layer tables reuse them.",
-    "Seeds: the paper reports single runs and gives no seed.",
+    "Optimizer, weight decay and warm-up are not given: kdplug's defaults (AdamW, weight decay 0.01, 10% "
+    "linear warm-up, as BERT's fine-tuning code) apply. The best dev epoch is reported, as the papers do.",
 ]
+PAIR_TASKS = ("mnli", "mrpc", "qnli", "qqp", "rte", "stsb")
 
 # (row label, slug, projector, hyper-parameter family, extra projector options, reported per task)
 ALP_TABLES = {
@@ -121,12 +152,28 @@ ALP_TABLES = {
         ("S_ALP-4", "alp-4", "alp-kqv4", "alp", {}, "32.61 79.34 79.90 87.00 90.26 67.31 90.71 87.46"),
     ]),
 }
-ALP_ROW_NOTES = {
-    (1, "pkd"): "Layer map A = (1, 5, 9): the paper's choice for 4-layer students (Section 'Experimental Results').",
-    (2, "pkd"): "The paper does not give the 6-layer PKD map; pkd-skip's default (2, 4, 6, 8, 10) is PKD's own.",
-    (3, "ckd"): "2-layer CKD: all 12 teacher layers in one bucket for h_S^1 (ckd-no with one bucket = all).",
-    (3, "alp"): "2-layer ALP: attention over all 12 teacher layers into h_S^1.",
-}
+ALP_PAPER = "paper: ALP-KD"
+ALP_SEED = "kdplug: the paper reports single runs and gives no seed"
+
+
+def alp_common(task: str, student: str, table: int) -> Settings:
+    """What every ALP-KD run shares: the teacher, its fine-tuning, batch size, epochs, lengths."""
+    settings = Settings()
+    settings.set(f"{ALP_PAPER} §Experimental Study (the original BERT-Base, 12 layers)", teacher="bert-base")
+    settings.set(f"{ALP_PAPER} Table {table} caption", student=student)
+    settings.set(f"{ALP_PAPER} §Experimental Study: students take the teacher's first m layers, 'borrowed from PKD', "
+                 "whose students start from pre-trained BERT-Base (PKD §4.2)", student_options__init="pretrained")
+    settings.set(f"{ALP_PAPER} Table {table}", task=task)
+    settings.set(f"{ALP_PAPER} eq. 7: one stage, L = beta CE + eta KD + lambda ILD", recipe="standard")
+    settings.set(f"{ALP_PAPER} Table 5 (the teacher's learning rate)", teacher_lr=ALP_TEACHER_LR[task])
+    settings.set(f"{ALP_PAPER} appendix, Hyper-parameters: 'we run {ALP_EPOCHS[task]} epochs for fine-tuning' on "
+                 f"{COLUMN[task]}, for the teacher and the students alike", teacher_epochs=ALP_EPOCHS[task],
+                 epochs=ALP_EPOCHS[task])
+    settings.set(f"{ALP_PAPER} appendix: 'batch size to 32 for all models'", teacher_batch_size=32, batch_size=32)
+    settings.set(f"{ALP_PAPER} appendix: maximum sequence length 64 for single sentences, 128 for pairs",
+                 max_length=128 if task in PAIR_TASKS else 64)
+    settings.set(ALP_SEED, seed=42)
+    return settings
 
 
 def alp_entries() -> list[dict]:
@@ -135,47 +182,53 @@ def alp_entries() -> list[dict]:
         for label, slug, projector, family, options, scores in rows:
             reported = per_task(scores)
             for task in TASKS:
-                config = {"teacher": "bert-base", "student": student, "projector": projector or "rkd",
-                          "task": task, "recipe": "standard", "teacher_lr": ALP_TEACHER_LR[task],
-                          "teacher_epochs": ALP_EPOCHS[task], "teacher_batch_size": 32, "epochs": ALP_EPOCHS[task],
-                          "batch_size": 32, "seed": 42}
-                notes = list(ALP_COMMON_NOTES) + ["Teacher: learning rate from Table 5."]
+                settings = alp_common(task, student, table)
+                notes = list(ALP_COMMON_NOTES)
                 search = None
                 if projector is None:
-                    config.update(lr=ALP_HP["rkd"]["lr"][task], temperature=ALP_HP["rkd"]["temperature"][task],
-                                  eta=ALP_HP["rkd"]["eta"][task], lam=0.0)
+                    settings.set(f"{ALP_PAPER} Table 1: the teacher row; the run trains S_RKD alongside",
+                                 projector="rkd")
+                    settings.set(f"{ALP_PAPER} Table 7 (S_RKD's {COLUMN[task]} column)", lr=ALP_HP["rkd"]["lr"][task],
+                                 temperature=ALP_HP["rkd"]["temperature"][task], eta=ALP_HP["rkd"]["eta"][task])
+                    settings.set(f"{ALP_PAPER} appendix: lambda is 0 for RKD", lam=0.0)
                     notes.append("The teacher row: the score to compare is the fine-tuned teacher's dev score "
                                  "(metrics.json: teacher.dev), which every run records; the student trained "
                                  "alongside is S_RKD of this table.")
                 else:
-                    hp = ALP_HP[family]
-                    for key in ("lr", "temperature", "eta", "lam"):
-                        if key in hp:
-                            config[key] = hp[key][task]
+                    settings.set(f"{ALP_PAPER} Table {table}, row {label}", projector=projector)
+                    hp, hp_table = ALP_HP[family], ALP_HP_TABLE[family]
+                    where = (f"assumed: Table 4 has no hyper-parameter table of its own; ALP's Table 10 ({COLUMN[task]})"
+                             if table == 4 else f"{ALP_PAPER} Table {hp_table} ({COLUMN[task]} column)")
+                    settings.set(where, **{key: hp[key][task] for key in ("lr", "temperature", "eta", "lam") if key in hp})
                     if family == "nkd":
-                        config.update(eta=0.0, lam=0.0)
-                    notes.append(f"Student: lr, T, eta, lambda from Table {ALP_HP_TABLE[family]}.")
+                        settings.set(f"{ALP_PAPER}: S_NKD uses no KD (eta = lambda = 0, beta = 1)", eta=0.0, lam=0.0)
                     search = {"lr": [1e-5, 2e-5, 5e-5]}
                     if family != "nkd":
                         search.update(temperature=[1, 5, 10, 20], eta=[0.2, 0.5, 0.7])
                     if family not in ("nkd", "rkd"):
                         search["lam"] = [0.2, 0.5, 0.7]
                     if options:
-                        config["projector_options"] = dict(options)
+                        layer_map = options.get("layer_map")
+                        if layer_map is not None:
+                            settings.set(f"{ALP_PAPER} Table {table}: PKD's layer map {layer_map}"
+                                         + (" (§Experimental Study)" if table == 1 else ""),
+                                         projector_options__layer_map=layer_map)
+                        if "buckets" in options:
+                            settings.set(f"{ALP_PAPER} Table 4, row {label}: {options['buckets'].upper()} buckets",
+                                         projector_options__buckets=options["buckets"])
                     if table == 3 and projector == "ckd-no":
-                        config["projector_options"] = {"buckets": [list(range(1, 13))]}
-                    if table == 4:
-                        notes.append("Table 4 has no hyper-parameter table of its own; ALP's Table 10 values "
-                                     "are assumed (the paper does not say).")
-                    note = ALP_ROW_NOTES.get((table, slug))
-                    if note:
-                        notes.append(note)
+                        settings.set(f"{ALP_PAPER} §Training Deeper/Shallower: 'we combine all teacher layers and "
+                                     "distill into the first layer of the student'",
+                                     projector_options__buckets=[list(range(1, 13))])
+                    if table == 2 and projector == "pkd-skip":
+                        notes.append("The paper does not give the 6-layer PKD map; pkd-skip's default "
+                                     "(2, 4, 6, 8, 10) is PKD's own.")
                 entries.append(entry(
                     name=f"alp-kd/table{table}-{task}-{slug}", paper="alp-kd", table=table, row=label,
                     description=f"ALP-KD Table {table} ({caption}), row {label}, {COLUMN[task]}",
                     measure="teacher" if projector is None else "student",
                     reported={"set": "dev", "scores": dev_score(task, reported[task])},
-                    config=config, search=search, notes=notes))
+                    settings=settings, search=search, notes=notes))
     return entries
 
 
@@ -198,19 +251,39 @@ UKD_T9 = {
 UKD_SEARCH_A1 = {"batch_size": [8, 16, 32], "lr": [2e-5, 5e-5], "recipe_options.beta": [0.2, 0.5, 0.7]}
 UKD_SEARCH_A2 = {"batch_size": [8, 16, 32, 64], "lr": [5e-5, 1e-4], "recipe_options.beta": [0.2, 0.5, 0.7],
                  "student_options.dropout": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]}
-UKD_NOTES = ["Seeds: the paper reports single runs and gives no seed.",
-             "Universal-KD: T = 1 for all experiments (Appendix A.1)."]
+UKD_PAPER = "paper: Universal-KD"
+UKD_T1 = f"{UKD_PAPER} App. A.1: 'We set T to 1 for all experiments'"
+UKD_NOTES = ["The paper reports single runs and gives no seed (seed 42 is kdplug's choice)."]
 
 
-def ukd_two_stage(task: str, hp: dict, *, stage1: int = 20, stage2: int = 10) -> dict:
-    """Appendix A.1: stage 1 (KD + Universal loss, no CE) for 20 epochs (CoLA 50), stage 2 CE for 10."""
-    return {"recipe": "two-stage", "lr": hp["lr"][task], "batch_size": int(hp["batch_size"][task]),
-            "temperature": 1.0, "epochs": 50 if task == "cola" else stage1,
-            "recipe_options": {"beta": hp["beta"][task], "stage2_epochs": stage2}}
+def ukd_two_stage(settings: Settings, task: str, hp: dict, table: int) -> Settings:
+    """§4.2 and App. A.1: stage 1 (KD + Universal loss, no CE) for 20 epochs (CoLA 50), stage 2 CE for 10."""
+    settings.set(f"{UKD_PAPER} §4.2: two stages, stage 1 beta KD + (1 - beta) Universal-KD, stage 2 CE only",
+                 recipe="two-stage")
+    settings.set(f"{UKD_PAPER} Table {table} ({COLUMN[task]} column)", lr=hp["lr"][task],
+                 batch_size=int(hp["batch_size"][task]), recipe_options__beta=hp["beta"][task])
+    settings.set(UKD_T1, temperature=1.0)
+    settings.set(f"{UKD_PAPER} §5.2: 'trained for 20 epochs in stage 1 for all datasets except for CoLA. CoLA needs "
+                 "50 epochs'", epochs=50 if task == "cola" else 20)
+    settings.set(f"{UKD_PAPER} §5.2: 'further trained for 10 epochs in stage 2'", recipe_options__stage2_epochs=10)
+    settings.set(ALP_SEED, seed=42)
+    return settings
+
+
+def ukd_baseline_budget(settings: Settings, task: str, hp: dict, table: int) -> Settings:
+    """The capacity-gap baselines the paper re-ran: the same budget and grid point as its own method."""
+    why = (f"assumed: the paper gives no budget for its baselines; they get Universal-KD's own (20 + 10 "
+           f"epochs, CoLA 50 + 10; §5.2)")
+    settings.set(why, epochs=60 if task == "cola" else 30)
+    settings.set(f"assumed: the paper gives no learning rate or batch size for its baselines; Universal-KD's "
+                 f"(Table {table}, {COLUMN[task]})", lr=hp["lr"][task], batch_size=int(hp["batch_size"][task]))
+    settings.set(ALP_SEED, seed=42)
+    return settings
 
 
 def ukd_table2() -> list[dict]:
-    """4-layer BERT students on GLUE dev. PKD and ALP rows are ALP-KD's Table 1 (marked dagger)."""
+    """4-layer BERT students on GLUE dev. Its teacher, BERT-4, vanilla KD, PKD and ALP rows are ALP-KD's
+    Table 1 (PKD and ALP marked dagger; the others carry the same numbers, rounded)."""
     rows = [
         ("BERT-base", "teacher", "57.3 83.4 86.8 91.3 91 68.2 92.7 88.9"),
         ("BERT-4", "nkd", "31 76.8 77.7 85.1 89 61.7 88.2 87.3"),
@@ -231,31 +304,42 @@ def ukd_table2() -> list[dict]:
             measure = "student"
             if slug in ("teacher", "nkd", "rkd", "pkd", "alp"):
                 source = alp_rows[f"alp-kd/table1-{task}-{slug}"]
-                config = dict(source["config"])
-                notes = ["Universal-KD takes this row from ALP-KD Table 1 (the scores are ALP-KD's, rounded); "
-                         "the configuration is that of alp-kd/table1-" + f"{task}-{slug}."] + source["notes"]
+                settings = Settings()
+                settings.config, settings.sources = source["config"], {
+                    key: f"assumed: this row's numbers are ALP-KD Table 1's (rounded), so is its setting; "
+                         f"{value.removeprefix('paper: ').removeprefix('assumed: ')}"
+                    for key, value in source["sources"].items()}
+                notes = ["Universal-KD takes this row from ALP-KD Table 1 (the scores are ALP-KD's, rounded); the "
+                         f"configuration is that of alp-kd/table1-{task}-{slug}, including its temperature (the "
+                         "paper's T = 1 is for its own runs)."] + source["notes"]
                 search = source.get("search")
                 measure = source["measure"]
             elif slug == "mhkd":
-                config = {"teacher": "bert-base", "student": "bert-4", "projector": "mhkd", "task": task,
-                          "recipe": "standard", "batch_size": 32, "seed": 42}
+                settings = Settings()
+                settings.set(f"{UKD_PAPER} §5.2", teacher="bert-base", student="bert-4", task=task)
+                settings.set(f"{UKD_PAPER} Table 2 (MHKD, Wang et al. 2020, re-implemented by the paper)", projector="mhkd")
+                settings.set("kdplug: MHKD's settings are not given", recipe="standard", batch_size=32)
+                settings.set(ALP_SEED, seed=42)
                 requires = ["projector mhkd"]
                 notes.append("MHKD (Wang et al. 2020) is a baseline the paper re-implemented; kdplug has no "
                              "'mhkd' projector yet. Its hyper-parameters are not given.")
             else:
-                config = {"teacher": "bert-base", "student": "bert-4", "projector": "universal-il", "task": task,
-                          "teacher_lr": ALP_TEACHER_LR[task], "teacher_epochs": ALP_EPOCHS[task], "seed": 42,
-                          **ukd_two_stage(task, UKD_T7)}
+                settings = Settings()
+                settings.set(f"{UKD_PAPER} §5.2: a standard 12-layer BERT-base teacher", teacher="bert-base")
+                settings.set(f"{UKD_PAPER} §5.2: BERT students with 4 layers", student="bert-4")
+                settings.set(f"{UKD_PAPER} §5.2: 'we utilize the first 4 layers of the pre-trained BERT-base teacher "
+                             "to initialize the students'", student_options__init="pretrained")
+                settings.set(f"{UKD_PAPER} Table 2", task=task, projector="universal-il")
+                settings.set("assumed: the paper's teacher scores are ALP-KD's, so is its fine-tuning (ALP-KD Table 5 "
+                             "and appendix)", teacher_lr=ALP_TEACHER_LR[task], teacher_epochs=ALP_EPOCHS[task],
+                             teacher_batch_size=32)
+                ukd_two_stage(settings, task, UKD_T7, 7)
                 search = dict(UKD_SEARCH_A1)
-                notes += ["Student: lr, batch size and beta from Table 7; stage 1 20 epochs (CoLA 50), stage 2 "
-                          "10 epochs (Appendix A.1).",
-                          "Teacher: the paper's teacher scores are ALP-KD's; its fine-tuning settings are not "
-                          "given, ALP-KD's (Table 5, appendix epochs) are assumed."]
             entries.append(entry(
                 name=f"universal-kd/table2-{task}-{slug}", paper="universal-kd", table=2, row=label,
                 description=f"Universal-KD Table 2 (BERT-base -> BERT-4, dev), row {label}, {COLUMN[task]}",
                 measure=measure, reported={"set": "dev", "scores": dev_score(task, reported[task])},
-                config=config, search=search, notes=notes, requires=requires))
+                settings=settings, search=search, notes=notes, requires=requires))
     return entries
 
 
@@ -265,49 +349,69 @@ def ukd_roberta(table: int, rows: list, tasks: tuple[str, ...]) -> list[dict]:
         values = dict(zip(tasks, (float(v) for v in scores.split())))
         for task in tasks:
             notes = list(UKD_NOTES)
-            requires = None
             search = None
             measure = "student"
-            config = {"teacher": "roberta-large", "student": "distilroberta", "task": task, "recipe": "standard",
-                      "seed": 42}
+            settings = Settings()
+            settings.set(f"{UKD_PAPER} §5.2: RoBERTa-large teacher (24 layers, 1024 wide)", teacher="roberta-large")
+            settings.set(f"{UKD_PAPER} §5.2: DistilRoBERTa student (6 layers, 768 wide, 82M parameters)",
+                         student="distilroberta")
+            settings.set(f"{UKD_PAPER} Table {table}", task=task)
             if slug in ("teacher", "nkd", "rkd"):
-                config["projector"] = "rkd" if slug == "teacher" else slug
+                settings.set(f"{UKD_PAPER} Table {table}, row {label}" + (" (vanilla KD trains alongside)"
+                                                                          if slug == "teacher" else ""),
+                             projector="rkd" if slug == "teacher" else slug, recipe="standard")
                 if slug == "teacher":
                     measure = "teacher"
                     notes.append("The teacher row: compare the fine-tuned teacher's dev score "
                                  "(metrics.json: teacher.dev); the student trained alongside is vanilla KD.")
                 if slug == "nkd":
-                    config.update(eta=0.0, lam=0.0)
-                notes.append("The paper gives no hyper-parameters for this baseline; the engine's defaults "
-                             "apply. Its grid for DistilRoBERTa students (Appendix A.1) is in 'search'.")
+                    settings.set(f"{UKD_PAPER} Table {table}: DistilRoBERTa without KD", eta=0.0, lam=0.0)
+                else:
+                    settings.set(UKD_T1, temperature=1.0)
+                ukd_baseline_budget(settings, task, UKD_T8, 8)
                 search = {"batch_size": [8, 16, 32], "lr": [2e-5, 5e-5]}
                 if slug != "nkd":
                     search["eta"] = [0.2, 0.5, 0.7]
             elif slug in ("takd", "dih", "annealing"):
-                config.update(projector="rkd", recipe=slug)
+                settings.set(f"{UKD_PAPER} Table {table}, row {label}", recipe=slug)
+                settings.set("kdplug: the recipe trains with its own loss; rkd names the logit KD it uses",
+                             projector="rkd")
                 if slug == "takd":
-                    config["recipe_options"] = {"ta": ["roberta-base"]}
-                    notes.append("TA: a single 12-layer RoBERTa-base (Section 5.4).")
-                notes.append("The paper gives no hyper-parameters for this baseline; the recipe's defaults "
-                             "(METHODS.md: capacity-gap baselines) apply.")
-                if slug in ("takd", "annealing"):
-                    notes.append("The paper takes these scores from Jafari et al. (2021) (dagger).")
+                    settings.set(f"{UKD_PAPER} §5.4: 'the TA used in TAKD is a single RoBERTa-base model with 12 "
+                                 "layers'", recipe_options__ta=["roberta-base"])
+                    notes.append("The paper takes TAKD's scores from Jafari et al. (2021) (dagger); each link gets "
+                                 "the budget below.")
+                if slug == "annealing":
+                    settings.set("paper: Jafari et al. 2021 (the scores are theirs, dagger in Table 4): E1 = 10, "
+                                 "E2 = 3, tau_max = 10 on GLUE (METHODS.md)", recipe_options__e1=10,
+                                 recipe_options__e2=3, recipe_options__tau_max=10)
+                if slug == "dih":
+                    notes.append("DIH (*): re-run by the paper for NLP; its alpha, temperature and heads are not "
+                                 "given, so DIH's reference defaults apply (alpha 0.1, tau 5, heads at n/4, n/2, "
+                                 "3n/4; METHODS.md).")
+                if slug == "annealing":
+                    settings.set(ALP_SEED, seed=42)
+                    settings.set("assumed: the paper gives no learning rate or batch size for its baselines; "
+                                 f"Universal-KD's (Table 8, {COLUMN[task]})", lr=UKD_T8["lr"][task],
+                                 batch_size=int(UKD_T8["batch_size"][task]))
+                else:
+                    ukd_baseline_budget(settings, task, UKD_T8, 8)
             else:
-                config["projector"] = slug
-                config.update(ukd_two_stage(task, UKD_T8))
+                settings.set(f"{UKD_PAPER} Table {table}, row {label}", projector=slug)
+                settings.set(f"{UKD_PAPER} §5.2: 'DistilRoBERTa' (the pre-trained distilroberta-base)",
+                             student_options__source="distilroberta-base")
+                ukd_two_stage(settings, task, UKD_T8, 8)
                 search = dict(UKD_SEARCH_A1)
-                notes.append("Student: lr, batch size and beta from Table 8; stage 1 20 epochs (CoLA 50), "
-                             "stage 2 10 epochs (Appendix A.1).")
                 if slug == "universal-loss-att":
                     notes.append("Universal-KD (triangle): 'all the settings are the same with Universal-KD(CG)' "
                                  "(Section 5.6).")
-            notes.append("Teacher: RoBERTa-large fine-tuning settings are not given; engine defaults apply.")
+            notes.append("The RoBERTa-large teacher's fine-tuning settings are not given: kdplug's defaults apply.")
             entries.append(entry(
                 name=f"universal-kd/table{table}-{task}-{slug}", paper="universal-kd", table=table, row=label,
                 description=f"Universal-KD Table {table} (RoBERTa-large -> DistilRoBERTa, dev), row {label}, "
                             f"{COLUMN[task]}",
                 measure=measure, reported={"set": "dev", "scores": dev_score(task, values[task])},
-                config=config, search=search, notes=notes, requires=requires))
+                settings=settings, search=search, notes=notes))
     return entries
 
 
@@ -347,43 +451,54 @@ def ukd_table5() -> list[dict]:
         for task in TASKS:
             arch = student or "bilstm"
             hp = UKD_T9[arch]
+            name = "Bi-LSTM" if arch == "bilstm" else "Gated-CNN"
             notes = list(UKD_NOTES) + [
-                f"Student: lr, batch size, dropout{' and beta' if slug == 'universal-ca' else ''} from Table 9 "
-                f"({'Bi-LSTM' if arch == 'bilstm' else 'Gated-CNN'}), 'the best for each model on each task'.",
-                "Epochs are not given for the cross-architecture students (Appendix A.2); engine default.",
-                "Optimizer: Adam in the paper; kdplug uses AdamW with weight_decay (set --set weight_decay=0 "
-                "for plain Adam).",
+                "Table 9's learning rates (2e-4 ... 1e-5) reach outside the range App. A.2 states (1e-4 to 5e-5); "
+                "Table 9 is used.",
+                "Epochs are not given for the cross-architecture students (App. A.2): kdplug's default applies.",
                 "Pairs are one sequence (no siamese encoder), as in the paper."]
-            config = {"teacher": "bert-base", "student": arch, "task": task, "seed": 42,
-                      "teacher_lr": ALP_TEACHER_LR[task], "teacher_epochs": ALP_EPOCHS[task],
-                      "lr": hp["lr"][task], "batch_size": int(hp["batch_size"][task]),
-                      "student_options": {"dropout": hp["dropout"][task]}}
+            settings = Settings()
+            settings.set(f"{UKD_PAPER} §5.5: 'a strong BERT-base model' as the teacher", teacher="bert-base")
+            settings.set(f"{UKD_PAPER} Table 5", task=task, student=arch)
+            settings.set(f"{UKD_PAPER} §5.5: {'3' if arch == 'bilstm' else '4'} layers, hidden size 768",
+                         student_options__num_layers=3 if arch == "bilstm" else 4, student_options__hidden_size=768)
+            settings.set("assumed: the paper's teacher scores are ALP-KD's, so is its fine-tuning (ALP-KD Table 5 "
+                         "and appendix)", teacher_lr=ALP_TEACHER_LR[task], teacher_epochs=ALP_EPOCHS[task],
+                         teacher_batch_size=32)
+            settings.set(f"{UKD_PAPER} Table 9 ({name}, {COLUMN[task]}): 'the best for each model on each task'",
+                         lr=hp["lr"][task], batch_size=int(hp["batch_size"][task]),
+                         student_options__dropout=hp["dropout"][task])
+            settings.set(f"{UKD_PAPER} App. A.2: 'We adopt the Adam optimization algorithm' (no weight decay "
+                         "mentioned; Adam without decay is AdamW with weight_decay 0)", weight_decay=0.0)
+            settings.set(ALP_SEED, seed=42)
             measure = "student"
             if slug == "teacher":
                 measure = "teacher"
-                config.update(projector="rkd", recipe="standard")
+                settings.set(f"{UKD_PAPER} Table 5: the teacher row; the Bi-LSTM with vanilla KD trains alongside",
+                             projector="rkd", recipe="standard")
+                settings.set(UKD_T1, temperature=1.0)
                 notes.append("The teacher row: compare the fine-tuned teacher's dev score (metrics.json: "
                              "teacher.dev); the student trained alongside is the Bi-LSTM with vanilla KD.")
             elif slug == "universal-ca":
-                config.update(projector="universal-ca", recipe="two-stage", temperature=1.0,
-                              recipe_options={"beta": hp["beta"][task]})
+                settings.set(f"{UKD_PAPER} Table 5, row {label}", projector="universal-ca")
+                settings.set(f"{UKD_PAPER} §4.2: two stages", recipe="two-stage")
+                settings.set(UKD_T1, temperature=1.0)
+                settings.set(f"{UKD_PAPER} Table 9 ({name}, {COLUMN[task]})", recipe_options__beta=hp["beta"][task])
             else:
-                config.update(projector=slug, recipe="standard")
+                settings.set(f"{UKD_PAPER} Table 5, row {label}", projector=slug, recipe="standard")
                 if slug == "nkd":
-                    config.update(eta=0.0, lam=0.0)
+                    settings.set(f"{UKD_PAPER} Table 5: without KD", eta=0.0, lam=0.0)
                 else:
-                    config["temperature"] = 1.0
-                    notes.append("Vanilla KD: Table 9's beta is Universal-KD's stage-1 KD weight; the KD weight "
-                                 "of this baseline is not given (projector default).")
-            notes.append("Teacher: the paper's teacher scores are ALP-KD's; ALP-KD's fine-tuning settings "
-                         "(Table 5) are assumed.")
+                    settings.set(UKD_T1, temperature=1.0)
+                    notes.append("Vanilla KD: Table 9's beta is Universal-KD's stage-1 KD weight; this baseline's "
+                                 "KD weight is not given (the rkd projector's default).")
             entries.append(entry(
                 name=f"universal-kd/table5-{task}-" + ("teacher" if slug == "teacher" else f"{arch}-{slug}"),
                 paper="universal-kd", table=5, row=label,
                 description=f"Universal-KD Table 5 (BERT-base -> Bi-LSTM / Gated-CNN, dev), row {label}, "
                             f"{COLUMN[task]}",
                 measure=measure, reported={"set": "dev", "scores": dev_score(task, reported[task])},
-                config=config, search=dict(UKD_SEARCH_A2), notes=notes))
+                settings=settings, search=dict(UKD_SEARCH_A2), notes=notes))
     return entries
 
 
@@ -403,6 +518,9 @@ def pkd_scores(cells: list[str]) -> dict[str, dict]:
             "qnli": {"dev": {"accuracy": float(qnli)}}, "rte": {"dev": {"accuracy": float(rte)}}}
 
 
+PKD_PAPER = "paper: PKD"
+
+
 def pkd_entries() -> list[dict]:
     rows = [
         ("BERT12 (Google)", None, "google", "93.5 88.9/84.8 71.2/89.2 84.6 83.4 90.5 66.4"),
@@ -416,56 +534,86 @@ def pkd_entries() -> list[dict]:
     ]
     common = ["PKD Table 1 reports GLUE test-server scores; kdplug measures dev, so the comparison is "
               "indicative only.",
-              "Batch size 32 and 4 epochs 'for all the experiments'; the learning rate, T, alpha and beta "
-              "chosen per task are not given (the grid is in 'search'). Engine defaults apply.",
-              "Seeds: the paper reports single runs and gives no seed."]
+              "The learning rate, T, alpha and beta chosen per task are not given (the grid is in 'search'); the "
+              "values set here are marked as kdplug's choices.",
+              "Optimizer and warm-up are not given: kdplug's defaults (AdamW, weight decay 0.01, 10% warm-up, as "
+              "Google's BERT code PKD builds on)."]
     entries = []
     for label, student, slug, cells in rows:
         scores = pkd_scores(cells.split())
         for task in PKD_TASKS:
             notes = list(common)
-            config = {"teacher": "bert-base", "student": student or "bert-6", "task": task, "recipe": "standard",
-                      "batch_size": 32, "epochs": 4, "teacher_batch_size": 32, "teacher_epochs": 4, "seed": 42}
-            measure = "student"
+            settings = Settings()
+            settings.set(f"{PKD_PAPER} §4.2: BERT-Base (BERT12) fine-tuned as the teacher", teacher="bert-base")
+            settings.set(f"{PKD_PAPER} Table 1", task=task)
+            settings.set(f"{PKD_PAPER} §4.2: 'the batch size as 32, and the number of epochs as 4 for all the "
+                         "experiments'", batch_size=32, epochs=4, teacher_batch_size=32, teacher_epochs=4)
+            settings.set("kdplug: the paper searches the learning rate in {5e-5, 2e-5, 1e-5} and does not report the "
+                         "choice; 5e-5 is in the grid", teacher_lr=5e-5)
+            settings.set(f"{PKD_PAPER} §4.2: 'the model with the best validation accuracy is selected'",
+                         best_checkpoint="best")
+            settings.set("kdplug: the paper reports single runs and gives no seed", seed=42)
             search = {"lr": [5e-5, 2e-5, 1e-5]}
+            measure = "student"
             if student is None:
                 measure = "teacher"
-                config["projector"] = "rkd"
+                settings.set(f"{PKD_PAPER} Table 1: the teacher row; BERT6-KD trains alongside", student="bert-6",
+                             projector="rkd", recipe="standard")
                 notes.append("The teacher row: compare the fine-tuned teacher's dev score (metrics.json: "
                              "teacher.dev); the student trained alongside is BERT6-KD.")
                 if slug == "google":
                     notes.append("Google's official GLUE leaderboard submission of BERT-base, not a PKD run; "
                                  "the closest kdplug run is the fine-tuned teacher.")
-                search["teacher_lr"] = search.pop("lr")
+                search = {"teacher_lr": search["lr"]}
             else:
-                config["projector"] = slug
+                settings.set(f"{PKD_PAPER} Table 1, row {label}", student=student, projector=slug,
+                             recipe="standard")
+                settings.set(f"{PKD_PAPER} §4.2: 'We initialize BERT_k with the first k layers of parameters from "
+                             "pre-trained BERT-Base'", student_options__init="pretrained")
+                settings.set("kdplug: the paper searches {5e-5, 2e-5, 1e-5} and does not report the choice; "
+                             "5e-5 is in the grid", lr=5e-5)
                 if slug == "nkd":
-                    config.update(eta=0.0, lam=0.0)
+                    settings.set(f"{PKD_PAPER} §4.2: direct fine-tuning 'without using any soft labels'", eta=0.0,
+                                 lam=0.0)
                 else:
-                    search.update(temperature=[5, 10, 20], eta=[0.2, 0.5, 0.7])
+                    settings.set("kdplug: PKD searches T in {5, 10, 20} and alpha in {0.2, 0.5, 0.7} (eq. 5) and "
+                                 "reports neither choice; the grid's middle", temperature=10.0, eta=0.5)
+                    if slug == "rkd":
+                        search.update(temperature=[5, 10, 20], eta=[0.2, 0.5, 0.7])
                 if slug == "pkd-skip":
-                    notes.append("PKD weighs L_PT with beta in {10, 100, 500, 1000} on top of (1-alpha)CE + "
-                                 "alpha KD (eq. 8); kdplug's objective is convex (lam in [0, 1], CE weight "
-                                 "1-eta-lam), so beta has no direct equivalent: search lam instead.")
-                    search["lam"] = [0.2, 0.5, 0.7]
-                    notes.append("Layer map: PKD-Skip, {2,4,6,8,10} for BERT6 and {4,8} for BERT3 (pkd-skip's "
-                                 "default).")
+                    settings.set(f"{PKD_PAPER} eq. 8: (1 - alpha) CE + alpha L_DS + beta L_PT, beta outside the "
+                                 "convex combination: ce_weight = 1 - alpha", ce_weight=0.5)
+                    settings.set("kdplug: PKD searches beta in {10, 100, 500, 1000} and does not report the choice; "
+                                 "100 is in the grid", lam=100.0)
+                    settings.set(f"{PKD_PAPER}'s code (patience_loss): the normalised MSE averaged over the hidden "
+                                 "dimension and the layers, the scale its beta weighs",
+                                 projector_options__loss_reduction="mean")
+                    search["lam"] = [10, 100, 500, 1000]
+                    notes.append("PKD fixes alpha and T to the best vanilla-KD run's and searches only beta and the "
+                                 "learning rate, so the grid here does too (change eta together with ce_weight = "
+                                 "1 - eta). Layer map: PKD-Skip, {2,4,6,8,10} for BERT6 and {4,8} for BERT3 "
+                                 "(pkd-skip's default).")
             entries.append(entry(
                 name=f"pkd/table1-{task}-{slug if student is None else student + '-' + slug.replace('-skip', '')}",
                 paper="pkd", table=1, row=label,
                 description=f"PKD Table 1 (GLUE test), row {label}, {COLUMN[task]}",
                 measure=measure, reported={"set": "test", "scores": scores[task]},
-                config=config, search=search, notes=notes))
+                settings=settings, search=search, notes=notes))
     return entries
 
 
 # ---------------------------------------------------------------------------------------------
 
-def entry(*, name, paper, table, row, description, measure, reported, config, search=None, notes=(),
+def entry(*, name, paper, table, row, description, measure, reported, settings, search=None, notes=(),
           requires=None) -> dict:
-    config = {key: config[key] for key in FIELDS if key in config}  # RunConfig's order, for reading
+    config = {key: settings.config[key] for key in FIELDS if key in settings.config}  # RunConfig's order
+    keys = [key for key in config if not isinstance(config[key], dict)]
+    keys += [f"{key}.{option}" for key in config if isinstance(config[key], dict) for option in config[key]]
+    missing = [key for key in keys if key not in settings.sources]
+    assert not missing, f"{name}: no source for {missing}"
     data = {"name": name, "paper": paper, "table": table, "row": row, "description": description,
-            "measure": measure, "reported": reported, "seeds": [config.get("seed", 42)], "config": config}
+            "measure": measure, "reported": reported, "seeds": [config.get("seed", 42)], "config": config,
+            "sources": {key: settings.sources[key] for key in keys}}
     if search:
         data["search"] = search
     if requires:

@@ -84,12 +84,37 @@ def list_entries(zoo, args) -> int:
 
 def show_entry(zoo, name: str, manager: PluginManager) -> int:
     entry = zoo.get(name)
-    print(entry.path.read_text(encoding="utf-8").rstrip() if entry.path else entry)
+    split, metric, value = entry.main_score()
+    print(f"{entry.name}: {entry.description}")
+    print(f"paper: {entry.paper}, Table {entry.table}, row {entry.row}; reported ({entry.reported_set}): "
+          f"{split} {metric} {value}; measure: {entry.measure}; seeds: {', '.join(map(str, entry.seeds))}")
+    if entry.path:
+        print(f"file: {entry.path}")
+    print("\nevery value it runs with, and where it comes from ('paper:' the paper says so; 'assumed:' the paper "
+          "implies it; 'kdplug:' the paper gives none and kdplug chose; 'kdplug default': not set by the entry):")
+    rows = entry.provenance()
+    width = max(len(key) for key, _, _ in rows)
+    shown = max(len(_short(v)) for _, v, _ in rows)
+    for key, value, source in rows:
+        print(f"  {key.ljust(width)}  {_short(value).ljust(shown)}  {source}")
+    if entry.search:
+        print("\nthe paper's search grid (kdplug sweep --zoo NAME --paper-grid):")
+        for key, values in entry.search.items():
+            print(f"  {key}: {values}")
+    if entry.notes:
+        print("\nnotes:")
+        for note in entry.notes:
+            print(f"  - {note}")
     missing = [m for m in entry.missing_components(manager.registry)]
     if missing:
         print(f"# not runnable yet: {', '.join(missing)} not registered (see 'kdplug plugins')")
     print(f"# run: kdplug zoo run {entry.name} --data-dir GLUE_DIR")
     return 0
+
+
+def _short(value) -> str:
+    text = str(value)
+    return text if len(text) <= 28 else text[:25] + "..."
 
 
 def run_entry(zoo, args, manager: PluginManager) -> int:

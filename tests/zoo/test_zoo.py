@@ -70,11 +70,56 @@ def test_paper_hyper_parameters_were_transcribed():
     assert get("alp-kd/table3-stsb-pkd-12").config["projector_options"] == {"layer_map": [12]}
     ukd = get("universal-kd/table5-cola-gated-cnn-universal-ca").config  # Table 9
     assert (ukd["lr"], ukd["batch_size"], ukd["student_options"], ukd["recipe_options"]["beta"]) == \
-        (2e-4, 64, {"dropout": 0.4}, 0.5)
+        (2e-4, 64, {"num_layers": 4, "hidden_size": 768, "dropout": 0.4}, 0.5)
+    assert ukd["weight_decay"] == 0.0 and ukd["temperature"] == 1.0  # App. A.2: Adam; A.1: T = 1
     assert get("universal-kd/table4-rte-universal-cg").scores == {"dev": {"accuracy": 74.0}}
     mnli = get("pkd/table1-mnli-bert-3-pkd")
     assert mnli.reported_set == "test" and mnli.scores["dev_mismatched"] == {"accuracy": 76.3}
     assert get("pkd/table1-mrpc-bert-6-pkd").scores["dev"] == {"f1": 85.0, "accuracy": 79.9}
+
+
+def test_the_audit_against_the_papers_text():
+    """Issue 13's audit: values the papers state, and no note that contradicts its own config."""
+    get = Zoo([ZOO_DIR]).get
+    # Universal-KD Table 4's baselines get the paper's own budget (20 + 10 epochs; CoLA 50 + 10), not 3
+    for row in ("rkd", "nkd", "dih", "takd"):
+        assert get(f"universal-kd/table4-sst2-{row}").config["epochs"] == 30
+        assert get(f"universal-kd/table4-cola-{row}").config["epochs"] == 60
+    assert get("universal-kd/table4-sst2-annealing").config["recipe_options"] == {"e1": 10, "e2": 3, "tau_max": 10}
+    assert get("universal-kd/table4-sst2-rkd").config["temperature"] == 1.0  # 'T to 1 for all experiments'
+    assert get("universal-kd/table4-sst2-universal-cg").config["epochs"] == 20
+    # rows of Table 2 that are ALP-KD's keep ALP-KD's temperature, and no note claims T = 1 for them
+    rkd = get("universal-kd/table2-sst2-rkd")
+    assert rkd.config["temperature"] == 10 and not any("T = 1 for all" in note for note in rkd.notes)
+    # PKD's own objective: (1 - alpha) CE + alpha KD + beta PT with its code's reduction
+    pkd = get("pkd/table1-sst2-bert-6-pkd").config
+    assert (pkd["ce_weight"], pkd["eta"], pkd["lam"]) == (0.5, 0.5, 100.0)
+    assert pkd["projector_options"] == {"loss_reduction": "mean"} and pkd["student_options"] == {"init": "pretrained"}
+    assert (pkd["epochs"], pkd["batch_size"]) == (4, 32)
+
+
+def test_every_value_of_every_entry_says_where_it_comes_from():
+    for entry in ENTRIES:
+        keys = [k for k, v in entry.config.items() if not isinstance(v, dict)]
+        keys += [f"{k}.{o}" for k, v in entry.config.items() if isinstance(v, dict) for o in v]
+        assert sorted(keys) == sorted(entry.sources), entry.name
+        assert all(source.startswith(("paper:", "assumed:", "kdplug:")) for source in entry.sources.values())
+        rows = {key: source for key, _, source in entry.provenance()}
+        assert rows["warmup_ratio"].startswith("kdplug default") or "warmup_ratio" in entry.sources
+
+
+def test_zoo_show_marks_each_value_as_the_papers_or_kdplugs(capsys):
+    from kdplug.cli import main
+
+    for name, expected in [
+        ("pkd/table1-sst2-bert-6-pkd", ["paper: PKD §4.2", "kdplug: PKD searches beta", "kdplug default"]),
+        ("alp-kd/table1-sst2-alp", ["paper: ALP-KD Table 10 (SST-2 column)", "paper: ALP-KD Table 5"]),
+        ("universal-kd/table5-sst2-bilstm-universal-ca", ["paper: Universal-KD Table 9", "App. A.2", "assumed:"]),
+    ]:
+        assert main(["zoo", "show", name]) == 0
+        out = capsys.readouterr().out
+        for text in expected:
+            assert text in out, (name, text)
 
 
 def test_files_are_what_the_generator_writes_and_the_index_lists_them():
@@ -134,7 +179,7 @@ def test_zoo_list_shows_every_row(capsys):
 def test_zoo_show_and_unknown_names(capsys):
     assert main(["zoo", "show", "universal-kd/table2-qqp-mhkd"]) == 0
     out = capsys.readouterr().out
-    assert "reported:" in out and "not runnable yet: projector mhkd" in out
+    assert "reported (dev):" in out and "not runnable yet: projector mhkd" in out
     assert main(["zoo", "show", "alp-kd/table1-sst2-alq"]) == 2
     assert "Did you mean 'alp-kd/table1-sst2-alp'" in capsys.readouterr().err
     assert main(["zoo", "run", "universal-kd/table2-qqp-mhkd"]) == 2
