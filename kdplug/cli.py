@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from typing import Optional, Sequence
@@ -38,18 +39,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _quiet_libraries(verbose: bool) -> None:
-    """Transformers' load reports and progress bars drown kdplug's own; keep their errors only."""
+    """Transformers' load reports and progress bars drown kdplug's own; keep their errors only.
+
+    Set through the environment, which both libraries read when first imported: importing
+    transformers here would cost a second on every command, bad arguments included.
+    """
     if verbose:
         return
-    try:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:  # already imported (an API user calling main): tell it directly
         from huggingface_hub.utils import disable_progress_bars
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
         disable_progress_bars()
-    except ImportError:
-        pass
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -66,7 +71,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help()
         return 2
     try:
-        manager = PluginManager(disabled=args.disabled)
+        manager = PluginManager(disabled=args.disabled, lazy=True)  # loaded when a command needs it
         set_plugin_manager(manager)
         return args.handler(args, manager)
     except UsageError as exc:

@@ -80,34 +80,54 @@ def _check_kdplug_requirement(dist: Optional[metadata.Distribution]) -> Optional
 
 
 class PluginManager:
-    """Loads plugins and fills a :class:`Registry` from their registration hooks."""
+    """Loads plugins and fills a :class:`Registry` from their registration hooks.
 
-    def __init__(self, *, disabled: Iterable[str] = (), load_entry_points: bool = True) -> None:
+    With ``lazy=True`` the entry points are loaded on first use (``registry``, ``infos``,
+    ``failures``), so a command that fails on its own arguments never imports a plugin.
+    """
+
+    def __init__(self, *, disabled: Iterable[str] = (), load_entry_points: bool = True, lazy: bool = False) -> None:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self.pm.add_hookspecs(hookspecs)
         self.disabled = set(disabled) | _disabled_from_env()
-        self.infos: dict[str, PluginInfo] = {}
-        self.failures: list[PluginFailure] = []
+        self._infos: dict[str, PluginInfo] = {}
+        self._failures: list[PluginFailure] = []
         self._registry: Optional[Registry] = None
-        if load_entry_points:
+        self._pending = load_entry_points and lazy
+        if load_entry_points and not lazy:
             self.load_entry_points()
+
+    def _load_pending(self) -> None:
+        if self._pending:
+            self._pending = False
+            self.load_entry_points()
+
+    @property
+    def infos(self) -> dict[str, PluginInfo]:
+        self._load_pending()
+        return self._infos
+
+    @property
+    def failures(self) -> list[PluginFailure]:
+        self._load_pending()
+        return self._failures
 
     # -- loading ----------------------------------------------------------------------------
     def load_entry_points(self) -> None:
         for entry_point in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name):
-            if entry_point.name in self.disabled or entry_point.name in self.infos:
+            if entry_point.name in self.disabled or entry_point.name in self._infos:
                 continue
             dist = getattr(entry_point, "dist", None)
             dist_name = dist.metadata["Name"] if dist is not None else ""
             dist_version = dist.version if dist is not None else ""
             incompatible = _check_kdplug_requirement(dist)
             if incompatible:
-                self.failures.append(PluginFailure(entry_point.name, dist_name, incompatible, "version"))
+                self._failures.append(PluginFailure(entry_point.name, dist_name, incompatible, "version"))
                 continue
             try:
                 plugin = entry_point.load()
             except Exception as exc:  # a broken plugin must not take the others down
-                self.failures.append(PluginFailure(entry_point.name, dist_name, _describe(exc), "import"))
+                self._failures.append(PluginFailure(entry_point.name, dist_name, _describe(exc), "import"))
                 continue
             self.register(plugin, entry_point.name, distribution=dist_name, version=dist_version)
 
@@ -118,15 +138,16 @@ class PluginManager:
         try:
             self.pm.register(plugin, name=name)
         except Exception as exc:  # e.g. a hookimpl whose arguments are not in the spec
-            self.failures.append(PluginFailure(name, distribution, _describe(exc), "register"))
+            self._failures.append(PluginFailure(name, distribution, _describe(exc), "register"))
             return
         module = getattr(plugin, "__name__", type(plugin).__name__)
-        self.infos[name] = PluginInfo(name, distribution, version, module)
+        self._infos[name] = PluginInfo(name, distribution, version, module)
         self._registry = None
 
     # -- the registry -----------------------------------------------------------------------
     @property
     def registry(self) -> Registry:
+        self._load_pending()
         if self._registry is None:
             self._registry = self._collect()
         return self._registry
@@ -138,7 +159,7 @@ class PluginManager:
             # Called one plugin at a time so that each name is tied to its plugin, and a
             # registration that raises only removes that plugin's contribution.
             for impl in reversed(hook.get_hookimpls()):
-                info = self.infos.get(impl.plugin_name, PluginInfo(impl.plugin_name, "", "", ""))
+                info = self._infos.get(impl.plugin_name, PluginInfo(impl.plugin_name, "", "", ""))
 
                 def register(name: str, factory: Any, description: str = "", *, _kind=kind, _info=info) -> None:
                     registry.add(_kind, name, factory, description=description, plugin=_info.name,
@@ -147,14 +168,14 @@ class PluginManager:
                 try:
                     impl.function(register=register)
                 except Exception as exc:
-                    self.failures.append(PluginFailure(info.name, info.distribution, _describe(exc), "register"))
+                    self._failures.append(PluginFailure(info.name, info.distribution, _describe(exc), "register"))
         for shadowed in registry.shadowed:
             entry = shadowed.entry
-            self.failures.append(PluginFailure(entry.plugin, entry.distribution, shadowed.message(), "duplicate name"))
+            self._failures.append(PluginFailure(entry.plugin, entry.distribution, shadowed.message(), "duplicate name"))
         for (kind, name), rivals in registry.conflicts().items():
             for entry in rivals:
                 others = ", ".join(e.provider() for e in rivals if e is not entry)
-                self.failures.append(PluginFailure(
+                self._failures.append(PluginFailure(
                     entry.plugin, entry.distribution,
                     f"{kind} {name!r} is also registered by {others}; neither can be used until one is disabled",
                     "duplicate name"))

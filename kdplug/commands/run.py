@@ -81,14 +81,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace, manager: PluginManager) -> int:
-    from ..engine.pipeline import run
-
     if args.resume:
         from ..config import apply, parse_overrides
         from ..engine.pipeline import resume_config
 
         config = apply(resume_config(Path(args.resume)), parse_overrides(args.overrides), source="--set").validate()
         report_failures(manager)
+        from ..engine.pipeline import run
+
         run(config, manager.registry, resume=True)
         return 0
     flags = {key: getattr(args, key) for key in
@@ -101,6 +101,8 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     config = build_config(file=args.config, flags=flags, overrides=args.overrides,
                           base=None if components_given else DEMO_PRESET)
     report_failures(manager)
+    from ..engine.pipeline import run  # the engine (transformers, accelerate) only once the options are sound
+
     if args.seeds is not None:
         run_seeds(config, parse_seeds(args.seeds, config.seed), manager, overwrite=args.overwrite)
         return 0

@@ -13,22 +13,34 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
-from scipy import stats
-from sklearn import metrics as skm
 
 from kdplug.errors import ConfigError, DataError, UsageError, close_matches
 from kdplug.types import Example
 
 
+def _skm():
+    # scikit-learn and scipy cost a second to import: loaded when a metric is first computed, so
+    # that loading the plugins (every kdplug command) and checking a run's options stay fast
+    from sklearn import metrics
+
+    return metrics
+
+
+def _stats():
+    from scipy import stats
+
+    return stats
+
+
 #: metric name -> fn(predictions, references) -> float, all in [0, 1] (or [-1, 1] for correlations)
 METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
-    "accuracy": lambda pred, ref: float(skm.accuracy_score(ref, pred)),
+    "accuracy": lambda pred, ref: float(_skm().accuracy_score(ref, pred)),
     # binary F1 of class 1 (MRPC "equivalent", QQP "duplicate"), as GLUE reports it
-    "f1": lambda pred, ref: float(skm.f1_score(ref, pred, pos_label=1, average="binary", zero_division=0)),
-    "macro_f1": lambda pred, ref: float(skm.f1_score(ref, pred, average="macro", zero_division=0)),
-    "matthews": lambda pred, ref: float(skm.matthews_corrcoef(ref, pred)),
-    "pearson": lambda pred, ref: float(stats.pearsonr(pred, ref)[0]) if _varies(pred, ref) else 0.0,
-    "spearman": lambda pred, ref: float(stats.spearmanr(pred, ref)[0]) if _varies(pred, ref) else 0.0,
+    "f1": lambda pred, ref: float(_skm().f1_score(ref, pred, pos_label=1, average="binary", zero_division=0)),
+    "macro_f1": lambda pred, ref: float(_skm().f1_score(ref, pred, average="macro", zero_division=0)),
+    "matthews": lambda pred, ref: float(_skm().matthews_corrcoef(ref, pred)),
+    "pearson": lambda pred, ref: float(_stats().pearsonr(pred, ref)[0]) if _varies(pred, ref) else 0.0,
+    "spearman": lambda pred, ref: float(_stats().spearmanr(pred, ref)[0]) if _varies(pred, ref) else 0.0,
 }
 
 
