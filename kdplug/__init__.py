@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .config import RunConfig
 from .errors import (
     ConfigError,
     DataError,
@@ -110,6 +111,14 @@ def find_layer_extractor(model: Any) -> LayerExtractor:
 
 from . import model_types as _model_types
 
+
+def distill(*args: Any, **kwargs: Any):
+    """Run a distillation from Python, exactly as ``kdplug run`` does; see :func:`kdplug.python_api.distill`."""
+    from .python_api import distill as run_distillation
+
+    return run_distillation(*args, **kwargs)
+
+
 _model_types.install()  # transformers' Auto classes learn plugins' model types (kdplug_models: BiLSTM, Gated-CNN)
 
 __all__ = [
@@ -119,5 +128,5 @@ __all__ = [
     "create_task", "create_teacher", "find_layer_extractor", "get_plugin_manager", "hookimpl", "list_components",
     "list_layer_extractors", "list_losses", "list_projectors", "list_recipes", "list_students", "list_tasks",
     "list_teachers", "matchable_layers", "num_outputs", "set_plugin_manager",
-    "Prediction", "Student", "load_student", "predict",
+    "Prediction", "Student", "load_student", "predict", "RunConfig", "distill",
 ]

@@ -48,6 +48,7 @@ def _quiet_libraries(verbose: bool) -> None:
         return
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     if "transformers" in sys.modules:  # already imported (an API user calling main): tell it directly
         from huggingface_hub.utils import disable_progress_bars
         from transformers.utils import logging as hf_logging

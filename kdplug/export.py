@@ -85,7 +85,11 @@ def _input_names(student: Student, encoded: dict) -> list[str]:
 def export_onnx(path: Union[str, Path], output: Union[str, Path], *, sample: Sequence[Text],
                 tolerance: float = TOLERANCE, overwrite: bool = False) -> ExportReport:
     """``output/model.onnx`` plus the tokenizer, config and kdplug's record, checked on ``sample``."""
-    import onnxruntime
+    try:
+        import onnx  # noqa: F401  (the exporter writes through it)
+        import onnxruntime
+    except ImportError:
+        raise UsageError("ONNX export needs the onnx and onnxruntime packages: pip install 'kdplug[deploy]'") from None
 
     output = check_output(output, overwrite)
     student = load_student(path, device="cpu")

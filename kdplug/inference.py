@@ -73,9 +73,9 @@ class Student:
             self._check(item)
         bar = None
         if progress:
-            from tqdm.auto import tqdm
+            from .progress import progress as progress_bar
 
-            bar = tqdm(total=len(items), desc="predict", unit="text", disable=None, leave=False)
+            bar = progress_bar(total=len(items), desc="predict", unit="text")
         for start in range(0, len(items), batch_size):
             chunk = items[start:start + batch_size]
             yield from self._predict_batch(chunk)

@@ -21,10 +21,10 @@ from accelerate import Accelerator, PartialState
 from accelerate.utils import DataLoaderConfiguration, set_seed
 from torch import nn
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from ..errors import KdplugError
+from ..progress import progress
 from ..types import Task
 from . import faults, health, interrupt
 from .cache import TeacherCache
@@ -130,9 +130,8 @@ class Trainer:
         return loader, sampler
 
     def progress(self, iterable, total: int, desc: str):
-        # disable=None: bars on a terminal only, so CI logs and files are not flooded
-        return tqdm(iterable, total=total, desc=desc, leave=False, dynamic_ncols=True,
-                    disable=None if self.accelerator.is_local_main_process else True)
+        # on a terminal or in a notebook only, so CI logs and files are not flooded
+        return progress(iterable, total=total, desc=desc, enabled=self.accelerator.is_local_main_process)
 
     # -- evaluation -------------------------------------------------------------------------
     @torch.no_grad()

@@ -28,6 +28,7 @@ import kdplug
 from kdplug.errors import DataError, OfflineError, UsageError
 from kdplug.types import Example
 
+from . import hfdatasets
 from .base import DataTask, check_count, label_index, parse_score, reject_unknown_options, require_examples
 from .tables import read_records
 
@@ -196,7 +197,17 @@ def load_hub_copy(spec: GlueSpec) -> Any:
 
 
 def hub_examples(spec: GlueSpec, dataset: Any, split: str, limit: Optional[int]) -> list[Example]:
-    rows = dataset[split.replace("dev", "validation")]  # dev_matched -> validation_matched
+    name = split.replace("dev", "validation")  # dev_matched -> validation_matched
+    if name not in dataset:
+        raise DataError(f"the GLUE {spec.name} dataset has no split {name!r} (it has {', '.join(map(repr, dataset))}); "
+                        f"save the whole DatasetDict of load_dataset('nyu-mll/glue', '{spec.name}')",
+                        path=getattr(dataset, "cache_files", None) and spec.name)
+    rows = dataset[name]
+    missing = [c for c in (*spec.hub_columns[:2 if spec.is_pair else 1], "label") if c not in rows.column_names]
+    if missing:
+        raise DataError(f"the {name} split has no column {', '.join(map(repr, missing))} (it has "
+                        f"{', '.join(map(repr, rows.column_names))}); a GLUE {spec.name} DatasetDict has "
+                        f"{', '.join(map(repr, (*spec.hub_columns, 'label')))}", path=spec.name)
     if limit is not None:
         rows = rows.select(range(min(limit, len(rows))))
     texts_a = rows[spec.hub_columns[0]]
@@ -220,7 +231,14 @@ def glue_task(spec: GlueSpec, data_dir: Optional[str] = None, *, max_train_examp
     reject_unknown_options(spec.name, unknown, ["max_train_examples", "max_dev_examples", "encoding"])
     limits = dict(max_train_examples=check_count("max_train_examples", max_train_examples),
                   max_dev_examples=check_count("max_dev_examples", max_dev_examples))
-    if data_dir is not None:
+    if data_dir is not None and hfdatasets.is_dataset_dir(os.fspath(data_dir)):
+        saved = hfdatasets.load_dataset_dict(os.fspath(data_dir))  # load_dataset("nyu-mll/glue", ...).save_to_disk
+
+        def reader(split: str, limit: Optional[int]) -> list[Example]:
+            return hub_examples(spec, saved, split, limit)
+
+        source = os.fspath(data_dir)
+    elif data_dir is not None:
         directory = task_directory(spec, os.fspath(data_dir))
 
         def reader(split: str, limit: Optional[int]) -> list[Example]:

@@ -532,3 +532,61 @@ def test_demo_rejects_bad_options():
         kdplug.create_task("demo", label_noise=0.7)
     with pytest.raises(ConfigError, match="num_train"):
         kdplug.create_task("demo", num_train=-5)
+
+
+# -- data from Hugging Face datasets ---------------------------------------------------------------
+
+
+def review_dataset(class_label=True):
+    import datasets
+
+    label = datasets.ClassLabel(names=["negative", "positive"]) if class_label else datasets.Value("int64")
+    features = datasets.Features({"review": datasets.Value("string"), "label": label})
+    rows = {"train": (["good film", "bad plot", "fine music"], [1, 0, 1]), "validation": (["great", "awful"], [1, 0])}
+    return datasets.DatasetDict({split: datasets.Dataset.from_dict({"review": texts, "label": labels}, features=features)
+                                 for split, (texts, labels) in rows.items()})
+
+
+def test_local_reads_a_saved_dataset_dict_with_its_label_names(tmp_path):
+    review_dataset().save_to_disk(str(tmp_path / "saved"))
+    task = kdplug.create_task("local", str(tmp_path / "saved"), text_column="review")
+    assert task.labels == ("negative", "positive")  # from the ClassLabel feature, in its order
+    assert [(e.text_a, e.label) for e in task.load_split("train")] == [("good film", 1), ("bad plot", 0),
+                                                                       ("fine music", 1)]
+    assert [e.text_a for e in task.load_split("dev")] == ["great", "awful"]  # the validation split
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_local_reads_parquet_and_arrow_files(tmp_path, suffix):
+    data = review_dataset(class_label=False)
+    for split, name in (("train", "train"), ("validation", "dev")):
+        if suffix == ".parquet":
+            data[split].to_parquet(str(tmp_path / f"{name}.parquet"))
+        else:
+            data[split].save_to_disk(str(tmp_path / f"saved-{name}"))
+            arrow = next((tmp_path / f"saved-{name}").glob("*.arrow"))
+            arrow.rename(tmp_path / f"{name}.arrow")
+    task = kdplug.create_task("local", str(tmp_path), text_column="review")
+    assert task.labels == ("0", "1") and len(task.load_split("train")) == 3 and len(task.load_split("dev")) == 2
+
+
+def test_dataset_columns_that_do_not_match_are_clear_errors(tmp_path):
+    review_dataset().save_to_disk(str(tmp_path / "saved"))
+    with pytest.raises(DataError, match=r"no column 'text'.*'review', 'label'.*task_options.text_column"):
+        kdplug.create_task("local", str(tmp_path / "saved"))
+    with pytest.raises(DataError, match=r"no 'train' split.*'training'.*task_options.train_split"):
+        kdplug.create_task("local", str(tmp_path / "saved"), text_column="review", train_split="training")
+
+
+def test_glue_reads_a_saved_copy_of_the_hub_dataset(tmp_path):
+    import datasets
+
+    features = datasets.Features({"sentence": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["negative", "positive"]),
+                                  "idx": datasets.Value("int32")})
+    glue = datasets.DatasetDict({split: datasets.Dataset.from_dict(
+        {"sentence": ["a fine film", "a dull film"], "label": [1, 0], "idx": [0, 1]}, features=features)
+        for split in ("train", "validation", "test")})
+    glue.save_to_disk(str(tmp_path / "sst2"))
+    task = kdplug.create_task("sst2", str(tmp_path / "sst2"))
+    assert [(e.text_a, e.label) for e in task.load_split("dev")] == [("a fine film", 1), ("a dull film", 0)]

@@ -1,0 +1,29 @@
+"""Progress bars: on a terminal and in Jupyter, never in logs and CI output.
+
+``tqdm.auto`` draws a widget in a notebook, but its ``disable=None`` ("only on a TTY") hides it
+there, since a notebook's output stream is not a TTY; this asks the right question.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Iterable, Optional
+
+
+def in_notebook() -> bool:
+    """Running inside a Jupyter (IPython) kernel."""
+    shell = sys.modules.get("IPython")
+    if shell is None or "ipykernel" not in sys.modules:
+        return False
+    ipython = getattr(shell, "get_ipython", lambda: None)()
+    return ipython is not None and type(ipython).__name__ == "ZMQInteractiveShell"
+
+
+def progress(iterable: Optional[Iterable] = None, *, total: Optional[int] = None, desc: str = "",
+             enabled: bool = True, **options):
+    """A ``tqdm.auto`` bar: shown in notebooks and on terminals; off when ``enabled`` is False
+    (e.g. on the non-main ranks of a multi-process run) or when output goes to a file."""
+    from tqdm.auto import tqdm
+
+    disable = True if not enabled else (False if in_notebook() else None)
+    return tqdm(iterable, total=total, desc=desc, disable=disable, **{"leave": False, "dynamic_ncols": True, **options})

@@ -1,0 +1,163 @@
+"""The Python API: ``kdplug.distill(...)`` runs exactly what ``kdplug run`` runs.
+
+Components are names (as on the command line) or objects already in memory: a Hugging Face model
+and its tokenizer as the teacher (``(model, tokenizer)`` or a :class:`kdplug.types.Teacher`), a
+built student module, a task object or a ``datasets.DatasetDict``. Objects are handed to the
+engine through a plugin registered for this call only, so they take exactly the path a named
+component takes; the run directory records them as ``python:teacher`` (and so on), and such a
+run cannot be resumed from the command line, the objects being gone.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+from torch import nn
+
+from .config import RunConfig, apply, load_yaml
+from .errors import UsageError
+from .plugins import PluginManager, hookimpl
+from .types import Task, Teacher, num_outputs
+
+IN_MEMORY = "python:{kind}"
+
+
+@dataclass
+class DistillResult:
+    """What a run produced: its directory, metrics, and the trained student (eval mode)."""
+
+    run_dir: Path
+    metrics: dict[str, Any]
+    student: Any  # kdplug.inference.Student: .model, .tokenizer, .labels, .predict(...)
+
+    @property
+    def model(self) -> nn.Module:
+        return self.student.model
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.student.tokenizer
+
+    @property
+    def dev(self) -> dict[str, dict[str, float]]:
+        """The student's final dev metrics, per dev split."""
+        return self.metrics["student"]["dev"]
+
+    def predict(self, texts, **options: Any):
+        return self.student.predict(texts, **options)
+
+
+def distill(teacher: Any = None, student: Any = None, projector: Optional[str] = None, task: Any = None, *,
+            data_dir: Optional[str] = None, recipe: Optional[str] = None,
+            config: Union[RunConfig, dict, str, Path, None] = None, output: Optional[str] = None,
+            overwrite: bool = False, teacher_finetuned: bool = False, echo: Optional[Callable[[str], None]] = print,
+            **settings: Any) -> DistillResult:
+    """Distil ``student`` from ``teacher`` on ``task`` with ``projector``; returns the result.
+
+    ``config``: a :class:`RunConfig`, a dict of its keys or a YAML file, applied first; then the
+    components and ``settings`` (any RunConfig key: ``epochs=3``, ``lr=2e-5``,
+    ``student_options={"hidden_size": 256}``). ``teacher_finetuned``: the in-memory teacher is
+    already fine-tuned on the task (otherwise kdplug fine-tunes a copy of it first; your object
+    is never modified). ``echo``: where the run's lines go (``None``: nowhere).
+    """
+    from .engine.pipeline import run
+
+    run_config = _base_config(config)
+    objects: dict[str, Any] = {}
+    values: dict[str, Any] = {}
+    for key, given in (("teacher", teacher), ("student", student), ("task", task)):
+        if given is None:
+            continue
+        if isinstance(given, (str, Path)):
+            values[key] = str(given)
+        else:
+            objects[key] = given
+            values[key] = IN_MEMORY.format(kind=key)
+    for key, given in (("projector", projector), ("recipe", recipe), ("data_dir", data_dir), ("output", output)):
+        if given is not None:
+            values[key] = str(given)
+    apply(run_config, {**values, **settings}, source="kdplug.distill")
+    run_config.validate()
+    manager = PluginManager()
+    if objects:
+        manager.register(_InMemory(objects, teacher_finetuned, manager), "kdplug-python-api", distribution="kdplug")
+    result = run(run_config, manager.registry, overwrite=overwrite, echo=echo or (lambda text: None))
+    from .inference import load_student
+
+    return DistillResult(run_dir=result.run_dir, metrics=result.metrics, student=load_student(result.run_dir))
+
+
+def _base_config(config: Union[RunConfig, dict, str, Path, None]) -> RunConfig:
+    if isinstance(config, RunConfig):
+        return copy.deepcopy(config)
+    base = RunConfig()
+    if isinstance(config, (str, Path)):
+        apply(base, load_yaml(config), source=str(config))
+    elif isinstance(config, dict):
+        apply(base, config, source="config")
+    elif config is not None:
+        raise UsageError(f"config must be a RunConfig, a dict of its keys or a YAML file, got {type(config).__name__}")
+    return base
+
+
+class _InMemory:
+    """A plugin, for one call, whose components are the objects given to :func:`distill`."""
+
+    def __init__(self, objects: dict[str, Any], teacher_finetuned: bool, manager: PluginManager) -> None:
+        self.objects, self.teacher_finetuned, self.manager = objects, teacher_finetuned, manager
+
+    @hookimpl
+    def kdplug_register_teachers(self, register):
+        if "teacher" in self.objects:
+            register(IN_MEMORY.format(kind="teacher"), self.teacher, description="a teacher given in memory")
+
+    @hookimpl
+    def kdplug_register_students(self, register):
+        if "student" in self.objects:
+            register(IN_MEMORY.format(kind="student"), self.student, description="a student given in memory")
+
+    @hookimpl
+    def kdplug_register_tasks(self, register):
+        if "task" in self.objects:
+            register(IN_MEMORY.format(kind="task"), self.task, description="a task or DatasetDict given in memory")
+
+    def teacher(self, task: Task, source: Optional[str] = None) -> Teacher:
+        if source is not None:  # the engine reloads a teacher it fine-tuned and stored
+            return self.manager.registry.create("teacher", "hf", task, source=source)
+        given = self.objects["teacher"]
+        if isinstance(given, Teacher):
+            return given if given.finetuned or not self.teacher_finetuned else \
+                Teacher(**{**given.__dict__, "finetuned": True})
+        if not (isinstance(given, tuple) and len(given) == 2):
+            raise UsageError("an in-memory teacher is (model, tokenizer) or a kdplug.types.Teacher, got "
+                             f"{type(given).__name__}")
+        model, tokenizer = given
+        expected = num_outputs(task)
+        if getattr(model.config, "num_labels", None) != expected:
+            raise UsageError(f"the teacher has {model.config.num_labels} outputs but the task has {expected}; load it "
+                             f"with num_labels={expected} (AutoModelForSequenceClassification.from_pretrained(..., "
+                             f"num_labels={expected}))")
+        model = model if self.teacher_finetuned else copy.deepcopy(model)  # fine-tuning must not touch yours
+        model.config.output_hidden_states = True
+
+        def save_pretrained(directory: str, finetuned: bool = True) -> None:
+            model.save_pretrained(directory)
+            tokenizer.save_pretrained(directory)
+
+        name = getattr(model.config, "_name_or_path", "") or type(model).__name__
+        return Teacher(model=model, tokenizer=tokenizer, source=f"in memory ({name})", finetuned=self.teacher_finetuned,
+                       save_pretrained=save_pretrained, pretrained=name if Path(name).is_dir() else None)
+
+    def student(self, task: Task, teacher: Teacher) -> nn.Module:
+        return copy.deepcopy(self.objects["student"])  # every stage and baseline starts from the same weights
+
+    def task(self, data_dir: Optional[str] = None, **options: Any) -> Task:
+        given = self.objects["task"]
+        if hasattr(given, "load_split") and hasattr(given, "compute_metrics"):
+            return given
+        if hasattr(given, "keys") and hasattr(given, "column_names"):  # a datasets.DatasetDict
+            return self.manager.registry.create("task", "local", dataset=given, **options)
+        raise UsageError(f"an in-memory task is a kdplug Task or a datasets.DatasetDict, got {type(given).__name__}")
