@@ -21,6 +21,7 @@ from .errors import ConfigError, close_matches
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 CHECKPOINT_POLICIES = ("best", "last")
+TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}  # --report-to name -> package
 
 
 @dataclass
@@ -71,6 +72,7 @@ class RunConfig:
     checkpoint_every: int = 0  # also checkpoint every N steps (0: at epoch ends and stage ends only)
     keep_checkpoints: bool = False  # keep checkpoints/ after the run completes
     measure_speed: bool = True  # time teacher and student at batch 1 and 32 on dev inputs (a few seconds)
+    report_to: str = "none"  # experiment tracking: none, all, or a comma list of TRACKERS
     # provenance
     zoo: Optional[str] = None  # the zoo entry this run reproduces (set by 'kdplug zoo run')
 
@@ -111,6 +113,9 @@ class RunConfig:
                 f"(1-a)CE + a KD + b PT: --set ce_weight=0.8 --set eta=0.2 --set lam=100)")
         require(self.temperature is None or (finite(self.temperature) and self.temperature > 0), "temperature",
                 "a positive finite number")
+        trackers = [part.strip() for part in str(self.report_to).split(",") if part.strip()]
+        require(trackers in ([], ["none"], ["all"]) or all(t in TRACKERS for t in trackers),
+                "report_to", f"none, all, or a comma list of {', '.join(TRACKERS)}")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -246,7 +251,7 @@ def dump_yaml(config: RunConfig) -> str:
 
 
 #: keys a command line never needs to reproduce a run's results
-_LOCAL_KEYS = ("output", "cache_dir", "num_workers", "zoo")
+_LOCAL_KEYS = ("output", "cache_dir", "num_workers", "zoo", "report_to")
 _FLAGS = ("teacher", "student", "projector", "task", "recipe", "data_dir", "seed", "epochs", "precision", "baseline")
 
 

@@ -260,7 +260,7 @@ SETUP_KEYS = ("task", "task_options", "data_dir", "teacher", "teacher_options", 
               "max_length", "teacher_epochs", "teacher_lr", "teacher_batch_size", "best_checkpoint")
 #: keys that change neither the setup nor the method
 IGNORED_KEYS = ("seed", "teacher_seed", "output", "cache_dir", "num_workers", "checkpoint_every", "keep_checkpoints",
-                "precision", "zoo", "baseline")
+                "precision", "zoo", "baseline", "report_to", "measure_speed")
 #: with more methods than this in a group, each is compared with the best one only
 ALL_PAIRS_UP_TO = 4
 

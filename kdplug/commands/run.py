@@ -72,6 +72,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"],
                         help="auto (default): bf16 teacher inference where supported, fp32 training on CPU")
     parser.add_argument("--baseline", help="also train the student with this projector (e.g. nkd) for the table")
+    parser.add_argument("--report-to", dest="report_to", metavar="TRACKERS",
+                        help="experiment tracking: tensorboard, wandb, mlflow (comma list), all or none (default): "
+                             "every loss term per step, dev metrics per epoch, attention heatmaps (docs/tracking.md)")
     parser.add_argument("--cache-dir", dest="cache_dir", help="fine-tuned teachers and teacher caches "
                         "(default: $KDPLUG_CACHE or ~/.cache/kdplug)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --output")
@@ -93,7 +96,7 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         return 0
     flags = {key: getattr(args, key) for key in
              ("teacher", "student", "projector", "task", "recipe", "data_dir", "output", "seed", "epochs",
-              "precision", "baseline", "cache_dir")}
+              "precision", "baseline", "cache_dir", "report_to")}
     components_given = any(flags[k] for k in ("teacher", "student", "projector", "task")) or args.config
     if not components_given:
         print("No components given: running the embedded demo (MiniLM-L6 teacher, BiLSTM student, demo task). "

@@ -30,6 +30,7 @@ from .checkpoint import Checkpointer
 from .data import encode
 from .recipe import RecipeContext, count_parameters, default_epochs
 from .speed import Speed
+from .tracking import TRACKING_DIR, Tracking, parse_report_to
 from .interrupt import RunInterrupted
 from .rundir import (COMPLETED, CONFIG_FILE, FAILED, INTERRUPTED, RUNNING, STUDENT_DIR, RunDirectory,
                      default_output, is_completed)
@@ -94,9 +95,10 @@ def run(config: RunConfig, registry: Registry, *, overwrite: bool = False, resum
     for note in notes:
         say(note)
         log.info(note)
+    closing: list[Callable[[], None]] = []  # what must end with the run, however it ends (trackers)
     try:
         with interrupt.graceful_stop():
-            result = _run(config, registry, run_dir, cache_root, started, say, main_process)
+            result = _run(config, registry, run_dir, cache_root, started, say, main_process, closing)
         if main_process and not config.keep_checkpoints:
             shutil.rmtree(run_dir.path / CHECKPOINT_DIR, ignore_errors=True)
         return result
@@ -109,6 +111,8 @@ def run(config: RunConfig, registry: Registry, *, overwrite: bool = False, resum
             record_failure(run_dir, exc, started)
         raise
     finally:
+        for close in closing:
+            close()
         if handler is not None:
             logging.getLogger("kdplug").removeHandler(handler)
             with suppress(OSError):  # a full disk must not replace the error being reported
@@ -156,7 +160,8 @@ def resume_config(run_dir: Path) -> RunConfig:
 
 def prepare_teacher(config: RunConfig, registry: Registry, task: Task, teacher: Teacher, train, dev, *,
                     accelerator, cache_root: Path, checkpoints: Checkpointer, seed: int, main_process: bool,
-                    max_length: int, echo: Callable[[str], None]) -> tuple[Teacher, dict[str, Any]]:
+                    max_length: int, echo: Callable[[str], None], tracker: Optional[Tracking] = None,
+                    ) -> tuple[Teacher, dict[str, Any]]:
     """The teacher fine-tuned on the task: as given, reused from the store, or fine-tuned now and stored.
 
     Fine-tuning runs under a lock on its key, so a second run that needs the same teacher waits
@@ -184,6 +189,7 @@ def prepare_teacher(config: RunConfig, registry: Registry, task: Task, teacher: 
         echo(f"teacher: fine-tuning {teacher.source} on {task.name} ({epochs} epochs at lr {config.teacher_lr:g})")
         trainer = Trainer(accelerator, task, batch_size=config.teacher_batch_size, seed=seed,
                           weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio)
+        trainer.tracking = tracker
         summary = teacher_stage.finetune(
             teacher, trainer, task, train, dev, epochs=epochs, lr=config.teacher_lr,
             task_loss=registry.create("loss", "mse" if task.is_regression else "ce"), regression=task.is_regression,
@@ -196,14 +202,18 @@ def prepare_teacher(config: RunConfig, registry: Registry, task: Task, teacher: 
 
 
 def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_root: Path, started: float,
-         echo: Callable[[str], None], main_process: bool) -> RunResult:
+         echo: Callable[[str], None], main_process: bool, closing: list[Callable[[], None]]) -> RunResult:
     if main_process:
         run_dir.write_config(config)
     checkpoints = Checkpointer(run_dir.path / CHECKPOINT_DIR, every_steps=config.checkpoint_every)
     teacher_seed = config.seed if config.teacher_seed is None else config.teacher_seed
     set_seed(teacher_seed)
-    accelerator = build_accelerator(config.precision)
+    trackers = parse_report_to(config.report_to)
+    accelerator = build_accelerator(config.precision, log_with=trackers, project_dir=run_dir.path / TRACKING_DIR)
     echo(f"kdplug run -> {run_dir.path}  (device: {accelerator.device}, cache: {cache_root})")
+    tracker = Tracking(accelerator, trackers, run_dir.path, config.to_dict()) if trackers else None
+    if tracker is not None:
+        closing.append(tracker.finish)
 
     task = registry.create("task", config.task, data_dir=config.data_dir, **config.task_options)
     teacher = create_teacher(config, registry, task)
@@ -218,11 +228,13 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
     trainer = Trainer(accelerator, task, batch_size=config.batch_size, seed=config.seed,
                       weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio,
                       best_checkpoint=config.best_checkpoint, num_workers=config.num_workers)
+    trainer.tracking = tracker
     metrics: dict[str, Any] = {"task": task.name, "main_metric": task.main_metric, "config": config.to_dict()}
 
     teacher, teacher_info = prepare_teacher(config, registry, task, teacher, train, dev, accelerator=accelerator,
                                             cache_root=cache_root, checkpoints=checkpoints, seed=teacher_seed,
-                                            main_process=main_process, max_length=max_length, echo=echo)
+                                            main_process=main_process, max_length=max_length, echo=echo,
+                                            tracker=tracker)
     teacher_stage.freeze(teacher)
     teacher_fp = fingerprint.of_module(teacher.model)
     tokenizer_fp = fingerprint.of_tokenizer(teacher.tokenizer)
@@ -279,6 +291,8 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
             run_dir.path, stage, module, first, context.splits_for(student)[1][first], context.teacher_cache()[1][first],
             list(matchable_layers(find_layer_extractor(student).layer_specs(student))),
             batch_size=config.batch_size * 2, device=accelerator.device)
+        if tracker is not None:
+            tracker.log_image(f"{stage}/attention", run_dir.path / analysis.ATTENTION_PLOT)
     metrics["stages"] = context.stages
     metrics["student"] = {"name": config.student, "projector": config.projector, "recipe": config.recipe,
                           "dev": final, "parameters": count_parameters(student),

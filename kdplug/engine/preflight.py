@@ -16,6 +16,7 @@ from ..config import RunConfig
 from ..errors import UsageError
 from ..registry import Registry
 from ..types import Task, Teacher
+from .tracking import parse_report_to
 
 STANDARD_RECIPE = "standard"
 
@@ -54,6 +55,7 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
             notes.append(f"recipe {default}: the default of projector {config.projector!r} (pass --recipe to "
                          f"choose another)")
     registry.resolve("recipe", config.recipe)
+    parse_report_to(config.report_to)  # a tracker whose package is missing: say so now
     # option names, against each factory's signature; values that need the models come later
     registry.check_options("teacher", "hf" if teacher_is_dir else config.teacher, None, **config.teacher_options)
     registry.check_options("student", config.student, None, None, **config.student_options)

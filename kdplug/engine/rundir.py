@@ -26,7 +26,7 @@ CONFIG_FILE, METRICS_FILE, LOG_FILE, STUDENT_DIR = "config.yaml", "metrics.json"
 PREDICTIONS_FILE, MARKER_FILE = "predictions.json", "kdplug_run.json"
 #: everything a run writes at the top of its directory; nothing else is ever removed from it
 RUN_ENTRIES = (MARKER_FILE, CONFIG_FILE, METRICS_FILE, LOG_FILE, PREDICTIONS_FILE, STUDENT_DIR, "checkpoints",
-               "attention.json", "attention.png", "layers_dev.safetensors")
+               "attention.json", "attention.png", "layers_dev.safetensors", "tracking")
 RUNNING, COMPLETED, FAILED, INTERRUPTED = "running", "completed", "failed", "interrupted"
 
 

@@ -66,8 +66,10 @@ def process_state() -> PartialState:
     return PartialState(cpu=not torch.cuda.is_available())
 
 
-def build_accelerator(precision: str) -> Accelerator:
-    """fp32 training on CPU unless asked otherwise; bf16/fp16 mixed precision on request."""
+def build_accelerator(precision: str, log_with: Optional[list[str]] = None,
+                      project_dir: Optional[Path] = None) -> Accelerator:
+    """fp32 training on CPU unless asked otherwise; bf16/fp16 mixed precision on request;
+    ``log_with`` names Accelerate trackers writing under ``project_dir`` (see tracking.py)."""
     mixed = {"auto": "no", "fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision]
     if precision == "auto" and torch.cuda.is_available():
         mixed = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
@@ -76,7 +78,8 @@ def build_accelerator(precision: str) -> Accelerator:
     # split_batches: batch_size is the global batch, whatever the number of processes, so a
     # multi-GPU run keeps the papers' hyper-parameters (and matches a one-process run)
     return Accelerator(mixed_precision=mixed, cpu=not torch.cuda.is_available(),
-                       dataloader_config=DataLoaderConfiguration(split_batches=True))
+                       dataloader_config=DataLoaderConfiguration(split_batches=True),
+                       log_with=log_with or None, project_dir=str(project_dir) if project_dir else None)
 
 
 def inference_autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
@@ -119,6 +122,7 @@ class Trainer:
         self.warmup_ratio = warmup_ratio
         self.best_checkpoint = best_checkpoint
         self.num_workers = num_workers
+        self.tracking: Any = None  # engine.tracking.Tracking, when the run reports to trackers
 
     # -- data -------------------------------------------------------------------------------
     def loader(self, split: EncodedSplit, *, shuffle: bool, batch_size: Optional[int] = None) -> tuple[DataLoader, LengthGroupedBatchSampler]:
@@ -238,6 +242,8 @@ class Trainer:
                 pending_rng = None
             for step, batch in enumerate(iterator, start=skip + 1):
                 terms = self._step(module, batch, teacher_cache, optimizer, scheduler, name, epoch, step, checkpoints)
+                if self.tracking is not None:
+                    self.tracking.log_step(name, (epoch - 1) * len(loader) + step, terms, scheduler.get_last_lr()[0])
                 for key, value in terms.items():
                     progress.sums[key] = progress.sums.get(key, 0.0) + value
                 progress.count += 1
@@ -262,6 +268,8 @@ class Trainer:
             progress.history.append(record)
             log.info("%s epoch %d/%d: train loss %.4f, %s", name, epoch, epochs, record["train"].get("loss", 0.0),
                      _format(metrics))
+            if self.tracking is not None:
+                self.tracking.log_epoch(name, epoch * len(loader), epoch, metrics)
             for finding in health.check_epoch(name, progress.history, epochs=epochs, lr=lr, labels=self.task.labels,
                                               predictions=predictions.get(self.task.dev_splits[0])):
                 if finding.code not in progress.warned:

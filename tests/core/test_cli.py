@@ -125,6 +125,24 @@ def test_every_command_is_documented_in_docs():
         assert f"kdplug {name}" in docs, f"'kdplug {name}' is not documented in docs/"
 
 
+def test_every_doc_page_is_named_by_kdplug_help_and_every_run_option_documented():
+    from pathlib import Path
+
+    from kdplug.cli import build_parser
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    parser = build_parser()
+    help_text = " ".join(parser.format_help().split())
+    for page in sorted(docs.glob("*.md")):
+        assert page.name in help_text, f"docs/{page.name} is not reachable from 'kdplug --help'"
+    text = "\n".join(page.read_text(encoding="utf-8") for page in docs.glob("*.md"))
+    run_parser = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices["run"]
+    for action in run_parser._actions:
+        for option in action.option_strings:
+            if option.startswith("--") and option != "--help":
+                assert option in text, f"'kdplug run {option}' is not documented in docs/"
+
+
 def test_the_log_reads_well(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     code, _, _ = run_cli(capsys, "run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "rkd",
                          "--task", "sst2", "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1",
