@@ -4,7 +4,7 @@ A sweep directory holds ``sweep.yaml`` (the base configuration and the grid), on
 per point under ``points/`` and ``results.md`` / ``results.json``. Points run one after another
 in this process (``kdplug.engine.pipeline.run``) with the same cache, so the fine-tuned teacher
 and its outputs are computed once; ``--shard i/n`` runs every n-th point, so n workers can share
-one sweep directory. A point whose run directory already holds ``metrics.json`` is not run
+one sweep directory; ``launchers.py`` sends points to submitit jobs (SLURM). A point whose run directory already holds ``metrics.json`` is not run
 again: an interrupted sweep resumes where it stopped.
 
 Points that differ only by ``seed`` form one group, reported as mean ± std (sample standard
@@ -142,17 +142,54 @@ class Sweep:
         self.directory.mkdir(parents=True, exist_ok=True)
         write_atomic(path, spec)
 
-    def run(self, registry, *, shard: tuple[int, int] = (1, 1), echo: Callable[[str], None] = print) -> "Results":
-        from .engine.pipeline import run
+    def checked_configs(self, registry) -> list[tuple[dict[str, Any], RunConfig]]:
+        """Every point's configuration, each name and value checked, before the first run starts."""
         from .engine.preflight import resolve_components
-        from .engine.rundir import is_completed
 
         configs = [(p, self.config(p)) for p in self.points]
-        for _, config in configs:  # every name and value is checked before the first run starts
+        for _, config in configs:
             resolve_components(config, registry)
+        return configs
+
+    def pending(self) -> list[str]:
+        """The ids of the points with no completed run yet."""
+        from .engine.rundir import is_completed
+
+        return [point_id(p) for p in self.points if not is_completed(self.directory / POINTS_DIR / point_id(p))]
+
+    def warm_teachers(self, registry, point_ids: list[str], echo: Callable[[str], None] = print) -> int:
+        """Fine-tune and cache, once each, the teachers the given points need; returns how many.
+
+        Points that differ only in the student or the method share a teacher: one warm-up serves
+        them all, and their jobs then only read the store.
+        """
+        from .engine.pipeline import warm_teacher
+
+        setups: dict[str, RunConfig] = {}
+        for point in self.points:
+            if point_id(point) in point_ids:
+                config = self.config(point)
+                setup = {k: getattr(config, k) for k in TEACHER_KEYS}
+                setup["teacher_seed"] = config.seed if config.teacher_seed is None else config.teacher_seed
+                key = json.dumps(setup, sort_keys=True, default=str)
+                needs_outputs = config.projector != "nkd" or bool(config.baseline)
+                if key not in setups or (needs_outputs and setups[key].projector == "nkd"):
+                    setups[key] = config
+        for number, config in enumerate(setups.values(), 1):
+            echo(f"teacher {number}/{len(setups)}: {config.teacher} on {config.task}, before the jobs start")
+            warm_teacher(config, registry, echo=lambda text: echo(f"    {text}"))
+        return len(setups)
+
+    def run(self, registry, *, shard: tuple[int, int] = (1, 1), only: Optional[list[str]] = None,
+            echo: Callable[[str], None] = print) -> "Results":
+        """Run this worker's points (``shard``, or the point ids in ``only``), skipping completed ones."""
+        from .engine.pipeline import run
+        from .engine.rundir import is_completed
+
+        configs = self.checked_configs(registry)
         self.write_spec()
         index, count = shard
-        mine = configs[index - 1::count]
+        mine = [c for c in configs if point_id(c[0]) in only] if only is not None else configs[index - 1::count]
         echo(f"sweep {self.directory}: {len(self.points)} points, this worker runs {len(mine)}"
              + (f" (shard {index}/{count})" if count > 1 else ""))
         failures = {}
@@ -175,6 +212,12 @@ class Sweep:
         results.failures.update(failures)
         results.write(self.directory)
         return results
+
+
+#: the configuration keys that decide which fine-tuned teacher (and teacher outputs) a run uses
+TEACHER_KEYS = ("task", "task_options", "data_dir", "teacher", "teacher_options", "max_length", "teacher_epochs",
+                "teacher_lr", "teacher_batch_size", "teacher_seed", "precision", "weight_decay", "warmup_ratio",
+                "cache_dir")
 
 
 # -- results -----------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from . import teacher as teacher_stage
 from ..storage import default_cache_root, file_lock, raise_as_storage_error
 from .cache import TeacherCache
 from .checkpoint import Checkpointer
-from .data import encode
+from .data import EncodedSplit, encode
 from .recipe import RecipeContext, count_parameters, default_epochs
 from .speed import Speed
 from .tracking import TRACKING_DIR, Tracking, parse_report_to
@@ -201,6 +201,63 @@ def prepare_teacher(config: RunConfig, registry: Registry, task: Task, teacher: 
     return teacher, info
 
 
+def load_task_and_teacher(config: RunConfig, registry: Registry) -> tuple[Task, Teacher, int, EncodedSplit,
+                                                                         dict[str, EncodedSplit]]:
+    """The task, the teacher as configured, the sequence length and the tokenised train and dev splits."""
+    task = registry.create("task", config.task, data_dir=config.data_dir, **config.task_options)
+    teacher = create_teacher(config, registry, task)
+    max_length = preflight.sequence_length(config, task, teacher)
+    preflight.check_component_options(config, registry, task, teacher)
+    train = encode(task.load_split("train"), teacher.tokenizer, max_length, is_regression=task.is_regression)
+    dev = {name: encode(task.load_split(name), teacher.tokenizer, max_length, is_regression=task.is_regression)
+           for name in task.dev_splits}
+    for name, split in [("train", train), *dev.items()]:
+        if len(split) == 0:
+            raise UsageError(f"task {task.name!r}: the {name} split is empty; check --data-dir and the task options")
+    return task, teacher, max_length, train, dev
+
+
+def teacher_caches(config: RunConfig, teacher: Teacher, trainer: Trainer, task: Task, train: EncodedSplit,
+                   dev: dict[str, EncodedSplit], cache_root: Path,
+                   ) -> Callable[[], tuple[TeacherCache, dict[str, TeacherCache]]]:
+    """The teacher's outputs on train and every dev split, opened (or computed and stored) on first call."""
+    built: dict[str, Any] = {}
+
+    def caches() -> tuple[TeacherCache, dict[str, TeacherCache]]:
+        if not built:
+            common = dict(root=cache_root, precision=config.precision, teacher_fingerprint=fingerprint.of_module(
+                teacher.model), tokenizer_fingerprint=fingerprint.of_tokenizer(teacher.tokenizer))
+            built["dev"] = {name: teacher_stage.build_cache(teacher, trainer, task, name, split, **common)
+                            for name, split in dev.items()}
+            built["train"] = teacher_stage.build_cache(teacher, trainer, task, "train", train, **common)
+        return built["train"], built["dev"]
+    return caches
+
+
+def warm_teacher(config: RunConfig, registry: Registry, *, echo: Callable[[str], None] = print) -> None:
+    """Fine-tune (or find) the teacher that a run of ``config`` needs and store its outputs, training
+    no student: what a sweep does once before its jobs fan out, so they all reuse the two."""
+    import tempfile
+
+    preflight.resolve_components(config, registry)
+    cache_root = Path(config.cache_dir).expanduser() if config.cache_dir else default_cache_root()
+    cache_root.mkdir(parents=True, exist_ok=True)
+    teacher_seed = config.seed if config.teacher_seed is None else config.teacher_seed
+    set_seed(teacher_seed)
+    accelerator = build_accelerator(config.precision)
+    task, teacher, max_length, train, dev = load_task_and_teacher(config, registry)
+    # the fine-tuning's own checkpoints are scratch here: the fine-tuned teacher lands in the store
+    with tempfile.TemporaryDirectory(prefix=".warm-", dir=cache_root) as scratch:
+        teacher, _ = prepare_teacher(config, registry, task, teacher, train, dev, accelerator=accelerator,
+                                     cache_root=cache_root, checkpoints=Checkpointer(Path(scratch)),
+                                     seed=teacher_seed, main_process=True, max_length=max_length, echo=echo)
+    teacher_stage.freeze(teacher)
+    if config.projector != "nkd" or config.baseline:
+        trainer = Trainer(accelerator, task, batch_size=config.batch_size, seed=config.seed)
+        teacher_caches(config, teacher, trainer, task, train, dev, cache_root)()
+        echo(f"teacher outputs cached for train and {', '.join(dev)}")
+
+
 def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_root: Path, started: float,
          echo: Callable[[str], None], main_process: bool, closing: list[Callable[[], None]]) -> RunResult:
     if main_process:
@@ -215,16 +272,7 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
     if tracker is not None:
         closing.append(tracker.finish)
 
-    task = registry.create("task", config.task, data_dir=config.data_dir, **config.task_options)
-    teacher = create_teacher(config, registry, task)
-    max_length = preflight.sequence_length(config, task, teacher)
-    preflight.check_component_options(config, registry, task, teacher)
-    train = encode(task.load_split("train"), teacher.tokenizer, max_length, is_regression=task.is_regression)
-    dev = {name: encode(task.load_split(name), teacher.tokenizer, max_length, is_regression=task.is_regression)
-           for name in task.dev_splits}
-    for name, split in [("train", train), *dev.items()]:
-        if len(split) == 0:
-            raise UsageError(f"task {task.name!r}: the {name} split is empty; check --data-dir and the task options")
+    task, teacher, max_length, train, dev = load_task_and_teacher(config, registry)
     trainer = Trainer(accelerator, task, batch_size=config.batch_size, seed=config.seed,
                       weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio,
                       best_checkpoint=config.best_checkpoint, num_workers=config.num_workers)
@@ -236,19 +284,7 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
                                             main_process=main_process, max_length=max_length, echo=echo,
                                             tracker=tracker)
     teacher_stage.freeze(teacher)
-    teacher_fp = fingerprint.of_module(teacher.model)
-    tokenizer_fp = fingerprint.of_tokenizer(teacher.tokenizer)
-
-    built: dict[str, Any] = {}
-
-    def caches() -> tuple[TeacherCache, dict[str, TeacherCache]]:
-        if not built:
-            common = dict(root=cache_root, precision=config.precision, teacher_fingerprint=teacher_fp,
-                          tokenizer_fingerprint=tokenizer_fp)
-            built["dev"] = {name: teacher_stage.build_cache(teacher, trainer, task, name, split, **common)
-                            for name, split in dev.items()}
-            built["train"] = teacher_stage.build_cache(teacher, trainer, task, "train", train, **common)
-        return built["train"], built["dev"]
+    caches = teacher_caches(config, teacher, trainer, task, train, dev, cache_root)
 
     _, dev_caches = caches() if config.projector != "nkd" or config.baseline else (None, None)
     if dev_caches is not None:

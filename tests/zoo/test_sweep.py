@@ -92,3 +92,67 @@ def test_a_stop_request_ends_the_sweep_and_the_next_run_continues_it(tmp_path, t
     assert "resuming at epoch 1, step 1" in (first / "log.txt").read_text()
     results = json.loads((tmp_path / "sweep" / "results.json").read_text())
     assert len(results["points"]) == 2 and not results.get("failures")
+
+
+def test_a_submitit_sweep_warms_one_teacher_then_runs_its_points_as_jobs(tmp_path, tiny_bert_dir, capsys):
+    """submitit's local executor: real job processes, the same code path as SLURM's."""
+    pytest.importorskip("submitit")
+    from tests.conftest import write_sst2
+    from tests.zoo.conftest import tiny_overrides
+
+    cache = tmp_path / "cache"
+    argv = ["sweep", "--zoo", "alp-kd/table1-sst2-alp", *tiny_overrides(tiny_bert_dir, write_sst2(tmp_path / "SST-2")),
+            "--set", "student=bert-2", "--set", f"cache_dir={cache}", "--grid", "projector=alp,pkd-skip",
+            "--output", str(tmp_path / "sweep"), "--launcher", "submitit", "--cluster", "local", "--jobs", "2"]
+    assert main(argv) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "2 points to run as 2 local jobs" in out and "1 teacher(s) fine-tuned or found" in out
+
+    # the teacher was fine-tuned once, by the warm-up job; both point jobs reused it and its outputs
+    assert len(list((cache / "teachers").glob("*/model.safetensors"))) == 1
+    results = json.loads((tmp_path / "sweep" / "results.json").read_text())
+    assert sorted(p["id"] for p in results["points"]) == ["projector=alp", "projector=pkd-skip"]
+    for point in results["points"]:
+        run = tmp_path / "sweep" / "points" / point["id"]
+        metrics = json.loads((run / "metrics.json").read_text())
+        assert metrics["status"] == "completed" and "reused" in metrics["teacher"]["finetuned"]
+        assert "building the teacher cache" not in (run / "log.txt").read_text()
+    # two jobs ran, each in its own process, each logging its own point
+    logs = [path.read_text() for path in (tmp_path / "sweep" / "submitit").rglob("*_log.out")]
+    assert sum("[1/1] projector=" in log for log in logs) == 2
+
+    # again: nothing left to submit
+    assert main(argv) == 0 and "every point is done already" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--launcher", "submitit", "--cluster", "local", "--executor", "slurm_partitionx=gpu"], "Unknown argument"),
+    (["--launcher", "submitit", "--shard", "1/2"], "--shard is for workers you start yourself"),
+    (["--jobs", "2"], "add --launcher submitit"),
+    (["--launcher", "submitit", "--cluster", "slurm"], "srun"),
+])
+def test_bad_launcher_options_exit_2_before_any_work(tmp_path, capsys, extra, message):
+    pytest.importorskip("submitit")
+    code = main(["sweep", "--grid", "lr=1e-3,2e-3", "--output", str(tmp_path / "sweep"), *extra])
+    assert code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "sweep" / "points").exists()
+
+
+def test_prepare_teachers_fine_tunes_and_caches_then_stops(tmp_path, tiny_bert_dir, capsys):
+    from tests.conftest import write_sst2
+    from tests.zoo.conftest import tiny_overrides
+
+    cache = tmp_path / "cache"
+    argv = ["sweep", "--zoo", "alp-kd/table1-sst2-alp", *tiny_overrides(tiny_bert_dir, write_sst2(tmp_path / "SST-2")),
+            "--set", "student=bert-2", "--set", f"cache_dir={cache}", "--grid", "projector=alp,pkd-skip",
+            "--grid", "seed=1,2", "--output", str(tmp_path / "sweep")]
+    assert main([*argv, "--prepare-teachers"]) == 0
+    assert "1 teacher(s) fine-tuned or found" in capsys.readouterr().out
+    assert len(list((cache / "teachers").glob("*/model.safetensors"))) == 1  # four points, one teacher
+    assert len([p for p in (cache / "teacher-cache").iterdir() if p.is_dir()]) == 2  # outputs on train, dev
+    assert not (tmp_path / "sweep" / "points").exists()
+    # a worker then only reads them
+    assert main([*argv, "--shard", "1/4"]) == 0
+    [point] = [p for p in (tmp_path / "sweep" / "points").iterdir()]
+    assert "reused" in json.loads((point / "metrics.json").read_text())["teacher"]["finetuned"]
+    assert "building the teacher cache" not in (point / "log.txt").read_text()
