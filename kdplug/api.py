@@ -9,14 +9,14 @@ The compatibility promise of docs/hooks.md covers every name here: within a majo
 keeps its meaning, functions and dataclasses only gain optional arguments and fields.
 
 Public modules: ``kdplug.api`` (this one), ``kdplug.types``, ``kdplug.errors``, ``kdplug.storage``,
-``kdplug.fingerprint``, ``kdplug.textio``, ``kdplug.hookspecs`` and ``kdplug.testing``.
+``kdplug.fingerprint``, ``kdplug.textio``, ``kdplug.hub``, ``kdplug.hookspecs`` and ``kdplug.testing``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import fingerprint, storage, textio
+from . import fingerprint, hub, storage, textio
 from .errors import (ConfigError, DataError, KdplugError, OfflineError, PluginError, UnknownComponentError,
                      UsageError, close_matches)
 from .plugins import hookimpl
@@ -42,4 +42,6 @@ __all__ = [
     "raise_as_storage_error", "verify", "write_atomic",
     # reading the user's text files in any encoding
     "textio",
+    # the Hugging Face hub: load by hub id or fail fast offline (hub.load_pretrained, hub.require)
+    "hub",
 ]

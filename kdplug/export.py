@@ -1,5 +1,5 @@
 """Export a trained student: ONNX (checked against PyTorch before it is kept) or the Hugging Face
-package as it is.
+package as it is; either can then be pushed to a Hugging Face hub repository.
 
 ONNX goes through ``torch.onnx.export`` with the TorchScript exporter: the newer
 ``torch.export``-based one cannot trace the BiLSTM's packed sequences, which the TorchScript
@@ -147,3 +147,47 @@ def _copy_package(source: Path, target: Path, skip: Sequence[str] = ()) -> None:
             shutil.copytree(item, target / item.name)
         else:
             shutil.copy2(item, target / item.name)
+
+
+# -- the hub ---------------------------------------------------------------------------------------
+
+def check_push(repo_id: str) -> None:
+    """Everything a push needs, checked before any export work: a valid repository id, a hub that
+    can be reached and a token."""
+    from huggingface_hub import get_token
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    from . import hub
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise UsageError(f"--push-to-hub {repo_id!r} is not a repository id ({exc}); use owner/name, "
+                         f"e.g. my-org/sst2-bilstm") from None
+    hub.require(f"push to {repo_id}", "export with --output DIR now and push the directory from a machine with "
+                                      "network ('hf upload REPO DIR', or kdplug export again with --push-to-hub)")
+    if get_token() is None:
+        raise UsageError(f"pushing to {repo_id} needs a Hugging Face token with write access: run 'hf auth login', "
+                         f"or set HF_TOKEN")
+
+
+def push_to_hub(folder: Union[str, Path], repo_id: str, *, private: bool = False, revision: Optional[str] = None,
+                commit_message: str = "Upload a student distilled with kdplug") -> str:
+    """Upload an export (or a student package) to ``repo_id``, creating it if needed; the commit's URL."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    api = HfApi()
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        if revision:
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        commit = api.upload_folder(folder_path=str(folder), repo_id=repo_id, revision=revision,
+                                   commit_message=commit_message, ignore_patterns=["kdplug_checksums*"])
+    except HfHubHTTPError as exc:
+        status = getattr(exc.response, "status_code", None)
+        hint = " (does the token have write access to it?)" if status in (401, 403) else ""
+        raise KdplugError(f"the hub refused the push to {repo_id}{hint}: {str(exc).splitlines()[0]}; "
+                          f"{folder} is complete: push it again with 'hf upload {repo_id} {folder}'") from None
+    return commit.commit_url

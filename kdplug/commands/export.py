@@ -17,11 +17,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "absolute difference of the logits is printed, and the export fails above 1e-4. --format hf: "
                     "a copy of the standalone student directory (loads with transformers' Auto classes).",
         epilog="examples:\n  kdplug export runs/demo --format onnx --output deploy/demo-onnx\n"
-               "  kdplug export runs/demo --format hf --output deploy/demo-hf",
+               "  kdplug export runs/demo --format hf --output deploy/demo-hf\n"
+               "  kdplug export runs/demo --push-to-hub my-org/demo-bilstm --private   # needs 'hf auth login'",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", metavar="RUN_DIR|STUDENT_DIR", help="a run directory or its student/ directory")
-    parser.add_argument("--format", choices=["onnx", "hf"], required=True)
-    parser.add_argument("--output", required=True, help="a new or empty directory")
+    parser.add_argument("--format", choices=["onnx", "hf"],
+                        help="onnx or hf (required, except with --push-to-hub, which pushes hf by default)")
+    parser.add_argument("--output", help="a new or empty directory (required, except with --push-to-hub)")
+    parser.add_argument("--push-to-hub", dest="push_to_hub", metavar="REPO",
+                        help="upload the export to this Hugging Face repository (owner/name; created if needed)")
+    parser.add_argument("--private", action="store_true", help="with --push-to-hub: create the repository private")
+    parser.add_argument("--revision", help="with --push-to-hub: the branch to push to (created if needed)")
     parser.add_argument("--sample", help="texts to check the ONNX model on (.tsv/.csv/.jsonl/.txt as for "
                                          "'kdplug predict'); default: the run's dev set")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in --output")
@@ -29,18 +35,39 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace, manager: PluginManager) -> int:
-    from ..export import SAMPLE_SIZE, check_output, export_hf, export_onnx
+    import tempfile
 
-    check_output(args.output, args.overwrite)  # before any work
-    if args.format == "hf":
-        report = export_hf(args.run, args.output, overwrite=args.overwrite)
-        print(f"exported the student to {report.directory} (Hugging Face format)")
-        return 0
-    sample = sample_texts(args, manager)[:SAMPLE_SIZE]
-    report = export_onnx(args.run, args.output, sample=sample, overwrite=args.overwrite)
-    print(f"exported the student to {report.directory / 'model.onnx'} (inputs {', '.join(report.inputs)}); "
-          f"ONNX Runtime vs PyTorch on {report.sample_size} dev examples: largest absolute difference of the "
-          f"logits {report.max_abs_diff:.2e} (tolerance 1e-4)")
+    from ..export import SAMPLE_SIZE, check_output, check_push, export_hf, export_onnx, push_to_hub
+    from ..inference import student_directory
+
+    if not args.push_to_hub:
+        missing = [flag for flag, value in (("--format", args.format), ("--output", args.output)) if not value]
+        if missing:
+            raise UsageError(f"kdplug export needs {' and '.join(missing)} (or --push-to-hub REPO)")
+    if (args.private or args.revision) and not args.push_to_hub:
+        raise UsageError("--private and --revision go with --push-to-hub REPO")
+    fmt = args.format or "hf"
+    if args.output:
+        check_output(args.output, args.overwrite)  # before any work
+    source = student_directory(args.run)
+    if args.push_to_hub:
+        check_push(args.push_to_hub)
+    with tempfile.TemporaryDirectory(prefix="kdplug-export-") as scratch:
+        if fmt == "hf":
+            if args.output:
+                export_hf(args.run, args.output, overwrite=args.overwrite)
+                print(f"exported the student to {args.output} (Hugging Face format)")
+            folder = Path(args.output) if args.output else source  # the package is the hf export
+        else:
+            sample = sample_texts(args, manager)[:SAMPLE_SIZE]
+            folder = Path(args.output) if args.output else Path(scratch) / "onnx"
+            report = export_onnx(args.run, folder, sample=sample, overwrite=args.overwrite)
+            print(f"exported the student to {report.directory / 'model.onnx'} (inputs {', '.join(report.inputs)}); "
+                  f"ONNX Runtime vs PyTorch on {report.sample_size} dev examples: largest absolute difference of "
+                  f"the logits {report.max_abs_diff:.2e} (tolerance 1e-4)")
+        if args.push_to_hub:
+            url = push_to_hub(folder, args.push_to_hub, private=args.private, revision=args.revision)
+            print(f"pushed {fmt} export to {args.push_to_hub}: {url}")
     return 0
 
 

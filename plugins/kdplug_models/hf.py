@@ -2,8 +2,8 @@
 
 Teachers load through ``AutoModelForSequenceClassification`` from a local directory or a hub id.
 A hub id is first looked up in the local cache only; the hub is contacted only when it is
-reachable, so an offline machine gets an :class:`~kdplug.errors.OfflineError` at once rather than
-the ~25 s of retries ``transformers`` spends on a dead network.
+reachable (:mod:`kdplug.hub`), so an offline machine gets an :class:`~kdplug.errors.OfflineError`
+at once rather than the ~25 s of retries ``transformers`` spends on a dead network.
 
 BERT-k students follow PKD (Sun et al. 2019, Sec. 4.2): the teacher's block with k layers,
 initialised from the embeddings and the first k layers of the *pre-trained* model the teacher was
@@ -18,16 +18,14 @@ import functools
 import json
 import logging
 import os
-import re
-import socket
 from typing import Any, Optional
-from urllib.parse import urlparse
 
 import torch
 from torch import nn
 
 import kdplug
-from kdplug.errors import OfflineError, UsageError
+from kdplug import hub
+from kdplug.errors import UsageError
 from kdplug.types import LayerSpec, Task, Teacher, num_outputs
 
 logger = logging.getLogger(__name__)
@@ -44,73 +42,16 @@ HUB_TEACHERS = {
     "distilroberta": "distilroberta-base",
 }
 
-_TRUTHY = {"1", "on", "yes", "true"}
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
-
 
 # --------------------------------------------------------------------------------------------
-# Loading: local directory, cache, or hub
+# Loading: local directory, cache, or hub (kdplug.hub fails fast offline)
 # --------------------------------------------------------------------------------------------
-
-
-def _hub_offline_by_env() -> bool:
-    flags = (os.environ.get(name, "") for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-    return any(flag.strip().lower() in _TRUTHY for flag in flags)
-
-
-def _hub_reachable(timeout: float = 3.0) -> bool:
-    """A TCP connection to the hub endpoint: fails in milliseconds on a machine without network.
-
-    Behind an HTTPS proxy a direct connection proves nothing, so the hub counts as reachable.
-    """
-    if os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy"):
-        return True
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
-    try:
-        with socket.create_connection((endpoint.hostname, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _offline_error(what: str, hub_id: str, why: str) -> OfflineError:
-    how = ("--teacher /path/to/dir or --set teacher_options.source=/path/to/dir" if what == "teacher"
-           else f"--set {what}_options.source=/path/to/dir")
-    return OfflineError(
-        f"cannot load {what} {hub_id!r}: {why}, and it is not in the local Hugging Face cache. "
-        f"On a machine with network, download it (huggingface-cli download {hub_id} --local-dir DIR), "
-        f"then pass the directory: {how}."
-    )
 
 
 def load_pretrained(loader: Any, source: str, what: str, **kwargs: Any) -> Any:
-    """``loader.from_pretrained(source, **kwargs)``, failing fast when ``source`` needs an unreachable hub.
-
-    ``what`` names the thing for error messages (``"teacher"``, ``"student"``).
-    """
-    if os.path.isdir(source):
-        try:
-            return loader.from_pretrained(source, **kwargs)
-        except OSError as exc:
-            raise UsageError(f"{what} directory {source} is not a complete Hugging Face checkpoint "
-                             f"(config.json, weights, tokenizer files): {exc}") from exc
-    if not _HUB_ID.fullmatch(source):
-        raise UsageError(f"{what} source {source!r} is not an existing directory (nor a hub id such as "
-                         f"owner/name); check the path")
-    try:
-        return loader.from_pretrained(source, local_files_only=True, **kwargs)
-    except OSError:
-        pass  # not cached: the hub is the only place left
-    if _hub_offline_by_env():
-        raise _offline_error(what, source, "the Hugging Face hub is switched off (HF_HUB_OFFLINE or "
-                                           "TRANSFORMERS_OFFLINE is set)")
-    if not _hub_reachable():
-        raise _offline_error(what, source, "the Hugging Face hub cannot be reached (this machine looks offline)")
-    try:
-        return loader.from_pretrained(source, **kwargs)
-    except OSError as exc:
-        raise UsageError(f"cannot load {what} {source!r} from the Hugging Face hub: {exc}") from exc
+    """``loader.from_pretrained`` through :func:`kdplug.hub.load_pretrained`; a teacher is passed as ``--teacher DIR``."""
+    local = "--teacher /path/to/dir or --set teacher_options.source=/path/to/dir" if what == "teacher" else None
+    return hub.load_pretrained(loader, source, what, local_option=local, **kwargs)
 
 
 def _config_for_task(source: str, task: Task, num_labels: Optional[int], what: str, overrides: dict[str, Any],

@@ -17,14 +17,11 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import socket
-import threading
-import urllib.request
 from dataclasses import dataclass
 from typing import Any, Optional
-from urllib.parse import urlsplit
 
 import kdplug
+from kdplug import hub
 from kdplug.errors import DataError, OfflineError, UsageError
 from kdplug.types import Example
 
@@ -35,7 +32,6 @@ from .tables import read_records
 logger = logging.getLogger(__name__)
 
 HUB_ID = "nyu-mll/glue"
-HUB_TIMEOUT = 3.0  # seconds to wait for a TCP connection to the hub before calling it offline
 MAX_SKIPPED_FRACTION = 0.01  # QQP: more malformed lines than this means the wrong file
 
 
@@ -153,30 +149,6 @@ def read_glue_file(spec: GlueSpec, path: str, limit: Optional[int], encoding: Op
 # --------------------------------------------------------------------------------------------
 
 
-def hub_reachable(url: str, timeout: float = HUB_TIMEOUT) -> bool:
-    """Whether a TCP connection to ``url``'s host (or its proxy) opens within ``timeout`` seconds.
-
-    ``datasets`` retries an unreachable hub for about 25 seconds; this answers in at most
-    ``timeout``. Name resolution ignores socket timeouts, hence the thread.
-    """
-    parts = urlsplit(url)
-    proxy = urllib.request.getproxies().get(parts.scheme)
-    if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
-        parts = urlsplit(proxy)
-    address = (parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
-    opened = threading.Event()
-
-    def connect() -> None:
-        try:
-            socket.create_connection(address, timeout=timeout).close()
-            opened.set()
-        except OSError:
-            pass
-
-    threading.Thread(target=connect, daemon=True).start()
-    return opened.wait(timeout)
-
-
 def load_hub_copy(spec: GlueSpec) -> Any:
     """The ``datasets`` copy of one GLUE task (a DatasetDict), or OfflineError, fast."""
     fix = (f"pass --data-dir with the GLUE files (the original download, holding {spec.folder}/), "
@@ -187,7 +159,7 @@ def load_hub_copy(spec: GlueSpec) -> Any:
     except ImportError as error:
         raise UsageError(f"GLUE task {spec.name!r} without --data-dir needs the datasets library "
                          f"(pip install 'kdplug[glue]'); or {fix}.") from error
-    if not datasets.config.HF_HUB_OFFLINE and not hub_reachable(constants.ENDPOINT):
+    if not datasets.config.HF_HUB_OFFLINE and not hub.reachable(constants.ENDPOINT):
         raise OfflineError(f"GLUE task {spec.name!r}: the Hugging Face hub ({constants.ENDPOINT}) cannot be "
                            f"reached to download {HUB_ID}; {fix}.")
     try:

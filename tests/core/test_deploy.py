@@ -300,6 +300,50 @@ def test_hf_export_copies_the_package_and_refuses_foreign_directories(capsys, tm
     assert "not written by kdplug" in capsys.readouterr().err and (foreign / "notes.txt").is_file()
 
 
+def test_push_to_hub_is_checked_before_any_export_work(capsys, tmp_path, runs, monkeypatch):
+    """Offline, unreachable, a bad repository id, no token: exit 2 at once, nothing written."""
+    import socket
+    import time
+
+    run = str(runs["bert-2"])
+    for variable in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "HF_TOKEN"):
+        monkeypatch.delenv(variable, raising=False)
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))  # not logged in
+    output = tmp_path / "export"
+
+    def export(*extra):
+        start = time.monotonic()
+        code = main(["export", run, "--output", str(output), *extra])
+        return code, capsys.readouterr().err, time.monotonic() - start
+
+    code, err, seconds = export("--push-to-hub", "my-org/sst2-bert2")  # HF_HUB_OFFLINE=1 in every test
+    assert code == 2 and "cannot push to my-org/sst2-bert2: the Hugging Face hub is switched off" in err
+    assert "--output DIR" in err and seconds < 5 and not output.exists()
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    code, err, seconds = export("--format", "onnx", "--push-to-hub", "my-org/sst2-bert2")
+    assert code == 2 and "(http://127.0.0.1:9) cannot be reached" in err and seconds < 5 and not output.exists()
+
+    code, err, _ = export("--push-to-hub", "not a repo/id!")
+    assert code == 2 and "is not a repository id" in err
+
+    with socket.socket() as server:  # a hub that answers, but no token to push with
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        code, err, _ = export("--push-to-hub", "my-org/sst2-bert2")
+    assert code == 2 and "needs a Hugging Face token with write access: run 'hf auth login'" in err
+    assert not output.exists()
+
+    code, err, _ = export("--private")
+    assert code == 2 and "kdplug export needs --format" in err
+    assert main(["export", run, "--format", "hf", "--output", str(output), "--private"]) == 2
+    assert "go with --push-to-hub" in capsys.readouterr().err
+
+
 # -- speed -------------------------------------------------------------------------------------
 
 

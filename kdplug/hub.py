@@ -1,0 +1,105 @@
+"""The Hugging Face hub: reach it, or say at once that it cannot be reached.
+
+``transformers``, ``datasets`` and ``huggingface_hub`` retry a dead network for about 25 seconds
+before failing with messages about connection pools. Everything in kdplug that may touch the
+hub (teachers and students by hub id, GLUE without ``--data-dir``, ``export --push-to-hub``)
+asks here first, so an offline machine gets an :class:`~kdplug.errors.OfflineError` (exit 2)
+within seconds that says what to do instead. Public: plugins use it for their own downloads.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import threading
+import urllib.request
+from typing import Any, Optional
+from urllib.parse import urlsplit
+
+from .errors import OfflineError, UsageError
+
+TIMEOUT = 3.0  # seconds to wait for a TCP connection to the hub before calling it unreachable
+DEFAULT_ENDPOINT = "https://huggingface.co"
+_TRUTHY = {"1", "on", "yes", "true"}
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+def endpoint() -> str:
+    """The hub's address: ``HF_ENDPOINT`` (a mirror), else huggingface.co."""
+    return os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
+
+
+def offline_by_env() -> bool:
+    """``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` is set: the hub is switched off on purpose."""
+    flags = (os.environ.get(name, "") for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(flag.strip().lower() in _TRUTHY for flag in flags)
+
+
+def reachable(url: Optional[str] = None, timeout: float = TIMEOUT) -> bool:
+    """Whether a TCP connection to ``url``'s host (default: the hub), or to its proxy, opens within
+    ``timeout`` seconds. Name resolution ignores socket timeouts, hence the thread."""
+    parts = urlsplit(url or endpoint())
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
+        parts = urlsplit(proxy)
+    address = (parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+    opened = threading.Event()
+
+    def connect() -> None:
+        try:
+            socket.create_connection(address, timeout=timeout).close()
+            opened.set()
+        except OSError:
+            pass
+
+    threading.Thread(target=connect, daemon=True).start()
+    return opened.wait(timeout)
+
+
+def unreachable_reason() -> Optional[str]:
+    """Why the hub cannot be used now (switched off, or no connection), or None when it can."""
+    if offline_by_env():
+        return "the Hugging Face hub is switched off (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set)"
+    if not reachable():
+        return f"the Hugging Face hub ({endpoint()}) cannot be reached (this machine looks offline)"
+    return None
+
+
+def require(purpose: str, fix: str) -> None:
+    """Raise :class:`OfflineError` ("cannot <purpose>: <why>; <fix>") unless the hub can be used."""
+    reason = unreachable_reason()
+    if reason is not None:
+        raise OfflineError(f"cannot {purpose}: {reason}; {fix}")
+
+
+def load_pretrained(loader: Any, source: str, what: str, *, local_option: Optional[str] = None, **kwargs: Any) -> Any:
+    """``loader.from_pretrained(source, **kwargs)`` (an Auto class, a tokenizer ...), failing fast
+    when ``source`` is a hub id that is neither in the local cache nor reachable.
+
+    ``what`` names the thing in messages (``"teacher"``); ``local_option`` is how the user passes
+    a local directory instead (default ``--set <what>_options.source=/path/to/dir``).
+    """
+    if os.path.isdir(source):
+        try:
+            return loader.from_pretrained(source, **kwargs)
+        except OSError as exc:
+            raise UsageError(f"{what} directory {source} is not a complete Hugging Face checkpoint "
+                             f"(config.json, weights, tokenizer files): {exc}") from exc
+    if not HUB_ID.fullmatch(source):
+        raise UsageError(f"{what} source {source!r} is not an existing directory (nor a hub id such as "
+                         f"owner/name); check the path")
+    try:
+        return loader.from_pretrained(source, local_files_only=True, **kwargs)
+    except OSError:
+        pass  # not cached: the hub is the only place left
+    reason = unreachable_reason()
+    if reason is not None:
+        how = local_option or f"--set {what}_options.source=/path/to/dir"
+        raise OfflineError(f"cannot load {what} {source!r}: {reason}, and it is not in the local Hugging Face "
+                           f"cache. On a machine with network, download it (hf download {source} --local-dir "
+                           f"DIR), then pass the directory: {how}.")
+    try:
+        return loader.from_pretrained(source, **kwargs)
+    except OSError as exc:
+        raise UsageError(f"cannot load {what} {source!r} from the Hugging Face hub: {exc}") from exc
