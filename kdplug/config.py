@@ -46,6 +46,8 @@ class RunConfig:
     lam: Optional[float] = None
     ce_weight: Optional[float] = None  # None: 1 - eta - lam (ALP-KD's convex form); set it for PKD's (1-a)CE + a KD + b PT
     temperature: Optional[float] = None
+    ild_loss: Optional[str] = None  # the loss comparing the projector's pairs; None: the projector's own (ild_loss)
+    ild_loss_options: dict = field(default_factory=dict)  # options of ild_loss, when it is set
     # student training
     epochs: Optional[int] = None  # None: the student family's default (see docs/models.md)
     batch_size: int = 32

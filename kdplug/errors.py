@@ -77,6 +77,6 @@ class UnknownComponentError(UsageError):
         hint = f" Did you mean {' or '.join(repr(s) for s in self.suggestions[:2])}?" if self.suggestions else ""
         listing = ", ".join(sorted(available)) if available else "(none registered)"
         super().__init__(
-            f"unknown {kind} {name!r}.{hint} Available {kind}s: {listing}. "
+            f"unknown {kind} {name!r}.{hint} Available {kind}{'es' if kind.endswith('s') else 's'}: {listing}. "
             f"Run 'kdplug plugins' to see every component and the plugin that provides it."
         )

@@ -144,6 +144,16 @@ class PluginManager:
         self._infos[name] = PluginInfo(name, distribution, version, module)
         self._registry = None
 
+    def copy(self) -> "PluginManager":
+        """A manager holding the same plugins, to add one to (``kdplug.distill``'s in-memory
+        components) without changing this one."""
+        self._load_pending()
+        other = PluginManager(disabled=self.disabled, load_entry_points=False)
+        for name, info in self._infos.items():
+            other.register(self.pm.get_plugin(name), name, distribution=info.distribution, version=info.version)
+        other._failures = [f for f in self._failures if f.stage in ("import", "version")]  # not re-collected
+        return other
+
     # -- the registry -----------------------------------------------------------------------
     @property
     def registry(self) -> Registry:

@@ -19,7 +19,7 @@ from torch import nn
 
 from .config import RunConfig, apply, load_yaml
 from .errors import UsageError
-from .plugins import PluginManager, hookimpl
+from .plugins import PluginManager, get_plugin_manager, hookimpl
 from .types import Task, Teacher, num_outputs
 
 IN_MEMORY = "python:{kind}"
@@ -81,7 +81,7 @@ def distill(teacher: Any = None, student: Any = None, projector: Optional[str] =
             values[key] = str(given)
     apply(run_config, {**values, **settings}, source="kdplug.distill")
     run_config.validate()
-    manager = PluginManager()
+    manager = get_plugin_manager().copy()  # the process's plugins (and --disable-plugin), plus ours
     if objects:
         manager.register(_InMemory(objects, teacher_finetuned, manager), "kdplug-python-api", distribution="kdplug")
     result = run(run_config, manager.registry, overwrite=overwrite, echo=echo or (lambda text: None))

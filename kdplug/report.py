@@ -9,15 +9,15 @@ on their common seeds, and every difference gets a 95% interval, a verdict and a
 seeds that would resolve it (:mod:`kdplug.compare`). Zoo runs are grouped by paper table and task
 column, and the paper's ordering of each pair of rows is checked against ours.
 
-Figures:
-- ``curves.png``: dev main metric and training loss per epoch, every run and stage;
-- ``attention-<run>.png``: the mean attention of every matched student layer over the teacher
-  layers, and per example for the first student layer (ALP-KD Figure 3) and the last matched one
-  (Universal-KD Figure 3);
-- ``layers-<task>.png``: for each matched student layer j, the PCA of the student's and the
-  teacher's dev vectors, and the cosine distance to the teacher per example (ALP-KD Figure 4).
-  Student layer j of an m-layer student is compared with teacher layer 1 + ⌊(j−1)·n/(m−1)⌋
-  (ALP-KD's 4-of-12 map 1, 5, 9).
+Figures, per setup and method (the method's lowest seed; each run keeps its own in its directory):
+- ``curves-<setup>.png``: one panel per method and training stage, in order: every loss term its
+  own line, the dev score on a second axis, the kept epoch starred;
+- ``attention-<setup>-<method>.png``: the mean attention of every matched student layer over the
+  teacher layers, and per example for the first student layer (ALP-KD Figure 3) and the last
+  matched one (Universal-KD Figure 3);
+- ``layers-<setup>-<method>.png``: the pairs the projector compared, in the space it compared them
+  (ALP's attention mix, Universal-KD's pseudo-classifier outputs, PKD's mapped layers): the PCA
+  of both sides' dev vectors and, per example, the ILD term the method minimised (ALP-KD Figure 4).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from .zoo import Zoo, ZooEntry
 
 ATTENTION_FILE, LAYERS_FILE = "attention.json", "layers_dev.safetensors"
 PREDICTIONS_FILE, COMPARISONS_FILE = "predictions.json", "comparisons.json"
+BASELINE_PREDICTIONS_FILE = "baseline_predictions.json"
 CHECKPOINT_POLICY = {"best": "best dev epoch", "last": "last epoch"}
 
 
@@ -69,9 +70,10 @@ class Run:
         seed = self.config.get("seed", self.metrics.get("config", {}).get("seed"))
         return int(seed) if seed is not None else None
 
-    def predictions(self) -> dict[str, dict[str, list]]:
-        """The final student's dev predictions and labels per split ({} for runs without the file)."""
-        path = self.path / PREDICTIONS_FILE
+    def predictions(self, name: str = PREDICTIONS_FILE) -> dict[str, dict[str, list]]:
+        """The final student's (or, with ``BASELINE_PREDICTIONS_FILE``, the ``--baseline`` student's)
+        dev predictions and labels per split ({} for runs without the file)."""
+        path = self.path / name
         return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
@@ -272,6 +274,12 @@ class Method:
     results: dict[str, dict[int, compare.SeedResult]] = field(default_factory=dict)  # split -> seed -> result
     entry: Optional[ZooEntry] = None
     notes: list[str] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)  # its run directories (a baseline student has none of its own)
+
+    @property
+    def representative(self) -> Optional[Run]:
+        """The run the report's figures show for this method: its lowest seed."""
+        return min(self.runs, key=lambda run: run.seed if run.seed is not None else math.inf, default=None)
 
     def add(self, seed: int, dev: dict[str, dict[str, float]], predictions: dict[str, dict[str, list]],
             where: str) -> None:
@@ -325,6 +333,31 @@ def _distinguish(labels: dict[str, str], values: dict[str, dict[str, Any]]) -> d
     return result
 
 
+#: method keys a run may leave to kdplug (None), read back from what the run actually used
+RESOLVED_FROM_STAGE = ("lr", "epochs")
+RESOLVED_FROM_WEIGHTS = {"eta": "eta", "lam": "lam", "temperature": "temperature", "ce_weight": "ce"}
+
+
+def resolved_config(run: Run) -> dict[str, Any]:
+    """The run's configuration with the values kdplug chose filled in (``lr=None`` -> the lr its
+    student trained at), so that methods are told apart, and labelled, by what actually ran."""
+    config = {**run.metrics.get("config", {}), **run.config}
+    student = run.metrics.get("student", {})
+    if config.get("recipe") is None and student.get("recipe"):
+        config["recipe"] = student["recipe"]
+    stages = [stage for name, stage in run.metrics.get("stages", {}).items()
+              if name != "teacher_heads" and not name.startswith("baseline-") and "lr" in stage]
+    if stages:
+        first = stages[0]
+        for key in RESOLVED_FROM_STAGE:
+            if config.get(key) is None and first.get(key) is not None:
+                config[key] = first[key]
+        for key, weight in RESOLVED_FROM_WEIGHTS.items():
+            if config.get(key) is None and (first.get("weights") or {}).get(weight) is not None:
+                config[key] = first["weights"][weight]
+    return config
+
+
 def comparison_groups(runs: list[Run]) -> list[Group]:
     """Runs grouped into comparable sets: zoo runs by paper table and task column (methods = the
     paper's rows), others by setup (methods = the remaining keys); a run's ``--baseline`` student
@@ -335,7 +368,7 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
         student_dev = run.metrics.get("student", {}).get("dev")
         if seed is None or not student_dev:
             continue
-        config = {**run.metrics.get("config", {}), **run.config}
+        config = resolved_config(run)
         policy = str(config.get("best_checkpoint", "best"))
         setup = {k: config.get(k) for k in SETUP_KEYS}
         if run.entry is not None:
@@ -348,6 +381,7 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
             method = group.methods.setdefault(run.entry.row, Method(run.entry.row, {"row": run.entry.row},
                                                                     entry=run.entry))
             method.add(seed, student_dev, run.predictions(), run.label)
+            method.runs.append(run)
             continue
         values = {k: v for k, v in config.items() if k not in SETUP_KEYS and k not in IGNORED_KEYS}
         teacher = Path(str(setup["teacher"])).name
@@ -356,16 +390,22 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
             config=config))
         method = group.methods.setdefault(_key(values), Method(_method_label(values), values))
         method.add(seed, student_dev, run.predictions(), run.label)
+        method.runs.append(run)
         baseline = run.metrics.get("baseline")
         if baseline and baseline.get("dev"):
+            stage = run.metrics.get("stages", {}).get(f"baseline-{baseline['projector']}", {})
+            weights = stage.get("weights") or {}
             base_values = {**values, "projector": baseline["projector"], "projector_options": {}, "recipe": "standard",
-                           "recipe_options": {}, "eta": None, "lam": None, "temperature": None}
+                           "recipe_options": {}, "lr": stage.get("lr", values.get("lr")),
+                           "epochs": stage.get("epochs", values.get("epochs")),
+                           **{key: weights.get(weight) for key, weight in RESOLVED_FROM_WEIGHTS.items()}}
             key = _key(base_values)
             existing = group.methods.get(key)
             if existing is None:
                 existing = group.methods[key] = Method(_method_label(base_values), base_values)
             if all(seed not in seeds for seeds in existing.results.values()):
-                existing.add(seed, baseline["dev"], {}, f"{run.label} (baseline)")
+                existing.add(seed, baseline["dev"], run.predictions(BASELINE_PREDICTIONS_FILE),
+                             f"{run.label} (baseline)")
     result = list(groups.values())
     titles = _distinguish({str(i): g.title for i, g in enumerate(result)},
                           {str(i): g.setup for i, g in enumerate(result)})
@@ -450,6 +490,11 @@ def comparisons_section(doc: Document, groups: list[Group], *, resamples: int = 
     if not comparable:
         doc.para("No two methods were run on the same setup, so there is nothing to compare. Run each method on "
                  "several seeds (kdplug run --seeds 5, or a sweep's seed axis) and pass all the run directories.")
+    for group in groups:
+        if len(group.methods) == 1:
+            for note in dict.fromkeys(next(iter(group.methods.values())).notes):
+                doc.para(f"Note ({group.title}): {note}.")
+    if not comparable:
         return records
     doc.para(f"A − B per seed, in points (×100), on the seeds both methods ran; {level:.0%} intervals: the "
              f"{compare.T_METHOD} (mean ± t·sd/√n; the dev set taken as fixed) and, where both runs kept "
@@ -466,6 +511,7 @@ def comparisons_section(doc: Document, groups: list[Group], *, resamples: int = 
                  "methods: " + "; ".join(f"{label} (seeds {', '.join(map(str, s))})"
                                          for label, s in seeds.items()) + ".")
         rows, notes, ordering_rows = [], [], []
+        pair_notes: dict[str, list[str]] = {}  # a note -> the comparisons it applies to: each said once
         functions: dict[str, Optional[compare.WeightedMetric]] = {}
         for a, b in method_pairs(group):
             for split in a.results:
@@ -484,7 +530,8 @@ def comparisons_section(doc: Document, groups: list[Group], *, resamples: int = 
                     except ValueError:
                         notes.append(f"{a.label} and {b.label} share no seed on {split}; not compared")
                         continue
-                    notes += [f"{a.label} − {b.label}, {split} {metric}: {n}" for n in result.notes]
+                    for note in result.notes:
+                        pair_notes.setdefault(note, []).append(f"{a.label} − {b.label} ({split} {metric})")
                     rows.append([f"{a.label} − {b.label}", f"{split} {metric}", str(len(result.seeds)),
                                  ", ".join(points(d) for d in result.differences), points(result.mean),
                                  _interval(result.t_interval), _interval(result.bootstrap),
@@ -508,6 +555,9 @@ def comparisons_section(doc: Document, groups: list[Group], *, resamples: int = 
             doc.para(f"The paper's ordering ({group.title}): does our difference confirm the paper's?")
             doc.table(["A vs B", "paper (A, B)", "ours: A", "ours: B", "A − B (mean)", "verdict", "paper's ordering"],
                       ordering_rows)
+        for note, subjects in pair_notes.items():
+            which = "every comparison above" if len(subjects) == len(rows) else ", ".join(subjects)
+            doc.para(f"Note: {note} ({which}).")
         for note in dict.fromkeys(notes):
             doc.para(f"Note: {note}.")
     return records
@@ -525,35 +575,69 @@ def _ordering_row(a: Method, b: Method, split: str, metric: str, paper_a: float,
             result.verdict, f"**{compare.ordering(paper_a, paper_b, result)}**"]
 
 
-def curves_figure(runs: list[Run], out: Path) -> Optional[str]:
-    plt = _pyplot()
-    figure, (dev_axis, loss_axis) = plt.subplots(1, 2, figsize=(12, 4.2))
-    drawn = 0
-    for run in runs:
-        metric = run.metrics.get("main_metric", "accuracy")
-        offset, xs, dev, losses = 0, [], [], []
-        for stage in run.metrics.get("stages", {}).values():
-            for record in stage.get("history", []):
-                split = next(iter(record.get("dev", {})), None)
-                xs.append(offset + record["epoch"])
-                dev.append(record["dev"][split].get(metric, float("nan")) * 100 if split else float("nan"))
-                losses.append(record.get("train", {}).get("loss", float("nan")))
-            offset = xs[-1] if xs else offset
-        if not xs:
-            continue
-        drawn += 1
-        dev_axis.plot(xs, dev, marker="o", label=run.label)
-        loss_axis.plot(xs, losses, marker="o", label=run.label)
-    if not drawn:
-        plt.close(figure)
+#: the order loss terms are drawn in (others follow, alphabetically)
+TERM_ORDER = ("ce", "kd", "ild", "loss")
+
+
+def _term_order(term: str) -> tuple[int, str]:
+    return (TERM_ORDER.index(term) if term in TERM_ORDER else len(TERM_ORDER) - 0.5, term)
+
+
+TERM_COLOURS = {"ce": "tab:blue", "kd": "tab:orange", "ild": "tab:green", "loss": "tab:red"}
+
+
+def curves_figure(methods: list[tuple[str, Run]], out: Path, columns: int = 3) -> Optional[str]:
+    """One panel per method (its representative run) and training stage, in order: every loss
+    term its own line (log scale when they differ by more than 30x), the dev score on the right
+    axis, the kept epoch starred."""
+    panels = []
+    for label, run in methods:
+        stages = [(name, stage) for name, stage in run.metrics.get("stages", {}).items()
+                  if any("dev" in record for record in stage.get("history", []))]  # not the heads' warm-up
+        panels += [(label, run, number, len(stages), name, stage) for number, (name, stage) in enumerate(stages, 1)]
+    if not panels:
         return None
-    dev_axis.set(title="dev score per epoch (all stages in order)", xlabel="epoch", ylabel="dev main metric (×100)")
-    loss_axis.set(title="training loss per epoch", xlabel="epoch", ylabel="loss")
+    plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
-    for axis in (dev_axis, loss_axis):
+    columns = min(columns, len(panels))
+    rows = -(-len(panels) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4.8 * columns, 3.2 * rows), squeeze=False)
+    for axis in axes.flat[len(panels):]:
+        axis.axis("off")
+    for (label, run, number, count, name, stage), axis in zip(panels, axes.flat):
+        metric = run.metrics.get("main_metric", "accuracy")
+        history = stage["history"]
+        epochs = [record["epoch"] for record in history]
+        terms = sorted({term for record in history for term in record.get("train", {})}, key=_term_order)
+        values = []
+        for term in terms:
+            line = [record.get("train", {}).get(term, float("nan")) for record in history]
+            values += [v for v in line if v > 0]
+            axis.plot(epochs, line, marker="o", ms=3, lw=1.8 if term == "loss" else 1.2,
+                      ls="-" if term == "loss" else "--", color=TERM_COLOURS.get(term), label=term)
+        if values and max(values) / min(values) > 30:
+            axis.set_yscale("log")
+        dev_axis = axis.twinx()
+        split = next(iter(history[0].get("dev", {})), None)
+        dev = [record["dev"][split].get(metric, float("nan")) * 100 if split else float("nan") for record in history]
+        dev_axis.plot(epochs, dev, color="black", marker="s", ms=3, lw=1, label=f"dev {metric}")
+        best = stage.get("best_epoch")
+        if best and 1 <= best <= len(dev):
+            dev_axis.plot([best], [dev[best - 1]], marker="*", ms=12, color="gold", mec="black", ls="none",
+                          label="kept epoch")
+        weights = stage.get("weights") or {}
+        shown = ", ".join(f"{k} {v:g}" for k, v in weights.items() if isinstance(v, (int, float)))
+        stage_text = f"stage {number}/{count} '{name}'" if count > 1 else f"'{name}'"
+        axis.set_title(f"{label}, seed {run.seed}: {stage_text}\n{shown}", fontsize=8)
+        axis.set_xlabel("epoch")
+        axis.set_ylabel("training loss terms (epoch mean)", fontsize=8)
+        dev_axis.set_ylabel(f"dev {metric} (×100)", fontsize=8)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-        _grid_and_legend(axis)
+        axis.grid(alpha=0.3)
+        handles, labels = axis.get_legend_handles_labels()
+        dev_handles, dev_labels = dev_axis.get_legend_handles_labels()
+        axis.legend(handles + dev_handles, labels + dev_labels, fontsize=7, loc="best")
     return _save(figure, out)
 
 
@@ -582,59 +666,73 @@ def attention_figure(run: Run, record: dict, out: Path) -> str:
     return _save(figure, out)
 
 
-def teacher_layer_for(j: int, m: int, n: int) -> int:
-    """ALP-KD Fig. 4's pairing: student layer j of m against teacher layer 1 + ⌊(j−1)·n/(m−1)⌋."""
-    return 1 + ((j - 1) * n) // max(m - 1, 1)
-
-
-def load_layers(path: Path) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+def load_pairs(path: Path) -> tuple[list[dict], list[tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]]]:
+    """The pairs a run's projector compared on the dev set: their labels, and per pair the student
+    and teacher vectors and the ILD loss of each example (None if not recorded)."""
+    from safetensors import safe_open
     from safetensors.numpy import load_file
 
+    with safe_open(str(path), framework="numpy") as handle:
+        metadata = handle.metadata() or {}
+    labels = json.loads(metadata.get("pairs", "[]"))
     tensors = load_file(str(path))
-    side = lambda prefix: {int(k.split(".", 1)[1]): v.astype(np.float64)  # noqa: E731
-                           for k, v in tensors.items() if k.startswith(prefix + ".")}
-    return side("teacher"), side("student")
+    pairs = [(tensors[f"pair.{p}.student"].astype(np.float64), tensors[f"pair.{p}.teacher"].astype(np.float64),
+              tensors[f"pair.{p}.loss"].astype(np.float64) if f"pair.{p}.loss" in tensors else None)
+             for p in range(len(labels)) if f"pair.{p}.student" in tensors]
+    return labels[:len(pairs)], pairs
 
 
-def layers_figure(runs: list[tuple[Run, dict, dict]], out: Path, notes: list[str]) -> Optional[str]:
-    """PCA and cosine distance to the teacher per example, per matched student layer (ALP-KD Fig. 4)."""
-    plt = _pyplot()
-    teacher = runs[0][1]
-    n = max(teacher)
-    depth = min(max(student) for _, _, student in runs)
-    matched = list(range(1, depth)) or [1]
-    rows = []
-    for j in matched:
-        t = teacher_layer_for(j, depth, n)
-        students = [(run, student[j]) for run, _, student in runs if student[j].shape[1] == teacher[t].shape[1]]
-        for run, _, student in runs:
-            if student[j].shape[1] != teacher[t].shape[1]:
-                notes.append(f"{run.label}: student layer {j} is {student[j].shape[1]} wide, teacher layer {t} is "
-                             f"{teacher[t].shape[1]}; no common space for the PCA and the distance, skipped.")
-        if students:
-            rows.append((j, t, students))
-    if not rows:
+def relative_distance(student: np.ndarray, teacher: np.ndarray) -> np.ndarray:
+    """‖s − t‖² per example over the teacher side's mean ‖t − t̄‖²: 0 identical, about 2 for a
+    student unrelated to the teacher with the same spread (when no ILD loss was recorded)."""
+    spread = float(((teacher - teacher.mean(axis=0)) ** 2).sum(axis=1).mean()) or 1.0
+    return ((student - teacher) ** 2).sum(axis=1) / spread
+
+
+def layers_figure(label: str, run: Run, out: Path, max_pairs: int = 4) -> Optional[str]:
+    """Per compared pair, in the space the method compared it: the PCA of the student's and the
+    teacher's dev vectors, and per example the ILD term the method minimised (ALP-KD Figure 4)."""
+    path = run.path / LAYERS_FILE
+    if not path.is_file():
         return None
-    figure, axes = plt.subplots(len(rows), 2, figsize=(12, 3.8 * len(rows)), squeeze=False)
-    for (j, t, students), (pca_axis, dist_axis) in zip(rows, axes):
-        count = min(len(teacher[t]), *(len(s) for _, s in students))
-        points = np.concatenate([teacher[t][:count]] + [s[:count] for _, s in students])
-        centred = points - points.mean(axis=0)
+    names, pairs = load_pairs(path)
+    if not pairs:
+        return None
+    loss_name = run.metrics.get("analysis", {}).get("ild_loss") or "the method's pair loss"
+    unit = loss_name == "normalized-mse"  # PKD compares unit vectors: so does its PCA
+    chosen = list(range(len(pairs))) if len(pairs) <= max_pairs else \
+        sorted({round(i * (len(pairs) - 1) / (max_pairs - 1)) for i in range(max_pairs)})  # first to last, spread
+    plt = _pyplot()
+    figure, axes = plt.subplots(len(chosen), 2, figsize=(11, 3.4 * len(chosen)), squeeze=False)
+    for p, (pca_axis, distance_axis) in zip(chosen, axes):
+        student, teacher, losses = pairs[p]
+        name = names[p]
+        if unit:  # the space PKD's loss compares in
+            student, teacher = (v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12) for v in (student, teacher))
+        both = np.concatenate([teacher, student])
+        centred = both - both.mean(axis=0)
         _, _, components = np.linalg.svd(centred, full_matrices=False)
-        projected = centred @ components[:2].T  # (rows, 2)
-        pca_axis.scatter(projected[:count, 0], projected[:count, 1], s=12, c="tab:green", label=f"teacher T{t}")
-        colours = ["tab:red", "tab:blue", "tab:orange", "tab:purple", "tab:brown"]
-        for k, (run, _) in enumerate(students):
-            chunk = projected[count * (k + 1): count * (k + 2)]
-            pca_axis.scatter(chunk[:, 0], chunk[:, 1], s=12, c=colours[k % len(colours)], label=f"{run.label} S{j}")
-            t_vec, s_vec = teacher[t][:count], students[k][1][:count]
-            cosine = (t_vec * s_vec).sum(1) / (np.linalg.norm(t_vec, axis=1) * np.linalg.norm(s_vec, axis=1) + 1e-12)
-            dist_axis.plot(range(1, count + 1), 1.0 - cosine, c=colours[k % len(colours)], lw=1.2, label=run.label)
-        pca_axis.set(title=f"PCA of student layer S{j} and teacher layer T{t}", xlabel="PC 1", ylabel="PC 2")
-        dist_axis.set(title=f"cosine distance of S{j} to T{t} per dev example", xlabel="dev example",
-                      ylabel="1 − cos")
-        for axis in (pca_axis, dist_axis):
+        projected = centred @ components[:2].T  # (2N, 2)
+        count = len(teacher)
+        pca_axis.scatter(projected[:count, 0], projected[:count, 1], s=8, c="tab:green", alpha=0.6,
+                         label=f"teacher: {name['teacher']}")
+        pca_axis.scatter(projected[count:, 0], projected[count:, 1], s=8, c="tab:red", alpha=0.6,
+                         label=f"student: {name['student']}")
+        distance = losses if losses is not None else relative_distance(student, teacher)
+        what = (f"its ILD term ({loss_name}) per dev example" if losses is not None
+                else "‖s − t‖² / teacher spread per dev example")
+        distance_axis.plot(range(1, count + 1), distance, c="tab:red", lw=0.8)
+        distance_axis.axhline(float(distance.mean()), color="black", ls="--", lw=1,
+                              label=f"mean {distance.mean():.4g}")
+        pair = f"{name['student']} vs teacher: {name['teacher']}"
+        space = ", unit-normalised as its loss compares them" if unit else ""
+        pca_axis.set_title(f"{pair}\nPCA of both sides ({teacher.shape[1]} values each{space})", fontsize=9)
+        pca_axis.set(xlabel="PC 1", ylabel="PC 2")
+        distance_axis.set_title(f"{pair}\n{what}", fontsize=9)
+        distance_axis.set(xlabel="dev example", ylabel="distance", ylim=(0, None))
+        for axis in (pca_axis, distance_axis):
             _grid_and_legend(axis)
+    figure.suptitle(f"{label}, seed {run.seed}: the pairs its projector compared, where it compared them", fontsize=11)
     return _save(figure, out)
 
 
@@ -666,6 +764,61 @@ def _safe(text: str) -> str:
 
 # -- the report ---------------------------------------------------------------------------------
 
+def figures_sections(doc: Document, groups: list[Group], out: Path) -> None:
+    """Curves, attention and layer figures: per setup, one run per method (its lowest seed; the
+    other seeds' figures are in their run directories), each skip said once."""
+    shown = [(group, [(method.label, method.representative) for method in group.methods.values()
+                      if method.representative is not None]) for group in groups]
+    shown = [(group, methods) for group, methods in shown if methods]
+    several = any(len(method.runs) > 1 for group in groups for method in group.methods.values())
+    which = " (per method, its lowest seed; every run's own figures are in its directory)" if several else ""
+
+    doc.heading("Training curves")
+    drawn = False
+    for index, (group, methods) in enumerate(shown, 1):
+        name = curves_figure(methods, out / f"curves-{index}-{_safe(group.title)}.png")
+        if name:
+            drawn = True
+            doc.image(name, f"{group.title}{which}: one panel per method and training stage, in order; the training "
+                            f"loss terms (epoch means, unweighted; 'loss' is the weighted sum optimised), the dev "
+                            f"score on the right axis, the kept epoch starred.")
+    if not drawn:
+        doc.para("No run recorded a training history.")
+
+    doc.heading("Attention over teacher layers")
+    without: list[str] = []
+    for index, (group, methods) in enumerate(shown, 1):
+        for label, run in methods:
+            path = run.path / ATTENTION_FILE
+            if not path.is_file():
+                without.append(label)
+                continue
+            record = json.loads(path.read_text(encoding="utf-8"))
+            name = attention_figure(run, record, out / f"attention-{index}-{_safe(label)}.png")
+            doc.image(name, f"{group.title}, {label} (seed {run.seed}): attention of each matched student layer "
+                            f"over the teacher layers; mean over {record.get('num_examples', '?')} dev examples and "
+                            f"per example.")
+    if without:
+        doc.para(f"No attention recorded by {', '.join(dict.fromkeys(without))}: logit-only methods (nkd, rkd) and "
+                 f"runs of older kdplug versions record none.")
+
+    doc.heading("Layer representations: the pairs each method compared")
+    without = []
+    for index, (group, methods) in enumerate(shown, 1):
+        for label, run in methods:
+            name = layers_figure(label, run, out / f"layers-{index}-{_safe(label)}.png")
+            if name is None:
+                without.append(label)
+                continue
+            doc.image(name, f"{group.title}, {label} (seed {run.seed}): for each pair the projector compared (up to "
+                            f"four), in the space where it compared them, the first two principal components of the "
+                            f"teacher's (green) and the student's (red) dev vectors, and per dev example the ILD term "
+                            f"the method minimised for that pair (ALP-KD Figure 4).")
+    if without:
+        doc.para(f"No compared pairs recorded by {', '.join(dict.fromkeys(without))}: logit-only methods (nkd, rkd) "
+                 f"compare no layers, and runs of older kdplug versions did not record them.")
+
+
 def write_report(paths: list[str | Path], output: str | Path, *, title: str = "kdplug report",
                  zoo: Optional[Zoo] = None, resamples: int = 2000) -> dict[str, Path]:
     """Write ``report.md``, ``report.html``, ``comparisons.json`` and the PNG figures into
@@ -679,47 +832,7 @@ def write_report(paths: list[str | Path], output: str | Path, *, title: str = "k
     groups = comparison_groups(runs)
     records = comparisons_section(doc, groups, resamples=resamples)
 
-    doc.heading("Training curves")
-    name = curves_figure(runs, out / "curves.png")
-    if name:
-        doc.image(name, "Dev score (left) and training loss (right) per epoch; stages follow one another.")
-    else:
-        doc.para("No run recorded a training history.")
-
-    doc.heading("Attention over teacher layers")
-    for run in runs:
-        path = run.path / ATTENTION_FILE
-        if not path.is_file():
-            doc.para(f"{run.label}: no {ATTENTION_FILE} (its projector records no attention, e.g. nkd, rkd, "
-                     f"or the run predates the engine's analysis step); skipped.")
-            continue
-        record = json.loads(path.read_text(encoding="utf-8"))
-        name = attention_figure(run, record, out / f"attention-{_safe(run.label)}.png")
-        doc.image(name, f"{run.label} ({run.config.get('projector')}): attention of each matched student layer "
-                        f"over the teacher layers; mean over {record.get('num_examples', '?')} dev examples and "
-                        f"per example.")
-
-    doc.heading("Layer representations (PCA, cosine distance to the teacher)")
-    by_task: dict[str, list[tuple[Run, dict, dict]]] = {}
-    for run in runs:
-        path = run.path / LAYERS_FILE
-        if not path.is_file():
-            doc.para(f"{run.label}: no {LAYERS_FILE}; skipped.")
-            continue
-        teacher, student = load_layers(path)
-        if not teacher or not student:
-            doc.para(f"{run.label}: {LAYERS_FILE} holds no teacher or no student layers; skipped.")
-            continue
-        by_task.setdefault(run.task, []).append((run, teacher, student))
-    for task, group in by_task.items():
-        notes: list[str] = []
-        name = layers_figure(group, out / f"layers-{_safe(task)}.png", notes)
-        for note in notes:
-            doc.para(note)
-        if name:
-            doc.image(name, f"{task}: per matched student layer, the first two principal components of the "
-                            f"teacher's (green) and each student's dev vectors (left), and each student's cosine "
-                            f"distance to the teacher per example (right), as in ALP-KD Figure 4.")
+    figures_sections(doc, groups, out)
     files = {"markdown": out / "report.md", "html": out / "report.html", "comparisons": out / COMPARISONS_FILE}
     files["markdown"].write_text(doc.markdown(), encoding="utf-8")
     files["html"].write_text(doc.html(), encoding="utf-8")

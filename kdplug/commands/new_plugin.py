@@ -1,9 +1,14 @@
-"""``kdplug new-plugin NAME --kind projector``: a ready-to-publish plugin distribution whose tests pass at once."""
+"""``kdplug new-plugin NAME --kind KIND``: a ready-to-publish plugin distribution whose tests pass at once.
+
+Templates live in ``kdplug/testing/skeleton/``: ``common/`` (pyproject, README, package, conftest)
+and one folder per kind (the component module and its tests), rendered with :class:`string.Template`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from string import Template
@@ -12,8 +17,43 @@ from .. import __version__
 from ..errors import UsageError
 from ..plugins import PluginManager
 
+@dataclass(frozen=True)
+class Kind:
+    """What the common templates say about one kind."""
+
+    usage: str  # the README's line that uses the component
+    contract: str  # what its contract checks
+    check_options: str = ""  # extra arguments of 'kdplug check-plugin'
+    extra_entry_points: str = ""  # more pyproject.toml entry points
+
+
 #: kinds with a skeleton (kdplug/testing/skeleton/<kind>/)
-KINDS = ("projector",)
+KINDS = {
+    "projector": Kind("kdplug run --teacher bert-base --student bert-6 --projector ${name} --task sst2 --data-dir glue",
+                      "name resolves, outputs fit the loss, gradients reach every parameter, no NaN, state_dict "
+                      "round-trips, deterministic under a seed, CPU and CUDA, on a grid of layer shapes"),
+    "loss": Kind("kdplug run --teacher bert-base --student bert-6 --projector pkd-skip --set ild_loss=${name}",
+                 "a finite scalar >= 0, gradients reach the student, zero for identical pairs, weights honoured, "
+                 "deterministic, CUDA"),
+    "student": Kind("kdplug run --teacher bert-base --student ${name} --projector universal-ca --task sst2 "
+                    "--data-dir glue",
+                    "builds for classification, pairs and regression, a layer extractor supports it, logits (B, C), "
+                    "layer specs match, gradients reach every parameter, padding changes nothing, deterministic, "
+                    "state_dict round-trips, CUDA",
+                    extra_entry_points='\n# Lets transformers\' Auto classes (and kdplug predict) load a saved student.\n'
+                                       '[project.entry-points."kdplug.model_types"]\n'
+                                       '${name} = "${module}.student:register_model_types"\n'),
+    "teacher": Kind("kdplug run --teacher ${name} --student bilstm --projector universal-ca --task sst2 --data-dir glue",
+                    "loads a tiny checkpoint through source, a layer extractor supports it, logits (B, C), layer "
+                    "specs match, gradients reach every parameter, deterministic, save_pretrained round-trips, CUDA"),
+    "task": Kind("kdplug run --teacher bert-base --student bilstm --projector rkd --task ${name} --data-dir DIR",
+                 "builds, declares its attributes, every split loads, labels in range, the main metric is "
+                 "higher-is-better, deterministic", check_options=" --data-dir tests/data"),
+    "recipe": Kind("kdplug run --teacher bert-base --student bilstm --projector alp --recipe ${name} --task sst2 "
+                   "--data-dir glue",
+                   "two complete tiny runs through the engine: they finish, record their stages, export the "
+                   "student, agree under one seed"),
+}
 NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 
 
@@ -34,23 +74,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=handle)
 
 
-def names(name: str) -> dict[str, str]:
-    """Every spelling of ``name`` the templates use."""
-    return {
+def names(name: str, kind: str = "projector") -> dict[str, str]:
+    """Every spelling of ``name`` (and what is said of ``kind``) the templates use."""
+    values = {
         "name": name,
+        "kind": kind,
         "dist": f"kdplug-{name}",
         "module": "kdplug_" + name.replace("-", "_"),
         "cls": "".join(part.capitalize() for part in name.split("-")),
+        "func": name.replace("-", "_"),
         "kdplug_version": __version__,
         "major_minor": ".".join(__version__.split(".")[:2]),
     }
+    about = KINDS[kind]
+    for key in ("usage", "contract", "check_options", "extra_entry_points"):
+        values[key] = Template(getattr(about, key)).substitute(values)
+    return values
 
 
 def render(kind: str, values: dict[str, str], output: Path) -> list[Path]:
-    """Copy ``skeleton/<kind>/`` to ``output``: ``__module__`` in paths and ``${...}`` in files filled in,
-    ``.tmpl`` suffixes dropped."""
-    root = resources.files("kdplug.testing").joinpath("skeleton", kind)
-    written = []
+    """Copy ``skeleton/common/`` then ``skeleton/<kind>/`` to ``output``: ``__module__`` in paths and
+    ``${...}`` in files filled in, ``.tmpl`` suffixes dropped."""
+    written: list[Path] = []
 
     def walk(node, relative: Path) -> None:
         for child in sorted(node.iterdir(), key=lambda c: c.name):
@@ -63,9 +108,11 @@ def render(kind: str, values: dict[str, str], output: Path) -> list[Path]:
             path = output / target
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(Template(child.read_text(encoding="utf-8")).substitute(values), encoding="utf-8")
-            written.append(path)
+            if path not in written:
+                written.append(path)
 
-    walk(root, Path())
+    for part in ("common", kind):
+        walk(resources.files("kdplug.testing").joinpath("skeleton", part), Path())
     return written
 
 
@@ -78,7 +125,7 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         entry = manager.registry.resolve(args.kind, args.name)[0]
         raise UsageError(f"a {args.kind} named {args.name!r} is already registered by {entry.provider()}; "
                          f"pick another name (two plugins may not register one name)")
-    values = names(args.name)
+    values = names(args.name, args.kind)
     output = Path(args.output or values["dist"])
     if output.exists() and any(output.iterdir()) and not args.force:
         raise UsageError(f"{output} exists and is not empty; choose another --output or pass --force")
@@ -87,7 +134,7 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     for path in written:
         print(f"  {path.relative_to(output)}")
     print(f"\nnext:\n  cd {output}\n  pip install -e .        # registers the entry point '{args.name}'\n"
-          f"  pytest                  # the {args.kind} contract: passes as generated\n"
-          f"  kdplug check-plugin {args.name}\n  kdplug run --projector {args.name} ...\n"
+          f"  pytest                  # the {args.kind} contract and the {args.kind}'s own tests: pass as generated\n"
+          f"  kdplug check-plugin {args.name}{values['check_options']}\n  {values['usage']}\n"
           f"then edit src/{values['module']}/{args.kind}.py; docs/writing-a-plugin.md shows the way to PyPI.")
     return 0

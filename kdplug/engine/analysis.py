@@ -5,7 +5,11 @@ After the last distillation stage the engine writes, into the run directory:
   layers (ALP's α, Universal-KD's λ): the mean over the dev split and, per example, for the first
   ``examples`` dev inputs; plus ``attention.png``, a heatmap like ALP-KD's Figure 3;
 - ``layers_dev.safetensors``: per-layer dev vectors of teacher and student (at most
-  ``max_examples`` rows), for the report's PCA and teacher-distance plots (ALP-KD Figure 4).
+  ``max_examples`` rows), and the pairs the projector compared, in the space where it compared
+  them (ALP's student layer and its attention mix of teacher layers, Universal-KD's
+  pseudo-classifier outputs, PKD's [CLS] vectors): ``pair.<p>.student``, ``pair.<p>.teacher``
+  and ``pair.<p>.loss``, the ILD term of each example for that pair; the metadata ``pairs`` names
+  them. The report draws its PCA and per-example distance plots from them (ALP-KD Figure 4).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from safetensors.torch import save_file
@@ -30,14 +34,17 @@ ATTENTION_FILE, ATTENTION_PLOT, LAYERS_FILE = "attention.json", "attention.png",
 
 @torch.no_grad()
 def collect(module: DistillationModule, split: EncodedSplit, cache: TeacherCache, *, batch_size: int,
-            max_examples: int, device: torch.device) -> tuple[Optional[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
-    """Attention ``(N, P, n)`` (None if the projector records none), student and teacher layers."""
+            max_examples: int, device: torch.device) -> tuple[Optional[torch.Tensor], list[torch.Tensor],
+                                                              list[torch.Tensor], Optional[tuple]]:
+    """Attention ``(N, P, n)`` (None if the projector records none), student and teacher layers,
+    and the projected pairs (student ``(N, P, D)``, teacher ``(N, P, D)``, the ILD loss of each
+    example and pair ``(N, P)`` or None; all None for logit-only methods)."""
     from .data import Collator
 
     was_training = module.training
     module.eval()
     collate = Collator(split.pad_id, split.is_regression)
-    attention, student_layers, teacher_layers = [], [], []
+    attention, student_layers, teacher_layers, pair_students, pair_teachers, pair_losses = [], [], [], [], [], []
     count = min(len(split), max_examples)
     for start in range(0, count, batch_size):
         batch = collate([split[i] for i in range(start, min(start + batch_size, count))])
@@ -53,23 +60,51 @@ def collect(module: DistillationModule, split: EncodedSplit, cache: TeacherCache
                                                    teacher_head_logits=heads))
             if pairs is not None and pairs.attention is not None:
                 attention.append(pairs.attention.float().cpu())
+            if pairs is not None:
+                pair_students.append(pairs.student.float().cpu())
+                pair_teachers.append(pairs.teacher.float().cpu())
+                pair_losses.append(_per_pair_losses(getattr(module.objective, "ild_loss", None), pairs))
         student_layers.append([s.float().cpu() for s in student])
         teacher_layers.append([t.float().cpu() for t in teacher])
     module.train(was_training)
     merge = lambda chunks: [torch.cat(parts) for parts in zip(*chunks)] if chunks else []  # noqa: E731
-    return (torch.cat(attention) if attention else None), merge(student_layers), merge(teacher_layers)
+    pairs = None
+    if pair_students:
+        losses = torch.cat(pair_losses) if all(loss is not None for loss in pair_losses) else None
+        pairs = (torch.cat(pair_students), torch.cat(pair_teachers), losses)
+    return (torch.cat(attention) if attention else None), merge(student_layers), merge(teacher_layers), pairs
+
+
+def _per_pair_losses(loss: Any, pairs: Any) -> Optional[torch.Tensor]:
+    """``(B, P)``: the ILD loss of each example and pair on its own, unweighted: the term the
+    method minimised (None when the objective has no pair loss, e.g. DIH's own)."""
+    if loss is None:
+        return None
+    batch, count = pairs.student.shape[:2]
+    return torch.tensor([[float(loss(pairs.student[i:i + 1, p:p + 1], pairs.teacher[i:i + 1, p:p + 1]))
+                          for p in range(count)] for i in range(batch)])
 
 
 def write(run_dir: Path, stage: str, module: DistillationModule, split_name: str, split: EncodedSplit,
           cache: TeacherCache, student_specs: list[LayerSpec], *, batch_size: int, device: torch.device,
           examples: int = 10, max_examples: int = 1000) -> dict:
     """Record attention and layer vectors of ``module`` on one dev split; returns what was written."""
-    attention, student, teacher = collect(module, split, cache, batch_size=batch_size,
-                                          max_examples=max_examples, device=device)
+    attention, student, teacher, pairs = collect(module, split, cache, batch_size=batch_size,
+                                                 max_examples=max_examples, device=device)
     written = {}
     tensors = {f"teacher.{spec.index}": t.contiguous() for spec, t in zip(cache.specs, teacher)}
     tensors.update({f"student.{spec.index}": s.contiguous() for spec, s in zip(student_specs, student)})
-    save_file(tensors, str(run_dir / LAYERS_FILE), metadata={"stage": stage, "split": split_name})
+    metadata = {"stage": stage, "split": split_name}
+    if pairs is not None:
+        for p in range(pairs[0].shape[1]):
+            tensors[f"pair.{p}.student"] = pairs[0][:, p].contiguous()
+            tensors[f"pair.{p}.teacher"] = pairs[1][:, p].contiguous()
+            if pairs[2] is not None:
+                tensors[f"pair.{p}.loss"] = pairs[2][:, p].contiguous()
+        metadata["pairs"] = json.dumps(pair_labels(pairs[0].shape[1], student_specs, cache.specs, attention,
+                                                   getattr(module.projector, "layer_map", None)))
+        written["ild_loss"] = getattr(module.projector, "ild_loss", None)
+    save_file(tensors, str(run_dir / LAYERS_FILE), metadata=metadata)
     written["layers"] = LAYERS_FILE
     if attention is not None:
         record = {
@@ -85,6 +120,29 @@ def write(run_dir: Path, stage: str, module: DistillationModule, split_name: str
         heatmap(record, run_dir / ATTENTION_PLOT)
         written.update(attention=ATTENTION_FILE, attention_plot=ATTENTION_PLOT)
     return written
+
+
+def pair_labels(count: int, student_specs: list[LayerSpec], teacher_specs: list[LayerSpec],
+                attention: Optional[torch.Tensor], layer_map: Optional[tuple[int, ...]]) -> list[dict]:
+    """What each compared pair is: its student layer and the teacher side (a fixed teacher layer,
+    or an attention mix named by the layer it weighs most)."""
+    rows = _row_labels(count, student_specs)
+    teacher_names = [f"T{spec.index}" for spec in teacher_specs]
+    labels = []
+    for p in range(count):
+        if attention is not None and attention.shape[1] == count:
+            weights = attention[:, p].mean(dim=0)
+            peak = int(weights.argmax())
+            if float(weights[peak]) > 0.999:  # one-hot: a fixed map that records its choice
+                teacher = teacher_names[peak]
+            else:
+                teacher = f"attention mix of {len(teacher_names)} layers, peak {teacher_names[peak]} ({float(weights[peak]):.2f})"
+        elif layer_map is not None and len(layer_map) == count:
+            teacher = f"T{layer_map[p]}"
+        else:
+            teacher = "teacher side"
+        labels.append({"student": rows[p], "teacher": teacher})
+    return labels
 
 
 def _row_labels(rows: int, specs: list[LayerSpec]) -> list[str]:

@@ -32,7 +32,7 @@ from .recipe import RecipeContext, count_parameters, default_epochs
 from .speed import Speed
 from .tracking import TRACKING_DIR, Tracking, parse_report_to
 from .interrupt import RunInterrupted
-from .rundir import (COMPLETED, CONFIG_FILE, FAILED, INTERRUPTED, RUNNING, STUDENT_DIR, RunDirectory,
+from .rundir import (BASELINE_PREDICTIONS_FILE, COMPLETED, CONFIG_FILE, FAILED, INTERRUPTED, RUNNING, STUDENT_DIR, RunDirectory,
                      default_output, is_completed)
 from .trainer import Trainer, build_accelerator, predictions_from_logits, process_state
 
@@ -300,6 +300,7 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
                             train=train, dev=dev, caches=caches, cache_root=cache_root, checkpoints=checkpoints)
 
     # -- the baseline, for the comparison table ------------------------------------------------
+    baseline_predictions: dict[str, Any] = {}
     if config.baseline:
         echo(f"baseline: {config.student} with {config.baseline}")
         student = context.new_student()
@@ -309,6 +310,10 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
         weights = context.weights(projector, eta=defaults.get("eta", 0.0), lam=defaults.get("lam", 0.0))
         result = context.train_stage(f"baseline-{config.baseline}", student, projector, weights=weights)
         metrics["baseline"] = {"projector": config.baseline, "dev": result.dev, "parameters": count_parameters(student)}
+        baseline_dev = context.splits_for(student)[1]
+        trainer.evaluate(student, baseline_dev, baseline_predictions)  # for paired comparisons with the run's student
+        baseline_predictions = {name: {"predictions": baseline_predictions[name], "labels": split.labels}
+                                for name, split in baseline_dev.items()}
         rows.append(Row(f"{config.student} + {config.baseline}", count_parameters(student), result.dev))
 
     # -- the recipe -------------------------------------------------------------------------
@@ -356,6 +361,8 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
             write_student_package(run_dir, config, task, student, context, metrics, max_length)
             run_dir.write_predictions({name: {"predictions": predictions[name], "labels": split.labels}
                                        for name, split in student_dev.items()})
+            if baseline_predictions:
+                run_dir.write_predictions(baseline_predictions, BASELINE_PREDICTIONS_FILE)
             run_dir.write_metrics({"status": COMPLETED, **metrics})
             run_dir.set_status(COMPLETED)
         except BaseException as exc:

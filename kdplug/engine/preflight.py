@@ -61,6 +61,11 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
     registry.check_options("student", config.student, None, None, **config.student_options)
     registry.check_options("projector", config.projector, None, **config.projector_options)
     registry.check_options("recipe", config.recipe, **config.recipe_options)
+    if config.ild_loss:
+        registry.resolve("loss", config.ild_loss)
+        registry.check_options("loss", config.ild_loss, **config.ild_loss_options)
+    elif config.ild_loss_options:
+        raise UsageError("ild_loss_options are the options of ild_loss: set ild_loss too (--set ild_loss=NAME)")
     return notes
 
 

@@ -138,8 +138,11 @@ class RecipeContext:
         regression = self.task.is_regression
         task_loss = self._loss("mse") if regression else self._loss("ce")
         kd_loss = self._loss("mse") if regression else self._loss("kd", temperature=weights.temperature)
-        ild_name = getattr(projector, "ild_loss", None)
-        ild_loss = self._loss(ild_name, **dict(getattr(projector, "ild_loss_options", {}) or {})) if ild_name else None
+        ild_loss = None
+        if projector is not None and self.config.ild_loss:  # the run's choice (e.g. a loss plugin) over the projector's
+            ild_loss = self._loss(self.config.ild_loss, **self.config.ild_loss_options)
+        elif getattr(projector, "ild_loss", None):
+            ild_loss = self._loss(projector.ild_loss, **dict(getattr(projector, "ild_loss_options", {}) or {}))
         return WeightedObjective(eta=weights.eta, lam=weights.lam, ce=weights.ce, task_loss=task_loss,
                                  kd_loss=kd_loss, ild_loss=ild_loss, regression=regression)
 
@@ -261,7 +264,10 @@ def warn_if_not_smaller(student: nn.Module, teacher: nn.Module, name: str) -> No
 def check_vocabulary(model: nn.Module, stage: str, splits: list[EncodedSplit]) -> None:
     """Token ids beyond the model's embedding table mean its tokenizer is not the one it was
     built for; say so instead of failing inside an embedding lookup."""
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else getattr(model, "embeddings", None)
+    try:
+        embeddings = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):  # not a Hugging Face model, or one that does not say
+        embeddings = getattr(model, "embeddings", None)
     rows = getattr(embeddings, "num_embeddings", None)
     if rows is None:
         return

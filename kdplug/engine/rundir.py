@@ -25,8 +25,9 @@ from ..storage import write_atomic
 CONFIG_FILE, METRICS_FILE, LOG_FILE, STUDENT_DIR = "config.yaml", "metrics.json", "log.txt", "student"
 PREDICTIONS_FILE, MARKER_FILE = "predictions.json", "kdplug_run.json"
 #: everything a run writes at the top of its directory; nothing else is ever removed from it
-RUN_ENTRIES = (MARKER_FILE, CONFIG_FILE, METRICS_FILE, LOG_FILE, PREDICTIONS_FILE, STUDENT_DIR, "checkpoints",
-               "attention.json", "attention.png", "layers_dev.safetensors", "tracking")
+BASELINE_PREDICTIONS_FILE = "baseline_predictions.json"  # the --baseline student's, in the same form
+RUN_ENTRIES = (MARKER_FILE, CONFIG_FILE, METRICS_FILE, LOG_FILE, PREDICTIONS_FILE, BASELINE_PREDICTIONS_FILE,
+               STUDENT_DIR, "checkpoints", "attention.json", "attention.png", "layers_dev.safetensors", "tracking")
 RUNNING, COMPLETED, FAILED, INTERRUPTED = "running", "completed", "failed", "interrupted"
 
 
@@ -102,10 +103,10 @@ class RunDirectory:
     def write_metrics(self, metrics: dict[str, Any]) -> None:
         write_atomic(self.path / METRICS_FILE, json.dumps(metrics, indent=2, default=_jsonable))
 
-    def write_predictions(self, predictions: dict[str, dict[str, list]]) -> None:
+    def write_predictions(self, predictions: dict[str, dict[str, list]], name: str = PREDICTIONS_FILE) -> None:
         """The final student's dev predictions and the gold labels, per split, in example order
         (what paired bootstrap comparisons between runs resample)."""
-        write_atomic(self.path / PREDICTIONS_FILE, json.dumps(predictions))
+        write_atomic(self.path / name, json.dumps(predictions))
 
     def attach_log(self) -> logging.Handler:
         handler = logging.FileHandler(self.path / LOG_FILE, encoding="utf-8")

@@ -157,18 +157,22 @@ def test_verdict_and_the_papers_ordering():
 # -- the report ---------------------------------------------------------------------------------
 
 def write_run(directory, *, projector: str, seed: int, accuracy: float, labels: np.ndarray, rng, zoo=None,
-              best_checkpoint="best"):
-    """A finished run directory as the engine writes it, with predictions right at ``accuracy``."""
+              best_checkpoint="best", lr=None, trained_lr=1e-3):
+    """A finished run directory as the engine writes it, with predictions right at ``accuracy``;
+    ``lr`` as configured (None: the family's default), ``trained_lr`` as its stage recorded it."""
     directory.mkdir(parents=True)
     right = rng.random(len(labels)) < accuracy
     predictions = np.where(right, labels, 1 - labels).tolist()
     config = {"teacher": "bert-base", "student": "bert-4", "projector": projector, "task": "sst2",
-              "recipe": "standard", "seed": seed, "best_checkpoint": best_checkpoint, "zoo": zoo, "epochs": 3}
+              "recipe": "standard", "seed": seed, "best_checkpoint": best_checkpoint, "zoo": zoo, "epochs": 3,
+              "lr": lr}
     (directory / "config.yaml").write_text(yaml.safe_dump(config))
     dev = {"dev": {"accuracy": float(right.mean())}}
+    stage = {"lr": lr or trained_lr, "epochs": 3, "history": [],
+             "weights": {"ce": 0.3, "eta": 0.7, "lam": 0.0, "temperature": 10.0}}
     (directory / "metrics.json").write_text(json.dumps({
         "task": "sst2", "main_metric": "accuracy", "config": config, "teacher": {"dev": {"dev": {"accuracy": 0.9}}},
-        "stages": {}, "student": {"dev": dev, "parameters": 1000}, "wall_seconds": 1.0}))
+        "stages": {"distill": stage}, "student": {"dev": dev, "parameters": 1000}, "wall_seconds": 1.0}))
     (directory / "predictions.json").write_text(json.dumps({"dev": {"predictions": predictions,
                                                                     "labels": labels.tolist()}}))
     return directory
@@ -216,3 +220,48 @@ def test_report_checks_the_papers_ordering_of_zoo_rows(tmp_path, alp, pkd, expec
     assert "The paper's ordering (alp-kd Table 1, sst2)" in markdown
     assert f"| **{expected}** |" in markdown and "90.37 > 90.14" in markdown
     assert "(n=4) / 90.37 (accuracy)" in markdown  # ours, mean ± std over 4 seeds, beside the paper's
+
+
+def test_methods_are_told_apart_and_labelled_by_the_values_that_ran(tmp_path):
+    """lr left to kdplug (None) and the same lr set by hand are one method; another lr is another,
+    labelled with its value, never 'lr=None'."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 200)
+    runs = [write_run(tmp_path / f"default-{seed}", projector="rkd", seed=seed, accuracy=0.8, labels=labels, rng=rng)
+            for seed in (1, 2)]
+    runs += [write_run(tmp_path / f"set-{seed}", projector="rkd", seed=seed, accuracy=0.8, labels=labels, rng=rng,
+                       lr=1e-3) for seed in (3, 4)]
+    runs += [write_run(tmp_path / f"other-{seed}", projector="rkd", seed=seed, accuracy=0.8, labels=labels, rng=rng,
+                       lr=2e-3) for seed in (1, 2, 3, 4)]
+    files = write_report(runs, tmp_path / "report", resamples=0)
+    [record] = json.loads(files["comparisons"].read_text())
+    assert {record["a"], record["b"]} == {"rkd (lr=0.001)", "rkd (lr=0.002)"}
+    assert record["seeds"] == [1, 2, 3, 4]  # the default-lr and the hand-set runs form one method
+    assert "None" not in files["markdown"].read_text().split("## Comparisons")[1].split("## Training")[0]
+
+
+def test_a_note_shared_by_every_comparison_is_said_once(tmp_path):
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 200)
+    runs = [write_run(tmp_path / name, projector=name, seed=1, accuracy=0.8, labels=labels, rng=rng)
+            for name in ("nkd", "rkd", "alp", "pkd-skip")]
+    markdown = write_report(runs, tmp_path / "report", resamples=0)["markdown"].read_text()
+    assert markdown.count("one seed: the seed-to-seed spread is unknown") == 1
+    assert "nothing can be resolved (every comparison above)" in markdown
+
+
+def test_a_baseline_student_keeps_its_predictions_for_the_bootstrap(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(sst2_dir), "--student", "bilstm",
+            "--projector", "rkd", "--baseline", "nkd", "--seeds", "1,2", "--epochs", "1", "--set", "teacher_epochs=1",
+            "--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16",
+            "--output", str(tmp_path / "runs")]
+    assert main(argv) == 0
+    run = tmp_path / "runs" / "seed-1"
+    baseline = json.loads((run / "baseline_predictions.json").read_text())
+    metrics = json.loads((run / "metrics.json").read_text())
+    labels = baseline["dev"]["labels"]
+    accuracy = sum(p == y for p, y in zip(baseline["dev"]["predictions"], labels)) / len(labels)
+    assert accuracy == pytest.approx(metrics["baseline"]["dev"]["dev"]["accuracy"])  # the baseline's own
+    files = write_report([tmp_path / "runs"], tmp_path / "report", resamples=200)
+    [record] = json.loads(files["comparisons"].read_text())
+    assert {record["a"], record["b"]} == {"rkd", "nkd"} and record["bootstrap"] is not None

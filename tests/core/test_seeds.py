@@ -60,11 +60,11 @@ def test_seeds_share_the_teacher_and_summarise(capsys, tmp_path, tiny_bert_dir, 
     assert "done already" in capsys.readouterr().out
     assert stamps == {s: (runs[s] / "metrics.json").stat().st_mtime_ns for s in runs}
 
-    # the report pairs the student with its baseline on both seeds (metrics only: t-interval)
+    # the report pairs the student with its baseline on both seeds, with its predictions: a bootstrap too
     assert main(["report", str(tmp_path / "rkd"), "--output", str(tmp_path / "report")]) == 0
     records = json.loads((tmp_path / "report" / "comparisons.json").read_text())
     record = next(r for r in records if r["metric"] == "accuracy")
-    assert (record["a"], record["b"], record["seeds"]) == ("rkd", "nkd", [7, 8]) and record["bootstrap"] is None
+    assert (record["a"], record["b"], record["seeds"]) == ("rkd", "nkd", [7, 8]) and record["bootstrap"] is not None
     assert record["differences"] == pytest.approx(
         [metrics[s]["student"]["dev"]["dev"]["accuracy"] - metrics[s]["baseline"]["dev"]["dev"]["accuracy"]
          for s in (7, 8)])

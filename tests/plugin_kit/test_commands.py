@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -109,23 +110,36 @@ def test_json_output(capsys):
 
 # -- new-plugin ----------------------------------------------------------------------------------
 
-def test_new_plugin_writes_a_skeleton_whose_tests_pass(capsys, tmp_path):
+SKELETON_FILES = {
+    "projector": ["src/kdplug_fit_hints/projector.py"],
+    "loss": ["src/kdplug_fit_hints/loss.py"],
+    "student": ["src/kdplug_fit_hints/student.py"],
+    "teacher": ["src/kdplug_fit_hints/teacher.py"],
+    "task": ["src/kdplug_fit_hints/task.py", "tests/data/dev.jsonl", "tests/data/train.jsonl"],
+    "recipe": ["src/kdplug_fit_hints/recipe.py"],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SKELETON_FILES))
+def test_new_plugin_writes_a_skeleton_whose_tests_pass(capsys, tmp_path, kind):
     target = tmp_path / "kdplug-fit-hints"
-    code, out, _ = run_cli(capsys, "new-plugin", "fit-hints", "--kind", "projector", "--output", str(target))
+    code, out, _ = run_cli(capsys, "new-plugin", "fit-hints", "--kind", kind, "--output", str(target))
     assert code == 0 and "pip install -e ." in out
     files = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
-    assert files == ["README.md", "pyproject.toml", "src/kdplug_fit_hints/__init__.py",
-                     "src/kdplug_fit_hints/projector.py", "tests/conftest.py", "tests/test_kdplug_fit_hints.py"]
+    assert files == sorted(["README.md", "pyproject.toml", "src/kdplug_fit_hints/__init__.py", "tests/conftest.py",
+                            "tests/test_kdplug_fit_hints.py", *SKELETON_FILES[kind]])
     project = tomllib.loads((target / "pyproject.toml").read_text())
     assert project["project"]["name"] == "kdplug-fit-hints"
-    assert project["project"]["entry-points"]["kdplug"] == {"fit-hints": "kdplug_fit_hints.projector"}
+    assert project["project"]["entry-points"]["kdplug"] == {"fit-hints": f"kdplug_fit_hints.{kind}"}
     assert project["project"]["dependencies"] == ["kdplug>=0.1"]
     assert "${" not in "".join((target / f).read_text() for f in files)
 
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=target,
-                            capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "passed" in result.stdout and "failed" not in result.stdout
+    passed = int(re.search(r"(\d+) passed", result.stdout).group(1))
+    assert passed >= 8 and "failed" not in result.stdout and "error" not in result.stdout.lower()
 
 
 @pytest.mark.parametrize("argv, message", [
