@@ -24,6 +24,18 @@ CHECKPOINT_POLICIES = ("best", "last")
 TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}  # --report-to name -> package
 
 
+def tracker_names(report_to: Optional[str]) -> list[str]:
+    """``report_to`` (``"tensorboard,wandb"``, ``all``, ``none``) as its names: [] for none, ["all"]
+    kept as is; a name kdplug does not know is a ConfigError."""
+    names = [part.strip() for part in str(report_to or "none").split(",") if part.strip()]
+    if names in ([], ["none"]):
+        return []
+    if names != ["all"] and not all(name in TRACKERS for name in names):
+        raise ConfigError(f"report_to must be none, all, or a comma list of {', '.join(TRACKERS)}, "
+                          f"got {report_to!r}")
+    return names
+
+
 @dataclass
 class RunConfig:
     """Everything that defines a run. Each field is documented in ``kdplug run --help``."""
@@ -115,9 +127,7 @@ class RunConfig:
                 f"(1-a)CE + a KD + b PT: --set ce_weight=0.8 --set eta=0.2 --set lam=100)")
         require(self.temperature is None or (finite(self.temperature) and self.temperature > 0), "temperature",
                 "a positive finite number")
-        trackers = [part.strip() for part in str(self.report_to).split(",") if part.strip()]
-        require(trackers in ([], ["none"], ["all"]) or all(t in TRACKERS for t in trackers),
-                "report_to", f"none, all, or a comma list of {', '.join(TRACKERS)}")
+        tracker_names(self.report_to)
         return self
 
     def to_dict(self) -> dict[str, Any]:

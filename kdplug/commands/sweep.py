@@ -65,7 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     from ..config import load_yaml, parse_overrides
     from ..errors import ConfigError
-    from ..launchers import make_executor, parse_executor_options, run_submitit
+    from ..launchers import parse_executor_options, run_submitit
     from ..sweep import Sweep, collect, load_grid_file, parse_grid, parse_shard
     from ..zoo import Zoo
 
@@ -114,7 +114,6 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         print(f"{count} teacher(s) fine-tuned or found and cached in the store; start the workers now")
         return 0
     if args.launcher == "submitit":
-        make_executor(output / "submitit", args.cluster, executor_options)  # bad options: exit 2 before any work
         results = run_submitit(sweep, manager.registry, cluster=args.cluster, jobs=args.jobs,
                                options=executor_options, disabled=tuple(args.disabled))
     else:

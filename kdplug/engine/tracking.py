@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from ..config import TRACKERS
+from ..config import TRACKERS, tracker_names
 from ..errors import ConfigError
 
 TRACKING_DIR = "tracking"
@@ -27,14 +27,9 @@ PROJECT = "kdplug"
 
 def parse_report_to(value: Optional[str]) -> list[str]:
     """``"tensorboard,wandb"`` -> the trackers; ``none`` -> none; ``all`` -> every installed one."""
-    names = [part.strip() for part in str(value or "none").split(",") if part.strip()]
-    if names in ([], ["none"]):
-        return []
+    names = tracker_names(value)
     if names == ["all"]:
         return [name for name, package in TRACKERS.items() if importlib.util.find_spec(package) is not None]
-    unknown = [name for name in names if name not in TRACKERS]
-    if unknown:  # RunConfig.validate says the same; this also serves the Python API's direct callers
-        raise ConfigError(f"report_to must be none, all or a comma list of {', '.join(TRACKERS)}, got {value!r}")
     missing = [name for name in names if importlib.util.find_spec(TRACKERS[name]) is None]
     if missing:
         raise ConfigError(f"--report-to {', '.join(missing)} needs the {', '.join(TRACKERS[m] for m in missing)} "

@@ -91,7 +91,7 @@ def test_wandb_offline_writes_the_run_inside_the_run_directory(capsys, tmp_path,
 
 def test_report_to_is_checked_before_any_work(capsys, tmp_path, monkeypatch):
     assert parse_report_to("none") == [] and parse_report_to(None) == []
-    with pytest.raises(ConfigError, match="report_to must be none, all or a comma list"):
+    with pytest.raises(ConfigError, match="report_to must be none, all, or a comma list"):
         parse_report_to("tensorbored")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_MODE", raising=False)
