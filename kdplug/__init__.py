@@ -73,6 +73,10 @@ def list_layer_extractors(pattern: str = "*") -> list[str]:
     return list_components("layer_extractor", pattern)
 
 
+def list_augmenters(pattern: str = "*") -> list[str]:
+    return list_components("augmenter", pattern)
+
+
 def create_teacher(name: str, task: Task, **options: Any) -> Teacher:
     return _registry().create("teacher", name, task, **options)
 
@@ -95,6 +99,10 @@ def create_task(name: str, data_dir: str | None = None, **options: Any) -> Task:
 
 def create_recipe(name: str, **options: Any):
     return _registry().create("recipe", name, **options)
+
+
+def create_augmenter(name: str, teacher: Teacher, **options: Any):
+    return _registry().create("augmenter", name, teacher, **options)
 
 
 def find_layer_extractor(model: Any) -> LayerExtractor:
@@ -127,6 +135,6 @@ __all__ = [
     "UnknownComponentError", "UsageError", "create_loss", "create_projector", "create_recipe", "create_student",
     "create_task", "create_teacher", "find_layer_extractor", "get_plugin_manager", "hookimpl", "list_components",
     "list_layer_extractors", "list_losses", "list_projectors", "list_recipes", "list_students", "list_tasks",
-    "list_teachers", "matchable_layers", "num_outputs", "set_plugin_manager",
+    "list_teachers", "list_augmenters", "create_augmenter", "matchable_layers", "num_outputs", "set_plugin_manager",
     "Prediction", "Student", "load_student", "predict", "RunConfig", "distill",
 ]

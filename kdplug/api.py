@@ -22,7 +22,7 @@ from .errors import (ConfigError, DataError, KdplugError, OfflineError, PluginEr
 from .plugins import hookimpl
 from .storage import (StorageError, atomic_directory, complete_copy, default_cache_root, file_lock, move_aside,
                       raise_as_storage_error, verify, write_atomic)
-from .types import (DistillInputs, Example, LayerExtractor, LayerSpec, ProjectedPairs, Projector, ProjectionRequest,
+from .types import (Augmenter, DistillInputs, Example, LayerExtractor, LayerSpec, ProjectedPairs, Projector, ProjectionRequest,
                     Register, StepState, Student, Task, Teacher, matchable_layers, num_outputs, text_columns)
 
 if TYPE_CHECKING:  # a recipe's ``run(ctx)`` receives one; annotate with it, never construct it
@@ -32,7 +32,7 @@ __all__ = [
     # hooks
     "hookimpl",
     # types that cross the plugin boundary
-    "DistillInputs", "Example", "LayerExtractor", "LayerSpec", "ProjectedPairs", "Projector", "ProjectionRequest",
+    "Augmenter", "DistillInputs", "Example", "LayerExtractor", "LayerSpec", "ProjectedPairs", "Projector", "ProjectionRequest",
     "Register", "StepState", "Student", "Task", "Teacher", "matchable_layers", "num_outputs", "text_columns",
     # errors (UsageError and its subclasses exit 2)
     "ConfigError", "DataError", "KdplugError", "OfflineError", "PluginError", "StorageError", "UnknownComponentError",

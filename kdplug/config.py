@@ -70,6 +70,12 @@ class RunConfig:
     best_checkpoint: str = "best"  # "best": the best dev epoch (as the papers report); "last"
     seed: int = 42
     teacher_seed: Optional[int] = None  # seeds the teacher's fine-tuning; None = seed (kdplug run --seeds fixes it)
+    # transfer set: inputs without gold labels that the student learns the teacher's outputs on
+    transfer: list = field(default_factory=list)  # files of unlabelled text (TSV/CSV/JSONL/lines) or datasets dirs
+    augment: Optional[str] = None  # an augmenter (kdplug plugins --kind augmenter) applied to the training set
+    augment_factor: int = 20  # augmented copies per training example (Tang et al.: 20 for SST-2)
+    augment_options: dict = field(default_factory=dict)  # options of the augmenter, e.g. p_mask
+    transfer_ratio: Optional[float] = None  # transfer examples per labelled example in an epoch; None: all of them
     # teacher fine-tuning (when the teacher is not fine-tuned yet)
     teacher_epochs: Optional[int] = None  # None: 3, or more to reach 300 optimizer steps on small data
     teacher_lr: float = 5e-5
@@ -128,6 +134,9 @@ class RunConfig:
         require(self.temperature is None or (finite(self.temperature) and self.temperature > 0), "temperature",
                 "a positive finite number")
         tracker_names(self.report_to)
+        require(self.augment_factor >= 1, "augment_factor", "at least 1 (augmented copies per training example)")
+        require(self.transfer_ratio is None or (finite(self.transfer_ratio) and self.transfer_ratio > 0),
+                "transfer_ratio", "a positive number of transfer examples per labelled one (or unset: all)")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -163,6 +172,10 @@ def _coerce(key: str, value: Any) -> Any:
         return str(value)
     if base is dict and isinstance(value, dict):
         return dict(value)
+    if base is list and isinstance(value, (list, tuple, str)):  # a single path is a list of one
+        items = [value] if isinstance(value, str) else list(value)
+        if all(isinstance(item, str) for item in items):
+            return items
     raise ConfigError(f"{key} must be {getattr(base, '__name__', base)}, got {value!r} ({type(value).__name__})")
 
 

@@ -182,3 +182,26 @@ def kdplug_register_recipes(register):
     schedule. Every stage's metrics are recorded by the context. ``run`` returns the final
     student, which the engine evaluates on the dev splits and exports.
     """
+
+
+@hookspec
+def kdplug_register_augmenters(register):
+    """Register augmenter factories: how a transfer set is made from the training sentences.
+
+    When: once, the first time an augmenter is listed or created (``--augment NAME``).
+
+    Parameters:
+        register: ``register(name, factory, description="")``.
+
+    The factory is called as ``factory(teacher, **options)``:
+        teacher (kdplug.types.Teacher): the run's teacher, e.g. for its tokenizer's mask token,
+            its word embeddings or its masked-language-model head.
+        options: keyword options from the run's ``augment_options`` (e.g. ``p_mask=0.2``).
+
+    The factory returns a :class:`kdplug.types.Augmenter`: ``augmenter(text, rng)`` returns one
+    augmented copy of a sentence, drawing all randomness from ``rng``; an optional
+    ``prepare(sentences)`` sees every training sentence first. The engine calls it
+    ``augment_factor`` times per training example (both sentences of a pair, as the augmenter's
+    ``pair_schedule`` says), drops copies equal to their source or to a dev sentence, and stores
+    the result by fingerprint for later runs.
+    """

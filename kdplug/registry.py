@@ -24,6 +24,7 @@ KINDS: dict[str, str] = {
     "loss": "kdplug_register_losses",
     "task": "kdplug_register_tasks",
     "recipe": "kdplug_register_recipes",
+    "augmenter": "kdplug_register_augmenters",
 }
 
 #: kind -> its plural, for headings ("losses", not "losss")

@@ -9,11 +9,13 @@ option to pass: a Windows-1252 file from Excel never becomes silently garbled te
 from __future__ import annotations
 
 import codecs
+import csv
 import io
+import json
 import os
 from typing import Optional
 
-from .errors import DataError
+from .errors import DataError, UsageError
 
 #: byte-order marks, longest first (UTF-32's LE mark starts with UTF-16's)
 BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
@@ -59,3 +61,93 @@ def open_text(path: str | os.PathLike, *, encoding: Optional[str] = None,
     """The file as a text stream; ``newline`` is kept so a stray carriage return inside a field
     does not split its record."""
     return io.StringIO(read_text(path, encoding=encoding, option=option), newline="\n")
+
+
+# -- files of texts (kdplug predict's inputs, transfer sets) -------------------------------------
+
+#: file extension -> format read by :func:`read_inputs`
+FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".txt": "lines"}
+GENERIC_COLUMNS = ("text", "text_pair")
+
+
+def input_format(path: str, given: Optional[str]) -> str:
+    """The format of a file of texts, from ``given`` or its extension (stdin: plain lines)."""
+    if given:
+        return given
+    if path == "-":
+        return "lines"
+    fmt = FORMATS.get(os.path.splitext(path)[1].lower())
+    if fmt is None:
+        raise UsageError(f"cannot tell the format of {path}: use .tsv, .csv, .jsonl or .txt, or pass --format")
+    return fmt
+
+
+def pick_columns(header: list[str], task_columns: tuple[str, ...], is_pair: bool,
+                 given: Optional[tuple[Optional[str], Optional[str]]], name: str, consumer: str = "this student") -> list[str]:
+    """The input's text columns: given ones, else the task's, else text/text_pair."""
+    wanted = 2 if is_pair else 1
+    candidates = [tuple(c for c in given if c)] if given else [task_columns[:wanted], GENERIC_COLUMNS[:wanted]]
+    for columns in candidates:
+        if len(columns) == wanted and all(column in header for column in columns):
+            return list(columns)
+    expected = " and ".join(repr(c) for c in candidates[0]) + (
+        f" (or {' and '.join(repr(c) for c in candidates[1])})" if len(candidates) > 1 else "")
+    fix = ("rename them, or name yours with --text-column" + (" and --pair-column" if is_pair else "")
+           if consumer == "this student" else "rename them")
+    raise DataError(f"the input has columns {', '.join(repr(h) for h in header) or '(none)'} but {consumer} reads "
+                    f"{expected}; {fix}", path=name, line=1)
+
+
+def read_inputs(text: str, fmt: str, name: str, task_columns: tuple[str, ...], is_pair: bool,
+                given: Optional[tuple[Optional[str], Optional[str]]], consumer: str = "this student",
+                ) -> tuple[list[dict], list[str], list]:
+    """(rows as dicts, the row keys in order, the texts or pairs to predict)."""
+    if fmt == "lines":
+        rows, texts = [], []
+        keys = list(GENERIC_COLUMNS[:2 if is_pair else 1])
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            fields = line.split("\t")
+            if is_pair and len(fields) != 2:
+                raise DataError("a sentence-pair student needs two tab-separated texts on each line, found "
+                                f"{len(fields)} field(s)", path=name, line=number)
+            rows.append(dict(zip(keys, fields if is_pair else [line])))
+            texts.append(tuple(fields) if is_pair else line)
+    elif fmt == "jsonl":
+        rows = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"not valid JSON ({exc.msg}); each line must be one object", path=name,
+                                line=number) from None
+            if not isinstance(record, dict):
+                raise DataError("expected a JSON object per line", path=name, line=number)
+            rows.append(record)
+        keys = list(dict.fromkeys(key for row in rows for key in row))
+        columns = pick_columns(keys, task_columns, is_pair, given, name, consumer)
+        for number, row in enumerate(rows, start=1):
+            if any(not isinstance(row.get(column), str) for column in columns):
+                raise DataError(f"expected text in {', '.join(repr(c) for c in columns)}", path=name, line=number)
+        texts = [tuple(row[c] for c in columns) if is_pair else row[columns[0]] for row in rows]
+    else:
+        reader = csv.reader(io.StringIO(text), delimiter="\t" if fmt == "tsv" else ",",
+                            quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL)
+        table = [(reader.line_num, fields) for fields in reader if any(field.strip() for field in fields)]
+        if not table:
+            raise UsageError(f"{name} is empty: expected a header line and texts")
+        keys = [field.strip() for field in table[0][1]]
+        columns = pick_columns(keys, task_columns, is_pair, given, name, consumer)
+        rows = []
+        for number, fields in table[1:]:
+            if len(fields) != len(keys):
+                raise DataError(f"expected {len(keys)} fields as in the header, found {len(fields)}", path=name,
+                                line=number)
+            rows.append(dict(zip(keys, fields)))
+        texts = [tuple(row[c] for c in columns) if is_pair else row[columns[0]] for row in rows]
+    if not texts:
+        raise UsageError(f"{name} holds no texts to predict")
+    return rows, keys, texts

@@ -277,6 +277,24 @@ class StepState:
 
 
 # --------------------------------------------------------------------------------------------
+# Augmentation
+# --------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Augmenter(Protocol):
+    """Makes a new input from one sentence: built by an augmenter factory (see the augmenter hook).
+
+    ``prepare(sentences)`` (optional) sees every training sentence once before any call, e.g. to
+    learn which words share a part of speech. ``__call__(text, rng)`` returns one augmented copy
+    of ``text``, drawing every random choice from ``rng`` (a ``random.Random``), so the same seed
+    gives the same transfer set.
+    """
+
+    def __call__(self, text: str, rng: Any) -> str: ...
+
+
+# --------------------------------------------------------------------------------------------
 # Registration
 # --------------------------------------------------------------------------------------------
 

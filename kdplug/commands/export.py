@@ -77,7 +77,7 @@ def sample_texts(args: argparse.Namespace, manager: PluginManager) -> list:
 
     if args.sample:
         from .. import textio
-        from .predict import input_format, read_inputs
+        from ..textio import input_format, read_inputs
 
         student = load_student(args.run, device="cpu")
         text = textio.read_text(args.sample, option="--sample's encoding (save it as UTF-8)")

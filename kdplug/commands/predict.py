@@ -15,14 +15,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-from ..errors import DataError, UsageError
+from ..errors import UsageError
 from ..plugins import PluginManager
 from ..storage import write_atomic
+from ..textio import FORMATS, input_format, read_inputs
 
-FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".txt": "lines"}
-GENERIC_COLUMNS = ("text", "text_pair")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -81,92 +80,12 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     return 0
 
 
-def input_format(path: str, given: Optional[str]) -> str:
-    if given:
-        return given
-    if path == "-":
-        return "lines"
-    fmt = FORMATS.get(os.path.splitext(path)[1].lower())
-    if fmt is None:
-        raise UsageError(f"cannot tell the format of {path}: use .tsv, .csv, .jsonl or .txt, or pass --format")
-    return fmt
-
-
 def output_format(path: str, input_fmt: str) -> str:
     if path != "-":
         fmt = FORMATS.get(os.path.splitext(path)[1].lower())
         if fmt is not None and fmt != "lines":
             return fmt
     return "tsv" if input_fmt == "lines" else input_fmt
-
-
-def pick_columns(header: list[str], task_columns: tuple[str, ...], is_pair: bool,
-                 given: Optional[tuple[Optional[str], Optional[str]]], name: str) -> list[str]:
-    """The input's text columns: given ones, else the task's, else text/text_pair."""
-    wanted = 2 if is_pair else 1
-    candidates = [tuple(c for c in given if c)] if given else [task_columns[:wanted], GENERIC_COLUMNS[:wanted]]
-    for columns in candidates:
-        if len(columns) == wanted and all(column in header for column in columns):
-            return list(columns)
-    expected = " and ".join(repr(c) for c in candidates[0]) + (
-        f" (or {' and '.join(repr(c) for c in candidates[1])})" if len(candidates) > 1 else "")
-    raise DataError(f"the input has columns {', '.join(repr(h) for h in header) or '(none)'} but this student reads "
-                    f"{expected}; rename them, or name yours with --text-column"
-                    f"{' and --pair-column' if is_pair else ''}", path=name, line=1)
-
-
-def read_inputs(text: str, fmt: str, name: str, task_columns: tuple[str, ...], is_pair: bool,
-                given: Optional[tuple[Optional[str], Optional[str]]]) -> tuple[list[dict], list[str], list]:
-    """(rows as dicts, the row keys in order, the texts or pairs to predict)."""
-    if fmt == "lines":
-        rows, texts = [], []
-        keys = list(GENERIC_COLUMNS[:2 if is_pair else 1])
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            fields = line.split("\t")
-            if is_pair and len(fields) != 2:
-                raise DataError("a sentence-pair student needs two tab-separated texts on each line, found "
-                                f"{len(fields)} field(s)", path=name, line=number)
-            rows.append(dict(zip(keys, fields if is_pair else [line])))
-            texts.append(tuple(fields) if is_pair else line)
-    elif fmt == "jsonl":
-        rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"not valid JSON ({exc.msg}); each line must be one object", path=name,
-                                line=number) from None
-            if not isinstance(record, dict):
-                raise DataError("expected a JSON object per line", path=name, line=number)
-            rows.append(record)
-        keys = list(dict.fromkeys(key for row in rows for key in row))
-        columns = pick_columns(keys, task_columns, is_pair, given, name)
-        for number, row in enumerate(rows, start=1):
-            if any(not isinstance(row.get(column), str) for column in columns):
-                raise DataError(f"expected text in {', '.join(repr(c) for c in columns)}", path=name, line=number)
-        texts = [tuple(row[c] for c in columns) if is_pair else row[columns[0]] for row in rows]
-    else:
-        reader = csv.reader(io.StringIO(text), delimiter="\t" if fmt == "tsv" else ",",
-                            quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL)
-        table = [(reader.line_num, fields) for fields in reader if any(field.strip() for field in fields)]
-        if not table:
-            raise UsageError(f"{name} is empty: expected a header line and texts")
-        keys = [field.strip() for field in table[0][1]]
-        columns = pick_columns(keys, task_columns, is_pair, given, name)
-        rows = []
-        for number, fields in table[1:]:
-            if len(fields) != len(keys):
-                raise DataError(f"expected {len(keys)} fields as in the header, found {len(fields)}", path=name,
-                                line=number)
-            rows.append(dict(zip(keys, fields)))
-        texts = [tuple(row[c] for c in columns) if is_pair else row[columns[0]] for row in rows]
-    if not texts:
-        raise UsageError(f"{name} holds no texts to predict")
-    return rows, keys, texts
 
 
 def render(rows: list[dict], keys: list[str], predictions: list, labels: tuple[str, ...], fmt: str) -> str:

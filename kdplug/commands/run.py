@@ -40,6 +40,7 @@ examples:
   kdplug run --teacher ./my-finetuned-bert --student bert-4 --projector alp --task mrpc --set lr=2e-5
   kdplug run --config zoo/alp-kd/table1-sst2-alp.yaml --set seed=2
   kdplug run --projector rkd --seeds 5 --output runs/rkd     # seeds 42..46 in runs/rkd/seed-*, one teacher
+  kdplug run --teacher minilm --student bilstm --projector rkd --augment tang    # + 20 augmented copies per example
 
 every configuration key (use with --set KEY=VALUE or in the YAML file):
   """ + ", ".join(sorted(FIELDS)) + "\n  component options: --set student_options.hidden_size=256 (likewise teacher_options, projector_options, task_options, recipe_options)"
@@ -72,6 +73,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"],
                         help="auto (default): bf16 teacher inference where supported, fp32 training on CPU")
     parser.add_argument("--baseline", help="also train the student with this projector (e.g. nkd) for the table")
+    parser.add_argument("--transfer", nargs="+", action="extend", metavar="PATH",
+                        help="unlabelled text the student also learns the teacher's outputs on: TSV/CSV/JSONL files "
+                             "with the task's text columns, plain .txt lines, or datasets directories "
+                             "(docs/transfer-sets.md)")
+    parser.add_argument("--augment", metavar="NAME",
+                        help="build a transfer set by augmenting the training set: tang (Tang et al. 2019) or "
+                             "teacher-words (TinyBERT-style); options with --set augment_options.KEY=VALUE")
+    parser.add_argument("--augment-factor", dest="augment_factor", type=int, metavar="N",
+                        help="augmented copies per training example (default: 20)")
     parser.add_argument("--report-to", dest="report_to", metavar="TRACKERS",
                         help="experiment tracking: tensorboard, wandb, mlflow (comma list), all or none (default): "
                              "every loss term per step, dev metrics per epoch, attention heatmaps (docs/tracking.md)")
@@ -96,7 +106,7 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         return 0
     flags = {key: getattr(args, key) for key in
              ("teacher", "student", "projector", "task", "recipe", "data_dir", "output", "seed", "epochs",
-              "precision", "baseline", "cache_dir", "report_to")}
+              "precision", "baseline", "cache_dir", "report_to", "transfer", "augment", "augment_factor")}
     components_given = any(flags[k] for k in ("teacher", "student", "projector", "task")) or args.config
     if not components_given:
         print("No components given: running the embedded demo (MiniLM-L6 teacher, BiLSTM student, demo task). "

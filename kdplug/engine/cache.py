@@ -62,9 +62,10 @@ class CacheMeta:
 class TeacherCache:
     """Read access to one cached split."""
 
-    def __init__(self, directory: Path, meta: CacheMeta) -> None:
+    def __init__(self, directory: Path, meta: CacheMeta, *, built: bool = False) -> None:
         self.directory = directory
         self.meta = meta
+        self.built = built  # computed by this process (False: found in the store)
         shape_logits = (meta.num_examples, meta.num_outputs)
         shape_layers = (meta.num_examples, meta.total_width)
         self.logits = np.memmap(directory / LOGITS_FILE, dtype=np.float32, mode="r", shape=shape_logits)
@@ -84,6 +85,42 @@ class TeacherCache:
         logits = torch.from_numpy(np.ascontiguousarray(self.logits[rows])).to(device)
         flat = torch.from_numpy(np.ascontiguousarray(self.layers[rows])).to(device=device, dtype=torch.float32)
         layers = [flat[:, a:b] for a, b in zip(self._offsets[:-1], self._offsets[1:])]
+        return logits, layers
+
+
+class ConcatCache:
+    """The teacher's outputs on the training split followed by a transfer set's (see data.WithTransfer)."""
+
+    def __init__(self, labelled: TeacherCache, transfer: TeacherCache) -> None:
+        if labelled.meta.layers != transfer.meta.layers or labelled.meta.num_outputs != transfer.meta.num_outputs:
+            raise ValueError("the training and transfer caches hold different teacher layers")
+        self.labelled, self.transfer = labelled, transfer
+        self.meta = labelled.meta
+
+    @property
+    def specs(self) -> list[LayerSpec]:
+        return self.labelled.specs
+
+    def __len__(self) -> int:
+        return len(self.labelled) + len(self.transfer)
+
+    def fetch(self, index: torch.Tensor, device: torch.device | str = "cpu") -> tuple[torch.Tensor, list[torch.Tensor]]:
+        first = len(self.labelled)
+        in_transfer = index >= first
+        if not bool(in_transfer.any()):
+            return self.labelled.fetch(index, device)
+        if bool(in_transfer.all()):
+            return self.transfer.fetch(index - first, device)
+        logits_a, layers_a = self.labelled.fetch(index[~in_transfer], device)
+        logits_b, layers_b = self.transfer.fetch(index[in_transfer] - first, device)
+        rows = in_transfer.to(device)
+        logits = logits_a.new_empty((len(index), logits_a.shape[1]))
+        logits[~rows], logits[rows] = logits_a, logits_b
+        layers = []
+        for a, b in zip(layers_a, layers_b):
+            merged = a.new_empty((len(index), a.shape[1]))
+            merged[~rows], merged[rows] = a, b
+            layers.append(merged)
         return logits, layers
 
 
@@ -136,7 +173,7 @@ def open_or_build(root: Path, key: str, *, num_examples: int, num_outputs: int, 
                                    "nothing was cached and nothing else was changed; free space (or raise the "
                                    "limit) and run again")
             raise
-    return TeacherCache(directory, meta)
+    return TeacherCache(directory, meta, built=True)
 
 
 def _write(staging: Path, key: str, num_examples: int, num_outputs: int, specs: list[LayerSpec],

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import Sampler
 
@@ -20,11 +21,13 @@ from ..types import Example, Task
 class EncodedSplit:
     """A split tokenised once: token id lists, labels and each example's index."""
 
-    input_ids: list[list[int]]
-    token_type_ids: list[list[int]] | None
+    input_ids: Sequence[list[int]]  # a list, or a memory-mapped table (transfer sets)
+    token_type_ids: Sequence[list[int]] | None
     labels: list[float]
     is_regression: bool
     pad_id: int
+    #: a fingerprint of the token ids computed when they were stored (hashing them again is slow)
+    token_fingerprint: Optional[str] = None
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -36,8 +39,54 @@ class EncodedSplit:
         return item
 
     @property
-    def lengths(self) -> list[int]:
+    def lengths(self) -> Sequence[int]:
+        if hasattr(self.input_ids, "lengths"):
+            return self.input_ids.lengths()
         return [len(ids) for ids in self.input_ids]
+
+
+class WithTransfer:
+    """The labelled training split followed by a transfer set, as one data set for distillation.
+
+    Index ``i < len(labelled)`` is a labelled example, the rest the transfer set's (its index into
+    the teacher cache is ``i - len(labelled)``); items carry ``labelled``, so the objective counts
+    CE on the labelled rows only. An epoch visits every labelled example and ``per_epoch``
+    transfer examples: the transfer set in one fixed shuffled order (per seed), continued from
+    epoch to epoch, so every transfer example is seen once before any is seen twice.
+    """
+
+    def __init__(self, labelled: EncodedSplit, transfer: EncodedSplit, *, per_epoch: Optional[int] = None) -> None:
+        self.labelled, self.transfer = labelled, transfer
+        self.per_epoch = len(transfer) if per_epoch is None else max(0, min(per_epoch, len(transfer)))
+        self.is_regression, self.pad_id = labelled.is_regression, labelled.pad_id
+
+    def __len__(self) -> int:
+        return len(self.labelled) + len(self.transfer)
+
+    @property
+    def epoch_size(self) -> int:
+        return len(self.labelled) + self.per_epoch
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.concatenate([np.asarray(self.labelled.lengths, dtype=np.int64),
+                               np.asarray(self.transfer.lengths, dtype=np.int64)])
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        first = len(self.labelled)
+        if index < first:
+            return {**self.labelled[index], "labelled": True}
+        return {**self.transfer[index - first], "index": index, "labelled": False}
+
+    def epoch_pool(self, epoch: int, seed: int) -> list[int]:
+        """The indices one epoch visits (before the sampler's shuffle)."""
+        first, total = len(self.labelled), len(self.transfer)
+        if self.per_epoch >= total:
+            return list(range(first + total))
+        order = np.random.default_rng(seed).permutation(total)
+        start = ((epoch - 1) * self.per_epoch) % total
+        chosen = np.take(order, np.arange(start, start + self.per_epoch), mode="wrap")
+        return list(range(first)) + (chosen + first).tolist()
 
 
 def default_max_length(task: Task) -> int:
@@ -89,6 +138,8 @@ class Collator:
         }
         if has_types:
             batch["token_type_ids"] = token_type_ids
+        if "labelled" in items[0]:
+            batch["labelled"] = torch.tensor([item["labelled"] for item in items], dtype=torch.bool)
         return batch
 
 
@@ -101,26 +152,29 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
     """
 
     def __init__(self, lengths: Sequence[int], batch_size: int, *, shuffle: bool = True, seed: int = 0,
-                 window_batches: int = 50) -> None:
-        self.lengths = list(lengths)
+                 window_batches: int = 50, pool: Optional[Callable[[int, int], list[int]]] = None,
+                 epoch_size: Optional[int] = None) -> None:
+        self.lengths = lengths if isinstance(lengths, np.ndarray) else list(lengths)
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
         self.window = batch_size * window_batches
         self.epoch = 0
+        #: ``pool(epoch, seed)``: the indices an epoch visits (a transfer set's share), else all
+        self.pool, self.epoch_size = pool, epoch_size
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def batches(self) -> list[list[int]]:
-        order = list(range(len(self.lengths)))
+        order = self.pool(self.epoch, self.seed) if self.pool is not None else list(range(len(self.lengths)))
         if not self.shuffle:
             return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         rng = random.Random(self.seed * 100_003 + self.epoch)
         rng.shuffle(order)
         batches = []
         for start in range(0, len(order), self.window):
-            window = sorted(order[start:start + self.window], key=self.lengths.__getitem__)
+            window = sorted(order[start:start + self.window], key=lambda i: int(self.lengths[i]))
             batches.extend(window[i:i + self.batch_size] for i in range(0, len(window), self.batch_size))
         rng.shuffle(batches)
         return batches
@@ -129,7 +183,8 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         return iter(self.batches())
 
     def __len__(self) -> int:
-        return (len(self.lengths) + self.batch_size - 1) // self.batch_size
+        size = self.epoch_size if self.epoch_size is not None else len(self.lengths)
+        return (size + self.batch_size - 1) // self.batch_size
 
 
 def padding_ratio(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> float:

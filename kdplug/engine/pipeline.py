@@ -234,6 +234,26 @@ def teacher_caches(config: RunConfig, teacher: Teacher, trainer: Trainer, task: 
     return caches
 
 
+def build_transfer_set(config: RunConfig, registry: Registry, task: Task, teacher: Teacher, cache_root: Path,
+                       seed: int, echo: Callable[[str], None]):
+    """The run's transfer set (engine/transfer.py), or None when it has none. Its teacher outputs
+    are cached by the first stage that distils."""
+    if not (config.transfer or config.augment):
+        return None
+    from . import transfer
+
+    # built under a lock: the ranks of a multi-process run (and parallel runs) build it once
+    return transfer.build_or_load(
+        config, registry, task, teacher, task.load_split("train"), {name: task.load_split(name) for name in task.dev_splits},
+        root=cache_root, seed=seed, teacher_fingerprint=fingerprint.of_module(teacher.model), echo=echo)
+
+
+def agreement(predictions: list, cache: TeacherCache) -> float:
+    """The share of examples on which the student predicts the teacher's class."""
+    teacher = cache.logits[:].argmax(axis=-1)
+    return float((torch.tensor(predictions) == torch.from_numpy(teacher)).float().mean())
+
+
 def warm_teacher(config: RunConfig, registry: Registry, *, echo: Callable[[str], None] = print) -> None:
     """Fine-tune (or find) the teacher that a run of ``config`` needs and store its outputs, training
     no student: what a sweep does once before its jobs fan out, so they all reuse the two."""
@@ -256,6 +276,12 @@ def warm_teacher(config: RunConfig, registry: Registry, *, echo: Callable[[str],
         trainer = Trainer(accelerator, task, batch_size=config.batch_size, seed=config.seed)
         teacher_caches(config, teacher, trainer, task, train, dev, cache_root)()
         echo(f"teacher outputs cached for train and {', '.join(dev)}")
+        transfer_set = build_transfer_set(config, registry, task, teacher, cache_root, teacher_seed, echo)
+        if transfer_set is not None:
+            RecipeContext(config=config, registry=registry, task=task, teacher=teacher, trainer=trainer, train=train,
+                          dev=dev, caches=None, cache_root=cache_root, max_length=max_length,
+                          transfer=transfer_set).transfer_cache()
+            echo(f"teacher outputs cached for the transfer set ({len(transfer_set)} examples)")
 
 
 def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_root: Path, started: float,
@@ -295,8 +321,9 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
     rows = [Row(f"teacher ({Path(config.teacher).name})", teacher_info["parameters"], teacher_info.get("dev", {}))]
     metrics["teacher"] = teacher_info
 
+    transfer_set = build_transfer_set(config, registry, task, teacher, cache_root, teacher_seed, echo)
     context = RecipeContext(config=config, registry=registry, task=task, teacher=teacher, trainer=trainer,
-                            max_length=max_length,
+                            max_length=max_length, transfer=transfer_set,
                             train=train, dev=dev, caches=caches, cache_root=cache_root, checkpoints=checkpoints)
 
     # -- the baseline, for the comparison table ------------------------------------------------
@@ -335,6 +362,12 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
         if tracker is not None:
             tracker.log_image(f"{stage}/attention", run_dir.path / analysis.ATTENTION_PLOT)
     metrics["stages"] = context.stages
+    if transfer_set is not None:
+        metrics["transfer"] = {**transfer_set.meta, "directory": str(transfer_set.directory),
+                               "teacher_cache": context.transfer_info}
+    if dev_caches is not None and not task.is_regression:
+        # how often the student predicts what the teacher predicts: what distillation optimises
+        metrics["agreement"] = {name: agreement(predictions[name], dev_caches[name]) for name in student_dev}
     metrics["student"] = {"name": config.student, "projector": config.projector, "recipe": config.recipe,
                           "dev": final, "parameters": count_parameters(student),
                           "init": getattr(student, "kdplug_init", {"init": "random"})}

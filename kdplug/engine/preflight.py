@@ -66,7 +66,29 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
         registry.check_options("loss", config.ild_loss, **config.ild_loss_options)
     elif config.ild_loss_options:
         raise UsageError("ild_loss_options are the options of ild_loss: set ild_loss too (--set ild_loss=NAME)")
+    check_transfer_sources(config, registry)
     return notes
+
+
+def check_transfer_sources(config: RunConfig, registry: Registry) -> None:
+    """Before any expensive work: every --transfer source exists in a known format, the augmenter
+    exists, takes the options given and has what it needs installed."""
+    from ..textio import input_format
+
+    for path in config.transfer:
+        source = Path(path).expanduser()
+        if not source.exists():
+            raise UsageError(f"--transfer {path}: no such file or directory")
+        if source.is_file():
+            input_format(str(source), None)  # an unknown extension names the formats read
+    if config.augment:
+        registry.resolve("augmenter", config.augment)
+        registry.check_options("augmenter", config.augment, None, **config.augment_options)
+        check_values = factory_attribute(registry, "augmenter", config.augment, "check_options")
+        if check_values is not None:  # values and requirements, where the augmenter can say before building
+            check_values(**config.augment_options)
+    elif config.augment_options:
+        raise UsageError("augment_options are the options of an augmenter: set --augment NAME too")
 
 
 def check_writable(directory: Path, what: str, option: str) -> None:

@@ -20,9 +20,9 @@ from ..errors import UsageError
 from ..registry import Registry
 from ..types import ProjectionRequest, Task, Teacher, matchable_layers, num_outputs
 from .. import fingerprint
-from .cache import TeacherCache
+from .cache import ConcatCache, TeacherCache
 from .checkpoint import Checkpointer
-from .data import EncodedSplit, encode
+from .data import EncodedSplit, WithTransfer, encode
 from .heads import warmed_up_heads
 from .objective import DistillationModule, TeacherHeads, WeightedObjective
 from .teacher import build_cache, freeze
@@ -86,7 +86,12 @@ class RecipeContext:
     tokenizer: Any = None
     #: tokens per example (the run's max_length, or the task's default within the teacher's limit)
     max_length: Optional[int] = None
+    #: the run's transfer set (engine.transfer.TransferSet): stages that distil also learn on it
+    transfer: Any = None
+    #: what caching the teacher's outputs on the transfer set cost (seconds, reused or built)
+    transfer_info: dict = field(default_factory=dict)
     _size_checked: bool = False
+    _transfer_cache: Optional[TeacherCache] = None
 
     def __post_init__(self) -> None:
         if self.tokenizer is None:
@@ -153,6 +158,34 @@ class RecipeContext:
     def teacher_cache(self) -> tuple[TeacherCache, dict[str, TeacherCache]]:
         return self.caches()
 
+    def transfer_cache(self) -> TeacherCache:
+        """The teacher's outputs on the transfer set, computed once and stored like any split's."""
+        if self._transfer_cache is None:
+            import time
+
+            started = time.perf_counter()
+            split = self.transfer.encode(self.teacher.tokenizer, self.train_max_length,
+                                         is_regression=self.task.is_regression)
+            self._transfer_cache = build_cache(
+                self.teacher, self.trainer, self.task, "transfer", split, root=self.cache_root,
+                precision=self.config.precision, teacher_fingerprint=fingerprint.of_module(self.teacher.model),
+                tokenizer_fingerprint=fingerprint.of_tokenizer(self.teacher.tokenizer))
+            seconds = time.perf_counter() - started
+            self.transfer_info.update({"examples": len(split), "teacher_seconds": round(seconds, 2),
+                                       "reused": not self._transfer_cache.built})
+        return self._transfer_cache
+
+    def with_transfer(self, student: nn.Module, train: EncodedSplit, cache: TeacherCache) -> tuple[Any, Any]:
+        """The training data and teacher outputs of a distillation stage: the labelled split followed by
+        the transfer set (read with the student's tokenizer), and both caches."""
+        if self.transfer is None:
+            return train, cache
+        tokenizer = getattr(student, "tokenizer", None) or self.tokenizer
+        transfer = self.transfer.encode(tokenizer, self.train_max_length, is_regression=self.task.is_regression)
+        ratio = self.config.transfer_ratio
+        per_epoch = None if ratio is None else round(ratio * len(train))
+        return WithTransfer(train, transfer, per_epoch=per_epoch), ConcatCache(cache, self.transfer_cache())
+
     def teacher_heads(self) -> TeacherHeads:
         """The teacher's pseudo classifiers, warmed up (or reused) on first use; each head is
         selected on a held-out tenth of the training set, never on dev."""
@@ -189,7 +222,8 @@ class RecipeContext:
                 built["train"] = build_cache(teacher, self.trainer, self.task, "train", train, **common)
             return built["train"], built["dev"]
 
-        return dataclasses.replace(self, teacher=teacher, caches=caches, _heads=None, last_distillation=None)
+        return dataclasses.replace(self, teacher=teacher, caches=caches, _heads=None, last_distillation=None,
+                                   _transfer_cache=None, transfer_info={})
 
     # -- stages -----------------------------------------------------------------------------
     def splits_for(self, student: nn.Module) -> tuple[EncodedSplit, dict[str, EncodedSplit]]:
@@ -229,9 +263,13 @@ class RecipeContext:
         needs_teacher = module.needs_teacher
         train_cache = self.teacher_cache()[0] if needs_teacher else None
         train, dev = self.splits_for(student)
-        check_vocabulary(student, name, [train, *dev.values()])
+        if needs_teacher:  # a transfer set only teaches through the teacher's outputs
+            train, train_cache = self.with_transfer(student, train, train_cache)
+        parts = [train.labelled, train.transfer] if isinstance(train, WithTransfer) else [train]
+        check_vocabulary(student, name, [*parts, *dev.values()])
         lr = lr or self.config.lr or student_default(student, "default_lr", DEFAULT_LR)
-        epochs = epochs or self.config.epochs or default_epochs(student, len(train), self.config.batch_size)
+        examples = getattr(train, "epoch_size", len(train))
+        epochs = epochs or self.config.epochs or default_epochs(student, examples, self.config.batch_size)
         matching = f", layers matched by {getattr(projector, 'name', type(projector).__name__)}" if projector else ""
         log.info("stage %s: %s student%s; weights %s; %d epochs at lr %g", name, type(student).__name__, matching,
                  ", ".join(f"{k} {v:g}" for k, v in weights.as_dict().items()), epochs, lr)
@@ -271,10 +309,17 @@ def check_vocabulary(model: nn.Module, stage: str, splits: list[EncodedSplit]) -
     rows = getattr(embeddings, "num_embeddings", None)
     if rows is None:
         return
-    largest = max((max(ids) for split in splits for ids in split.input_ids if ids), default=-1)
+    largest = max((largest_id(split) for split in splits), default=-1)
     if largest >= rows:
         raise UsageError(
             f"stage {stage!r}: the student's embedding table has {rows} rows, but its input is tokenised with ids up "
             f"to {largest}: the student and the tokenizer reading its data (the teacher's, unless the student "
             f"carries its own 'tokenizer') do not match. Build the student from this teacher, or give it its own "
             f"tokenizer (e.g. --set student_options.tokenizer=sentencepiece for bilstm/gated-cnn).")
+
+
+def largest_id(split: EncodedSplit) -> int:
+    table = split.input_ids
+    if hasattr(table, "ids"):  # a memory-mapped token table: one pass over the flat array
+        return int(table.ids.max()) if len(table.ids) else -1
+    return max((max(ids) for ids in table if ids), default=-1)

@@ -128,7 +128,7 @@ def _teacher_batches(teacher: Teacher, trainer: Trainer, split: EncodedSplit, pr
 def cache_key(teacher_fingerprint: str, tokenizer_fingerprint: str, split: EncodedSplit, specs: list[LayerSpec],
               precision: str) -> str:
     return fingerprint.of_values("teacher-cache", teacher_fingerprint, tokenizer_fingerprint,
-                                 fingerprint.of_token_ids(split.input_ids),
+                                 split.token_fingerprint or fingerprint.of_token_ids(split.input_ids),
                                  [(s.index, s.width, s.kind) for s in specs], precision)
 
 

@@ -29,7 +29,7 @@ from ..types import Task
 from . import faults, health, interrupt
 from .cache import TeacherCache
 from .checkpoint import Checkpointer, Progress, restore_rng
-from .data import Collator, EncodedSplit, LengthGroupedBatchSampler
+from .data import Collator, EncodedSplit, LengthGroupedBatchSampler, WithTransfer
 from .interrupt import RunInterrupted
 from .objective import DistillationModule, model_forward
 
@@ -125,8 +125,11 @@ class Trainer:
         self.tracking: Any = None  # engine.tracking.Tracking, when the run reports to trackers
 
     # -- data -------------------------------------------------------------------------------
-    def loader(self, split: EncodedSplit, *, shuffle: bool, batch_size: Optional[int] = None) -> tuple[DataLoader, LengthGroupedBatchSampler]:
-        sampler = LengthGroupedBatchSampler(split.lengths, batch_size or self.batch_size, shuffle=shuffle, seed=self.seed)
+    def loader(self, split: EncodedSplit | WithTransfer, *, shuffle: bool, batch_size: Optional[int] = None) -> tuple[DataLoader, LengthGroupedBatchSampler]:
+        mixed = shuffle and hasattr(split, "epoch_pool")  # labelled + a transfer set's share per epoch
+        sampler = LengthGroupedBatchSampler(split.lengths, batch_size or self.batch_size, shuffle=shuffle, seed=self.seed,
+                                            pool=split.epoch_pool if mixed else None,
+                                            epoch_size=split.epoch_size if mixed else None)
         # its own generator: creating an iterator must not draw from the global RNG, or a resumed
         # run would see different dropout masks than an uninterrupted one
         loader = DataLoader(split, batch_sampler=sampler, collate_fn=Collator(split.pad_id, split.is_regression),

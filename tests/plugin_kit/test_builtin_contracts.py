@@ -80,3 +80,8 @@ def test_every_kind_with_a_registration_hook_has_a_contract():
     from kdplug.registry import KINDS
 
     assert set(contracts.CONTRACT_KINDS) == set(KINDS) - {"layer_extractor"}
+
+
+@pytest.mark.parametrize("name", names("augmenter"))
+def test_augmenter_contract(name):
+    assert_passes(contracts.check_augmenter(name))

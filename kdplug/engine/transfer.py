@@ -1,0 +1,269 @@
+"""Transfer sets: extra inputs the student learns the teacher's outputs on, without gold labels.
+
+A transfer set comes from the user's files of unlabelled text (``--transfer``), from an
+augmenter applied ``augment_factor`` times to every training example (``--augment``), or both.
+It is built once and stored under ``<cache>/transfer/<fingerprint>``: the texts as JSONL, then,
+per tokenizer, the token ids as flat memory-mapped arrays, so a transfer set many times the
+training set is streamed from disk and never held as Python strings. Dev sentences never enter
+it: a text equal to a dev example (case and spacing aside) is dropped and counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+
+import numpy as np
+
+from .. import fingerprint
+from ..config import RunConfig
+from ..errors import UsageError
+from ..registry import Registry
+from ..storage import atomic_directory, complete_copy, file_lock, verify
+from ..textio import input_format, read_inputs, read_text
+from ..types import Example, Task, Teacher, text_columns
+from .data import EncodedSplit
+
+log = logging.getLogger(__name__)
+
+TEXTS_FILE, META_FILE = "texts.jsonl", "transfer.json"
+IDS_FILE, OFFSETS_FILE, TYPES_FILE = "ids.i32", "offsets.npy", "types.i8"
+ENCODE_CHUNK = 4096  # texts tokenised at a time: memory stays flat whatever the set's size
+FORMAT_VERSION = 1
+
+Text = tuple[str, Optional[str]]
+
+
+def normalised(text: Text) -> str:
+    """The key under which two texts count as the same sentence: case and spacing ignored."""
+    return "\t".join(" ".join(part.lower().split()) for part in text if part is not None)
+
+
+# -- token ids on disk ---------------------------------------------------------------------------
+
+class TokenTable(Sequence[list[int]]):
+    """Token id lists stored flat in memory-mapped arrays; ``table[i]`` is one example's ids."""
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray) -> None:
+        self.ids, self.offsets = ids, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self.ids[self.offsets[index]:self.offsets[index + 1]].tolist()
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+@dataclass
+class TransferSet:
+    """A stored transfer set: its directory and what building it recorded."""
+
+    directory: Path
+    meta: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        return self.directory.name
+
+    def __len__(self) -> int:
+        return int(self.meta["examples"])
+
+    def texts(self) -> Iterator[Text]:
+        with open(self.directory / TEXTS_FILE, encoding="utf-8") as handle:
+            for line in handle:
+                record = json.loads(line)
+                yield record[0], record[1] if len(record) > 1 else None
+
+    def encode(self, tokenizer: Any, max_length: int, *, is_regression: bool) -> EncodedSplit:
+        """The set tokenised by ``tokenizer``: stored beside the texts on first use, memory-mapped after."""
+        key = fingerprint.of_values("transfer-encoding", fingerprint.of_tokenizer(tokenizer), max_length)
+        target = self.directory / f"encoded-{key}"
+        with file_lock(self.directory.parent / f"{self.key}.{key}.lock"):
+            if complete_copy(target) is None:
+                with atomic_directory(target, f"the tokenised transfer set {target}") as staging:
+                    _write_encoding(staging, self.texts(), tokenizer, max_length)
+        directory = complete_copy(target)
+        offsets = np.load(directory / OFFSETS_FILE, mmap_mode="r")
+        ids = np.memmap(directory / IDS_FILE, dtype=np.int32, mode="r", shape=(int(offsets[-1]),)) \
+            if offsets[-1] else np.zeros(0, dtype=np.int32)
+        types = None
+        if (directory / TYPES_FILE).is_file():
+            types = TokenTable(np.memmap(directory / TYPES_FILE, dtype=np.int8, mode="r", shape=ids.shape), offsets)
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        table = TokenTable(ids, offsets)
+        return EncodedSplit(input_ids=table, token_type_ids=types, labels=[0.0 if is_regression else 0] * len(table),
+                            is_regression=is_regression, pad_id=pad_id, token_fingerprint=key + self.key)
+
+
+def _write_encoding(directory: Path, texts: Iterable[Text], tokenizer: Any, max_length: int) -> None:
+    offsets = [0]
+    with_types = None
+    with open(directory / IDS_FILE, "wb") as ids_file, open(directory / TYPES_FILE, "wb") as types_file:
+        for chunk in _chunks(texts, ENCODE_CHUNK):
+            first = [a for a, _ in chunk]
+            second = [b for _, b in chunk] if chunk[0][1] is not None else None
+            encoded = tokenizer(first, second, truncation=True, max_length=max_length)
+            with_types = "token_type_ids" in encoded
+            for row, ids in enumerate(encoded["input_ids"]):
+                ids_file.write(np.asarray(ids, dtype=np.int32).tobytes())
+                if with_types:
+                    types_file.write(np.asarray(encoded["token_type_ids"][row], dtype=np.int8).tobytes())
+                offsets.append(offsets[-1] + len(ids))
+    if not with_types:
+        (directory / TYPES_FILE).unlink()
+    np.save(directory / OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
+
+
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+    chunk: list = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+# -- building ------------------------------------------------------------------------------------
+
+def read_transfer_file(path: str, task: Task) -> Iterator[Text]:
+    """The texts of one ``--transfer`` source: a TSV/CSV/JSONL file with the task's text columns
+    (or ``text``/``text_pair``), plain lines, or a directory that ``datasets`` saved."""
+    source = Path(path).expanduser()
+    if source.is_dir():
+        yield from _read_dataset_dir(source, task)
+        return
+    fmt = input_format(str(source), None)
+    _, _, texts = read_inputs(read_text(source), fmt, str(source), text_columns(task), task.is_pair, None,
+                              consumer=f"a transfer set for task {task.name!r}")
+    for text in texts:
+        yield (text[0], text[1]) if task.is_pair else (text, None)
+
+
+def _read_dataset_dir(source: Path, task: Task) -> Iterator[Text]:
+    try:
+        import datasets
+    except ImportError:
+        raise UsageError(f"--transfer {source}: a directory is read as a saved 'datasets' data set; pip install "
+                         f"'kdplug[glue]' (or pass a .tsv/.csv/.jsonl/.txt file)") from None
+    try:
+        loaded = datasets.load_from_disk(str(source))
+    except (FileNotFoundError, ValueError) as exc:
+        raise UsageError(f"--transfer {source}: not a directory that datasets' save_to_disk wrote ({exc})") from None
+    splits = list(loaded.values()) if isinstance(loaded, datasets.DatasetDict) else [loaded]
+    wanted = 2 if task.is_pair else 1
+    for split in splits:
+        columns = next((list(c[:wanted]) for c in (text_columns(task), ("text", "text_pair"))
+                        if all(name in split.column_names for name in c[:wanted])), None)
+        if columns is None:
+            raise UsageError(f"--transfer {source}: columns {', '.join(split.column_names)} hold none of the task's "
+                             f"text columns {', '.join(text_columns(task)[:wanted])} (or text/text_pair)")
+        for row in split.select_columns(columns).iter(batch_size=1000):
+            for values in zip(*(row[c] for c in columns)):
+                yield (values[0], values[1] if task.is_pair else None)
+
+
+def augmented(augmenter: Any, examples: Sequence[Example], factor: int, seed: int) -> Iterator[tuple[int, Text]]:
+    """``(source index, text)`` for ``factor`` augmented copies of every example, without duplicates
+    of each other or of the source. Each copy's randomness depends only on (seed, example, copy)."""
+    schedule = getattr(augmenter, "pair_schedule", "cycle")
+    for index, example in enumerate(examples):
+        seen = {normalised((example.text_a, example.text_b))}
+        for copy in range(factor):
+            rng = random.Random(f"{seed}:{index}:{copy}")
+            a, b = example.text_a, example.text_b
+            side = copy % 3 if schedule == "cycle" else 2  # pairs: the first only, the second only, both
+            if b is None or side in (0, 2):
+                a = augmenter(a, rng)
+            if b is not None and side in (1, 2):
+                b = augmenter(b, rng)
+            key = normalised((a, b))
+            if key not in seen and a.strip():
+                seen.add(key)
+                yield index, (a, b)
+
+
+def transfer_key(config: RunConfig, task: Task, train: Sequence[Example], dev_keys: set[str], seed: int,
+                 teacher_fingerprint: str) -> str:
+    files = [fingerprint.of_file(str(p)) if Path(p).is_file() else _dir_fingerprint(Path(p))
+             for p in (Path(path).expanduser() for path in config.transfer)]
+    augment = None
+    if config.augment:
+        augment = {"name": config.augment, "options": config.augment_options, "factor": config.augment_factor,
+                   "seed": seed, "teacher": teacher_fingerprint,
+                   "train": fingerprint.of_values([(e.text_a, e.text_b) for e in train])}
+    return fingerprint.of_values("transfer", FORMAT_VERSION, task.name, task.is_pair, files, augment,
+                                 sorted(dev_keys))
+
+
+def _dir_fingerprint(directory: Path) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(directory)).encode())
+        digest.update(fingerprint.of_file(str(path)).encode())
+    return digest.hexdigest()
+
+
+def build_or_load(config: RunConfig, registry: Registry, task: Task, teacher: Teacher, train: Sequence[Example],
+                  dev: dict[str, Sequence[Example]], *, root: Path, seed: int, teacher_fingerprint: str,
+                  echo: Callable[[str], None] = print) -> TransferSet:
+    """The run's transfer set, from the store or built now (under a lock, so parallel runs build it once)."""
+    dev_keys = {normalised((e.text_a, e.text_b)) for split in dev.values() for e in split}
+    key = transfer_key(config, task, train, dev_keys, seed, teacher_fingerprint)
+    store = root / "transfer"
+    target = store / key
+    with file_lock(store / f"{key}.lock"):
+        existing = complete_copy(target)
+        if existing is not None and not verify(existing):
+            meta = json.loads((existing / META_FILE).read_text())
+            echo(f"transfer set: reusing {existing} ({meta['examples']} examples)")
+            return TransferSet(existing, meta)
+        started = time.perf_counter()
+        with atomic_directory(target, f"the transfer set {target}") as staging:
+            meta = _write_texts(staging, config, registry, task, teacher, train, dev_keys, seed)
+            meta["seconds"] = round(time.perf_counter() - started, 2)
+            (staging / META_FILE).write_text(json.dumps(meta, indent=1))
+    if meta["examples"] == 0:
+        raise UsageError("the transfer set is empty: every text was a duplicate of a dev sentence or of its "
+                         "source; check --transfer's files (or raise --augment-factor)")
+    echo(f"transfer set: {meta['examples']} examples built in {meta['seconds']:.1f}s "
+         f"({meta['dropped_dev_duplicates']} dev duplicates dropped) -> {target}")
+    return TransferSet(target, meta)
+
+
+def _write_texts(directory: Path, config: RunConfig, registry: Registry, task: Task, teacher: Teacher,
+                 train: Sequence[Example], dev_keys: set[str], seed: int) -> dict[str, Any]:
+    counts = {"examples": 0, "dropped_dev_duplicates": 0, "from_files": 0, "augmented": 0}
+    with open(directory / TEXTS_FILE, "w", encoding="utf-8") as handle:
+        def emit(text: Text, origin: str) -> None:
+            if normalised(text) in dev_keys:
+                counts["dropped_dev_duplicates"] += 1
+                return
+            handle.write(json.dumps([text[0]] if text[1] is None else list(text), ensure_ascii=False) + "\n")
+            counts["examples"] += 1
+            counts[origin] += 1
+
+        for path in config.transfer:
+            for text in read_transfer_file(path, task):
+                emit(text, "from_files")
+        if config.augment:
+            augmenter = registry.create("augmenter", config.augment, teacher, **config.augment_options)
+            if hasattr(augmenter, "prepare"):
+                augmenter.prepare([s for e in train for s in (e.text_a, e.text_b) if s is not None])
+            for _, text in augmented(augmenter, train, config.augment_factor, seed):
+                emit(text, "augmented")
+    return {**counts, "version": FORMAT_VERSION, "files": list(config.transfer), "augment": config.augment,
+            "augment_factor": config.augment_factor if config.augment else None,
+            "augment_options": config.augment_options, "seed": seed, "training_examples": len(train)}

@@ -1,0 +1,1 @@
+"""Augmenters: new training inputs made from the task's sentences, labelled by the teacher."""

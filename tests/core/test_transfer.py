@@ -1,0 +1,197 @@
+"""Transfer sets: built once and reused, dev sentences kept out, CE only where a gold label exists,
+sampled per epoch without holding the set in memory."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+import kdplug
+from kdplug.config import RunConfig
+from kdplug.engine import transfer as transfer_module
+from kdplug.engine.cache import ConcatCache, TeacherCache
+from kdplug.engine.data import Collator, LengthGroupedBatchSampler, WithTransfer, encode
+from kdplug.engine.pipeline import run
+from kdplug.testing.tiny import wordpiece_tokenizer
+from kdplug.types import Example
+
+from ..conftest import SST2_DEV
+
+TINY = {"student": "bilstm", "projector": "rkd", "task": "sst2", "epochs": 1, "teacher_epochs": 1,
+        "batch_size": 8, "student_options": {"embedding_dim": 16, "hidden_size": 16}, "measure_speed": False}
+
+
+def config(tmp_path, tiny_bert_dir, sst2_dir, name="run", **settings):
+    return RunConfig(**{**TINY, "teacher": tiny_bert_dir, "data_dir": str(sst2_dir), "cache_dir": str(tmp_path / "cache"),
+                        "output": str(tmp_path / name), **settings}).validate()
+
+
+def registry():
+    return kdplug.get_plugin_manager().registry
+
+
+def write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+# -- building ------------------------------------------------------------------------------------
+
+def test_dev_sentences_never_enter_the_transfer_set(tmp_path, tiny_bert_dir, sst2_dir):
+    dev_sentence = SST2_DEV[0][0]
+    unlabelled = write_lines(tmp_path / "extra.txt", [
+        "the cat sat .", dev_sentence.upper(), "  " + dev_sentence.replace(" ", "   ") + " ", "the dog ran ."])
+    result = run(config(tmp_path, tiny_bert_dir, sst2_dir, transfer=[str(unlabelled)]), registry(), echo=lambda _: None)
+    meta = result.metrics["transfer"]
+    assert meta["dropped_dev_duplicates"] == 2 and meta["examples"] == 2
+    stored = transfer_module.TransferSet(transfer_module.Path(meta["directory"]), meta)
+    texts = [a for a, _ in stored.texts()]
+    assert texts == ["the cat sat .", "the dog ran ."]
+    dev_keys = {" ".join(s.lower().split()) for s, _ in SST2_DEV}
+    assert not dev_keys & {" ".join(t.lower().split()) for t in texts}
+
+
+def test_a_transfer_set_is_built_once_and_its_teacher_outputs_reused(tmp_path, tiny_bert_dir, sst2_dir, caplog):
+    settings = {"augment": "tang", "augment_factor": 4, "augment_options": {"p_pos": 0.0}}
+    first = run(config(tmp_path, tiny_bert_dir, sst2_dir, "first", **settings), registry(), echo=lambda _: None)
+    assert first.metrics["transfer"]["teacher_cache"]["reused"] is False
+    caplog.clear()
+    lines = []
+    with caplog.at_level(logging.INFO, logger="kdplug"):
+        second = run(config(tmp_path, tiny_bert_dir, sst2_dir, "second", seed=43, teacher_seed=42, **settings),
+                     registry(), echo=lines.append)
+    assert any(line.startswith("transfer set: reusing") for line in lines)
+    assert second.metrics["transfer"]["teacher_cache"]["reused"] is True
+    assert not [r for r in caplog.records if "building the teacher cache" in r.getMessage()]  # no teacher forward
+    assert second.metrics["transfer"]["directory"] == first.metrics["transfer"]["directory"]
+
+
+def test_augmented_copies_are_deterministic_without_duplicates_and_cycle_pair_sides():
+    class Suffix:
+        pair_schedule = "cycle"
+
+        def __call__(self, text, rng):
+            return f"{text} {rng.randint(0, 2)}"
+
+    examples = [Example("a b", 0, "c d"), Example("e f", 1, "g h")]
+    first = list(transfer_module.augmented(Suffix(), examples, 9, seed=5))
+    assert first == list(transfer_module.augmented(Suffix(), examples, 9, seed=5))
+    assert first != list(transfer_module.augmented(Suffix(), examples, 9, seed=6))
+    for index, (a, b) in first:
+        source = examples[index]
+        changed = (a != source.text_a, b != source.text_b)
+        assert changed in ((True, False), (False, True), (True, True))
+    keys = [(i, transfer_module.normalised(t)) for i, t in first]
+    assert len(keys) == len(set(keys))
+
+
+def test_transfer_files_of_every_format_read_the_tasks_text_columns(tmp_path, sst2_dir):
+    task = registry().create("task", "sst2", data_dir=str(sst2_dir))
+    (tmp_path / "a.tsv").write_text("id\tsentence\n1\tthe cat sat .\n", encoding="utf-8")
+    (tmp_path / "b.csv").write_text('sentence,other\n"the dog, it ran",x\n', encoding="utf-8")
+    (tmp_path / "c.jsonl").write_text(json.dumps({"text": "a nice film"}) + "\n", encoding="utf-8")
+    write_lines(tmp_path / "d.txt", ["the plot was dull", ""])
+    texts = [t for name in ("a.tsv", "b.csv", "c.jsonl", "d.txt")
+             for t in transfer_module.read_transfer_file(str(tmp_path / name), task)]
+    assert texts == [("the cat sat .", None), ("the dog, it ran", None), ("a nice film", None),
+                     ("the plot was dull", None)]
+    (tmp_path / "e.tsv").write_text("id\treview\n1\tthe cat sat .\n", encoding="utf-8")
+    with pytest.raises(kdplug.errors.DataError, match="a transfer set for task 'sst2' reads 'sentence'"):
+        list(transfer_module.read_transfer_file(str(tmp_path / "e.tsv"), task))
+
+
+def test_a_missing_transfer_file_and_an_unknown_augmenter_fail_before_any_work(tmp_path, tiny_bert_dir, sst2_dir):
+    for settings, message in (({"transfer": [str(tmp_path / "nope.txt")]}, "no such file"),
+                              ({"augment": "nope"}, "unknown augmenter"),
+                              ({"augment": "tang", "augment_options": {"p_ng": 2}}, "p_ng")):
+        with pytest.raises(kdplug.errors.KdplugError, match=message):
+            run(config(tmp_path, tiny_bert_dir, sst2_dir, **settings), registry(), echo=lambda _: None)
+        assert not (tmp_path / "cache" / "teachers").exists()  # nothing was fine-tuned
+
+
+# -- storage and sampling -------------------------------------------------------------------------
+
+def stored_set(tmp_path, texts):
+    directory = tmp_path / "set"
+    directory.mkdir()
+    with open(directory / transfer_module.TEXTS_FILE, "w", encoding="utf-8") as handle:
+        for text in texts:
+            handle.write(json.dumps([text]) + "\n")
+    return transfer_module.TransferSet(directory, {"examples": len(texts)})
+
+
+def test_the_stored_encoding_equals_the_tokenizers_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(transfer_module, "ENCODE_CHUNK", 3)  # several chunks through the writer
+    tokenizer = wordpiece_tokenizer()
+    texts = ["the movie was very good .", "bad", "i loved this book , it is great .", "the cat sat", "a dog"] * 2
+    encoded = stored_set(tmp_path, texts).encode(tokenizer, 6, is_regression=False)
+    expected = tokenizer(texts, truncation=True, max_length=6)
+    assert [encoded.input_ids[i] for i in range(len(texts))] == [list(ids) for ids in expected["input_ids"]]
+    assert list(encoded.lengths) == [len(ids) for ids in expected["input_ids"]]
+    assert isinstance(encoded.input_ids.ids, np.memmap)  # read from disk, not held as lists
+
+
+def test_an_epoch_visits_every_labelled_example_and_the_next_share_of_the_transfer_set():
+    tokenizer = wordpiece_tokenizer()
+    labelled = encode([Example("the movie", 1), Example("bad", 0)] * 5, tokenizer, 16, is_regression=False)
+    transfer = encode([Example(f"the {w}", 0) for w in ("cat", "dog", "plot", "film", "book", "story", "music")] * 3,
+                      tokenizer, 16, is_regression=False)
+    mixed = WithTransfer(labelled, transfer, per_epoch=5)  # 21 transfer examples, 5 per epoch
+    seen = []
+    for epoch in range(1, 5):
+        sampler = LengthGroupedBatchSampler(mixed.lengths, 4, seed=3, pool=mixed.epoch_pool, epoch_size=mixed.epoch_size)
+        sampler.set_epoch(epoch)
+        indices = [i for batch in sampler for i in batch]
+        assert len(sampler) == 4 and len(indices) == 15
+        assert sorted(i for i in indices if i < 10) == list(range(10))
+        seen += [i for i in indices if i >= 10]
+    assert len(seen) == 20 and len(set(seen)) == 20  # no transfer example twice before all are seen
+
+
+def test_batches_mark_transfer_rows_unlabelled_and_the_cache_serves_both_parts(tmp_path):
+    tokenizer = wordpiece_tokenizer()
+    labelled = encode([Example("the movie", 1), Example("bad", 0)], tokenizer, 16, is_regression=False)
+    transfer = encode([Example("the cat", 0), Example("a dog", 0), Example("the plot", 0)], tokenizer, 16,
+                      is_regression=False)
+    mixed = WithTransfer(labelled, transfer)
+    batch = Collator(mixed.pad_id, False)([mixed[i] for i in (4, 0, 3, 1)])
+    assert batch["labelled"].tolist() == [False, True, False, True]
+    assert batch["index"].tolist() == [4, 0, 3, 1]
+
+    from kdplug.engine import cache as cache_module
+    from kdplug.types import LayerSpec
+
+    def cache(name, n, offset):
+        def compute():
+            index = torch.arange(n)
+            yield index, (index.float()[:, None] + offset).repeat(1, 2), [(index.float()[:, None] + offset).repeat(1, 3)]
+        return cache_module.open_or_build(tmp_path, name, num_examples=n, num_outputs=2,
+                                          specs=[LayerSpec(1, 3, "transformer")], compute=compute, description={})
+
+    both = ConcatCache(cache("train", 2, 0.0), cache("transfer", 3, 100.0))
+    logits, layers = both.fetch(batch["index"])
+    assert logits[:, 0].tolist() == [102.0, 0.0, 101.0, 1.0]
+    assert layers[0][:, 0].tolist() == [102.0, 0.0, 101.0, 1.0]
+    assert isinstance(both.labelled, TeacherCache)
+
+
+def test_an_unlabelled_batch_trains_on_the_teachers_outputs_alone():
+    """The objective's CE has no term for transfer rows: a batch of them moves the student through KD only."""
+    from kdplug.engine.objective import WeightedObjective
+    from kdplug.types import StepState
+
+    logits = torch.randn(4, 2, requires_grad=True)
+    teacher = torch.randn(4, 2)
+    objective = WeightedObjective(eta=0.5, lam=0.0, task_loss=torch.nn.functional.cross_entropy,
+                                  kd_loss=lambda s, t: ((s - t) ** 2).mean(), ild_loss=None)
+    terms = objective(StepState(student_logits=logits, student_layers=[], labels=torch.tensor([1, 0, 0, 0]),
+                                teacher_logits=teacher, teacher_layers=None, teacher_head_logits=None, pairs=None,
+                                labelled=torch.tensor([True, False, False, False])))
+    expected_ce = torch.nn.functional.cross_entropy(logits[:1], torch.tensor([1]))
+    assert torch.allclose(terms["ce"], expected_ce)
+    terms["ce"].backward()
+    assert logits.grad[1:].abs().sum() == 0  # unlabelled rows get no CE gradient
