@@ -201,11 +201,13 @@ def summary_section(doc: Document, runs: list[Run]) -> None:
         rows.append([run.label, run.task, str(run.config.get("student", "?")), str(run.config.get("projector", "?")),
                      str(run.config.get("recipe", "?")), str(run.seed), str(run.config.get("best_checkpoint", "best")),
                      f"{split} {metric}", pct(run.score(split, metric)),
-                     pct(run.score(split, metric, "teacher")),
+                     pct(run.score(split, metric, "teacher")), pct(run.metrics.get("agreement", {}).get(split)),
                      human(student.get("parameters", 0)), f"{run.metrics.get('wall_seconds', 0):.0f}s",
                      run.config.get("zoo") or "–"])
     doc.table(["run", "task", "student", "projector", "recipe", "seed", "checkpoint", "score", "student", "teacher",
-               "params", "time", "zoo entry"], rows)
+               "agreement", "params", "time", "zoo entry"], rows)
+    doc.para("agreement: the share of dev examples on which the student predicts the teacher's class (what "
+             "distillation optimises; a transfer set raises it before it raises accuracy).")
     doc.para("checkpoint: the student kept at the **best** dev epoch (as the papers report) or the **last** epoch "
              "(configuration key best_checkpoint); the choice alone moves scores, so compare runs with the same one.")
 

@@ -49,6 +49,7 @@ PAPERS: dict[str, str] = {
     "universal-kd": "Wu et al. 2021, Universal-KD: Attention-based Output-Grounded Intermediate Layer Knowledge "
                     "Distillation (EMNLP)",
     "pkd": "Sun et al. 2019, Patient Knowledge Distillation for BERT Model Compression (EMNLP)",
+    "tang-2019": "Tang et al. 2019, Distilling Task-Specific Knowledge from BERT into Simple Neural Networks (arXiv)",
 }
 
 REQUIRED = ("name", "paper", "table", "row", "description", "measure", "reported", "seeds", "config")

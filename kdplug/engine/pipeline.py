@@ -405,6 +405,8 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
             raise
     accelerator.wait_for_everyone()
     echo(format_table(rows, task))
+    if metrics.get("agreement"):
+        echo(f"the student predicts the teacher's class on {metrics['agreement'][first] * 100:.2f}% of {first}")
     echo(f"wall time {metrics['wall_seconds']:.1f}s; results in {run_dir.path}")
     return RunResult(run_dir.path, metrics, rows)
 

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 TEXTS_FILE, META_FILE = "texts.jsonl", "transfer.json"
 IDS_FILE, OFFSETS_FILE, TYPES_FILE = "ids.i32", "offsets.npy", "types.i8"
-ENCODE_CHUNK = 4096  # texts tokenised at a time: memory stays flat whatever the set's size
+ENCODE_CHUNK = 1024  # texts tokenised at a time: memory stays flat whatever the set's size
 FORMAT_VERSION = 1
 
 Text = tuple[str, Optional[str]]
