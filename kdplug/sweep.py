@@ -217,7 +217,7 @@ class Sweep:
 #: the configuration keys that decide which fine-tuned teacher (and teacher outputs) a run uses
 TEACHER_KEYS = ("task", "task_options", "data_dir", "teacher", "teacher_options", "max_length", "teacher_epochs",
                 "teacher_lr", "teacher_batch_size", "teacher_seed", "precision", "weight_decay", "warmup_ratio",
-                "cache_dir")
+                "cache_dir", "transfer", "augment", "augment_factor", "augment_options")  # + the transfer set it labels
 
 
 # -- results -----------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ SECTIONS = {
     "heads": "teacher heads",
     "takd": "trained teacher assistants (TAKD)",
     "sentencepiece": "SentencePiece student tokenizers",
+    "transfer": "transfer sets (texts and token ids; their teacher outputs are under teacher outputs)",
 }
 
 
