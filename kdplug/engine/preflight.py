@@ -75,6 +75,10 @@ def check_transfer_sources(config: RunConfig, registry: Registry) -> None:
     exists, takes the options given and has what it needs installed."""
     from ..textio import input_format
 
+    if (config.transfer or config.augment) and config.projector == "nkd":
+        raise UsageError("a transfer set has no gold labels, and nkd learns from gold labels alone: it would go "
+                         "unused. Distil with a teacher (--projector rkd, alp, universal-ca ...), or drop "
+                         "--transfer/--augment")
     for path in config.transfer:
         source = Path(path).expanduser()
         if not source.exists():

@@ -107,7 +107,8 @@ def test_transfer_files_of_every_format_read_the_tasks_text_columns(tmp_path, ss
 def test_a_missing_transfer_file_and_an_unknown_augmenter_fail_before_any_work(tmp_path, tiny_bert_dir, sst2_dir):
     for settings, message in (({"transfer": [str(tmp_path / "nope.txt")]}, "no such file"),
                               ({"augment": "nope"}, "unknown augmenter"),
-                              ({"augment": "tang", "augment_options": {"p_ng": 2}}, "p_ng")):
+                              ({"augment": "tang", "augment_options": {"p_ng": 2}}, "p_ng"),
+                              ({"augment": "tang", "projector": "nkd"}, "nkd learns from gold labels alone")):
         with pytest.raises(kdplug.errors.KdplugError, match=message):
             run(config(tmp_path, tiny_bert_dir, sst2_dir, **settings), registry(), echo=lambda _: None)
         assert not (tmp_path / "cache" / "teachers").exists()  # nothing was fine-tuned
@@ -195,3 +196,19 @@ def test_an_unlabelled_batch_trains_on_the_teachers_outputs_alone():
     assert torch.allclose(terms["ce"], expected_ce)
     terms["ce"].backward()
     assert logits.grad[1:].abs().sum() == 0  # unlabelled rows get no CE gradient
+
+
+def test_agreement_is_the_share_of_examples_where_student_and_teacher_classes_match(tmp_path):
+    from kdplug.engine import cache as cache_module
+    from kdplug.engine.pipeline import agreement
+    from kdplug.types import LayerSpec
+
+    logits = torch.tensor([[2.0, 1.0], [0.0, 3.0], [1.0, 0.5], [-1.0, 1.0]])  # teacher classes 0, 1, 0, 1
+
+    def compute():
+        yield torch.arange(4), logits, [torch.zeros(4, 2)]
+
+    cache = cache_module.open_or_build(tmp_path, "dev", num_examples=4, num_outputs=2,
+                                       specs=[LayerSpec(1, 2, "transformer")], compute=compute, description={})
+    assert agreement([0, 1, 1, 0], cache) == 0.5
+    assert agreement([0, 1, 0, 1], cache) == 1.0
