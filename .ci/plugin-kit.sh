@@ -3,7 +3,7 @@
 # In a fresh virtual environment: kdplug; then examples/kdplug-cosine installed as a separate
 # distribution (its tests pass, `kdplug plugins` lists it, `kdplug run --projector cosine` uses it,
 # `kdplug check-plugin` passes it); then a skeleton of every kind from `kdplug new-plugin`, installed
-# and tested, and the student, loss and recipe skeletons used together in a run and in `kdplug predict`.
+# and tested, and the student, loss, recipe and augmenter skeletons used together in a run and in `kdplug predict`.
 # Offline: tiny random teacher, 16-line SST-2. Takes about 2-3 minutes, most of it pip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,7 +55,7 @@ assert math.isfinite(ild) and ild > 0, stage["history"]  # ... and computed by t
 print(f"kdplug run used the cosine projector: weights {stage['weights']}, first-epoch ILD {ild:.4f}")
 PY
 
-for kind in projector loss student teacher task recipe; do
+for kind in projector loss student teacher task recipe augmenter; do
     step "kdplug new-plugin --kind $kind: a skeleton whose tests pass as generated, installed"
     kdplug new-plugin "ci-$kind" --kind "$kind" --output "$WORK/kdplug-ci-$kind"
     $PIP "$WORK/kdplug-ci-$kind"
@@ -64,16 +64,17 @@ for kind in projector loss student teacher task recipe; do
     (cd "$WORK/ci-$kind-tests" && python -m pytest -q -p no:cacheprovider)
 done
 
-step "the installed skeletons in a run: the student, its loss and recipe; then kdplug predict loads the student"
+step "the installed skeletons in a run: the student, its loss, recipe and augmenter; then kdplug predict loads the student"
 kdplug run --teacher "$WORK/tiny-bert" --student ci-student --projector pkd-skip --set ild_loss=ci-loss \
-    --recipe ci-recipe --task sst2 --data-dir "$WORK/SST-2" --epochs 1 --set teacher_epochs=1 \
+    --recipe ci-recipe --augment ci-augmenter --augment-factor 2 --task sst2 --data-dir "$WORK/SST-2" --epochs 1 --set teacher_epochs=1 \
     --set student_options.embedding_dim=16 --set student_options.hidden_size=16 --output "$WORK/run-skeletons"
 python - "$WORK/run-skeletons/metrics.json" <<'PY'
 import json, sys
 metrics = json.load(open(sys.argv[1]))
 assert list(metrics["stages"]) == ["warmup", "distill"], metrics["stages"].keys()  # the ci-recipe's stages
 assert metrics["config"]["ild_loss"] == "ci-loss" and "ild" in metrics["stages"]["distill"]["history"][0]["train"]
-print("the skeleton student trained with the skeleton loss and recipe:", metrics["student"]["dev"])
+assert metrics["transfer"]["augmented"] > 0 and metrics["transfer"]["augment"] == "ci-augmenter"  # the skeleton augmenter
+print("the skeleton student trained with the skeleton loss, recipe and augmenter:", metrics["student"]["dev"])
 PY
 printf 'a gripping film\na dull film\n' > "$WORK/texts.txt"
 kdplug predict "$WORK/run-skeletons" --input "$WORK/texts.txt"

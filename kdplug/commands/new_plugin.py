@@ -53,6 +53,10 @@ KINDS = {
                    "--data-dir glue",
                    "two complete tiny runs through the engine: they finish, record their stages, export the "
                    "student, agree under one seed"),
+    "augmenter": Kind("kdplug run --teacher bert-base --student bilstm --projector rkd --augment ${name} --task sst2 "
+                      "--data-dir glue",
+                      "builds from a tiny teacher, prepares on training sentences, returns text, deterministic "
+                      "under a seed, varies with the seed, keeps an empty text empty"),
 }
 NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 

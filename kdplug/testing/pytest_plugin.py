@@ -230,6 +230,15 @@ class RecipeContract(_Contract):
                                       workspace=workspace)
 
 
+class AugmenterContract(_Contract):
+    """The augmenter contract: built from a tiny teacher, deterministic under a seed, varied across seeds."""
+
+    kind = "augmenter"
+
+    def run_contract(self, case, registry, workspace):
+        return contracts.check_augmenter(self.name, options=self.options, registry=registry, workspace=workspace)
+
+
 def pytest_generate_tests(metafunc) -> None:
     """One test per (case, check) of a contract class: ``test_contract[12x768-4x384-no-nan]``."""
     if "kdplug_contract_item" not in metafunc.fixturenames:
@@ -241,5 +250,6 @@ def pytest_generate_tests(metafunc) -> None:
 
 
 __all__ = [
-    "LossContract", "ProjectorContract", "RecipeContract", "StudentContract", "TaskContract", "TeacherContract",
+    "AugmenterContract", "LossContract", "ProjectorContract", "RecipeContract", "StudentContract", "TaskContract",
+    "TeacherContract",
 ]

@@ -117,6 +117,7 @@ SKELETON_FILES = {
     "teacher": ["src/kdplug_fit_hints/teacher.py"],
     "task": ["src/kdplug_fit_hints/task.py", "tests/data/dev.jsonl", "tests/data/train.jsonl"],
     "recipe": ["src/kdplug_fit_hints/recipe.py"],
+    "augmenter": ["src/kdplug_fit_hints/augmenter.py"],
 }
 
 
