@@ -250,8 +250,8 @@ def build_transfer_set(config: RunConfig, registry: Registry, task: Task, teache
 
 def agreement(predictions: list, cache: TeacherCache) -> float:
     """The share of examples on which the student predicts the teacher's class."""
-    teacher = cache.logits[:].argmax(axis=-1)
-    return float((torch.tensor(predictions) == torch.from_numpy(teacher)).float().mean())
+    teacher = predictions_from_logits(torch.from_numpy(cache.logits[:].copy()), is_regression=False)
+    return float((torch.tensor(predictions) == teacher).float().mean())
 
 
 def warm_teacher(config: RunConfig, registry: Registry, *, echo: Callable[[str], None] = print) -> None:
