@@ -363,7 +363,7 @@ def resolved_config(run: Run) -> dict[str, Any]:
 def comparison_groups(runs: list[Run]) -> list[Group]:
     """Runs grouped into comparable sets: zoo runs by paper table and task column (methods = the
     paper's rows), others by setup (methods = the remaining keys); a run's ``--baseline`` student
-    counts as one more method (metrics only, no predictions)."""
+    counts as one more method (its metrics, and its predictions from ``baseline_predictions.json``)."""
     groups: dict[str, Group] = {}
     for run in runs:
         seed = run.seed
