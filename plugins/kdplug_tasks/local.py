@@ -40,7 +40,7 @@ def label_text(value: Any) -> str:
 
 
 def find_split_file(data_dir: str, split: str) -> str:
-    """``data_dir/<split>.{tsv,csv,jsonl}``: exactly one of them must exist."""
+    """``data_dir/<split>.{tsv,csv,jsonl,parquet,arrow}``: exactly one of them must exist."""
     if not os.path.isdir(data_dir):
         raise DataError("the data directory does not exist; pass --data-dir with your train and dev "
                         "files, or name them with train_file and dev_file.", path=data_dir)
