@@ -1,7 +1,8 @@
 """The ``kdplug`` command line.
 
 Exit codes: 0 success, 1 a failure during the run, 2 a usage error (unknown name, malformed
-file or option), 130 interrupted. Each subcommand lives in :mod:`kdplug.commands`.
+file or option), 130 interrupted (SIGINT), 143 stopped by SIGTERM (see engine/interrupt.py).
+Each subcommand lives in :mod:`kdplug.commands`.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "cache", help="show or free the fine-tuned teachers, teacher outputs and heads kdplug stores",
         description="kdplug stores what it can reuse under the cache directory ($KDPLUG_CACHE or ~/.cache/kdplug), "
                     "each entry keyed by a fingerprint of what produced it: fine-tuned teachers, teacher outputs, "
-                    "teacher heads, TAKD assistants and SentencePiece tokenizers.")
+                    "teacher heads, TAKD assistants, SentencePiece tokenizers and transfer sets.")
     parser.add_argument("--cache-dir", dest="cache_dir", help="default: $KDPLUG_CACHE or ~/.cache/kdplug")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="every entry with its size and what it is",
