@@ -14,6 +14,7 @@ ZOO_EXAMPLES = """
 examples:
   kdplug zoo list alp-kd/table1-*            # ALP-KD Table 1, every row and task
   kdplug zoo list sst2 --table 2             # every entry on SST-2 in a Table 2
+  kdplug zoo list --paper tang-2019          # Tang et al. 2019: BiLSTM with and without its transfer set
   kdplug zoo show alp-kd/table1-sst2-alp
   kdplug zoo run alp-kd/table1-sst2-alp --data-dir ~/glue
   kdplug zoo run alp-kd/table1-sst2-alp --data-dir ~/glue --teacher ~/models/bert-base-uncased
@@ -27,12 +28,13 @@ The zoo directory: $KDPLUG_ZOO, else zoo/ beside the kdplug package (docs/zoo.md
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("zoo", help="list, show and run the papers' experiments (zoo entries)",
                             description="Every row of the reproduced tables (ALP-KD 1-4, Universal-KD 2, 4, 5, 6, "
-                                        "PKD 1) for every task, with the paper's hyper-parameters and score.",
+                                        "PKD 1) for every task, and Tang et al. 2019 Table 1's two SST-2 rows "
+                                        "(tang-2019), with the paper's hyper-parameters and score.",
                             epilog=ZOO_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = parser.add_subparsers(dest="zoo_action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="list entries (PATTERN: a glob or a substring of the name)")
     listing.add_argument("pattern", nargs="?", help="e.g. 'alp-kd/table1-*' or 'sst2'")
-    listing.add_argument("--paper", help="only this paper (alp-kd, universal-kd, pkd)")
+    listing.add_argument("--paper", help="only this paper (alp-kd, universal-kd, pkd, tang-2019)")
     listing.add_argument("--table", type=int, help="only this table number")
     listing.add_argument("--task", help="only this task")
     show = actions.add_parser("show", help="print an entry: configuration, reported score, notes")
