@@ -4,8 +4,10 @@ A sweep directory holds ``sweep.yaml`` (the base configuration and the grid), on
 per point under ``points/`` and ``results.md`` / ``results.json``. Points run one after another
 in this process (``kdplug.engine.pipeline.run``) with the same cache, so the fine-tuned teacher
 and its outputs are computed once; ``--shard i/n`` runs every n-th point, so n workers can share
-one sweep directory; ``launchers.py`` sends points to submitit jobs (SLURM). A point whose run directory already holds ``metrics.json`` is not run
-again: an interrupted sweep resumes where it stopped.
+one sweep directory; ``launchers.py`` sends points to submitit jobs (SLURM). A point whose run
+completed (status ``completed`` and ``metrics.json``) is not run again; one that left checkpoints
+resumes from them; any other (failed, never started) runs afresh: an interrupted sweep resumes
+where it stopped.
 
 Points that differ only by ``seed`` form one group, reported as mean ± std (sample standard
 deviation); the best group by mean dev score of the task's main metric is marked. A seed axis
