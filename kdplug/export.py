@@ -119,7 +119,7 @@ def export_onnx(path: Union[str, Path], output: Union[str, Path], *, sample: Seq
             worst = max(worst, float(abs(got - expected).max()))
         if worst > tolerance:
             raise ExportMismatchError(f"the ONNX model differs from the student by up to {worst:.2e} in its logits "
-                                      f"on {len(sample)} dev examples (tolerance {tolerance:g}); nothing was written")
+                                      f"on {len(sample)} examples (tolerance {tolerance:g}); nothing was written")
         _copy_package(student.directory, staging, skip=("model.safetensors",))
         info = json.loads((staging / INFO_FILE).read_text())
         info["onnx"] = {"file": ONNX_FILE, "opset": OPSET, "inputs": names, "outputs": ["logits"],

@@ -13,7 +13,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "export", help="export a trained student to ONNX or as a Hugging Face directory",
         description="--format onnx: model.onnx (dynamic batch and sequence axes) with the tokenizer and labels, "
-                    "checked with ONNX Runtime against PyTorch on a sample of the run's dev set: the largest "
+                    "checked with ONNX Runtime against PyTorch on the first 64 texts of the run's dev set: the largest "
                     "absolute difference of the logits is printed, and the export fails above 1e-4. --format hf: "
                     "a copy of the standalone student directory (loads with transformers' Auto classes).",
         epilog="examples:\n  kdplug export runs/demo --format onnx --output deploy/demo-onnx\n"
@@ -28,8 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="upload the export to this Hugging Face repository (owner/name; created if needed)")
     parser.add_argument("--private", action="store_true", help="with --push-to-hub: create the repository private")
     parser.add_argument("--revision", help="with --push-to-hub: the branch to push to (created if needed)")
-    parser.add_argument("--sample", help="texts to check the ONNX model on (.tsv/.csv/.jsonl/.txt as for "
-                                         "'kdplug predict'); default: the run's dev set")
+    parser.add_argument("--sample", help="texts to check the ONNX model on, the first 64 used (.tsv/.csv/.jsonl/.txt "
+                                         "as for 'kdplug predict'); default: the run's first dev split")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in --output")
     parser.set_defaults(handler=handle)
 
@@ -63,7 +63,7 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
             folder = Path(args.output) if args.output else Path(scratch) / "onnx"
             report = export_onnx(args.run, folder, sample=sample, overwrite=args.overwrite)
             print(f"exported the student to {report.directory / 'model.onnx'} (inputs {', '.join(report.inputs)}); "
-                  f"ONNX Runtime vs PyTorch on {report.sample_size} dev examples: largest absolute difference of "
+                  f"ONNX Runtime vs PyTorch on {report.sample_size} examples: largest absolute difference of "
                   f"the logits {report.max_abs_diff:.2e} (tolerance 1e-4)")
         if args.push_to_hub:
             url = push_to_hub(folder, args.push_to_hub, private=args.private, revision=args.revision)
