@@ -168,8 +168,9 @@ def kdplug_register_recipes(register):
         register: ``register(name, factory, description="")``.
 
     The factory is called as ``factory(**options)`` with the run's ``recipe_options`` and
-    returns an object with ``run(ctx) -> nn.Module``. ``ctx`` is a
-    :class:`kdplug.engine.recipe.RecipeContext`: it builds students and projectors
+    returns an object with ``run(ctx) -> nn.Module``. ``ctx`` is the engine's recipe context
+    (annotate with ``kdplug.api.RecipeContext``, imported under ``typing.TYPE_CHECKING``; never
+    construct it or import from ``kdplug.engine``): it builds students and projectors
     (``ctx.new_student()``, ``ctx.new_projector(student)``), resolves objective weights
     (``ctx.weights(projector, eta=.., lam=..)``), runs training stages (``ctx.train_stage(name,
     student, projector, weights=.., objective=..)``, which keeps the best dev checkpoint), warms up
@@ -177,7 +178,7 @@ def kdplug_register_recipes(register):
     objective whose ``needs_teacher_heads`` is True), reads the teacher cache
     (``ctx.teacher_cache()``) and distils from another model, e.g. a trained teacher assistant
     (``ctx.with_teacher(teacher)`` returns a context whose stages read that model's cache).
-    An ``objective`` gets a :class:`kdplug.engine.objective.StepState` per batch and returns its
+    An ``objective`` gets a :class:`kdplug.api.StepState` per batch and returns its
     loss terms (key ``"loss"`` is optimised); with ``set_epoch(epoch, epochs)`` it can follow a
     schedule. Every stage's metrics are recorded by the context. ``run`` returns the final
     student, which the engine evaluates on the dev splits and exports.
