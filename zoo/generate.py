@@ -4,8 +4,11 @@ The YAML files are the reviewed artefact (``kdplug zoo show`` prints them, users
 this script is how they were made, so that a fix to a transcribed number is one edit and a
 re-run: ``python zoo/generate.py``. ``tests/zoo`` checks the files are what it writes.
 
-Every number below is copied from the paper's tables (``shared/papers``): reported scores as
-printed (in %), hyper-parameters from the appendix tables. Where a paper gives no value, the
+Every number below is copied from the papers' tables (Sun et al. 2019, "Patient Knowledge
+Distillation for BERT Model Compression", EMNLP-IJCNLP 2019; Passban et al. 2021, "ALP-KD:
+Attention-Based Layer Projection for Knowledge Distillation", AAAI 2021; Wu et al. 2021,
+"Universal-KD: Attention-based Output-Grounded Intermediate Layer Knowledge Distillation", EMNLP
+2021): reported scores as printed (in %), hyper-parameters from the appendix tables. Where a paper gives no value, the
 entry leaves the key unset (the engine's default applies) and says so in ``notes``.
 """
 
@@ -382,13 +385,14 @@ def ukd_roberta(table: int, rows: list, tasks: tuple[str, ...]) -> list[dict]:
                     notes.append("The paper takes TAKD's scores from Jafari et al. (2021) (dagger); each link gets "
                                  "the budget below.")
                 if slug == "annealing":
-                    settings.set("paper: Jafari et al. 2021 (the scores are theirs, dagger in Table 4): E1 = 10, "
-                                 "E2 = 3, tau_max = 10 on GLUE (METHODS.md)", recipe_options__e1=10,
+                    settings.set("paper: Jafari et al. 2021, 'Annealing Knowledge Distillation' (EACL 2021; the "
+                                 "scores are theirs, dagger in Table 4): E1 = 10, E2 = 3, tau_max = 10 on GLUE",
+                                 recipe_options__e1=10,
                                  recipe_options__e2=3, recipe_options__tau_max=10)
                 if slug == "dih":
                     notes.append("DIH (*): re-run by the paper for NLP; its alpha, temperature and heads are not "
-                                 "given, so DIH's reference defaults apply (alpha 0.1, tau 5, heads at n/4, n/2, "
-                                 "3n/4; METHODS.md).")
+                                 "given, so kdplug's dih defaults apply (alpha 0.1, tau 5, heads at n/4, n/2, "
+                                 "3n/4; docs/recipes.md).")
                 if slug == "annealing":
                     settings.set(ALP_SEED, seed=42)
                     settings.set("assumed: the paper gives no learning rate or batch size for its baselines; "
@@ -606,11 +610,12 @@ def pkd_entries() -> list[dict]:
 # Transfer sets (kdplug's --augment): Tang et al. 2019, and Universal-KD Table 5 beyond the paper
 # ---------------------------------------------------------------------------------------------
 
-TANG = "Tang et al. 2019, 'Distilling Task-Specific Knowledge from BERT into Simple Neural Networks'"
-TANG_NOT_IN_SHARED = ("Tang et al. is not among shared/papers: the two SST-2 scores (86.7 without, 90.7 with "
-                      "distillation on the augmented set) are the ones its abstract's claim and the issue that asked "
-                      "for this entry quote; its MNLI and QQP columns and its training settings were not available "
-                      "to transcribe, so those entries are not written and the settings below are kdplug's")
+TANG = "Tang et al. 2019, 'Distilling Task-Specific Knowledge from BERT into Simple Neural Networks' (arXiv:1903.12136)"
+TANG_NOT_IN_SHARED = ("Tang et al. (2019, arXiv:1903.12136) was not transcribed from its text, unlike the zoo's other "
+                      "papers: the two SST-2 scores (86.7 without, 90.7 with distillation on the augmented set) were "
+                      "entered from a secondary quotation and not checked against the paper's tables; its MNLI and "
+                      "QQP columns and its training settings are not entered, so those entries are not written and "
+                      "the settings below are kdplug's")
 
 
 def tang_entries() -> list[dict]:
@@ -631,11 +636,11 @@ def tang_entries() -> list[dict]:
             settings.set(f"paper: {TANG}: the BiLSTM trained on the labelled data alone", projector="nkd",
                          recipe="standard", eta=0.0, lam=0.0)
         else:
-            settings.set(f"assumed: {TANG} distil the teacher's logits (not transcribed: the paper is not in "
-                         f"shared/papers)", projector="rkd", recipe="standard")
-            settings.set(f"assumed: {TANG}'s rules (masking, POS-guided replacement, n-gram sampling) and n_iter = 20 "
-                         f"for SST-2, as issue 17 quotes them (the paper is not in shared/papers)",
-                         augment="tang", augment_factor=20)
+            settings.set(f"assumed: {TANG} distil the teacher's logits (not transcribed from the paper's text)",
+                         projector="rkd", recipe="standard")
+            settings.set(f"assumed: {TANG}, §3.3: its rules (masking, POS-guided replacement, n-gram sampling) and "
+                         f"n_iter = 20 for SST-2, from a secondary description (not transcribed from the paper's "
+                         f"text; docs/transfer-sets.md)", augment="tang", augment_factor=20)
             notes.append("The paper distils with the mean squared error between logits on the transfer set; kdplug's "
                          "rkd uses the temperature-scaled KL (its default weights) with CE on the labelled rows.")
         entries.append(entry(

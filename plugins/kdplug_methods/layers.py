@@ -100,7 +100,7 @@ def common_width(specs: Sequence[LayerSpec], side: str, method: str) -> int:
 
 
 def width_adapter(in_width: int, out_width: int) -> nn.Module:
-    """A learned Linear where the widths differ (METHODS.md: learned projection), else identity."""
+    """A learned Linear where the widths differ (docs/methods.md: a learned projection), else identity."""
     return nn.Identity() if in_width == out_width else nn.Linear(in_width, out_width)
 
 

@@ -22,7 +22,7 @@ Regression tasks (one output; the paper is silent): f is the raw scalar predicti
 MSE replaces KL, as for the logit KD. A dot product of two scalars would always put the weight on
 the largest teacher prediction, whatever the student says, so the attention is on closeness:
 λ_ij = softmax_i(−(f_i^t − f_j^s)² / τ_att), the heads nearest the student's prediction get the
-weight (METHODS.md).
+weight (kdplug's choice; docs/methods.md, Regression).
 
 Training is two-stage (§4.2): stage 1 is β·KD + (1−β)·L_Univ with no CE, stage 2 CE only. That
 is these projectors' ``default_recipe``: a run that names no recipe gets ``two-stage``, since a

@@ -3,7 +3,7 @@ pooling, the pooled encoder around a stack of sequence layers, and its output ty
 
 Universal-KD (Sec. 5.3) reduces the encoded sequence to one vector with the attention sum of
 Bahdanau et al. (2015). kdplug applies it to *every* layer, so that each layer has one vector
-to distil into, the analogue of a Transformer's [CLS] state (METHODS.md, Models).
+to distil into, the analogue of a Transformer's [CLS] state (docs/models.md, Non-Transformer students).
 
 The students are ``PreTrainedModel``s with their own ``PretrainedConfig``: ``save_pretrained`` /
 ``from_pretrained``, ``AutoModelForSequenceClassification`` and ``pipeline`` work on them without
