@@ -42,7 +42,7 @@ make_tiny_bert(f"{sys.argv[1]}/tiny-bert")
 write_tiny_sst2(f"{sys.argv[1]}/SST-2")
 PY
 kdplug run --teacher "$WORK/tiny-bert" --student bilstm --projector cosine --task sst2 --data-dir "$WORK/SST-2" \
-    --epochs 1 --set teacher_epochs=1 --set student_options.embedding_dim=16 --set student_options.hidden_size=16 \
+    --epochs 1 --set teacher_epochs=1 --set allow_weak_teacher=true --set student_options.embedding_dim=16 --set student_options.hidden_size=16 \
     --output "$WORK/run"
 python - "$WORK/run/metrics.json" <<'PY'
 import json, math, sys
@@ -66,7 +66,7 @@ done
 
 step "the installed skeletons in a run: the student, its loss, recipe and augmenter; then kdplug predict loads the student"
 kdplug run --teacher "$WORK/tiny-bert" --student ci-student --projector pkd-skip --set ild_loss=ci-loss \
-    --recipe ci-recipe --augment ci-augmenter --augment-factor 2 --task sst2 --data-dir "$WORK/SST-2" --epochs 1 --set teacher_epochs=1 \
+    --recipe ci-recipe --augment ci-augmenter --augment-factor 2 --task sst2 --data-dir "$WORK/SST-2" --epochs 1 --set teacher_epochs=1 --set allow_weak_teacher=true \
     --set student_options.embedding_dim=16 --set student_options.hidden_size=16 --output "$WORK/run-skeletons"
 python - "$WORK/run-skeletons/metrics.json" <<'PY'
 import json, sys

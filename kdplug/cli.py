@@ -86,6 +86,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("kdplug: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (kdplug zoo list | head): stop quietly, as a command killed by SIGPIPE
+        # does, and keep Python from complaining again when it flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -68,6 +68,9 @@ class RunConfig:
     warmup_ratio: float = 0.1
     max_length: Optional[int] = None  # None = 64 for single sentences, 128 for pairs
     best_checkpoint: str = "best"  # "best": the best dev epoch (as the papers report); "last"
+    # early stopping: end a stage after this many epochs without a dev improvement; None: 3 where
+    # kdplug chose the epoch count (epochs / teacher_epochs unset), off where you set it; 0: off
+    patience: Optional[int] = None
     seed: int = 42
     teacher_seed: Optional[int] = None  # seeds the teacher's fine-tuning; None = seed (kdplug run --seeds fixes it)
     # transfer set: inputs without gold labels that the student learns the teacher's outputs on
@@ -80,11 +83,12 @@ class RunConfig:
     teacher_epochs: Optional[int] = None  # None: 3, or more to reach 300 optimizer steps on small data
     teacher_lr: float = 5e-5
     teacher_batch_size: int = 32
+    allow_weak_teacher: bool = False  # distil from a teacher that does not beat the majority class on dev
     # teacher heads warm-up (Universal-KD, DIH)
     head_epochs: int = 10
     head_lr: float = 1e-3
     # runtime
-    precision: str = "auto"  # auto: bf16 teacher inference where supported, fp32 training on CPU
+    precision: str = "auto"  # auto: teacher inference in bf16 autocast on every CPU, bf16 (else fp16) on CUDA; training fp32 on CPU, bf16/fp16 mixed on CUDA
     baseline: Optional[str] = None  # also train the student with this projector (e.g. "nkd") to compare
     cache_dir: Optional[str] = None  # default: $KDPLUG_CACHE or ~/.cache/kdplug
     output: Optional[str] = None  # default: runs/<time>-<task>-<student>-<projector>
@@ -115,6 +119,9 @@ class RunConfig:
         for key in ("head_epochs", "num_workers", "seed"):
             require(getattr(self, key) >= 0, key, "0 or more")
         require(self.teacher_seed is None or self.teacher_seed >= 0, "teacher_seed", "0 or more")
+        require(self.patience is None or self.patience >= 0, "patience",
+                "0 (no early stopping) or a number of epochs without a dev improvement (or unset: 3 where kdplug "
+                "chooses the epochs)")
         require(self.checkpoint_every >= 0, "checkpoint_every", "0 (epoch ends only) or a positive step count")
         for key in ("lr", "teacher_lr", "head_lr"):
             value = getattr(self, key)

@@ -71,12 +71,12 @@ def close_matches(name: str, candidates: Iterable[str], n: int = 3) -> list[str]
 class UnknownComponentError(UsageError):
     """A component name that no plugin registered."""
 
-    def __init__(self, kind: str, name: str, available: Sequence[str]) -> None:
+    def __init__(self, kind: str, name: str, available: Sequence[str], note: str = "") -> None:
         self.kind, self.name, self.available = kind, name, list(available)
         self.suggestions = close_matches(name, available)
         hint = f" Did you mean {' or '.join(repr(s) for s in self.suggestions[:2])}?" if self.suggestions else ""
         listing = ", ".join(sorted(available)) if available else "(none registered)"
         super().__init__(
             f"unknown {kind} {name!r}.{hint} Available {kind}{'es' if kind.endswith('s') else 's'}: {listing}. "
-            f"Run 'kdplug plugins' to see every component and the plugin that provides it."
+            f"Run 'kdplug plugins' to see every component and the plugin that provides it." + (f" {note}" if note else "")
         )

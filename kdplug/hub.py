@@ -73,6 +73,52 @@ def require(purpose: str, fix: str) -> None:
         raise OfflineError(f"cannot {purpose}: {reason}; {fix}")
 
 
+def is_hub_id(name: str) -> bool:
+    """``name`` has the shape of a hub id (``bert-base-uncased``, ``owner/name``), not of a path."""
+    return bool(HUB_ID.fullmatch(name)) and not name.startswith((".", "/", "~")) and ".." not in name
+
+
+def cached_file(repo_id: str, filename: str) -> Optional[str]:
+    """The local path of ``filename`` of the hub model ``repo_id`` if the Hugging Face cache holds
+    it, else None; never touches the network."""
+    if not is_hub_id(repo_id):
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, filename)
+    except ValueError:  # not a valid repo id after all
+        return None
+    return found if isinstance(found, str) else None
+
+
+def cache_directory() -> str:
+    """Where the Hugging Face cache is (``HF_HUB_CACHE``, ``HF_HOME``/hub, or ~/.cache/huggingface/hub)."""
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
+def exists(repo_id: str) -> bool:
+    """Whether the hub has a model ``repo_id``; True when the hub cannot tell (the load will say)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        return HfApi(endpoint=endpoint()).repo_exists(repo_id)
+    except (HfHubHTTPError, OSError, ValueError):
+        return True
+
+
+def display_name(source: str) -> str:
+    """How a model source appears in what kdplug writes for others (model cards, metrics): a hub
+    id as it is; a local directory by its last component, never its absolute path, which would
+    reveal the user's file system once the card is published."""
+    if os.path.isdir(os.path.expanduser(source)) or os.path.isabs(source) or source.startswith(("~", ".")):
+        return os.path.basename(os.path.normpath(os.path.expanduser(source))) or source
+    return source
+
+
 def load_pretrained(loader: Any, source: str, what: str, *, local_option: Optional[str] = None, **kwargs: Any) -> Any:
     """``loader.from_pretrained(source, **kwargs)`` (an Auto class, a tokenizer ...), failing fast
     when ``source`` is a hub id that is neither in the local cache nor reachable.

@@ -126,7 +126,8 @@ class _InMemory:
 
     def teacher(self, task: Task, source: Optional[str] = None) -> Teacher:
         if source is not None:  # the engine reloads a teacher it fine-tuned and stored
-            return self.manager.registry.create("teacher", "hf", task, source=source)
+            loader, options = self.manager.registry.model_reference("teacher", source)
+            return self.manager.registry.create("teacher", loader, task, **options)
         given = self.objects["teacher"]
         if isinstance(given, Teacher):
             return given if given.finetuned or not self.teacher_finetuned else \

@@ -11,9 +11,11 @@ import fnmatch
 import inspect
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from .errors import ConfigError, PluginError, UnknownComponentError
+from .hub import is_hub_id
 
 #: kind -> the registration hook that fills it
 KINDS: dict[str, str] = {
@@ -154,6 +156,27 @@ class Registry:
 
     def _listing(self, kind: str) -> list[str]:
         return list(self._entries[kind])  # registration order: the first of equally close names wins
+
+    def checkpoint_loader(self, kind: str) -> Optional[str]:
+        """The name of the first ``kind`` factory that loads any checkpoint given as ``source`` (it
+        says so with a ``loads_checkpoints = True`` attribute), or None."""
+        return next((e.name for e in self._entries[kind].values() if getattr(e.factory, "loads_checkpoints", False)),
+                    None)
+
+    def model_reference(self, kind: str, name: str) -> tuple[str, dict[str, Any]]:
+        """What ``--teacher NAME`` or ``--student NAME`` names: the registered component, else a
+        checkpoint directory or a hub id, given as ``source`` to the kind's checkpoint loader."""
+        if (kind, name) in self._conflicts or name in self._entries[kind] or any(
+                e.match(name) is not None for e in self._entries[kind].values()):
+            return name, {}
+        loader = self.checkpoint_loader(kind)
+        directory = Path(name).expanduser()
+        if loader is not None and directory.is_dir():
+            return loader, {"source": str(directory)}
+        if loader is not None and is_hub_id(name):
+            return loader, {"source": name}
+        self.resolve(kind, name)  # an unknown name, with the close ones
+        raise AssertionError("unreachable")
 
     def conflicts(self) -> dict[tuple[str, str], list[Entry]]:
         """Names that two third-party plugins both registered, with the rivals."""

@@ -147,7 +147,11 @@ class Teacher:
             factory, given that directory as ``source``, loads it back.
         pretrained: the pre-trained checkpoint (hub id or directory) the teacher was, or will be,
             fine-tuned from; students that start from pre-trained weights (PKD's BERT-k) load
-            them from here. None when unknown (a teacher passed already fine-tuned).
+            them from here. None when unknown (a teacher passed already fine-tuned that does not
+            name its base model): never a fine-tuned checkpoint.
+        extra: facts about the teacher the run records in metrics.json (e.g. how a fine-tuned
+            checkpoint's labels were matched to the task's).
+        notes: what the user should read before the run goes on (printed once, and recorded).
     """
 
     model: nn.Module
@@ -157,6 +161,7 @@ class Teacher:
     save_pretrained: Optional[Callable[[str], None]] = None
     pretrained: Optional[str] = None
     extra: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 @runtime_checkable

@@ -242,8 +242,9 @@ def check_entry(entry: ZooEntry, registry: Registry) -> None:
             continue
         name = getattr(config, key)
         options = dict(getattr(config, f"{key}_options"))
-        if key == "teacher" and Path(name).is_dir():
-            name, options = "hf", {**options, "source": config.teacher}
+        if kind in ("teacher", "student"):
+            name, source = registry.model_reference(kind, name)
+            options.update(source)
         registry_entry, implied = registry.resolve(kind, name)
         try:
             signature = inspect.signature(registry_entry.factory)

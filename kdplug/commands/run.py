@@ -37,8 +37,10 @@ RUN_EXAMPLES = """
 examples:
   kdplug run                                  # the offline demo: MiniLM -> BiLSTM on the demo task
   kdplug run --teacher bert-base --student bilstm --projector universal-ca --task sst2 --data-dir glue/SST-2
-  kdplug run --teacher ./my-finetuned-bert --student bert-4 --projector alp --task mrpc --set lr=2e-5
-  kdplug run --config zoo/alp-kd/table1-sst2-alp.yaml --set seed=2
+  kdplug run --teacher textattack/bert-base-uncased-SST-2 --student bilstm --projector rkd --task sst2 --data-dir glue/SST-2
+  kdplug run --teacher ./my-finetuned-bert --student bert-4 --projector alp --task mrpc --data-dir glue/MRPC --set lr=2e-5
+  kdplug run --teacher ./my-bert --task local --set task_options.train_file=train.csv --set task_options.dev_file=dev.csv
+  kdplug run --config my-setup.yaml --set seed=2 --dry-run   # print what would run, train nothing
   kdplug run --projector rkd --seeds 5 --output runs/rkd     # seeds 42..46 in runs/rkd/seed-*, one teacher
   kdplug run --teacher minilm --student bilstm --projector rkd --augment tang    # + 20 augmented copies per example
 
@@ -54,11 +56,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "With no component given, runs the embedded demo: the real MiniLM-L6 teacher, a BiLSTM "
                     "student without and with KD, on the generated demo task, offline.",
         epilog=RUN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--teacher", help="teacher name (see 'kdplug plugins'), hub id or local checkpoint directory")
-    parser.add_argument("--student", help="student name, e.g. bilstm, gated-cnn, bert-4, distilroberta")
+    parser.add_argument("--teacher", help="a teacher name (see 'kdplug plugins'), a local checkpoint directory or a "
+                                          "Hugging Face hub id (default: minilm)")
+    parser.add_argument("--student", help="a student name (bilstm, gated-cnn, bert-4, distilroberta ...), a local "
+                                          "checkpoint directory or a hub id (default: bilstm)")
     parser.add_argument("--projector", help="distillation method, e.g. nkd, rkd, pkd-skip, alp, universal-ca")
     parser.add_argument("--task", help="task name, e.g. sst2, mrpc, mnli, local, demo")
-    parser.add_argument("--recipe", help="training schedule, e.g. standard, two-stage (default: standard)")
+    parser.add_argument("--recipe", help="training schedule, e.g. standard, two-stage (default: the projector's own, "
+                                         "two-stage for universal-*, else standard)")
     parser.add_argument("--data-dir", dest="data_dir", help="local directory with the task's files (GLUE layout)")
     parser.add_argument("--config", help="YAML file of configuration keys (overridden by flags and --set)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -69,9 +74,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="run the same setup once per seed into OUTPUT/seed-<s>: N seeds from --seed on "
                              "(42, 43, ... by default), or the listed ones; the teacher is fine-tuned once, with "
                              "--seed, and shared; mean ± std go to OUTPUT/seeds.json")
-    parser.add_argument("--epochs", type=int, help="student training epochs (default: 3)")
+    parser.add_argument("--epochs", type=int, help="student training epochs (default: the student family's, 3 for "
+                        "most, raised to reach 300 optimizer steps on small data, with early stopping: see --set "
+                        "patience=N)")
     parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"],
-                        help="auto (default): bf16 teacher inference where supported, fp32 training on CPU")
+                        help="auto (default): teacher inference in bf16 autocast (on CUDA fp16 where bf16 is not "
+                             "supported), training in fp32 on CPU and bf16/fp16 mixed precision on CUDA")
     parser.add_argument("--baseline", help="also train the student with this projector (e.g. nkd) for the table")
     parser.add_argument("--transfer", nargs="+", action="extend", metavar="PATH",
                         help="unlabelled text the student also learns the teacher's outputs on: TSV/CSV/JSONL files "
@@ -90,6 +98,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --output")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run from its last checkpoint "
                         "(its config.yaml is used; other options are ignored except --set)")
+    parser.add_argument("--dry-run", dest="dry_run", action="store_true",
+                        help="resolve and check everything the run would use (teacher, student, tokenizer, task and "
+                             "its sizes, recipe, every stage's epochs, lr, weights and temperature, transfer set, "
+                             "output, what is cached), print the plan and exit, training nothing")
     parser.set_defaults(handler=handle)
 
 
@@ -100,6 +112,11 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
 
         config = apply(resume_config(Path(args.resume)), parse_overrides(args.overrides), source="--set").validate()
         report_failures(manager)
+        if args.dry_run:
+            from ..engine.plan import dry_run
+
+            dry_run(config, manager.registry, resume=True)
+            return 0
         from ..engine.pipeline import run
 
         run(config, manager.registry, resume=True)
@@ -114,6 +131,16 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     config = build_config(file=args.config, flags=flags, overrides=args.overrides,
                           base=None if components_given else DEMO_PRESET)
     report_failures(manager)
+    if args.dry_run:
+        from ..engine.plan import dry_run
+
+        seeds = parse_seeds(args.seeds, config.seed) if args.seeds is not None else None
+        if seeds:
+            config = seed_configs(config, seeds)[0]
+            print(f"--seeds: {len(seeds)} runs ({', '.join(map(str, seeds))}) into {Path(config.output).parent}/seed-*; "
+                  f"the plan of the first:")
+        dry_run(config, manager.registry, overwrite=args.overwrite)
+        return 0
     from ..engine.pipeline import run  # the engine (transformers, accelerate) only once the options are sound
 
     if args.seeds is not None:

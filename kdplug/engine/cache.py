@@ -124,6 +124,18 @@ class ConcatCache:
         return logits, layers
 
 
+def is_cached(root: Path, key: str) -> bool:
+    """Whether ``root/key`` holds a complete cache; its sizes are checked, its checksums only when
+    it is opened (reading every byte would take a dry run as long as the cache is large)."""
+    try:
+        meta = CacheMeta(**json.loads((root / key / META_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return False
+    expected = {LOGITS_FILE: meta.num_examples * meta.num_outputs * 4, LAYERS_FILE: meta.num_examples * meta.total_width * 2}
+    return meta.version == FORMAT_VERSION and all(
+        (root / key / name).is_file() and (root / key / name).stat().st_size == size for name, size in expected.items())
+
+
 def _verify(directory: Path) -> Optional[CacheMeta]:
     """The cache's metadata if its files are complete and intact, else None (with the reason logged)."""
     meta_path = directory / META_FILE

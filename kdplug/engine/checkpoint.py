@@ -47,6 +47,7 @@ class Progress:
     complete: bool = False
     warned: list[str] = field(default_factory=list)  # codes of the health findings already reported
     warnings: list[str] = field(default_factory=list)
+    stopped_early: Optional[int] = None  # the epoch after which early stopping ended the stage
     python_rng: Any = None
     numpy_rng: Any = None
 

@@ -17,6 +17,7 @@ it once per stage and records it in the stage's summary (``warnings`` in metrics
 from __future__ import annotations
 
 import math
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -88,3 +89,61 @@ def check_epoch(stage: str, history: Sequence[dict], *, epochs: int, lr: float, 
                     f"the student imitates the teacher's layer vectors without learning the task. Lower its weight "
                     f"(--set lam=0.1), or match in the output space instead (--projector universal-ca).")))
     return findings
+
+
+# -- against the majority class -------------------------------------------------------------------
+
+#: a teacher must beat the majority class by this much of its main metric (0.05 = 5 points)
+TEACHER_MARGIN = 0.05
+
+
+def constant_baseline(task, labels: Sequence[float]) -> float:
+    """The main metric of a model that always predicts the same thing: the majority class (its
+    accuracy is the majority's share; its Matthews correlation 0), or for regression the mean (a
+    constant has no correlation: 0)."""
+    if not labels:
+        return 0.0
+    constant = Counter(labels).most_common(1)[0][0] if task.labels else float(sum(labels) / len(labels))
+    with warnings.catch_warnings():  # a constant prediction makes correlations undefined, by design
+        warnings.simplefilter("ignore")
+        score = task.compute_metrics([constant] * len(labels), list(labels))[task.main_metric]
+    return 0.0 if score is None or (isinstance(score, float) and math.isnan(score)) else float(score)
+
+
+def check_teacher(task, predictions: Sequence[float], labels: Sequence[float], score: float) -> dict:
+    """Whether the teacher is worth distilling: its dev ``score`` (the main metric) against a model
+    that predicts one constant, and whether it predicts more than one class. The findings name the
+    likely causes; the run stops on them unless ``allow_weak_teacher`` is set."""
+    baseline = constant_baseline(task, labels)
+    record = {"metric": task.main_metric, "teacher": score, "majority_class": baseline, "margin": TEACHER_MARGIN,
+              "examples": len(labels)}
+    problems = []
+    if task.labels:
+        classes = sorted({int(p) for p in predictions})
+        record["predicted_classes"] = [task.labels[c] for c in classes if 0 <= c < len(task.labels)]
+        if len(classes) == 1 and len(set(labels)) > 1:
+            problems.append(f"it predicts {record['predicted_classes'][0]!r} for every dev example")
+    elif len(set(round(float(p), 6) for p in predictions)) == 1:
+        problems.append("it predicts the same value for every dev example")
+    if score < baseline + TEACHER_MARGIN:
+        below = "below" if score < baseline else "not clearly above"
+        what = "the majority class" if task.labels else "a constant prediction"
+        problems.append(f"its dev {task.main_metric} {score * 100:.2f} is {below} {what}'s {baseline * 100:.2f} "
+                        f"(kdplug asks for {TEACHER_MARGIN * 100:.0f} points more)")
+    record["passed"] = not problems
+    record["problems"] = problems
+    return record
+
+
+def weak_teacher_causes(task, record: dict) -> str:
+    """The likely causes of a failed teacher check, most likely first."""
+    causes = []
+    if task.labels and record["teacher"] < record["majority_class"] - TEACHER_MARGIN:
+        causes.append("its labels are in another order than the task's (a checkpoint saved with other label names "
+                      "or order: say how they map with --set teacher_options.label_map={...})")
+    causes += ["it is not fine-tuned on this task (a pre-trained checkpoint with a new head: let kdplug fine-tune it "
+               "with --set teacher_options.finetuned=false, or more epochs: --set teacher_epochs=N)",
+               "it was fine-tuned for another task or data set (check --task, --data-dir and the task's label column)"]
+    if not any("label_map" in cause for cause in causes) and task.labels:
+        causes.append("its labels are in another order than the task's (--set teacher_options.label_map={...})")
+    return "; ".join(f"({i}) {cause}" for i, cause in enumerate(causes, 1))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any, Optional
 
@@ -21,6 +22,7 @@ from safetensors.torch import save_model
 from torch import nn
 
 from .. import __version__
+from ..hub import display_name
 from ..storage import atomic_directory
 
 INFO_FILE, CARD_FILE = "kdplug_student.json", "README.md"
@@ -35,9 +37,37 @@ def write_package(directory: Path, student: nn.Module, tokenizer: Any, info: dic
             readable = copy.deepcopy(tokenizer)
             readable.model_max_length = info["max_length"]  # truncation=True cuts where training cut
             readable.save_pretrained(str(staging))
-        (staging / INFO_FILE).write_text(json.dumps(info, indent=2, default=str))
-        (staging / CARD_FILE).write_text(card, encoding="utf-8")
+        (staging / INFO_FILE).write_text(json.dumps(redact(info), indent=2, default=str))
+        (staging / CARD_FILE).write_text(redact(card), encoding="utf-8")
+        for name, key in (("config.json", "_name_or_path"), ("tokenizer_config.json", "name_or_path")):
+            _redact_field(staging / name, key)
     return directory
+
+
+#: an absolute (or home-relative) path in text: not a URL's ``//host/...`` nor a ratio like ``ms/example``
+_PATH = re.compile(r"(?<![\w.:/~-])(?:~|/)[^\s`'\",;)\]]+")
+
+
+def redact(value: Any) -> Any:
+    """``value`` (a string, or the strings inside lists and dicts) with every absolute path reduced to
+    its last component: the package is meant to be published, the user's file system is not."""
+    if isinstance(value, str):
+        return _PATH.sub(lambda found: display_name(found.group(0)), value)
+    if isinstance(value, dict):
+        return {key: redact(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact(item) for item in value]
+    return value
+
+
+def _redact_field(path: Path, key: str) -> None:
+    """Where transformers recorded the directory a model or tokenizer was loaded from."""
+    if not path.is_file():
+        return
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(data.get(key), str):
+        data[key] = redact(data[key])
+        path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def save_weights(student: nn.Module, directory: Path, info: dict[str, Any]) -> None:

@@ -21,14 +21,15 @@ from ..errors import UsageError
 from ..registry import Registry
 from ..types import Task, Teacher, matchable_layers, text_columns
 from .. import fingerprint
-from . import analysis, faults, interrupt, package, preflight
+from ..hub import display_name
+from . import analysis, faults, health, interrupt, package, preflight
 from . import speed as speed_module
 from . import teacher as teacher_stage
 from ..storage import default_cache_root, file_lock, raise_as_storage_error
 from .cache import TeacherCache
 from .checkpoint import Checkpointer
 from .data import EncodedSplit, encode
-from .recipe import RecipeContext, count_parameters, default_epochs
+from .recipe import RecipeContext, count_parameters, default_epochs, resolve_patience
 from .speed import Speed
 from .tracking import TRACKING_DIR, Tracking, parse_report_to
 from .interrupt import RunInterrupted
@@ -60,9 +61,9 @@ class RunResult:
 
 
 def create_teacher(config: RunConfig, registry: Registry, task: Task, **extra: Any) -> Teacher:
-    if Path(config.teacher).is_dir():  # a local checkpoint directory
-        return registry.create("teacher", "hf", task, **{**config.teacher_options, "source": config.teacher, **extra})
-    return registry.create("teacher", config.teacher, task, **{**config.teacher_options, **extra})
+    """The teacher ``config`` names: a registered name, a checkpoint directory or a hub id."""
+    name, source = registry.model_reference("teacher", config.teacher)
+    return registry.create("teacher", name, task, **{**config.teacher_options, **source, **extra})
 
 
 def run(config: RunConfig, registry: Registry, *, overwrite: bool = False, resume: bool = False,
@@ -96,9 +97,10 @@ def run(config: RunConfig, registry: Registry, *, overwrite: bool = False, resum
         say(note)
         log.info(note)
     closing: list[Callable[[], None]] = []  # what must end with the run, however it ends (trackers)
+    metrics: dict[str, Any] = {}  # filled as the run goes: a failed run still records what it measured
     try:
         with interrupt.graceful_stop():
-            result = _run(config, registry, run_dir, cache_root, started, say, main_process, closing)
+            result = _run(config, registry, run_dir, cache_root, started, say, main_process, closing, metrics)
         if main_process and not config.keep_checkpoints:
             shutil.rmtree(run_dir.path / CHECKPOINT_DIR, ignore_errors=True)
         return result
@@ -108,7 +110,7 @@ def run(config: RunConfig, registry: Registry, *, overwrite: bool = False, resum
         raise
     except BaseException as exc:
         if main_process:
-            record_failure(run_dir, exc, started)
+            record_failure(run_dir, exc, started, metrics)
         raise
     finally:
         for close in closing:
@@ -119,16 +121,23 @@ def run(config: RunConfig, registry: Registry, *, overwrite: bool = False, resum
                 handler.close()
 
 
-def record_failure(run_dir: RunDirectory, exc: BaseException, started: float) -> None:
-    """log.txt gets the traceback, metrics.json and the marker say ``failed`` and why."""
+def record_failure(run_dir: RunDirectory, exc: BaseException, started: float,
+                   measured: Optional[dict[str, Any]] = None) -> None:
+    """log.txt gets the traceback, metrics.json and the marker say ``failed`` and why; metrics.json
+    also keeps what the run ``measured`` before it failed (e.g. the teacher's check)."""
     message = str(exc) or type(exc).__name__
     log.error("the run failed: %s\n%s", message, "".join(traceback.format_exception(exc)).rstrip())
-    try:
-        run_dir.write_metrics({"status": FAILED, "error": message, "error_type": type(exc).__name__,
-                               "wall_seconds": round(time.perf_counter() - started, 2)})
-        run_dir.set_status(FAILED, message=message)
-    except OSError:
-        pass  # the disk that failed the run may fail this too; the error itself still reaches the user
+    failure = {"status": FAILED, "error": message, "error_type": type(exc).__name__,
+               "wall_seconds": round(time.perf_counter() - started, 2)}
+    # the disk that failed the run may fail this too: then the short record, else nothing (the
+    # error itself still reaches the user)
+    for record in ({**(measured or {}), **failure}, failure):
+        try:
+            run_dir.write_metrics(record)
+            run_dir.set_status(FAILED, message=message)
+            return
+        except OSError:
+            continue
 
 
 def _silent(message: str) -> None:
@@ -167,13 +176,15 @@ def prepare_teacher(config: RunConfig, registry: Registry, task: Task, teacher: 
     Fine-tuning runs under a lock on its key, so a second run that needs the same teacher waits
     for the first and reuses what it stored instead of fine-tuning again.
     """
-    info: dict[str, Any] = {"name": config.teacher, "source": teacher.source, "pretrained": teacher.pretrained}
+    info: dict[str, Any] = {"name": config.teacher, "source": teacher.source, "pretrained": teacher.pretrained,
+                            **teacher.extra}
+    for note in teacher.notes:
+        echo(note)
     if teacher.finetuned:
+        info["finetuned"] = {"given": True}
         return teacher, info
-    epochs = default_epochs(teacher.model, len(train), config.teacher_batch_size) if config.teacher_epochs is None \
-        else config.teacher_epochs
-    settings = {"epochs": epochs, "lr": config.teacher_lr, "batch_size": config.teacher_batch_size,
-                "max_length": max_length, "seed": seed}
+    settings = finetune_settings(config, teacher, train, max_length, seed)
+    epochs, patience = settings["epochs"], settings.get("patience", 0)
     key = teacher_stage.finetune_key(teacher, task, train, dev, settings)
     lock = file_lock(teacher_stage.teacher_store(cache_root) / f"{key}.lock") if main_process else nullcontext()
     with lock:  # the other ranks of a multi-process run follow the main one's decision
@@ -184,21 +195,35 @@ def prepare_teacher(config: RunConfig, registry: Registry, task: Task, teacher: 
             info["finetuned"] = {"reused": str(stored),
                                  **{k: summary[k] for k in ("best_epoch", "dev", "history", "seconds") if k in summary}}
             reloaded = create_teacher(config, registry, task, source=str(stored))
-            reloaded.pretrained = teacher.pretrained or teacher.source
+            reloaded.pretrained = teacher.pretrained
             return reloaded, info
-        echo(f"teacher: fine-tuning {teacher.source} on {task.name} ({epochs} epochs at lr {config.teacher_lr:g})")
+        stopping = f", early stopping after {patience} epochs without a dev improvement" if patience else ""
+        echo(f"teacher: fine-tuning {teacher.source} on {task.name} ({epochs} epochs at lr {config.teacher_lr:g}"
+             f"{stopping})")
         trainer = Trainer(accelerator, task, batch_size=config.teacher_batch_size, seed=seed,
                           weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio)
         trainer.tracking = tracker
         summary = teacher_stage.finetune(
             teacher, trainer, task, train, dev, epochs=epochs, lr=config.teacher_lr,
             task_loss=registry.create("loss", "mse" if task.is_regression else "ce"), regression=task.is_regression,
-            checkpoints=checkpoints)
+            checkpoints=checkpoints, patience=patience)
         if main_process:
             teacher_stage.store(teacher, cache_root, key, summary)
         accelerator.wait_for_everyone()
     info["finetuned"] = {**summary, "stored": str(teacher_stage.teacher_store(cache_root) / key)}
     return teacher, info
+
+
+def finetune_settings(config: RunConfig, teacher: Teacher, train: EncodedSplit, max_length: int,
+                      seed: int) -> dict[str, Any]:
+    """How the teacher is fine-tuned (part of the stored teacher's key): epochs (the run's, else
+    enough for 300 steps), lr, batch size, length, seed, and early stopping where kdplug chose the
+    epochs."""
+    epochs = default_epochs(teacher.model, len(train), config.teacher_batch_size) if config.teacher_epochs is None \
+        else config.teacher_epochs
+    patience = resolve_patience(config.patience, config.teacher_epochs is None)
+    return {"epochs": epochs, "lr": config.teacher_lr, "batch_size": config.teacher_batch_size,
+            "max_length": max_length, "seed": seed, **({"patience": patience} if patience else {})}
 
 
 def load_task_and_teacher(config: RunConfig, registry: Registry) -> tuple[Task, Teacher, int, EncodedSplit,
@@ -218,20 +243,41 @@ def load_task_and_teacher(config: RunConfig, registry: Registry) -> tuple[Task, 
 
 
 def teacher_caches(config: RunConfig, teacher: Teacher, trainer: Trainer, task: Task, train: EncodedSplit,
-                   dev: dict[str, EncodedSplit], cache_root: Path,
-                   ) -> Callable[[], tuple[TeacherCache, dict[str, TeacherCache]]]:
-    """The teacher's outputs on train and every dev split, opened (or computed and stored) on first call."""
-    built: dict[str, Any] = {}
+                   dev: dict[str, EncodedSplit], cache_root: Path) -> teacher_stage.TeacherOutputs:
+    """The teacher's outputs on train and every dev split, opened (or computed and stored) on first use."""
+    return teacher_stage.TeacherOutputs(teacher, trainer, task, train, dev, root=cache_root, precision=config.precision)
 
-    def caches() -> tuple[TeacherCache, dict[str, TeacherCache]]:
-        if not built:
-            common = dict(root=cache_root, precision=config.precision, teacher_fingerprint=fingerprint.of_module(
-                teacher.model), tokenizer_fingerprint=fingerprint.of_tokenizer(teacher.tokenizer))
-            built["dev"] = {name: teacher_stage.build_cache(teacher, trainer, task, name, split, **common)
-                            for name, split in dev.items()}
-            built["train"] = teacher_stage.build_cache(teacher, trainer, task, "train", train, **common)
-        return built["train"], built["dev"]
-    return caches
+
+def check_teacher(config: RunConfig, task: Task, dev: dict[str, EncodedSplit], dev_caches: dict[str, TeacherCache],
+                  info: dict[str, Any], echo: Callable[[str], None]) -> None:
+    """The teacher's dev metrics beside the majority class's, recorded in ``info``; a teacher that is
+    not clearly better (or predicts one class) stops the run before any distillation, unless
+    ``allow_weak_teacher``: distilling it would teach the student its mistakes."""
+    first = task.dev_splits[0]
+    predictions = {name: predictions_from_logits(torch.from_numpy(cache.logits[:].copy()), task.is_regression).tolist()
+                   for name, cache in dev_caches.items()}
+    info["dev"] = {name: task.compute_metrics(predictions[name], dev[name].labels) for name in dev_caches}
+    check = health.check_teacher(task, predictions[first], dev[first].labels, info["dev"][first][task.main_metric])
+    info["check"] = {**check, "allowed": bool(config.allow_weak_teacher) and not check["passed"]}
+    what = "majority class" if task.labels else "constant prediction"
+    figures = (f"teacher: dev {task.main_metric} {check['teacher'] * 100:.2f} on {first} ({len(dev[first])} examples); "
+               f"the {what} scores {check['majority_class'] * 100:.2f}")
+    if check["passed"]:
+        echo(figures)
+        return
+    problems = "; ".join(check["problems"])
+    if config.allow_weak_teacher:
+        echo(f"{figures}. WARNING: {problems}; going on because allow_weak_teacher is set")
+        log.warning("the teacher is weak (%s); allow_weak_teacher is set, distilling it anyway", problems)
+        return
+    raise WeakTeacherError(
+        f"{figures}. The teacher is not worth distilling: {problems}. Likely causes: "
+        f"{health.weak_teacher_causes(task, check)}. The fine-tuned teacher and its outputs are kept in the cache. "
+        f"To distil it anyway: --set allow_weak_teacher=true")
+
+
+class WeakTeacherError(UsageError):
+    """The teacher does not beat the majority class on dev: distilling it would not help."""
 
 
 def build_transfer_set(config: RunConfig, registry: Registry, task: Task, teacher: Teacher, cache_root: Path,
@@ -285,7 +331,8 @@ def warm_teacher(config: RunConfig, registry: Registry, *, echo: Callable[[str],
 
 
 def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_root: Path, started: float,
-         echo: Callable[[str], None], main_process: bool, closing: list[Callable[[], None]]) -> RunResult:
+         echo: Callable[[str], None], main_process: bool, closing: list[Callable[[], None]],
+         metrics: dict[str, Any]) -> RunResult:
     if main_process:
         run_dir.write_config(config)
     checkpoints = Checkpointer(run_dir.path / CHECKPOINT_DIR, every_steps=config.checkpoint_every)
@@ -303,23 +350,21 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
                       weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio,
                       best_checkpoint=config.best_checkpoint, num_workers=config.num_workers)
     trainer.tracking = tracker
-    metrics: dict[str, Any] = {"task": task.name, "main_metric": task.main_metric, "config": config.to_dict()}
+    metrics.update({"task": task.name, "main_metric": task.main_metric, "config": config.to_dict()})
 
     teacher, teacher_info = prepare_teacher(config, registry, task, teacher, train, dev, accelerator=accelerator,
                                             cache_root=cache_root, checkpoints=checkpoints, seed=teacher_seed,
                                             main_process=main_process, max_length=max_length, echo=echo,
                                             tracker=tracker)
     teacher_stage.freeze(teacher)
-    caches = teacher_caches(config, teacher, trainer, task, train, dev, cache_root)
-
-    _, dev_caches = caches() if config.projector != "nkd" or config.baseline else (None, None)
-    if dev_caches is not None:
-        teacher_info["dev"] = {name: task.compute_metrics(
-            predictions_from_logits(torch.from_numpy(cache.logits[:].copy()), task.is_regression).tolist(),
-            dev[name].labels) for name, cache in dev_caches.items()}
     teacher_info["parameters"] = count_parameters(teacher.model)
-    rows = [Row(f"teacher ({Path(config.teacher).name})", teacher_info["parameters"], teacher_info.get("dev", {}))]
     metrics["teacher"] = teacher_info
+    caches = teacher_caches(config, teacher, trainer, task, train, dev, cache_root)
+    dev_caches = None
+    if config.projector != "nkd" or config.baseline:
+        dev_caches = caches.dev_caches()
+        check_teacher(config, task, dev, dev_caches, teacher_info, echo)
+    rows = [Row(f"teacher ({display_name(config.teacher)})", teacher_info["parameters"], teacher_info.get("dev", {}))]
 
     transfer_set = build_transfer_set(config, registry, task, teacher, cache_root, teacher_seed, echo)
     context = RecipeContext(config=config, registry=registry, task=task, teacher=teacher, trainer=trainer,
@@ -330,12 +375,7 @@ def _run(config: RunConfig, registry: Registry, run_dir: RunDirectory, cache_roo
     baseline_predictions: dict[str, Any] = {}
     if config.baseline:
         echo(f"baseline: {config.student} with {config.baseline}")
-        student = context.new_student()
-        projector = context.new_projector(student, name=config.baseline)
-        # the baseline keeps its own weights: the run's eta/lam are meant for the main projector
-        defaults = dict(getattr(projector, "default_weights", {}) or {})
-        weights = context.weights(projector, eta=defaults.get("eta", 0.0), lam=defaults.get("lam", 0.0))
-        result = context.train_stage(f"baseline-{config.baseline}", student, projector, weights=weights)
+        student, result = train_baseline(context)
         metrics["baseline"] = {"projector": config.baseline, "dev": result.dev, "parameters": count_parameters(student)}
         baseline_dev = context.splits_for(student)[1]
         trainer.evaluate(student, baseline_dev, baseline_predictions)  # for paired comparisons with the run's student
@@ -431,7 +471,19 @@ def write_student_package(run_dir: RunDirectory, config: RunConfig, task: Task, 
     package.write_package(run_dir.path / STUDENT_DIR, student, tokenizer, info, card)
 
 
-def _human(count: int) -> str:
+def train_baseline(context: RecipeContext) -> tuple[nn.Module, Any]:
+    """The ``--baseline`` student: the run's student trained with the baseline projector and its own
+    default weights (the run's eta/lam are meant for the main projector)."""
+    config = context.config
+    student = context.new_student()
+    projector = context.new_projector(student, name=config.baseline)
+    defaults = dict(getattr(projector, "default_weights", {}) or {})
+    weights = context.weights(projector, eta=defaults.get("eta", 0.0), lam=defaults.get("lam", 0.0))
+    return student, context.train_stage(f"baseline-{config.baseline}", student, projector, weights=weights)
+
+
+def human_count(count: int) -> str:
+    """22700000 -> '22.7M', 41000 -> '41.0K'."""
     return f"{count / 1e6:.1f}M" if count >= 1e5 else f"{count / 1e3:.1f}K"
 
 
@@ -444,7 +496,7 @@ def format_table(rows: list[Row], task: Task) -> str:
         header += ["weights", "ms/example (b=1)", "examples/s (b=32)", "speed-up"]
     body = []
     for row in rows:
-        cells = [row.model, _human(row.parameters)]
+        cells = [row.model, human_count(row.parameters)]
         cells += [f"{row.dev[split][k] * 100:.2f}" if k in row.dev.get(split, {}) else "" for k in keys]
         if timed:
             speed = row.speed

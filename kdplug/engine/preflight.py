@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..config import RunConfig
-from ..errors import UsageError
+from .. import hub
+from ..errors import OfflineError, UnknownComponentError, UsageError
 from ..registry import Registry
 from ..types import Task, Teacher
 from .tracking import parse_report_to
@@ -37,13 +38,9 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
 
     Returns the notes the run prints first (which recipe runs, and why).
     """
-    teacher_is_dir = Path(config.teacher).expanduser().is_dir()
-    if not teacher_is_dir:
-        if looks_like_path(config.teacher):
-            raise UsageError(f"teacher checkpoint directory {config.teacher} does not exist; pass an existing "
-                             f"directory written by save_pretrained, or a name from 'kdplug plugins'")
-        registry.resolve("teacher", config.teacher)
-    for kind in ("student", "projector", "task"):
+    check_model_reference(registry, "teacher", config.teacher)
+    check_model_reference(registry, "student", config.student)
+    for kind in ("projector", "task"):
         registry.resolve(kind, getattr(config, kind))
     if config.baseline:
         registry.resolve("projector", config.baseline)
@@ -57,8 +54,10 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
     registry.resolve("recipe", config.recipe)
     parse_report_to(config.report_to)  # a tracker whose package is missing: say so now
     # option names, against each factory's signature; values that need the models come later
-    registry.check_options("teacher", "hf" if teacher_is_dir else config.teacher, None, **config.teacher_options)
-    registry.check_options("student", config.student, None, None, **config.student_options)
+    teacher, teacher_options = registry.model_reference("teacher", config.teacher)
+    registry.check_options("teacher", teacher, None, **{**config.teacher_options, **teacher_options})
+    student, student_options = registry.model_reference("student", config.student)
+    registry.check_options("student", student, None, None, **{**config.student_options, **student_options})
     registry.check_options("projector", config.projector, None, **config.projector_options)
     registry.check_options("recipe", config.recipe, **config.recipe_options)
     if config.ild_loss:
@@ -68,6 +67,47 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
         raise UsageError("ild_loss_options are the options of ild_loss: set ild_loss too (--set ild_loss=NAME)")
     check_transfer_sources(config, registry)
     return notes
+
+
+def check_model_reference(registry: Registry, kind: str, name: str) -> None:
+    """``name`` is a registered {kind}, an existing checkpoint directory, or a hub id that can be
+    loaded now (cached, or the hub is up): checked in seconds, before any data is read.
+
+    A plain name such as ``bert-base-uncased`` may be a hub id or a typo of a registered name; offline,
+    kdplug cannot tell, so the error gives both the close names and what to do about the hub.
+    """
+    try:
+        registry.resolve(kind, name)
+        return
+    except UnknownComponentError as exc:
+        unknown = exc
+    loader = registry.checkpoint_loader(kind)
+    if Path(name).expanduser().is_dir() and loader is not None:
+        return
+    if looks_like_path(name):
+        raise UsageError(f"{kind} checkpoint directory {name} does not exist; pass an existing directory written by "
+                         f"save_pretrained, a hub id, or a name from 'kdplug plugins'")
+    if loader is None or not hub.is_hub_id(name):
+        raise unknown
+    if hub.cached_file(name, "config.json") is not None:
+        return  # a hub id whose files are in the local cache
+    reason = hub.unreachable_reason()
+    fix = (f"download it on a machine with network (hf download {name} --local-dir DIR), copy DIR here and pass "
+           f"--{kind} DIR; or point HF_HUB_CACHE at a Hugging Face cache that holds it"
+           + ("" if hub.offline_by_env() else " and set HF_HUB_OFFLINE=1, so that nothing tries the network")
+           + f". The {loader!r} {kind} takes the same with options: --{kind} {loader} --set {kind}_options.source=ID "
+             f"(and revision, trust_remote_code)")
+    if "/" in name:
+        if reason is not None:
+            raise OfflineError(f"cannot load {kind} {name!r}: {reason}, and it is not in the local Hugging Face cache "
+                               f"({hub.cache_directory()}). To use it, {fix}.")
+        return
+    # a plain name that no plugin registered: a hub id, or a typo of a registered name?
+    if reason is not None:
+        raise UnknownComponentError(kind, name, registry.names(kind), note=(
+            f"If {name!r} is a Hugging Face hub id: {reason}, and it is not in the local cache; {fix}."))
+    if not hub.exists(name):
+        raise UnknownComponentError(kind, name, registry.names(kind), note=f"Nor is {name!r} a model on the hub.")
 
 
 def check_transfer_sources(config: RunConfig, registry: Registry) -> None:
@@ -153,7 +193,8 @@ def position_limit(model: Any) -> Optional[int]:
 def check_component_options(config: RunConfig, registry: Registry, task: Task, teacher: Teacher) -> None:
     """The student's options against the loaded teacher (e.g. attributes of its config), before
     the teacher is fine-tuned or cached."""
-    registry.check_options("student", config.student, task, teacher, **config.student_options)
+    student, source = registry.model_reference("student", config.student)
+    registry.check_options("student", student, task, teacher, **{**config.student_options, **source})
 
 
 def writable_paths(config: RunConfig, output: Path, cache_root: Path) -> None:

@@ -25,7 +25,7 @@ from .checkpoint import Checkpointer
 from .data import EncodedSplit, WithTransfer, encode
 from .heads import warmed_up_heads
 from .objective import DistillationModule, TeacherHeads, WeightedObjective
-from .teacher import build_cache, freeze
+from .teacher import TeacherOutputs, build_cache, freeze
 from .trainer import StageResult, Trainer
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,16 @@ DEFAULT_TEMPERATURE = 1.0
 #: a few hundred labelled examples need many more epochs than GLUE's tens of thousands
 MIN_DEFAULT_STEPS = 300
 MAX_DEFAULT_EPOCHS = 30
+#: early stopping where kdplug chose the epoch count: epochs without a dev improvement
+DEFAULT_PATIENCE = 3
+
+
+def resolve_patience(configured: Optional[int], epochs_chosen_by_kdplug: bool) -> int:
+    """The run's ``patience`` if set; else early stopping only where kdplug chose the epoch count
+    (a budget the user set is kept whole)."""
+    if configured is not None:
+        return configured
+    return DEFAULT_PATIENCE if epochs_chosen_by_kdplug else 0
 
 
 def student_default(student: nn.Module, attribute: str, fallback: Any) -> Any:
@@ -101,7 +111,8 @@ class RecipeContext:
     def new_student(self, name: Optional[str] = None, **options: Any) -> nn.Module:
         set_seed(self.config.seed)
         opts = {**self.config.student_options, **options} if name is None else options
-        student = self.registry.create("student", name or self.config.student, self.task, self.teacher, **opts)
+        factory, source = self.registry.model_reference("student", name or self.config.student)
+        student = self.registry.create("student", factory, self.task, self.teacher, **{**opts, **source})
         if name is None and not self._size_checked:
             self._size_checked = True
             warn_if_not_smaller(student, self.teacher.model, self.config.student)
@@ -210,18 +221,8 @@ class RecipeContext:
         """
         freeze(teacher)
         train, dev = self.splits_with(teacher.tokenizer)
-        built: dict[str, Any] = {}
-
-        def caches() -> tuple[TeacherCache, dict[str, TeacherCache]]:
-            if not built:
-                common = {"root": self.cache_root, "precision": self.config.precision,
-                          "teacher_fingerprint": fingerprint.of_module(teacher.model),
-                          "tokenizer_fingerprint": fingerprint.of_tokenizer(teacher.tokenizer)}
-                built["dev"] = {name: build_cache(teacher, self.trainer, self.task, name, split, **common)
-                                for name, split in dev.items()}
-                built["train"] = build_cache(teacher, self.trainer, self.task, "train", train, **common)
-            return built["train"], built["dev"]
-
+        caches = TeacherOutputs(teacher, self.trainer, self.task, train, dev, root=self.cache_root,
+                                precision=self.config.precision)
         return dataclasses.replace(self, teacher=teacher, caches=caches, _heads=None, last_distillation=None,
                                    _transfer_cache=None, transfer_info={})
 
@@ -248,8 +249,27 @@ class RecipeContext:
 
     def train_stage(self, name: str, student: nn.Module, projector: Optional[nn.Module] = None, *,
                     weights: Optional[Weights] = None, objective: Optional[nn.Module] = None,
-                    epochs: Optional[int] = None, lr: Optional[float] = None) -> StageResult:
-        """Train ``student`` (with ``projector``) under ``objective`` or the weighted one."""
+                    epochs: Optional[int] = None, lr: Optional[float] = None,
+                    patience: Optional[int] = None) -> StageResult:
+        """Train ``student`` (with ``projector``) under ``objective`` or the weighted one, for ``epochs``
+        (else the run's, else the family's default), ending early after ``patience`` epochs without a
+        dev improvement (else the run's ``patience``, else 3 when no one set the epochs)."""
+        stage = self.prepare_stage(name, student, projector, weights=weights, objective=objective, epochs=epochs,
+                                   lr=lr, patience=patience)
+        log.info("stage %s: %s", name, stage.describe())
+        result = self.trainer.fit(name, stage.module, stage.train, stage.dev, epochs=stage.epochs, lr=stage.lr,
+                                  teacher_cache=stage.teacher_cache, checkpoints=self.checkpoints,
+                                  patience=stage.patience)
+        if stage.projector is not None:
+            self.last_distillation = (name, stage.module)  # for the attention and layer records
+        self.stages[name] = {**result.summary(), **stage.settings()}
+        return result
+
+    def prepare_stage(self, name: str, student: nn.Module, projector: Optional[nn.Module] = None, *,
+                      weights: Optional[Weights] = None, objective: Optional[nn.Module] = None,
+                      epochs: Optional[int] = None, lr: Optional[float] = None,
+                      patience: Optional[int] = None) -> "Stage":
+        """Everything a stage trains with, resolved and checked (see :meth:`train_stage`)."""
         if name in self.stages:
             raise UsageError(f"the recipe runs two stages named {name!r}; stage names must be unique")
         weights = weights or self.weights(projector)
@@ -263,25 +283,52 @@ class RecipeContext:
         needs_teacher = module.needs_teacher
         train_cache = self.teacher_cache()[0] if needs_teacher else None
         train, dev = self.splits_for(student)
+        examples = len(train)
         if needs_teacher:  # a transfer set only teaches through the teacher's outputs
             train, train_cache = self.with_transfer(student, train, train_cache)
+            examples = self.examples_per_epoch(train)
         parts = [train.labelled, train.transfer] if isinstance(train, WithTransfer) else [train]
         check_vocabulary(student, name, [*parts, *dev.values()])
         lr = lr or self.config.lr or student_default(student, "default_lr", DEFAULT_LR)
-        examples = getattr(train, "epoch_size", len(train))
+        chosen = not (epochs or self.config.epochs)
         epochs = epochs or self.config.epochs or default_epochs(student, examples, self.config.batch_size)
-        matching = f", layers matched by {getattr(projector, 'name', type(projector).__name__)}" if projector else ""
-        log.info("stage %s: %s student%s; weights %s; %d epochs at lr %g", name, type(student).__name__, matching,
-                 ", ".join(f"{k} {v:g}" for k, v in weights.as_dict().items()), epochs, lr)
-        result = self.trainer.fit(name, module, train, dev, epochs=epochs, lr=lr, teacher_cache=train_cache,
-                                  checkpoints=self.checkpoints)
-        if projector is not None:
-            self.last_distillation = (name, module)  # for the attention and layer records
-        self.stages[name] = {**result.summary(), "weights": weights.as_dict(), "lr": lr, "epochs": epochs}
-        return result
+        patience = patience if patience is not None else resolve_patience(self.config.patience, chosen)
+        return Stage(module, projector, weights, train, dev, train_cache, epochs, lr, patience, examples)
+
+    def examples_per_epoch(self, train: Any) -> int:
+        """Training examples per epoch: labelled ones plus the transfer set's share."""
+        return getattr(train, "epoch_size", len(train))
 
     def distill(self, name: str, student: nn.Module, projector: Optional[nn.Module], **weights: Any) -> StageResult:
         return self.train_stage(name, student, projector, weights=self.weights(projector, **weights))
+
+
+@dataclass
+class Stage:
+    """A stage ready to train: what :meth:`RecipeContext.prepare_stage` resolved."""
+
+    module: DistillationModule
+    projector: Optional[nn.Module]
+    weights: Weights
+    train: Any
+    dev: dict[str, EncodedSplit]
+    teacher_cache: Any
+    epochs: int
+    lr: float
+    patience: int
+    examples: int
+
+    def settings(self) -> dict[str, Any]:
+        return {"weights": self.weights.as_dict(), "lr": self.lr, "epochs": self.epochs, "patience": self.patience}
+
+    def describe(self) -> str:
+        student = type(self.module.student).__name__
+        matching = (f", layers matched by {getattr(self.projector, 'name', type(self.projector).__name__)}"
+                    if self.projector is not None else "")
+        stopping = f", early stopping after {self.patience} epochs without a dev improvement" if self.patience else ""
+        weights = ", ".join(f"{k} {v:g}" for k, v in self.weights.as_dict().items())
+        return (f"{student} student{matching}; weights {weights}; {self.epochs} epochs at lr {self.lr:g} over "
+                f"{self.examples} examples per epoch{stopping}")
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -71,6 +71,17 @@ class RunDirectory:
     @classmethod
     def create(cls, path: Path, *, overwrite: bool = False) -> "RunDirectory":
         """A run directory at ``path``: new, empty, or replacing a run (never anything else)."""
+        if cls.check_new(path, overwrite=overwrite) is not None:  # a failed run, or --overwrite: only the run's own entries go
+            remove_run_entries(path)
+        path.mkdir(parents=True, exist_ok=True)
+        run_dir = cls(path)
+        run_dir.set_status(RUNNING)
+        return run_dir
+
+    @staticmethod
+    def check_new(path: Path, *, overwrite: bool = False) -> Optional[str]:
+        """Raise a UsageError unless a new run may be written to ``path``; the status of the run it
+        would replace (None: a new or empty directory)."""
         if path.exists() and not path.is_dir():
             raise UsageError(f"output {path} exists and is not a directory; choose another --output")
         if path.is_dir():
@@ -84,12 +95,8 @@ class RunDirectory:
                 hint = (f"continue it with 'kdplug run --resume {path}', " if status != COMPLETED else "")
                 raise UsageError(f"output directory {path} already holds a run ({status}); {hint}choose another "
                                  f"--output, or pass --overwrite to replace it")
-            if status is not None:  # a failed run, or --overwrite: only the run's own entries go
-                remove_run_entries(path)
-        path.mkdir(parents=True, exist_ok=True)
-        run_dir = cls(path)
-        run_dir.set_status(RUNNING)
-        return run_dir
+            return status
+        return None
 
     def set_status(self, status: str, **details: Any) -> None:
         from .. import __version__

@@ -73,14 +73,15 @@ def stored_summary(directory: Path) -> dict[str, Any]:
 
 
 def finetune(teacher: Teacher, trainer: Trainer, task: Task, train: EncodedSplit, dev: dict[str, EncodedSplit], *,
-             epochs: int, lr: float, task_loss, regression: bool, checkpoints=None) -> dict[str, Any]:
+             epochs: int, lr: float, task_loss, regression: bool, checkpoints=None, patience: int = 0) -> dict[str, Any]:
     """Fine-tune the teacher in place with CE (MSE for regression); return the stage summary."""
     extractor = find_layer_extractor(teacher.model)
     objective = WeightedObjective(eta=0.0, lam=0.0, task_loss=task_loss, kd_loss=None, ild_loss=None,
                                   regression=regression)
     module = DistillationModule(teacher.model, extractor, None, objective)
-    result = trainer.fit("teacher", module, train, dev, epochs=epochs, lr=lr, checkpoints=checkpoints)
-    return result.summary()
+    result = trainer.fit("teacher", module, train, dev, epochs=epochs, lr=lr, checkpoints=checkpoints,
+                         patience=patience)
+    return {**result.summary(), "epochs": epochs, "patience": patience}
 
 
 def store(teacher: Teacher, root: Path, key: str, summary: dict[str, Any]) -> Path:
@@ -93,7 +94,7 @@ def store(teacher: Teacher, root: Path, key: str, summary: dict[str, Any]) -> Pa
         teacher.save_pretrained(str(staging))
         marker_path = staging / FINETUNED_MARKER
         marker = json.loads(marker_path.read_text()) if marker_path.is_file() else {}
-        marker.update({"source": teacher.source, "pretrained": teacher.pretrained or teacher.source,
+        marker.update({"source": teacher.source, "pretrained": teacher.pretrained,
                        "created": time.strftime("%Y-%m-%d %H:%M:%S"), **summary})
         marker_path.write_text(json.dumps(marker, indent=1, default=str))
     return target
@@ -143,3 +144,38 @@ def build_cache(teacher: Teacher, trainer: Trainer, task: Task, split_name: str,
         description={"teacher": teacher.source, "task": task.name, "split": split_name, "precision": precision},
         progress=lambda it, n: trainer.progress(it, batches_total, f"teacher cache {split_name}"),
     )
+
+
+class TeacherOutputs:
+    """The teacher's cached outputs on every dev split and on train, each opened (or computed and
+    stored) on first use: dev first, so the teacher is checked before its train outputs, the
+    expensive part on a large data set, are computed. Calling it gives ``(train, dev)``."""
+
+    def __init__(self, teacher: Teacher, trainer: Trainer, task: Task, train: EncodedSplit,
+                 dev: dict[str, EncodedSplit], *, root: Path, precision: str) -> None:
+        self.teacher, self.trainer, self.task, self.train, self.dev = teacher, trainer, task, train, dev
+        self.root, self.precision = root, precision
+        self._train: Optional[cache_module.TeacherCache] = None
+        self._dev: Optional[dict[str, cache_module.TeacherCache]] = None
+        self._fingerprints: Optional[dict[str, str]] = None
+
+    def _common(self) -> dict[str, Any]:
+        if self._fingerprints is None:
+            self._fingerprints = {"teacher_fingerprint": fingerprint.of_module(self.teacher.model),
+                                  "tokenizer_fingerprint": fingerprint.of_tokenizer(self.teacher.tokenizer)}
+        return {"root": self.root, "precision": self.precision, **self._fingerprints}
+
+    def dev_caches(self) -> dict[str, cache_module.TeacherCache]:
+        if self._dev is None:
+            self._dev = {name: build_cache(self.teacher, self.trainer, self.task, name, split, **self._common())
+                         for name, split in self.dev.items()}
+        return self._dev
+
+    def train_cache(self) -> cache_module.TeacherCache:
+        if self._train is None:
+            self._train = build_cache(self.teacher, self.trainer, self.task, "train", self.train, **self._common())
+        return self._train
+
+    def __call__(self) -> tuple[cache_module.TeacherCache, dict[str, cache_module.TeacherCache]]:
+        dev = self.dev_caches()
+        return self.train_cache(), dev

@@ -48,10 +48,14 @@ class StageResult:
     dev: dict[str, dict[str, float]] = field(default_factory=dict)
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    #: the epoch after which early stopping ended the stage (None: it ran every epoch)
+    stopped_early: Optional[int] = None
 
     def summary(self) -> dict[str, Any]:
         summary = {"best_epoch": self.best_epoch, "dev": self.dev, "history": self.history,
                    "seconds": round(self.seconds, 2)}
+        if self.stopped_early is not None:
+            summary["stopped_early"] = self.stopped_early
         if self.warnings:
             summary["warnings"] = self.warnings
         return summary
@@ -83,7 +87,8 @@ def build_accelerator(precision: str, log_with: Optional[list[str]] = None,
 
 
 def inference_autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    """bf16 autocast for frozen-model inference where the device supports it."""
+    """Autocast for frozen-model inference: bf16 on every CPU (auto, bf16; none for fp32/fp16); on CUDA
+    bf16 if supported, else fp16 (none for fp32)."""
     if precision == "fp32":
         return contextlib.nullcontext()
     if device.type == "cuda":
@@ -182,12 +187,14 @@ class Trainer:
     # -- training ---------------------------------------------------------------------------
     def fit(self, name: str, module: DistillationModule, train: EncodedSplit, dev_splits: dict[str, EncodedSplit], *,
             epochs: int, lr: float, teacher_cache: Optional[TeacherCache] = None,
-            checkpoints: Optional[Checkpointer] = None) -> StageResult:
+            checkpoints: Optional[Checkpointer] = None, patience: int = 0) -> StageResult:
         """Train ``module`` for ``epochs``; on return it holds the kept (best or last) weights.
 
         With ``checkpoints``, the stage is checkpointed every ``checkpoints.every_steps`` steps
         and at every epoch end, continues from its checkpoint if one exists, and is skipped
-        (its final weights loaded) if it already completed.
+        (its final weights loaded) if it already completed. With ``patience``, the stage ends
+        early once that many epochs in a row have not improved the best dev score (see
+        :func:`stop_early`).
         """
         started = time.perf_counter()
         if module.needs_teacher and teacher_cache is None:
@@ -198,7 +205,7 @@ class Trainer:
             module.load_state_dict(saved[1])
             progress = saved[0]
             return StageResult(name, progress.history, progress.best_epoch, progress.best_dev,
-                               time.perf_counter() - started, progress.warnings)
+                               time.perf_counter() - started, progress.warnings, progress.stopped_early)
         # a stage's randomness depends on the seed and its name only, so a resumed run that
         # skips earlier stages draws the same dropout masks as an uninterrupted one
         set_seed(self.seed + zlib.crc32(name.encode()) % 100_000)
@@ -228,6 +235,8 @@ class Trainer:
             return path
 
         fault = faults.planned(name)
+        first_dev = dev_splits.get(self.task.dev_splits[0]) or next(iter(dev_splits.values()))
+        baseline = health.constant_baseline(self.task, first_dev.labels) if patience else None
         for epoch in range(progress.epoch, epochs + 1):
             # Both: Accelerate's loader re-sets its sampler's epoch on every iteration (one process),
             # but does not reach it through its sharding wrapper (several processes)
@@ -283,6 +292,12 @@ class Trainer:
                 progress.best_score, progress.best_epoch, progress.best_dev = score, epoch, metrics
                 best_state = copy.deepcopy(unwrapped.state_dict())
             progress.epoch, progress.step, progress.sums, progress.count = epoch + 1, 0, {}, 0
+            if patience and epoch < epochs and stop_early([self.main_score(r["dev"]) for r in progress.history],
+                                                          patience, baseline):
+                progress.stopped_early = epoch
+                log.info("%s: no dev improvement for %d epochs since epoch %d: stopping early (patience %d)", name,
+                         patience, progress.best_epoch, patience)
+                break
             if epoch < epochs:
                 save()
         if best_state is not None:
@@ -290,7 +305,7 @@ class Trainer:
         save(complete=True)
         self.accelerator.free_memory()
         return StageResult(name, progress.history, progress.best_epoch, progress.best_dev, time.perf_counter() - started,
-                           progress.warnings)
+                           progress.warnings, progress.stopped_early)
 
     def _step(self, module, batch, teacher_cache, optimizer, scheduler, name, epoch, step, checkpoints) -> dict[str, float]:
         teacher = {}
@@ -314,6 +329,16 @@ class Trainer:
         if self.accelerator.num_processes > 1:  # log the loss of the global batch, not of this rank's share
             terms = {key: self.accelerator.reduce(value.detach(), reduction="mean") for key, value in terms.items()}
         return {key: float(value.detach()) for key, value in terms.items()}
+
+
+def stop_early(scores: list[float], patience: int, baseline: Optional[float]) -> bool:
+    """Whether a stage whose dev scores so far are ``scores`` should stop: the best one is
+    ``patience`` or more epochs old. A model that has not yet beaten ``baseline`` (one constant
+    prediction: the majority class) has not started learning, and a slow starter (a truncated
+    BERT sits at the majority class for its first epochs) is left to train."""
+    best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # the first epoch with the best score
+    learned = baseline is None or scores[best] > baseline
+    return learned and len(scores) - 1 - best >= patience
 
 
 def _format(metrics: dict[str, dict[str, float]]) -> str:

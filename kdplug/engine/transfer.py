@@ -225,11 +225,10 @@ def build_or_load(config: RunConfig, registry: Registry, task: Task, teacher: Te
     store = root / "transfer"
     target = store / key
     with file_lock(store / f"{key}.lock"):
-        existing = complete_copy(target)
-        if existing is not None and not verify(existing):
-            meta = json.loads((existing / META_FILE).read_text())
-            echo(f"transfer set: reusing {existing} ({meta['examples']} examples)")
-            return TransferSet(existing, meta)
+        existing = _stored(target)
+        if existing is not None:
+            echo(f"transfer set: reusing {existing.directory} ({len(existing)} examples)")
+            return existing
         started = time.perf_counter()
         with atomic_directory(target, f"the transfer set {target}") as staging:
             meta = _write_texts(staging, config, registry, task, teacher, train, dev_keys, seed)
@@ -241,6 +240,20 @@ def build_or_load(config: RunConfig, registry: Registry, task: Task, teacher: Te
     echo(f"transfer set: {meta['examples']} examples built in {meta['seconds']:.1f}s "
          f"({meta['dropped_dev_duplicates']} dev duplicates dropped) -> {target}")
     return TransferSet(target, meta)
+
+
+def _stored(target: Path) -> Optional[TransferSet]:
+    existing = complete_copy(target)
+    if existing is None or verify(existing):
+        return None
+    return TransferSet(existing, json.loads((existing / META_FILE).read_text()))
+
+
+def find_stored(config: RunConfig, task: Task, train: Sequence[Example], dev: dict[str, Sequence[Example]], *,
+                root: Path, seed: int, teacher_fingerprint: str) -> Optional[TransferSet]:
+    """The run's transfer set if the store holds it already (nothing is built)."""
+    dev_keys = {normalised((e.text_a, e.text_b)) for split in dev.values() for e in split}
+    return _stored(root / "transfer" / transfer_key(config, task, train, dev_keys, seed, teacher_fingerprint))
 
 
 def _write_texts(directory: Path, config: RunConfig, registry: Registry, task: Task, teacher: Teacher,

@@ -1245,7 +1245,7 @@ RECIPE_CHECKS = (
 
 #: the tiny run a recipe is checked on: random 4-layer BERT teacher, tiny BiLSTM, 16 SST-2 lines
 TINY_RUN: dict[str, Any] = {
-    "student": "bilstm", "projector": "pkd-skip", "task": "sst2", "epochs": 1, "teacher_epochs": 1,
+    "student": "bilstm", "projector": "pkd-skip", "task": "sst2", "epochs": 1, "teacher_epochs": 1, "allow_weak_teacher": True,
     "head_epochs": 1, "batch_size": 8, "student_options": {"embedding_dim": 16, "hidden_size": 16},
 }
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Optional, Sequence
 
 from kdplug.types import Example
 
@@ -141,3 +141,60 @@ class TinyTask:
             return {"neg_mse": -error}
         correct = sum(int(p) == int(r) for p, r in zip(predictions, references))
         return {"accuracy": correct / max(len(references), 1)}
+
+
+def cache_as_hub_model(checkpoint: str | os.PathLike, repo_id: str, cache_dir: str | os.PathLike) -> str:
+    """Put the files of ``checkpoint`` into the Hugging Face hub cache ``cache_dir`` as if they had
+    been downloaded from the hub model ``repo_id``, and return the snapshot directory.
+
+    With ``HF_HUB_CACHE=cache_dir`` (and ``HF_HUB_OFFLINE=1``), anything that loads ``repo_id``
+    (``--teacher repo_id``, ``from_pretrained("repo_id")``) then finds a tiny stand-in offline.
+    """
+    import hashlib
+    import shutil
+
+    revision = hashlib.sha1(repo_id.encode()).hexdigest()  # a commit hash is 40 hex digits
+    repo = os.path.join(os.fspath(cache_dir), "models--" + repo_id.replace("/", "--"))
+    snapshot = os.path.join(repo, "snapshots", revision)
+    shutil.copytree(os.fspath(checkpoint), snapshot, dirs_exist_ok=True)
+    os.makedirs(os.path.join(repo, "refs"), exist_ok=True)
+    with open(os.path.join(repo, "refs", "main"), "w") as handle:
+        handle.write(revision)
+    return snapshot
+
+
+def make_tiny_classifier(path: str | os.PathLike, labels: Sequence[str] = ("negative", "positive"), *,
+                         order: Optional[Sequence[int]] = None, label_names: Optional[Sequence[str]] = None,
+                         class_bias: Optional[Sequence[float]] = None, num_layers: int = 2, hidden: int = 32,
+                         seed: int = 0) -> str:
+    """A tiny BERT sequence classifier saved by plain ``transformers`` (no kdplug marker): what a
+    checkpoint fine-tuned elsewhere looks like.
+
+    With ``order``, output ``i`` of the saved model is output ``order[i]`` of the same seed's model
+    and is named ``labels[order[i]]``: the same classifier, its labels in another order.
+    ``label_names`` overrides the saved names; ``class_bias`` adds to the head's bias (a large
+    value for one class makes a model that predicts that class for everything).
+    """
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    path = os.fspath(path)
+    tokenizer = wordpiece_tokenizer(TINY_WORDS, 64)
+    tokenizer.save_pretrained(path)
+    vocab = tokenizer.get_vocab()
+    config = BertConfig(**_tiny_config_args(num_layers, hidden, 2, 64, len(vocab)), pad_token_id=vocab["[PAD]"],
+                        num_labels=len(labels))
+    torch.manual_seed(seed)
+    model = BertForSequenceClassification(config)
+    order = list(order) if order is not None else list(range(len(labels)))
+    with torch.no_grad():
+        index = torch.tensor(order)
+        model.classifier.weight.copy_(model.classifier.weight[index])  # (C, hidden): row i <- row order[i]
+        model.classifier.bias.copy_(model.classifier.bias[index])
+        if class_bias is not None:
+            model.classifier.bias.add_(torch.tensor(list(class_bias), dtype=model.classifier.bias.dtype))
+    names = list(label_names) if label_names is not None else [labels[i] for i in order]
+    model.config.id2label = dict(enumerate(names))
+    model.config.label2id = {name: i for i, name in enumerate(names)}
+    model.save_pretrained(path)
+    return path

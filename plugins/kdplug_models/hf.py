@@ -18,6 +18,8 @@ import functools
 import json
 import logging
 import os
+import re
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -27,6 +29,8 @@ import kdplug
 from kdplug import hub
 from kdplug.errors import UsageError
 from kdplug.types import LayerSpec, Task, Teacher, num_outputs
+
+from .labels import LabelMatch, match_labels, reorder_outputs
 
 logger = logging.getLogger(__name__)
 
@@ -54,40 +58,104 @@ def load_pretrained(loader: Any, source: str, what: str, **kwargs: Any) -> Any:
     return hub.load_pretrained(loader, source, what, local_option=local, **kwargs)
 
 
+@dataclass
+class Loaded:
+    """A checkpoint loaded as a sequence classifier for a task."""
+
+    model: Any
+    tokenizer: Any
+    #: the checkpoint is a sequence classifier (fine-tuned for some task)
+    is_classifier: bool
+    #: ... and its head has the task's number of outputs
+    head_fits: bool
+    #: how its outputs were matched to the task's labels (None: a new head, or regression)
+    labels: Optional[LabelMatch] = None
+
+
+CHECKPOINT_OPTIONS = ("source", "finetuned", "label_map", "num_labels", "trust_remote_code", "revision")
+
+
 def _config_for_task(source: str, task: Task, num_labels: Optional[int], what: str, overrides: dict[str, Any],
                      **load_options: Any):
-    """The checkpoint's config sized for ``task``, and whether the checkpoint's own head already fits it."""
+    """The checkpoint's config sized for ``task``, whether it is a sequence classifier, and whether
+    that head already fits the task (then its own ``id2label`` is kept, to be matched by name)."""
     from transformers import AutoConfig
 
     config = load_pretrained(AutoConfig, source, what, **load_options)
     unknown = sorted(key for key in overrides if not hasattr(config, key))
     if unknown:
-        raise UsageError(f"unknown {what} option(s) {', '.join(unknown)} for {source!r}: options are source, "
-                         f"finetuned, num_labels, trust_remote_code, or attributes of its {type(config).__name__}")
+        raise UsageError(f"unknown {what} option(s) {', '.join(unknown)} for {source!r}: options are "
+                         f"{', '.join(CHECKPOINT_OPTIONS)}, or attributes of its {type(config).__name__}")
     wanted = num_labels if num_labels is not None else num_outputs(task)
-    has_head = any(name.endswith("ForSequenceClassification") for name in config.architectures or ())
-    head_fits = has_head and config.num_labels == wanted
+    is_classifier = any(name.endswith("ForSequenceClassification") for name in config.architectures or ())
+    head_fits = is_classifier and config.num_labels == wanted
     config.update(overrides)
-    config.num_labels = wanted
+    if not head_fits:
+        config.num_labels = wanted
+        if not task.is_regression and len(task.labels) == wanted:
+            config.id2label = dict(enumerate(task.labels))
+            config.label2id = {label: index for index, label in enumerate(task.labels)}
     config.output_hidden_states = True
     config.problem_type = "regression" if task.is_regression else "single_label_classification"
-    if not task.is_regression and len(task.labels) == wanted:
-        config.id2label = dict(enumerate(task.labels))
-        config.label2id = {label: index for index, label in enumerate(task.labels)}
-    return config, head_fits
+    return config, is_classifier, head_fits
 
 
 def _load_classifier(source: str, task: Task, *, what: str, num_labels: Optional[int] = None,
-                     trust_remote_code: bool = False, revision: Optional[str] = None, **overrides: Any):
-    """(model, tokenizer, head_fits) for ``source`` with a head sized for ``task``."""
+                     label_map: Optional[dict] = None, trust_remote_code: bool = False,
+                     revision: Optional[str] = None, **overrides: Any) -> Loaded:
+    """``source`` as a sequence classifier for ``task``: its own head where it fits the task, with
+    the outputs put in the task's label order (:mod:`kdplug_models.labels`), else a new head."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     load_options = {"trust_remote_code": trust_remote_code, **({"revision": revision} if revision else {})}
-    config, head_fits = _config_for_task(source, task, num_labels, what, overrides, **load_options)
+    config, is_classifier, head_fits = _config_for_task(source, task, num_labels, what, overrides, **load_options)
+    if label_map is not None and not (head_fits and task.labels):
+        raise UsageError(f"{what}_options.label_map maps a fine-tuned head's labels onto the task's, but {source} "
+                         f"has no classification head with the task's {len(task.labels) or 1} output(s); drop it")
+    checkpoint_labels = dict(config.id2label or {}) if head_fits else None
     model = load_pretrained(AutoModelForSequenceClassification, source, what, config=config,
                             ignore_mismatched_sizes=not head_fits, **load_options)
     tokenizer = load_pretrained(AutoTokenizer, source, what, **load_options)
-    return model, tokenizer, head_fits
+    match = None
+    if head_fits and task.labels:
+        match = match_labels(checkpoint_labels, task.labels, source=source, what=what, label_map=label_map)
+        reorder_outputs(model, match.order, task.labels)
+    return Loaded(model, tokenizer, is_classifier, head_fits, match)
+
+
+def declared_base_model(source: str) -> Optional[str]:
+    """The pre-trained checkpoint a fine-tuned ``source`` says it came from: its model card's
+    ``base_model``, else the ``_name_or_path`` its config.json was saved with (when that names
+    another checkpoint). None when it says nothing."""
+    def read(filename: str) -> Optional[str]:
+        if os.path.isdir(source):
+            path = os.path.join(source, filename)
+            return path if os.path.isfile(path) else None
+        return hub.cached_file(source, filename)
+
+    card = read("README.md")
+    if card:
+        with open(card, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+        found = re.search(r"^base_model:\s*\n?\s*-?\s*['\"]?([^\s'\"]+)", text.split("\n---", 1)[0], re.MULTILINE)
+        if text.startswith("---") and found:
+            return found.group(1)
+    config = read("config.json")
+    if config:
+        with open(config, encoding="utf-8") as handle:
+            named = json.load(handle).get("_name_or_path") or None
+        if named and os.path.abspath(os.path.expanduser(named)) != os.path.abspath(source) and named != source:
+            return named
+    return None
+
+
+def available(checkpoint: str) -> bool:
+    """``checkpoint`` can be loaded now: an existing directory, a cached hub id, or the hub is up."""
+    if os.path.isdir(os.path.expanduser(checkpoint)):
+        return True
+    if not hub.HUB_ID.fullmatch(checkpoint) or checkpoint.startswith((".", "/", "~")):
+        return False
+    return hub.cached_file(checkpoint, "config.json") is not None or hub.unreachable_reason() is None
 
 
 # --------------------------------------------------------------------------------------------
@@ -104,38 +172,42 @@ def _read_marker(source: str) -> Optional[dict[str, Any]]:
 
 
 def hf_teacher(task: Task, source: Optional[str] = None, num_labels: Optional[int] = None, *,
-               finetuned: bool = False, trust_remote_code: bool = False, revision: Optional[str] = None,
-               **config_overrides: Any) -> Teacher:
+               finetuned: Optional[bool] = None, label_map: Optional[dict] = None, trust_remote_code: bool = False,
+               revision: Optional[str] = None, **config_overrides: Any) -> Teacher:
     """Any Hugging Face encoder with a sequence-classification head sized for ``task``.
 
-    ``source``: a hub id or a local directory. ``finetuned``: the checkpoint is already
-    fine-tuned on this task (also implied by a ``kdplug_finetuned.json`` written by
-    ``save_pretrained``); it takes effect only when the checkpoint's head fits the task.
-    Further options set attributes of the model's config (e.g. ``hidden_dropout_prob=0.1``).
+    ``source``: a hub id or a local directory. A checkpoint whose classification head fits the
+    task is taken as fine-tuned and used as it is, its outputs put in the task's label order by
+    name (``label_map`` says the mapping explicitly); ``finetuned=False`` fine-tunes it anyway,
+    ``finetuned=True`` insists (a head that does not fit is then replaced and fine-tuned, with a
+    warning). A ``kdplug_finetuned.json`` marker (written by ``save_pretrained``) naming another
+    task means it is fine-tuned again. Further options set attributes of the model's config (e.g.
+    ``hidden_dropout_prob=0.1``).
     """
     if not source:
         raise UsageError("teacher 'hf' needs the option source: a hub id or a directory "
-                         "(--teacher /path/to/dir or --set teacher_options.source=bert-base-uncased)")
+                         "(--teacher /path/to/dir, --teacher bert-base-uncased, or --set teacher_options.source=ID)")
     source = os.path.expanduser(str(source))
-    model, tokenizer, head_fits = _load_classifier(source, task, what="teacher", num_labels=num_labels,
-                                                   trust_remote_code=trust_remote_code, revision=revision,
-                                                   **config_overrides)
+    loaded = _load_classifier(source, task, what="teacher", num_labels=num_labels, label_map=label_map,
+                              trust_remote_code=trust_remote_code, revision=revision, **config_overrides)
     marker = _read_marker(source) if os.path.isdir(source) else None
-    if marker is not None and marker.get("task") not in (None, task.name):
+    other_task = marker is not None and marker.get("task") not in (None, task.name)
+    if other_task:
         logger.warning("%s was fine-tuned on task %r, not %r: it will be fine-tuned again", source,
                        marker.get("task"), task.name)
-        marker = None
-    claimed = finetuned or marker is not None
-    if claimed and not head_fits:
+    if finetuned and not loaded.head_fits:
         logger.warning("%s has no classification head with %d outputs: it will be fine-tuned on %r first",
-                       source, model.config.num_labels, task.name)
-
-    finetuned_already = claimed and head_fits
-    # where the pre-trained weights are: the source itself, unless it is already fine-tuned, when
-    # only a kdplug-written marker knows
-    pretrained = (marker or {}).get("pretrained") or (marker or {}).get("base") if finetuned_already else source
-    teacher = Teacher(model=model, tokenizer=tokenizer, source=source, finetuned=finetuned_already,
-                      pretrained=pretrained)
+                       source, loaded.model.config.num_labels, task.name)
+    finetuned_already = loaded.head_fits and not other_task and finetuned is not False
+    teacher = Teacher(model=loaded.model, tokenizer=loaded.tokenizer, source=source, finetuned=finetuned_already,
+                      pretrained=_pretrained_source(source, loaded, marker))
+    if finetuned_already and marker is None:
+        teacher.notes.append(f"teacher: {source} has a classification head with the task's {num_outputs(task)} "
+                             f"output(s): taken as fine-tuned on {task.name} and used as it is (--set "
+                             f"teacher_options.finetuned=false fine-tunes it again)")
+    if loaded.labels is not None:
+        teacher.extra["labels"] = loaded.labels.as_dict()
+        teacher.notes.append(_label_note(loaded.labels, task))
 
     def save_pretrained(directory: str, finetuned: bool = True) -> None:
         """Write the teacher's current model and tokenizer (safetensors); with ``finetuned`` (the
@@ -145,12 +217,41 @@ def hf_teacher(task: Task, source: Optional[str] = None, num_labels: Optional[in
         teacher.tokenizer.save_pretrained(directory)
         if finetuned:
             marker = {"task": task.name, "num_labels": teacher.model.config.num_labels,
-                      "pretrained": teacher.pretrained or source}
+                      "pretrained": teacher.pretrained}
             with open(os.path.join(directory, FINETUNED_MARKER), "w") as handle:
                 json.dump(marker, handle, indent=2)
 
     teacher.save_pretrained = save_pretrained
     return teacher
+
+
+hf_teacher.loads_checkpoints = True
+
+
+def _pretrained_source(source: str, loaded: Loaded, marker: Optional[dict[str, Any]]) -> Optional[str]:
+    """Where the teacher's pre-trained weights are (what a BERT-k student starts from): the source
+    itself when it is a pre-trained encoder; for a fine-tuned classifier only what kdplug's marker
+    or the checkpoint itself names, when that can be loaded; else None (unknown)."""
+    if marker is not None and "pretrained" in marker:
+        return marker["pretrained"]
+    if not loaded.is_classifier:
+        return source
+    base = declared_base_model(source)
+    return base if base and available(base) else None
+
+
+def _label_note(match: LabelMatch, task: Task) -> str:
+    if match.how == "positional":
+        why = ("the task's labels are numbers" if all(str(label).isdigit() for label in task.labels)
+               else "the checkpoint's labels are LABEL_0, LABEL_1 ...")
+        return (f"teacher labels: matched by position ({why}): "
+                + ", ".join(f"output {i} = {label}" for i, label in enumerate(task.labels))
+                + "; if that is wrong, set teacher_options.label_map")
+    mapping = ", ".join(f"{match.checkpoint[output]} -> {label}" for label, output in zip(task.labels, match.order))
+    how = "by name" if match.how == "names" else "by teacher_options.label_map"
+    if match.reordered:
+        return f"teacher labels: matched {how} ({mapping}); the outputs were reordered to the task's order"
+    return f"teacher labels: matched {how} ({mapping}), already in the task's order"
 
 
 def minilm_path() -> str:
@@ -194,15 +295,16 @@ def _initial_weights(teacher: Teacher, task: Task, *, student: str, init: str, s
     if init == INIT_PRETRAINED:
         checkpoint = source or teacher.pretrained
         if checkpoint is None:
-            raise UsageError(
-                f"student {student!r} starts from the pre-trained checkpoint the teacher was fine-tuned from (PKD "
-                f"Sec. 4.2), but the teacher {teacher.source} was passed already fine-tuned and does not say which. "
-                f"Name it with --set student_options.source=DIR_OR_HUB_ID (e.g. bert-base-uncased), or start from "
-                f"the fine-tuned teacher's own layers with --set student_options.init=teacher")
+            note = (f"the teacher {hub.display_name(teacher.source)} came fine-tuned and names no pre-trained checkpoint, "
+                    f"so {student} starts from the fine-tuned teacher's own layers, not from pre-trained ones as in "
+                    f"PKD (Sun et al. 2019, Sec. 4.2); name the pre-trained model with --set "
+                    f"student_options.source=DIR_OR_HUB_ID (e.g. bert-base-uncased) to follow the paper")
+            logger.warning("%s", note)
+            return model, {"init": INIT_TEACHER, "from": teacher.source, "note": note}
     else:
         checkpoint = init
     checkpoint = os.path.expanduser(str(checkpoint))
-    initial, _, _ = _load_classifier(checkpoint, task, what="student")
+    initial = _load_classifier(checkpoint, task, what="student").model
     for attribute in ("model_type", "hidden_size", "num_attention_heads", "intermediate_size"):
         mine, theirs = getattr(model.config, attribute, None), getattr(initial.config, attribute, None)
         if mine != theirs:
@@ -302,12 +404,35 @@ def distilroberta_student(task: Task, teacher: Teacher, *, source: str = "distil
                              f"teacher is a {model_type} model; use bert-{layers} for it")
         _check_init(init, "distilroberta")
         return truncated_copy(teacher, task, layers, student="distilroberta", init=init, **config_overrides)
-    model, tokenizer, _ = _load_classifier(os.path.expanduser(source), task, what="student",
-                                           trust_remote_code=trust_remote_code, **config_overrides)
-    if teacher.tokenizer is None or teacher.tokenizer.get_vocab() != tokenizer.get_vocab():
-        model.tokenizer = tokenizer  # it reads text its own way (see the student hook)
-    model.kdplug_init = {"init": "checkpoint", "from": source}
+    return hf_student(task, teacher, source=source, trust_remote_code=trust_remote_code, **config_overrides)
+
+
+def hf_student(task: Task, teacher: Teacher, source: Optional[str] = None, *, label_map: Optional[dict] = None,
+               trust_remote_code: bool = False, revision: Optional[str] = None, **config_overrides: Any):
+    """Any Hugging Face encoder checkpoint as the student (``source``: a hub id or a directory).
+
+    A pre-trained encoder gets a new head; a checkpoint already fine-tuned with the task's number
+    of labels keeps its head, its outputs put in the task's label order by name as for teachers
+    (``label_map`` says it explicitly). A student whose vocabulary differs from the teacher's
+    reads the text with its own tokenizer.
+    """
+    if not source:
+        raise UsageError("student 'hf' needs the option source: a hub id or a directory "
+                         "(--student /path/to/dir, --student distilbert-base-uncased, or --set student_options.source=ID)")
+    source = os.path.expanduser(str(source))
+    loaded = _load_classifier(source, task, what="student", label_map=label_map,
+                              trust_remote_code=trust_remote_code, revision=revision, **config_overrides)
+    model = loaded.model
+    if teacher.tokenizer is None or teacher.tokenizer.get_vocab() != loaded.tokenizer.get_vocab():
+        model.tokenizer = loaded.tokenizer  # it reads text its own way (see the student hook)
+    # weights fine-tuned for a classification task are not "pre-trained" ones: say which
+    model.kdplug_init = {"init": "finetuned-checkpoint" if loaded.is_classifier else INIT_PRETRAINED, "from": source}
+    if loaded.labels is not None:
+        model.kdplug_init["labels"] = loaded.labels.as_dict()
     return model
+
+
+hf_student.loads_checkpoints = True
 
 
 # --------------------------------------------------------------------------------------------
@@ -345,7 +470,8 @@ class HFEncoderExtractor:
 
 @kdplug.hookimpl
 def kdplug_register_teachers(register):
-    register("hf", hf_teacher, description="any Hugging Face encoder: option source = hub id or directory")
+    register("hf", hf_teacher, description="any Hugging Face encoder: option source = hub id or directory "
+                                           "(--teacher DIR_OR_HUB_ID)")
     for name, hub_id in HUB_TEACHERS.items():
         register(name, functools.partial(hf_teacher, source=hub_id), description=f"{hub_id} from the hub")
     register("minilm", minilm_teacher,
@@ -357,6 +483,8 @@ def kdplug_register_students(register):
     register("bert-{layers}", bert_k_student,
              description="the teacher's block with k layers, from the pre-trained model's embeddings and first k "
                          "layers (PKD); option init=pretrained|teacher|DIR")
+    register("hf", hf_student, description="any Hugging Face encoder checkpoint: option source = hub id or directory "
+                                           "(--student DIR_OR_HUB_ID)")
     register("distilroberta", distilroberta_student,
              description="DistilRoBERTa (option source, default distilroberta-base; or from_teacher=True)")
 

@@ -26,11 +26,12 @@ class Standard:
 
 
 class TwoStage:
-    """Universal-KD's schedule: stage 1 distils (KD + the projector's loss, by default without
-    CE: eta = beta, lam = 1 - beta), stage 2 fine-tunes the best stage-1 student with CE only.
+    """Universal-KD's schedule (Wu et al. 2021): stage 1 distils with L = beta·KD + (1 - beta)·L_Univ
+    (eta = beta, lam = 1 - beta, and never a CE term), stage 2 fine-tunes the best stage-1 student
+    with CE only.
 
-    Options: ``beta`` (stage-1 KD weight; default: the run's or projector's eta),
-    ``stage2_epochs`` (default: the run's epochs), ``stage2_lr``.
+    Options: ``beta`` (stage-1 KD weight; default: the run's eta, else 1 - its lam, else the
+    projector's eta), ``stage2_epochs`` (default: the run's epochs), ``stage2_lr``.
     """
 
     citation = """@inproceedings{wu2021universalkd,
@@ -46,14 +47,27 @@ class TwoStage:
     def run(self, ctx):
         student = ctx.new_student()
         projector = ctx.new_projector(student)
-        if self.beta is not None:
-            stage1 = ctx.weights(projector, eta=self.beta, lam=1.0 - self.beta)
-        else:
-            stage1 = ctx.weights(projector)
+        beta = self.stage1_beta(ctx, projector)
+        stage1 = ctx.weights(projector, eta=beta, lam=1.0 - beta, ce=0.0)
         ctx.train_stage("stage1", student, projector, weights=stage1)
         ctx.train_stage("stage2", student, None, weights=ctx.weights(None, eta=0.0, lam=0.0),
                         epochs=self.stage2_epochs, lr=self.stage2_lr)
         return student
+
+    def stage1_beta(self, ctx, projector) -> float:
+        """beta: the recipe option, else the run's eta, else 1 - the run's lam, else the projector's eta."""
+        if self.beta is not None:
+            return float(self.beta)
+        config = ctx.config
+        if config.eta is not None:
+            if config.lam is not None and abs(config.eta + config.lam - 1.0) > 1e-9:
+                log.warning("two-stage: stage 1 weighs KD by beta = eta = %g and the layer loss by 1 - beta = %g; "
+                            "the run's lam %g is not used (stage 1 has no CE term)", config.eta, 1 - config.eta,
+                            config.lam)
+            return float(config.eta)
+        if config.lam is not None:
+            return 1.0 - float(config.lam)
+        return float((getattr(projector, "default_weights", {}) or {}).get("eta", 0.5))
 
 
 @kdplug.hookimpl

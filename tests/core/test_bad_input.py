@@ -16,7 +16,7 @@ from kdplug.cli import main
 
 from ..conftest import write_sst2
 
-TINY = ["--student", "bilstm", "--projector", "rkd", "--epochs", "1", "--set", "teacher_epochs=1",
+TINY = ["--student", "bilstm", "--projector", "rkd", "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
         "--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16"]
 
 
@@ -174,7 +174,7 @@ def test_student_whose_vocabulary_does_not_match_the_tokenizer(capsys, tmp_path,
     manager = PluginManager()
     manager.register(SmallVocabulary(), "small-vocab-test")
     config = build_config(flags={"teacher": tiny_bert_dir, "task": "sst2", "data_dir": str(sst2_with(tmp_path)),
-                                 "student": "small-vocab", "projector": "rkd", "epochs": 1, "teacher_epochs": 1,
+                                 "student": "small-vocab", "projector": "rkd", "epochs": 1, "teacher_epochs": 1, "allow_weak_teacher": True,
                                  "output": str(tmp_path / "run")})
     with pytest.raises(UsageError) as error:
         run(config, manager.registry, echo=lambda text: None)

@@ -78,7 +78,7 @@ def test_missing_data_directory_exits_2_naming_it(capsys, tmp_path, tiny_bert_di
 
 def test_tiny_run_writes_the_run_directory_and_reuses_the_teacher(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     argv = ["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "pkd-skip", "--task", "sst2",
-            "--data-dir", str(sst2_dir), "--epochs", "2", "--set", "teacher_epochs=1", "--baseline", "nkd",
+            "--data-dir", str(sst2_dir), "--epochs", "2", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", "--baseline", "nkd",
             "--set", "eta=0.3", *TINY_STUDENT]
     code, out, _ = run_cli(capsys, *argv, "--output", str(tmp_path / "first"))
     assert code == 0, out
@@ -145,7 +145,7 @@ def test_every_doc_page_is_named_by_kdplug_help_and_every_run_option_documented(
 
 def test_the_log_reads_well(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     code, _, _ = run_cli(capsys, "run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "rkd",
-                         "--task", "sst2", "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1",
+                         "--task", "sst2", "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
                          *TINY_STUDENT, "--output", str(tmp_path / "run"))
     assert code == 0
     log = (tmp_path / "run" / "log.txt").read_text()
@@ -157,7 +157,7 @@ def test_the_log_reads_well(capsys, tmp_path, tiny_bert_dir, sst2_dir):
 
 def test_run_directory_holds_dev_predictions(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     code, _, _ = run_cli(capsys, "run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "rkd",
-                         "--task", "sst2", "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1",
+                         "--task", "sst2", "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
                          *TINY_STUDENT, "--output", str(tmp_path / "run"))
     assert code == 0
     predictions = json.loads((tmp_path / "run" / "predictions.json").read_text())
@@ -171,7 +171,7 @@ def test_run_directory_holds_dev_predictions(capsys, tmp_path, tiny_bert_dir, ss
 def test_cache_list_and_clear(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     cache = tmp_path / "cache"
     assert main(["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "rkd", "--task", "sst2",
-                 "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1", *TINY_STUDENT,
+                 "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", *TINY_STUDENT,
                  "--cache-dir", str(cache), "--output", str(tmp_path / "run")]) == 0
     capsys.readouterr()
     code, out, _ = run_cli(capsys, "cache", "list", "--cache-dir", str(cache))

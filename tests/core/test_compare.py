@@ -252,7 +252,7 @@ def test_a_note_shared_by_every_comparison_is_said_once(tmp_path):
 
 def test_a_baseline_student_keeps_its_predictions_for_the_bootstrap(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(sst2_dir), "--student", "bilstm",
-            "--projector", "rkd", "--baseline", "nkd", "--seeds", "1,2", "--epochs", "1", "--set", "teacher_epochs=1",
+            "--projector", "rkd", "--baseline", "nkd", "--seeds", "1,2", "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
             "--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16",
             "--output", str(tmp_path / "runs")]
     assert main(argv) == 0

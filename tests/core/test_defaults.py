@@ -16,7 +16,7 @@ from kdplug.cli import main
 from kdplug.engine import health
 
 TINY = ["--student", "bilstm", "--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16",
-        "--set", "teacher_epochs=1", "--set", "head_epochs=2", "--epochs", "2"]
+        "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", "--set", "head_epochs=2", "--epochs", "2"]
 
 
 def cache_files(pattern):

@@ -35,7 +35,7 @@ def runs(tmp_path_factory, tiny_bert_dir, data):
         patch.setenv("KDPLUG_CACHE", str(tmp_path_factory.mktemp("deploy-cache")))
         for family in FAMILIES:
             argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), "--student", family,
-                    "--projector", projectors[family], "--epochs", "2", "--set", "teacher_epochs=1",
+                    "--projector", projectors[family], "--epochs", "2", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
                     "--set", "head_epochs=1", "--set", "lr=0.01", "--output", str(root / family)]
             if family != "bert-2":
                 argv += ["--set", "student_options.hidden_size=16", "--set", "student_options.embedding_dim=16"]
@@ -172,7 +172,7 @@ def test_predict_on_regression_gives_scores(tmp_path, tiny_bert_dir):
     for split in ("train", "dev"):
         (data / f"{split}.csv").write_text("\n".join(rows) + "\n")
     assert main(["run", "--teacher", tiny_bert_dir, "--task", "local", "--data-dir", str(data), "--student", "bert-2",
-                 "--projector", "rkd", "--epochs", "1", "--set", "teacher_epochs=1",
+                 "--projector", "rkd", "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
                  "--set", "task_options.text_pair_column=other", "--set", "task_options.label_column=score",
                  "--set", "task_options.regression=true", "--output", str(tmp_path / "run")]) == 0
     predictions = kdplug.predict(tmp_path / "run", [("the movie was good", "the film was bad")])

@@ -17,7 +17,7 @@ from kdplug.cli import main
 
 from ..conftest import write_sst2
 
-TINY = ["--student", "bilstm", "--projector", "rkd", "--epochs", "1", "--set", "teacher_epochs=1",
+TINY = ["--student", "bilstm", "--projector", "rkd", "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
         "--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16"]
 
 

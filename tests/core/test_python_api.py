@@ -34,10 +34,10 @@ def test_distill_with_names_is_what_kdplug_run_runs(tmp_path, tiny_bert_dir, sst
     from kdplug.cli import main
 
     common = dict(teacher=tiny_bert_dir, student="bilstm", projector="rkd", task="sst2", data_dir=str(sst2_dir))
-    settings = {"epochs": 1, "teacher_epochs": 1, "student_options": {"hidden_size": 16, "embedding_dim": 16}}
+    settings = {"epochs": 1, "teacher_epochs": 1, "allow_weak_teacher": True, "student_options": {"hidden_size": 16, "embedding_dim": 16}}
     result = kdplug.distill(**common, **settings, output=str(tmp_path / "api"), echo=None)
     assert main(["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "rkd", "--task", "sst2",
-                 "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1",
+                 "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
                  "--set", "student_options.hidden_size=16", "--set", "student_options.embedding_dim=16",
                  "--output", str(tmp_path / "cli")]) == 0
     cli = json.loads((tmp_path / "cli" / "metrics.json").read_text())

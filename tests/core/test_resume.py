@@ -21,7 +21,7 @@ from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
 def setup(tmp_path_factory, tiny_bert_dir):
     data = write_sst2(tmp_path_factory.mktemp("data") / "SST-2", train=SST2_TRAIN * 4, dev=SST2_DEV * 2)
     argv = ["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "pkd-skip", "--task", "sst2",
-            "--data-dir", str(data), "--epochs", "3", "--set", "teacher_epochs=2", "--set", "batch_size=4",
+            "--data-dir", str(data), "--epochs", "3", "--set", "teacher_epochs=2", "--set", "allow_weak_teacher=true", "--set", "batch_size=4",
             "--set", "checkpoint_every=5", "--set", "teacher_batch_size=8", "--set", "student_options.embedding_dim=16",
             "--set", "student_options.hidden_size=16"]
     return argv
@@ -108,3 +108,29 @@ def test_resume_of_a_completed_run_is_a_usage_error(setup, tmp_path, capsys):
 def test_resume_of_a_directory_without_a_run_is_a_usage_error(tmp_path, capsys):
     assert main(["run", "--resume", str(tmp_path)]) == 2
     assert "no run to resume" in capsys.readouterr().err
+
+
+def test_early_stopping_resumes_exactly_after_a_kill(setup, tmp_path, monkeypatch):
+    # a student that learns (lr 3e-3) and then stops improving: patience 2 ends its 10-epoch budget early
+    argv = [*setup, "--epochs", "10", "--set", "patience=2", "--set", "lr=0.003"]
+    monkeypatch.setenv("KDPLUG_CACHE", str(tmp_path / "cache"))
+    assert main([*argv, "--output", str(tmp_path / "reference")]) == 0
+    expected_metrics, expected_weights = finished(tmp_path / "reference")
+    stage = expected_metrics["stages"]["distill"]
+    stopped = stage["stopped_early"]
+    assert stopped < 10 and len(stage["history"]) == stopped and stopped - stage["best_epoch"] == 2
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "KDPLUG_SIGNAL_AT": f"distill:{stopped - 1}:8:SIGKILL"}  # in the epoch before the stop
+    killed = subprocess.run([sys.executable, "-m", "kdplug.cli", *argv, "--output", str(run_dir)], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert main(["run", "--resume", str(run_dir)]) == 0
+    metrics, weights = finished(run_dir)
+    assert metrics["stages"]["distill"]["stopped_early"] == stopped
+    resumed = metrics["stages"]["distill"]["history"]
+    assert [h["dev"] for h in resumed] == [h["dev"] for h in stage["history"]]
+    assert [h["train"]["loss"] for h in resumed] == pytest.approx([h["train"]["loss"] for h in stage["history"]], abs=1e-6)
+    assert metrics["student"]["dev"] == expected_metrics["student"]["dev"]
+    for name, tensor in weights.items():
+        torch.testing.assert_close(tensor, expected_weights[name], atol=1e-6, rtol=0)

@@ -33,7 +33,7 @@ def test_a_sweeps_seed_axis_keeps_one_teacher(tmp_path):
 
 def test_seeds_share_the_teacher_and_summarise(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     argv = ["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "rkd", "--task", "sst2",
-            "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1", "--baseline", "nkd",
+            "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", "--baseline", "nkd",
             *TINY_STUDENT, "--seed", "7", "--seeds", "2", "--output", str(tmp_path / "rkd")]
     assert main(argv) == 0
     out = capsys.readouterr().out

@@ -13,7 +13,7 @@ from kdplug.errors import ConfigError
 from kdplug.engine.tracking import parse_report_to
 
 TINY = ["--student", "bilstm", "--projector", "alp", "--set", "student_options.embedding_dim=16",
-        "--set", "student_options.hidden_size=16", "--set", "teacher_epochs=1", "--epochs", "2"]
+        "--set", "student_options.hidden_size=16", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", "--epochs", "2"]
 
 
 def tiny_run(capsys, tmp_path, teacher, data, report_to, *extra):

@@ -21,7 +21,7 @@ from kdplug.types import Example
 
 from ..conftest import SST2_DEV
 
-TINY = {"student": "bilstm", "projector": "rkd", "task": "sst2", "epochs": 1, "teacher_epochs": 1,
+TINY = {"student": "bilstm", "projector": "rkd", "task": "sst2", "epochs": 1, "teacher_epochs": 1, "allow_weak_teacher": True,
         "batch_size": 8, "student_options": {"embedding_dim": 16, "hidden_size": 16}, "measure_speed": False}
 
 

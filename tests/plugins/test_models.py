@@ -211,11 +211,13 @@ def test_a_teacher_passed_finetuned_names_its_pretrained_model(checkpoints, task
     student = kdplug.create_student("bert-2", task, reloaded)
     assert student.kdplug_init["from"] == checkpoints["bert"]
 
-    # a fine-tuned checkpoint from elsewhere does not say where it came from: ask, don't guess
+    # a fine-tuned checkpoint from elsewhere that does not say where it came from: the student starts
+    # from the teacher's own layers, and says so (never "pretrained" for fine-tuned weights)
     foreign = kdplug.create_teacher("hf", task, source=str(tmp_path / "finetuned"))
     foreign.pretrained = None
-    with pytest.raises(kdplug.UsageError, match="student_options.source=.*student_options.init=teacher"):
-        kdplug.create_student("bert-2", task, foreign)
+    student = kdplug.create_student("bert-2", task, foreign)
+    assert student.kdplug_init["init"] == "teacher" and "student_options.source" in student.kdplug_init["note"]
+    assert_body_equals(student, foreign.model.state_dict(), 2)
     student = kdplug.create_student("bert-2", task, foreign, source=checkpoints["bert"])
     assert_body_equals(student, kdplug.create_teacher("hf", task, source=checkpoints["bert"]).model.state_dict(), 2)
 

@@ -150,7 +150,7 @@ def test_takd_link_key_chains_through_the_previous_link():
 
 def tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, recipe, *extra, output="run"):
     argv = ["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--task", "sst2", "--data-dir", str(sst2_dir),
-            "--recipe", recipe, "--epochs", "2", "--set", "teacher_epochs=1", "--set", "head_epochs=2",
+            "--recipe", recipe, "--epochs", "2", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", "--set", "head_epochs=2",
             *TINY_STUDENT, *extra, "--output", str(tmp_path / output)]
     code = main(argv)
     out = capsys.readouterr().out
@@ -220,8 +220,51 @@ def test_takd_run_trains_each_link_from_the_last_and_reuses_the_ta(capsys, tmp_p
 ])
 def test_recipe_with_the_minilm_teacher_on_the_demo_task(capsys, tmp_path, recipe, options):
     argv = ["run", "--teacher", "minilm", "--student", "bilstm", "--task", "demo", "--recipe", recipe, "--epochs", "1",
-            "--set", "task_options.num_train=64", "--set", "task_options.num_dev=32", "--set", "teacher_epochs=1",
+            "--set", "task_options.num_train=64", "--set", "task_options.num_dev=32", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
             "--set", "head_epochs=1", *TINY_STUDENT, *options, "--output", str(tmp_path / "run")]
     assert main(argv) == 0, capsys.readouterr().out
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["stages"] and 0.0 <= metrics["student"]["dev"]["dev"]["accuracy"] <= 1.0
+
+
+class _RecordingContext:
+    """Runs a recipe's schedule without training: the real weight resolution, stages recorded."""
+
+    def __init__(self, config):
+        from kdplug.engine.recipe import RecipeContext
+        from kdplug.types import Teacher
+
+        self.config = config
+        self._real = RecipeContext(config=config, registry=None, task=None, teacher=Teacher(None, None, "t"),
+                                   trainer=None, train=None, dev={}, caches=None, cache_root=None)
+        self.stages = {}
+
+    def new_student(self):
+        return object()
+
+    def new_projector(self, student):
+        return type("UniversalLike", (), {"default_weights": {"eta": 0.5, "lam": 0.5, "temperature": 1.0}})()
+
+    def weights(self, projector, **given):
+        return self._real.weights(projector, **given)
+
+    def train_stage(self, name, student, projector, *, weights, **options):
+        self.stages[name] = weights
+
+
+@pytest.mark.parametrize("beta", [None, 0.7])
+@pytest.mark.parametrize("eta", [None, 0.2])
+@pytest.mark.parametrize("lam", [None, 0.3, 0.8])
+@pytest.mark.parametrize("ce_weight", [None, 0.4])
+def test_two_stage_stage1_never_has_a_ce_term(beta, eta, lam, ce_weight):
+    # Universal-KD (Wu et al. 2021) stage 1: L = beta KD + (1 - beta) L_Univ, no CE whatever is set
+    from kdplug.config import RunConfig
+    from kdplug_recipes.basic import TwoStage
+
+    config = RunConfig(eta=eta, lam=lam, ce_weight=ce_weight)
+    context = _RecordingContext(config)
+    TwoStage(beta=beta).run(context)
+    stage1, stage2 = context.stages["stage1"], context.stages["stage2"]
+    expected = beta if beta is not None else eta if eta is not None else 1 - lam if lam is not None else 0.5
+    assert stage1.ce == 0 and stage1.eta == pytest.approx(expected) and stage1.lam == pytest.approx(1 - expected)
+    assert stage2.ce == 1 and stage2.eta == 0 and stage2.lam == 0

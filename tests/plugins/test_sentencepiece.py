@@ -197,7 +197,7 @@ def test_cli_run_distils_into_a_sentencepiece_student(tmp_path, tiny_bert_dir, s
     from kdplug.cli import main
 
     code = main(["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "universal-ca",
-                 "--task", "sst2", "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1",
+                 "--task", "sst2", "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
                  "--set", "student_options.tokenizer=sentencepiece", "--set", "student_options.embedding_dim=16",
                  "--set", "student_options.hidden_size=16", "--output", str(tmp_path / "run")])
     out = capsys.readouterr().out

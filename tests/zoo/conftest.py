@@ -7,7 +7,7 @@ import pytest
 from kdplug.cli import main
 
 #: every zoo run in these tests: the tiny teacher, one short epoch, small batches
-TINY = ["--set", "teacher_epochs=1", "--set", "epochs=1", "--set", "batch_size=4", "--set", "teacher_batch_size=4"]
+TINY = ["--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", "--set", "epochs=1", "--set", "batch_size=4", "--set", "teacher_batch_size=4"]
 
 
 def tiny_overrides(teacher: str, data_dir) -> list[str]:

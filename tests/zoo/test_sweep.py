@@ -78,7 +78,7 @@ def test_a_stop_request_ends_the_sweep_and_the_next_run_continues_it(tmp_path, t
     data = write_sst2(tmp_path / "SST-2")
     argv = ["sweep", "--set", f"teacher={tiny_bert_dir}", "--set", f"data_dir={data}", "--set", "task=sst2",
             "--set", "student=bilstm", "--set", "student_options.embedding_dim=16",
-            "--set", "student_options.hidden_size=16", "--set", "epochs=2", "--set", "teacher_epochs=1",
+            "--set", "student_options.hidden_size=16", "--set", "epochs=2", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
             "--grid", "projector=rkd,nkd", "--output", str(tmp_path / "sweep")]
     # SIGTERM right after the first distillation step of the first point
     monkeypatch.setenv("KDPLUG_SIGNAL_AT", "distill:1:1:SIGTERM")
