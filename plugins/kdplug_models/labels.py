@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from typing import Any, Mapping, Optional, Sequence
 
 import torch
@@ -61,8 +62,16 @@ class LabelMatch:
 
 
 def _map_example(checkpoint: Sequence[str], task: Sequence[str]) -> str:
-    pairs = ",".join(f"{name}:{label}" for name, label in zip(checkpoint, task))
-    return "{" + pairs + "}"
+    """A ``label_map`` to show: each checkpoint label with the task label its name is closest to
+    (``positive`` -> ``pos``) when that pairs them one to one, else with a placeholder."""
+    def closeness(name: str, label: str) -> float:
+        a, b = normalise(name), normalise(label)
+        return 1.0 + min(len(a), len(b)) if a.startswith(b) or b.startswith(a) else SequenceMatcher(None, a, b).ratio()
+
+    guess = [max(task, key=lambda label: closeness(name, label)) for name in checkpoint]
+    if len(set(guess)) != len(task):
+        guess = ["TASK_LABEL"] * len(checkpoint)
+    return "{" + ", ".join(f"{name}: {label}" for name, label in zip(checkpoint, guess)) + "}"
 
 
 def match_labels(id2label: Mapping[Any, Any], task_labels: Sequence[str], *, source: str, what: str,
@@ -85,8 +94,8 @@ def match_labels(id2label: Mapping[Any, Any], task_labels: Sequence[str], *, sou
     raise UsageError(
         f"the {what} {source} was fine-tuned with the labels {list(checkpoint)} (in its output order), but the task's "
         f"labels are {list(task_labels)}: kdplug cannot tell which output means which class. If the checkpoint is "
-        f"for this task, say how its labels map onto the task's, e.g. --set '{option}="
-        f"{_map_example(checkpoint, task_labels)}' (each checkpoint label, or output index, to a task label); if it "
+        f"for this task, say how its labels map onto the task's (each checkpoint label, or output index, to a task "
+        f"label; check that the pairs are right), e.g. --set '{option}={_map_example(checkpoint, task_labels)}'; if it "
         f"was fine-tuned for another task, fine-tune it on this one with --set {what}_options.finetuned=false")
 
 
