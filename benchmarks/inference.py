@@ -77,8 +77,9 @@ def time_torch(model: torch.nn.Module, batch: int, length: int, repeats: int, de
     return median_seconds(call, repeats)
 
 
-def time_onnx(model: torch.nn.Module, directory: str, name: str, batch: int, length: int, repeats: int,
-              threads: int) -> float:
+def time_onnx(
+    model: torch.nn.Module, directory: str, name: str, batch: int, length: int, repeats: int, threads: int
+) -> float:
     import onnxruntime
 
     from kdplug.export import OPSET, _LogitsOnly
@@ -89,8 +90,16 @@ def time_onnx(model: torch.nn.Module, directory: str, name: str, batch: int, len
         wrapper = _LogitsOnly(model.eval().cpu(), ["input_ids", "attention_mask"])
         axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"}}
         with torch.inference_mode():
-            torch.onnx.export(wrapper, (ids, mask), path, input_names=["input_ids", "attention_mask"],
-                              output_names=["logits"], dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+            torch.onnx.export(
+                wrapper,
+                (ids, mask),
+                path,
+                input_names=["input_ids", "attention_mask"],
+                output_names=["logits"],
+                dynamic_axes=axes,
+                opset_version=OPSET,
+                dynamo=False,
+            )
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
@@ -101,7 +110,9 @@ def time_onnx(model: torch.nn.Module, directory: str, name: str, batch: int, len
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--length", type=int, default=64, help="tokens per example (the papers' single-sentence length)")
+    parser.add_argument(
+        "--length", type=int, default=64, help="tokens per example (the papers' single-sentence length)"
+    )
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -111,8 +122,10 @@ def main() -> int:
     import warnings
 
     warnings.simplefilter("ignore")
-    print(f"device {args.device}, {args.threads} threads, {args.length} tokens per example, median of "
-          f"{args.repeats} runs; torch {torch.__version__}")
+    print(
+        f"device {args.device}, {args.threads} threads, {args.length} tokens per example, median of "
+        f"{args.repeats} runs; torch {torch.__version__}"
+    )
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as directory:
         for name, model in models().items():
@@ -121,8 +134,9 @@ def main() -> int:
             for batch in (1, 32):
                 row[f"torch b={batch}"] = time_torch(model, batch, args.length, args.repeats, args.device) / batch
                 if not args.no_onnx and args.device == "cpu":
-                    row[f"onnx b={batch}"] = time_onnx(model, directory, name, batch, args.length, args.repeats,
-                                                       args.threads) / batch
+                    row[f"onnx b={batch}"] = (
+                        time_onnx(model, directory, name, batch, args.length, args.repeats, args.threads) / batch
+                    )
             results[name] = row
     teacher = next(iter(results.values()))
     columns = [c for c in next(iter(results.values())) if c != "params"]
@@ -134,9 +148,14 @@ def main() -> int:
         print(f"{name:<28}{row['params']:>8.1f}M{cells}")
     print("x = the teacher's time per example over this model's, same runtime and batch size (higher: faster)")
     if "onnx b=1" in columns:
-        print("ONNX Runtime over PyTorch, same model: " + ", ".join(
-            f"{name.split(' (')[0]} b=1 {row['torch b=1'] / row['onnx b=1']:.2f}x, b=32 "
-            f"{row['torch b=32'] / row['onnx b=32']:.2f}x" for name, row in results.items()))
+        print(
+            "ONNX Runtime over PyTorch, same model: "
+            + ", ".join(
+                f"{name.split(' (')[0]} b=1 {row['torch b=1'] / row['onnx b=1']:.2f}x, b=32 "
+                f"{row['torch b=32'] / row['onnx b=32']:.2f}x"
+                for name, row in results.items()
+            )
+        )
     return 0
 
 

@@ -52,8 +52,9 @@ def sst2_like_lengths(n: int, seed: int = 0) -> list[int]:
 def synthetic_split(lengths: list[int], vocab: int, seed: int = 0) -> EncodedSplit:
     rng = random.Random(seed)
     ids = [[101] + [rng.randrange(1000, vocab) for _ in range(n - 2)] + [102] for n in lengths]
-    return EncodedSplit(input_ids=ids, token_type_ids=None, labels=[rng.randrange(2) for _ in lengths],
-                        is_regression=False, pad_id=0)
+    return EncodedSplit(
+        input_ids=ids, token_type_ids=None, labels=[rng.randrange(2) for _ in lengths], is_regression=False, pad_id=0
+    )
 
 
 def placeholder_tokenizer(size: int):
@@ -114,18 +115,28 @@ def build(registry, task, teacher, student_name, projector_name, student_options
     student = registry.create("student", student_name, task, teacher, **student_options)
     extractor = kdplug.find_layer_extractor(student)
     if projector_name == "nkd":
-        objective = WeightedObjective(eta=0.0, lam=0.0, task_loss=registry.create("loss", "ce"), kd_loss=None, ild_loss=None)
+        objective = WeightedObjective(
+            eta=0.0, lam=0.0, task_loss=registry.create("loss", "ce"), kd_loss=None, ild_loss=None
+        )
         return DistillationModule(student, extractor, None, objective)
-    request = ProjectionRequest(matchable_layers(kdplug.find_layer_extractor(teacher.model).layer_specs(teacher.model)),
-                                matchable_layers(extractor.layer_specs(student)), 2)
+    request = ProjectionRequest(
+        matchable_layers(kdplug.find_layer_extractor(teacher.model).layer_specs(teacher.model)),
+        matchable_layers(extractor.layer_specs(student)),
+        2,
+    )
     projector = registry.create("projector", projector_name, request)
     weights = dict(projector.default_weights)
-    objective = WeightedObjective(eta=weights["eta"], lam=weights["lam"], task_loss=registry.create("loss", "ce"),
-                                  kd_loss=registry.create("loss", "kd", temperature=weights.get("temperature", 1.0)),
-                                  ild_loss=registry.create("loss", projector.ild_loss) if weights["lam"] > 0 else None)
+    objective = WeightedObjective(
+        eta=weights["eta"],
+        lam=weights["lam"],
+        task_loss=registry.create("loss", "ce"),
+        kd_loss=registry.create("loss", "kd", temperature=weights.get("temperature", 1.0)),
+        ild_loss=registry.create("loss", projector.ild_loss) if weights["lam"] > 0 else None,
+    )
     needs_heads = getattr(projector, "needs_teacher_heads", False)
-    return DistillationModule(student, extractor, projector if weights["lam"] > 0 else None, objective,
-                              heads if needs_heads else None)
+    return DistillationModule(
+        student, extractor, projector if weights["lam"] > 0 else None, objective, heads if needs_heads else None
+    )
 
 
 def main(argv=None) -> int:
@@ -145,15 +156,19 @@ def main(argv=None) -> int:
     lengths = sst2_like_lengths(args.examples)
     split = synthetic_split(lengths, teacher.model.config.vocab_size)
     batches = LengthGroupedBatchSampler(lengths, args.batch_size, seed=0).batches()
-    print(f"kdplug KD overhead benchmark: {args.examples} examples, batch {args.batch_size}, "
-          f"{torch.get_num_threads()} threads, teacher BERT-base (random weights)\n")
+    print(
+        f"kdplug KD overhead benchmark: {args.examples} examples, batch {args.batch_size}, "
+        f"{torch.get_num_threads()} threads, teacher BERT-base (random weights)\n"
+    )
 
     # padding -----------------------------------------------------------------------------------
     many = sst2_like_lengths(20_000, seed=1)
     grouped = padding_ratio(many, LengthGroupedBatchSampler(many, 32, seed=0).batches())
     plain = padding_ratio(many, LengthGroupedBatchSampler(many, 32, seed=0, window_batches=1).batches())
-    print(f"padding: padded tokens / real tokens = {grouped:.3f} length-grouped (target <= 1.15), "
-          f"{plain:.3f} random batches\n")
+    print(
+        f"padding: padded tokens / real tokens = {grouped:.3f} length-grouped (target <= 1.15), "
+        f"{plain:.3f} random batches\n"
+    )
 
     # the teacher cache, built once; fp32 vs bf16 inference speed ------------------------------
     accelerator = build_accelerator("fp32")
@@ -162,23 +177,38 @@ def main(argv=None) -> int:
         timings = {}
         for precision in ("fp32", "bf16"):
             started = time.perf_counter()
-            cache = teacher_stage.build_cache(teacher, trainer, task, "train", split, root=Path(root), precision=precision,
-                                              teacher_fingerprint="bench", tokenizer_fingerprint="bench")
+            cache = teacher_stage.build_cache(
+                teacher,
+                trainer,
+                task,
+                "train",
+                split,
+                root=Path(root),
+                precision=precision,
+                teacher_fingerprint="bench",
+                tokenizer_fingerprint="bench",
+            )
             timings[precision] = time.perf_counter() - started
-        print(f"teacher cache build (one pass over {args.examples} examples): fp32 {timings['fp32']:.1f}s, "
-              f"bf16 autocast {timings['bf16']:.1f}s -> bf16 is {timings['fp32'] / timings['bf16']:.2f}x faster\n")
+        print(
+            f"teacher cache build (one pass over {args.examples} examples): fp32 {timings['fp32']:.1f}s, "
+            f"bf16 autocast {timings['bf16']:.1f}s -> bf16 is {timings['fp32'] / timings['bf16']:.2f}x faster\n"
+        )
         heads = TeacherHeads([s.width for s in cache.specs], 2)
         in_loop = TeacherInTheLoop(teacher, split, "bf16")
 
         # bert-2 takes the random teacher's first layers: a random teacher names no pre-trained checkpoint
         students = {"bilstm": {}} if args.quick else {"bilstm": {}, "bert-2": {"init": "teacher"}}
         students = {name: options for name, options in students.items() if name in (args.students or students)}
-        print(f"cached KD / nkd: each round times one epoch of every variant, in a rotated order, so load that "
-              f"comes and goes hits all of them; the ratio is taken within a round. {args.rounds} rounds: median "
-              f"[min, max], and a 95% t-interval of the geometric mean ratio (it resolves a 5% difference when it "
-              f"excludes 1.05 or 0.95)\n")
-        header = (f"{'student':<8} {'method':<13} {'nkd s':>7} {'KD s':>7} {'ratio median':>12} {'[min, max]':>14} "
-                  f"{'95% CI (geo.)':>16} {'in-loop x nkd':>13}  target")
+        print(
+            f"cached KD / nkd: each round times one epoch of every variant, in a rotated order, so load that "
+            f"comes and goes hits all of them; the ratio is taken within a round. {args.rounds} rounds: median "
+            f"[min, max], and a 95% t-interval of the geometric mean ratio (it resolves a 5% difference when it "
+            f"excludes 1.05 or 0.95)\n"
+        )
+        header = (
+            f"{'student':<8} {'method':<13} {'nkd s':>7} {'KD s':>7} {'ratio median':>12} {'[min, max]':>14} "
+            f"{'95% CI (geo.)':>16} {'in-loop x nkd':>13}  target"
+        )
         print(header)
         print("-" * len(header))
         failures = 0
@@ -192,16 +222,19 @@ def main(argv=None) -> int:
                     seconds[variant].append(epoch_seconds(module, split, batches, None if variant == "nkd" else cache))
             for method in METHODS:
                 ratios = [kd / ref for kd, ref in zip(seconds[method], seconds["nkd"])]
-                looped = epoch_seconds(build(registry, task, teacher, student_name, method, options, heads), split,
-                                       batches, in_loop)
+                looped = epoch_seconds(
+                    build(registry, task, teacher, student_name, method, options, heads), split, batches, in_loop
+                )
                 median = statistics.median(ratios)
                 low, high = (math.exp(bound) for bound in t_interval([math.log(r) for r in ratios]))
                 ok = median <= 1.10
                 failures += not ok
-                print(f"{student_name:<8} {method:<13} {statistics.median(seconds['nkd']):7.2f} "
-                      f"{statistics.median(seconds[method]):7.2f} {median:12.3f} "
-                      f"{f'[{min(ratios):.3f}, {max(ratios):.3f}]':>14} {f'[{low:.3f}, {high:.3f}]':>16} "
-                      f"{looped / statistics.median(seconds['nkd']):13.2f}  {'ok' if ok else 'MISSED'} (<= 1.10)")
+                print(
+                    f"{student_name:<8} {method:<13} {statistics.median(seconds['nkd']):7.2f} "
+                    f"{statistics.median(seconds[method]):7.2f} {median:12.3f} "
+                    f"{f'[{min(ratios):.3f}, {max(ratios):.3f}]':>14} {f'[{low:.3f}, {high:.3f}]':>16} "
+                    f"{looped / statistics.median(seconds['nkd']):13.2f}  {'ok' if ok else 'MISSED'} (<= 1.10)"
+                )
         print(f"\n{'all targets met' if not failures and grouped <= 1.15 else 'some targets missed'}")
     return 0
 

@@ -64,8 +64,9 @@ def child(factor: int, examples: int, directory: Path) -> dict:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     registry = kdplug.get_plugin_manager().registry
     task = TinyTask()
-    teacher = freeze(registry.create("teacher", "hf", task, source=make_tiny_bert(directory / "bert", num_layers=4,
-                                                                                  hidden=64)))
+    teacher = freeze(
+        registry.create("teacher", "hf", task, source=make_tiny_bert(directory / "bert", num_layers=4, hidden=64))
+    )
     words = [w for w in TINY_WORDS if w.isalpha()]
     train = [Example(text, i % 2) for i, text in enumerate(sentences(examples, 0, words))]
     dev = [Example(text, i % 2) for i, text in enumerate(sentences(64, 1, words))]
@@ -81,23 +82,42 @@ def child(factor: int, examples: int, directory: Path) -> dict:
     labelled = encode(train, teacher.tokenizer, 64, is_regression=False)
     unlabelled = transfer_set.encode(teacher.tokenizer, 64, is_regression=False)
     common = dict(root=directory, precision="auto", teacher_fingerprint="bench", tokenizer_fingerprint="bench")
-    caches = ConcatCache(build_cache(teacher, trainer, task, "train", labelled, **common),
-                         build_cache(teacher, trainer, task, "transfer", unlabelled, **common))
+    caches = ConcatCache(
+        build_cache(teacher, trainer, task, "train", labelled, **common),
+        build_cache(teacher, trainer, task, "transfer", unlabelled, **common),
+    )
     student = registry.create("student", "bilstm", task, teacher)
-    objective = WeightedObjective(eta=0.7, lam=0.0, task_loss=registry.create("loss", "ce"),
-                                  kd_loss=registry.create("loss", "kd", temperature=10.0), ild_loss=None)
+    objective = WeightedObjective(
+        eta=0.7,
+        lam=0.0,
+        task_loss=registry.create("loss", "ce"),
+        kd_loss=registry.create("loss", "kd", temperature=10.0),
+        ild_loss=None,
+    )
     module = DistillationModule(student, kdplug.find_layer_extractor(student), None, objective)
     mixed = WithTransfer(labelled, unlabelled)
     trainer.tracking = clock = StepClock()
-    trainer.fit("bench", module, mixed, {"dev": encode(dev, teacher.tokenizer, 64, is_regression=False)}, epochs=1,
-                lr=1e-3, teacher_cache=caches)
+    trainer.fit(
+        "bench",
+        module,
+        mixed,
+        {"dev": encode(dev, teacher.tokenizer, 64, is_regression=False)},
+        epochs=1,
+        lr=1e-3,
+        teacher_cache=caches,
+    )
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     warm = 10  # steps left out: the first ones pay for allocator and kernel warm-up
     steps = len(clock.times) - 1 - warm
     seconds = clock.times[-1] - clock.times[warm]
     per_example = seconds / (steps * trainer.batch_size)
-    return {"factor": factor, "examples": mixed.epoch_size, "seconds": seconds, "per_example_ms": 1000 * per_example,
-            "peak_mib": peak_kib / 1024}
+    return {
+        "factor": factor,
+        "examples": mixed.epoch_size,
+        "seconds": seconds,
+        "per_example_ms": 1000 * per_example,
+        "peak_mib": peak_kib / 1024,
+    }
 
 
 def main(argv=None) -> int:
@@ -112,13 +132,28 @@ def main(argv=None) -> int:
     if args.child is not None:
         print(json.dumps(child(args.child, args.examples, Path(args.directory))))
         return 0
-    print(f"kdplug transfer-set scaling benchmark: {args.examples} labelled examples, BiLSTM student, "
-          f"one process per size\n")
+    print(
+        f"kdplug transfer-set scaling benchmark: {args.examples} labelled examples, BiLSTM student, "
+        f"one process per size\n"
+    )
     results = []
     for factor in FACTORS:
         with tempfile.TemporaryDirectory() as directory:
-            out = subprocess.run([sys.executable, __file__, "--child", str(factor), "--examples", str(args.examples),
-                                  "--directory", directory], capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    str(factor),
+                    "--examples",
+                    str(args.examples),
+                    "--directory",
+                    directory,
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             results.append(json.loads(out.stdout.strip().splitlines()[-1]))
     base = results[0]
     header = f"{'transfer':>8} {'examples/epoch':>14} {'peak MiB':>9} {'x 1x':>6} {'ms/example':>11} {'x 1x':>6}"
@@ -128,8 +163,10 @@ def main(argv=None) -> int:
     for result in results:
         memory, time_ratio = result["peak_mib"] / base["peak_mib"], result["per_example_ms"] / base["per_example_ms"]
         failures += memory > 1.10 or time_ratio > 1.10
-        print(f"{str(result['factor']) + 'x':>8} {result['examples']:>14} {result['peak_mib']:>9.0f} {memory:>6.2f} "
-              f"{result['per_example_ms']:>11.2f} {time_ratio:>6.2f}")
+        print(
+            f"{str(result['factor']) + 'x':>8} {result['examples']:>14} {result['peak_mib']:>9.0f} {memory:>6.2f} "
+            f"{result['per_example_ms']:>11.2f} {time_ratio:>6.2f}"
+        )
     print(f"\ntargets (memory and time per example within 10% of 1x): {'met' if not failures else 'MISSED'}")
     return 0
 

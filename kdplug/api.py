@@ -1,47 +1,133 @@
-"""Everything a plugin may use, in one place: the stable plugin API.
+"""The plugin API: everything a plugin may use, in one place.
 
 Plugins (kdplug's own included) import from this module, from the package root ``kdplug`` (which
-re-exports the same names), or from the public modules listed below, and from nothing else:
-``kdplug.engine`` and the command-line modules are private to kdplug and change without notice.
-``tests/core/test_layers.py`` enforces it with import-linter contracts (see pyproject.toml).
+re-exports every name here, plus the user-level names), or from the public modules listed
+below, and from nothing else. Every other module of kdplug is private: ``kdplug.engine``, the
+command line, the configuration and the registry change without notice, and a module added to
+kdplug is private until it is added here. ``tests/core/test_layers.py`` enforces it with an
+import-linter allow-list contract (``kdplug.testing.import_contract``, pyproject.toml).
 
 The compatibility promise of docs/hooks.md covers every name here: within a major version a name
 keeps its meaning, functions and dataclasses only gain optional arguments and fields.
 
 Public modules: ``kdplug.api`` (this one), ``kdplug.types``, ``kdplug.errors``, ``kdplug.storage``,
-``kdplug.fingerprint``, ``kdplug.textio``, ``kdplug.hub``, ``kdplug.hookspecs`` and ``kdplug.testing``.
+``kdplug.fingerprint``, ``kdplug.textio``, ``kdplug.hub``, ``kdplug.hookspecs``, ``kdplug.version``,
+``kdplug.components`` and ``kdplug.testing``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from . import fingerprint, hub, storage, textio
-from .errors import (ConfigError, DataError, KdplugError, OfflineError, PluginError, UnknownComponentError,
-                     UsageError, close_matches)
+from .errors import (
+    ConfigError,
+    DataError,
+    KdplugError,
+    OfflineError,
+    PluginError,
+    UnknownComponentError,
+    UsageError,
+    close_matches,
+)
 from .plugins import hookimpl
-from .storage import (StorageError, atomic_directory, complete_copy, default_cache_root, file_lock, move_aside,
-                      raise_as_storage_error, verify, write_atomic)
-from .types import (Augmenter, DistillInputs, Example, LayerExtractor, LayerSpec, ProjectedPairs, Projector, ProjectionRequest,
-                    Register, StepState, Student, Task, Teacher, matchable_layers, num_outputs, text_columns)
+from .storage import (
+    StorageError,
+    atomic_directory,
+    complete_copy,
+    default_cache_root,
+    file_lock,
+    move_aside,
+    raise_as_storage_error,
+    verify,
+    write_atomic,
+)
+from .types import (
+    Augmenter,
+    DistillInputs,
+    Example,
+    LayerExtractor,
+    LayerSpec,
+    ProjectedPairs,
+    ProjectionRequest,
+    Projector,
+    RecipeContext,
+    Register,
+    Settings,
+    StageResult,
+    StepState,
+    Student,
+    Task,
+    Teacher,
+    Weights,
+    matchable_layers,
+    num_outputs,
+    text_columns,
+)
+from .version import __version__
 
-if TYPE_CHECKING:  # a recipe's ``run(ctx)`` receives one; annotate with it, never construct it
-    from .engine.recipe import RecipeContext, Weights  # noqa: F401
+#: the public modules: a plugin may import these and the package root, nothing else of kdplug
+PUBLIC_MODULES = (
+    "kdplug",
+    "kdplug.api",
+    "kdplug.types",
+    "kdplug.errors",
+    "kdplug.storage",
+    "kdplug.fingerprint",
+    "kdplug.textio",
+    "kdplug.hub",
+    "kdplug.hookspecs",
+    "kdplug.version",
+    "kdplug.components",
+    "kdplug.testing",
+)
 
 __all__ = [
     # hooks
     "hookimpl",
-    # types that cross the plugin boundary
-    "Augmenter", "DistillInputs", "Example", "LayerExtractor", "LayerSpec", "ProjectedPairs", "Projector", "ProjectionRequest",
-    "Register", "StepState", "Student", "Task", "Teacher", "matchable_layers", "num_outputs", "text_columns",
+    # types that cross the plugin boundary, and what a recipe's run(ctx) receives
+    "Augmenter",
+    "DistillInputs",
+    "Example",
+    "LayerExtractor",
+    "LayerSpec",
+    "ProjectedPairs",
+    "Projector",
+    "ProjectionRequest",
+    "RecipeContext",
+    "Register",
+    "Settings",
+    "StageResult",
+    "StepState",
+    "Student",
+    "Task",
+    "Teacher",
+    "Weights",
+    "matchable_layers",
+    "num_outputs",
+    "text_columns",
     # errors (UsageError and its subclasses exit 2)
-    "ConfigError", "DataError", "KdplugError", "OfflineError", "PluginError", "StorageError", "UnknownComponentError",
-    "UsageError", "close_matches",
+    "ConfigError",
+    "DataError",
+    "KdplugError",
+    "OfflineError",
+    "PluginError",
+    "StorageError",
+    "UnknownComponentError",
+    "UsageError",
+    "close_matches",
     # storing things for reuse: fingerprints, locks, atomic checksummed directories, the cache root
-    "fingerprint", "storage", "atomic_directory", "complete_copy", "default_cache_root", "file_lock", "move_aside",
-    "raise_as_storage_error", "verify", "write_atomic",
+    "fingerprint",
+    "storage",
+    "atomic_directory",
+    "complete_copy",
+    "default_cache_root",
+    "file_lock",
+    "move_aside",
+    "raise_as_storage_error",
+    "verify",
+    "write_atomic",
     # reading the user's text files in any encoding
     "textio",
     # the Hugging Face hub: load by hub id or fail fast offline (hub.load_pretrained, hub.require)
     "hub",
+    "__version__",
 ]

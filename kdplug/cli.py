@@ -12,12 +12,13 @@ import logging
 import os
 import signal
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
-from . import __version__
 from .commands import cache, check_plugin, export, new_plugin, plugins, predict, report, run, sweep, zoo
 from .errors import KdplugError, UsageError
 from .plugins import DISABLE_ENV, PluginManager, set_plugin_manager
+from .version import __version__
 
 #: the subcommands, in the order ``kdplug --help`` lists them
 COMMANDS = [run, predict, export, plugins, cache, zoo, sweep, report, check_plugin, new_plugin]
@@ -25,14 +26,22 @@ COMMANDS = [run, predict, export, plugins, cache, zoo, sweep, report, check_plug
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kdplug", description="Knowledge distillation for NLP models, built from plugins.",
+        prog="kdplug",
+        description="Knowledge distillation for NLP models, built from plugins.",
         epilog="Docs: docs/ in the repository (cli.md, python-api.md, deploy.md, tracking.md, hooks.md, methods.md, "
-               "models.md, tasks.md, recipes.md, comparisons.md, zoo.md, sweep-and-report.md, writing-a-plugin.md, "
-               "performance.md, robustness.md, transfer-sets.md). "
-               f"Disable plugins with --disable-plugin NAME or {DISABLE_ENV}=NAME,NAME.")
+        "models.md, tasks.md, recipes.md, comparisons.md, zoo.md, sweep-and-report.md, writing-a-plugin.md, "
+        "performance.md, robustness.md, transfer-sets.md). "
+        f"Disable plugins with --disable-plugin NAME or {DISABLE_ENV}=NAME,NAME.",
+    )
     parser.add_argument("--version", action="version", version=f"kdplug {__version__}")
-    parser.add_argument("--disable-plugin", dest="disabled", action="append", default=[], metavar="NAME",
-                        help="do not load this plugin (its entry-point name; repeatable)")
+    parser.add_argument(
+        "--disable-plugin",
+        dest="disabled",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="do not load this plugin (its entry-point name; repeatable)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
@@ -66,8 +75,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.raiseExceptions = False  # a log line that cannot be written (full disk) must not bury the real error
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("kdplug").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     _quiet_libraries(args.verbose)
     if args.command is None:

@@ -29,8 +29,9 @@ Every kdplug metric is higher-is-better (the task contract), so "better" means a
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 from scipy import stats
@@ -49,6 +50,7 @@ WeightedMetric = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 # The same definitions as the first-party tasks' metrics (kdplug_tasks.base.METRICS, sklearn's),
 # computed from example weights: a resample's confusion matrix is weights @ one-hot(pred, ref),
 # so thousands of resamples take a matrix product instead of thousands of metric calls.
+
 
 def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     """numerator / denominator, 0 where the denominator is 0 (sklearn's zero_division=0)."""
@@ -92,7 +94,7 @@ def matthews(pred: np.ndarray, ref: np.ndarray, weights: np.ndarray) -> np.ndarr
     n = counts.sum(axis=(1, 2))
     correct = np.trace(counts, axis1=1, axis2=2)
     numerator = correct * n - (actual * predicted).sum(axis=1)
-    denominator = np.sqrt((n * n - (predicted ** 2).sum(axis=1)) * (n * n - (actual ** 2).sum(axis=1)))
+    denominator = np.sqrt((n * n - (predicted**2).sum(axis=1)) * (n * n - (actual**2).sum(axis=1)))
     return _ratio(numerator, denominator)
 
 
@@ -137,20 +139,29 @@ def spearman(pred: np.ndarray, ref: np.ndarray, weights: np.ndarray) -> np.ndarr
     return np.where(constant, 0.0, _ratio(cov, np.sqrt(vx * vy)))
 
 
-WEIGHTED_METRICS: dict[str, WeightedMetric] = {"accuracy": accuracy, "f1": f1, "macro_f1": macro_f1,
-                                               "matthews": matthews, "pearson": pearson, "spearman": spearman}
+WEIGHTED_METRICS: dict[str, WeightedMetric] = {
+    "accuracy": accuracy,
+    "f1": f1,
+    "macro_f1": macro_f1,
+    "matthews": matthews,
+    "pearson": pearson,
+    "spearman": spearman,
+}
 
 
 def weighted_metric(scalar: Callable[[np.ndarray, np.ndarray], float]) -> WeightedMetric:
     """A weighted metric from any ``fn(predictions, references) -> float`` (e.g. a plugin task's
     ``compute_metrics(...)[name]``): each resample is expanded and scored, slower but exact."""
+
     def metric(pred: np.ndarray, ref: np.ndarray, weights: np.ndarray) -> np.ndarray:
         rows = [np.repeat(np.arange(len(pred)), row.astype(int)) for row in weights]
         return np.array([scalar(pred[index], ref[index]) for index in rows], dtype=float)
+
     return metric
 
 
 # -- intervals -----------------------------------------------------------------------------------
+
 
 def t_interval(differences: Sequence[float], level: float = 0.95) -> tuple[float, float]:
     """mean ± t_{n−1} · sd / √n over the per-seed differences; unbounded with fewer than two seeds."""
@@ -168,9 +179,17 @@ class Bootstrap:
     resamples: int
 
 
-def paired_bootstrap(predictions_a: np.ndarray, predictions_b: np.ndarray, references: np.ndarray,
-                     metric: WeightedMetric, *, level: float = 0.95, resamples: int = 2000, seed: int = 0,
-                     chunk_elements: int = 1_000_000) -> Bootstrap:
+def paired_bootstrap(
+    predictions_a: np.ndarray,
+    predictions_b: np.ndarray,
+    references: np.ndarray,
+    metric: WeightedMetric,
+    *,
+    level: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+    chunk_elements: int = 1_000_000,
+) -> Bootstrap:
     """The paired bootstrap interval of mean_s [metric(A_s) − metric(B_s)].
 
     ``predictions_a`` and ``predictions_b``: (seeds, examples), row s the predictions of the run
@@ -181,8 +200,10 @@ def paired_bootstrap(predictions_a: np.ndarray, predictions_b: np.ndarray, refer
     """
     a, b, y = np.asarray(predictions_a), np.asarray(predictions_b), np.asarray(references)
     if a.ndim != 2 or a.shape != b.shape or a.shape[1] != y.shape[0] or y.ndim != 1:
-        raise ValueError(f"expected predictions (seeds, examples) on both sides and references (examples,), "
-                         f"got {a.shape}, {b.shape} and {y.shape}")
+        raise ValueError(
+            f"expected predictions (seeds, examples) on both sides and references (examples,), "
+            f"got {a.shape}, {b.shape} and {y.shape}"
+        )
     seeds, n = a.shape
     rng = np.random.default_rng(seed)
     chunk = max(1, chunk_elements // n)
@@ -203,8 +224,9 @@ def paired_bootstrap(predictions_a: np.ndarray, predictions_b: np.ndarray, refer
 
 # -- verdict and seeds needed ----------------------------------------------------------------------
 
+
 def verdict(intervals: Sequence[tuple[float, float]], seeds: int) -> str:
-    """"better" if every interval lies above zero, "worse" if every one lies below, else not resolved."""
+    """ "better" if every interval lies above zero, "worse" if every one lies below, else not resolved."""
     if seeds >= 2 and intervals:
         if all(low > 0 for low, _ in intervals):
             return BETTER
@@ -213,8 +235,9 @@ def verdict(intervals: Sequence[tuple[float, float]], seeds: int) -> str:
     return f"not resolved at {seeds} seed{'s' if seeds != 1 else ''}"
 
 
-def seeds_needed(mean: float, sd: float, example_variance: float = 0.0, *, level: float = 0.95,
-                 power: float = POWER) -> Optional[int]:
+def seeds_needed(
+    mean: float, sd: float, example_variance: float = 0.0, *, level: float = 0.95, power: float = POWER
+) -> Optional[int]:
     """Seeds for the interval to exclude zero with probability ``power`` if the true difference is
     ``mean`` and the per-seed spread ``sd`` (module docstring); None when no number of seeds
     would: a zero difference, or dev-set noise alone as large as the difference."""
@@ -225,11 +248,12 @@ def seeds_needed(mean: float, sd: float, example_variance: float = 0.0, *, level
     normal = max(2, math.ceil(sd * sd / budget))  # the answer with normal quantiles; t needs a few more
     n = np.arange(2, 2 * normal + 30)
     t = stats.t.ppf(0.5 + level / 2, n - 1) + stats.t.ppf(power, n - 1)
-    enough = t ** 2 * (sd * sd / n + example_variance) <= mean * mean
+    enough = t**2 * (sd * sd / n + example_variance) <= mean * mean
     return int(n[np.argmax(enough)]) if enough.any() else None
 
 
 # -- one comparison ------------------------------------------------------------------------------
+
 
 @dataclass
 class SeedResult:
@@ -266,9 +290,18 @@ class Comparison:
         return {**asdict(self), "methods": self.methods}
 
 
-def compare(a: Mapping[int, SeedResult], b: Mapping[int, SeedResult], metric: str, *, name_a: str = "A",
-            name_b: str = "B", metric_fn: Optional[WeightedMetric] = None, level: float = 0.95,
-            resamples: int = 2000, seed: int = 0) -> Comparison:
+def compare(
+    a: Mapping[int, SeedResult],
+    b: Mapping[int, SeedResult],
+    metric: str,
+    *,
+    name_a: str = "A",
+    name_b: str = "B",
+    metric_fn: Optional[WeightedMetric] = None,
+    level: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Comparison:
     """A − B on ``metric`` over the seeds both ran. The bootstrap runs when ``metric_fn`` is given
     (default: :data:`WEIGHTED_METRICS`' entry for ``metric``), ``resamples`` > 0, and every common
     seed has predictions on the same references on both sides."""
@@ -282,14 +315,19 @@ def compare(a: Mapping[int, SeedResult], b: Mapping[int, SeedResult], metric: st
     notes: list[str] = []
     boot = None
     metric_fn = metric_fn or WEIGHTED_METRICS.get(metric)
-    with_predictions = all(r.predictions is not None and r.references is not None
-                           for s in common for r in (a[s], b[s]))
+    with_predictions = all(r.predictions is not None and r.references is not None for s in common for r in (a[s], b[s]))
     if resamples > 0 and with_predictions and metric_fn is not None:
         references = np.asarray(a[common[0]].references)
         if all(np.array_equal(np.asarray(r.references), references) for s in common for r in (a[s], b[s])):
-            boot = paired_bootstrap(np.stack([np.asarray(a[s].predictions) for s in common]),
-                                    np.stack([np.asarray(b[s].predictions) for s in common]),
-                                    references, metric_fn, level=level, resamples=resamples, seed=seed)
+            boot = paired_bootstrap(
+                np.stack([np.asarray(a[s].predictions) for s in common]),
+                np.stack([np.asarray(b[s].predictions) for s in common]),
+                references,
+                metric_fn,
+                level=level,
+                resamples=resamples,
+                seed=seed,
+            )
         else:
             notes.append("the runs were evaluated on different examples; no bootstrap")
     elif resamples > 0 and not with_predictions:
@@ -301,10 +339,25 @@ def compare(a: Mapping[int, SeedResult], b: Mapping[int, SeedResult], metric: st
     if len(common) < 2:
         notes.append("one seed: the seed-to-seed spread is unknown, nothing can be resolved")
     elif needed is None and mean != 0:
-        notes.append("the dev set's sampling noise alone is as large as the difference: more seeds will not "
-                     "resolve it; a larger dev set would")
-    return Comparison(name_a, name_b, metric, common, differences, mean, sd, interval,
-                      boot.interval if boot else None, verdict(intervals, len(common)), needed, level, notes)
+        notes.append(
+            "the dev set's sampling noise alone is as large as the difference: more seeds will not "
+            "resolve it; a larger dev set would"
+        )
+    return Comparison(
+        name_a,
+        name_b,
+        metric,
+        common,
+        differences,
+        mean,
+        sd,
+        interval,
+        boot.interval if boot else None,
+        verdict(intervals, len(common)),
+        needed,
+        level,
+        notes,
+    )
 
 
 def ordering(paper_a: float, paper_b: float, comparison: Comparison) -> str:

@@ -31,8 +31,7 @@ def tracker_names(report_to: Optional[str]) -> list[str]:
     if names in ([], ["none"]):
         return []
     if names != ["all"] and not all(name in TRACKERS for name in names):
-        raise ConfigError(f"report_to must be none, all, or a comma list of {', '.join(TRACKERS)}, "
-                          f"got {report_to!r}")
+        raise ConfigError(f"report_to must be none, all, or a comma list of {', '.join(TRACKERS)}, got {report_to!r}")
     return names
 
 
@@ -56,7 +55,9 @@ class RunConfig:
     # the objective  L = ce_weight * CE + eta * KD + lam * ILD ; None = the projector's default
     eta: Optional[float] = None
     lam: Optional[float] = None
-    ce_weight: Optional[float] = None  # None: 1 - eta - lam (ALP-KD's convex form); set it for PKD's (1-a)CE + a KD + b PT
+    ce_weight: Optional[float] = (
+        None  # None: 1 - eta - lam (ALP-KD's convex form); set it for PKD's (1-a)CE + a KD + b PT
+    )
     temperature: Optional[float] = None
     ild_loss: Optional[str] = None  # the loss comparing the projector's pairs; None: the projector's own (ild_loss)
     ild_loss_options: dict = field(default_factory=dict)  # options of ild_loss, when it is set
@@ -88,7 +89,9 @@ class RunConfig:
     head_epochs: int = 10
     head_lr: float = 1e-3
     # runtime
-    precision: str = "auto"  # auto: teacher inference in bf16 autocast on every CPU, bf16 (else fp16) on CUDA; training fp32 on CPU, bf16/fp16 mixed on CUDA
+    # auto: teacher inference in bf16 autocast on every CPU, bf16 (else fp16) on CUDA; training fp32 on CPU,
+    # bf16/fp16 mixed precision on CUDA
+    precision: str = "auto"
     baseline: Optional[str] = None  # also train the student with this projector (e.g. "nkd") to compare
     cache_dir: Optional[str] = None  # default: $KDPLUG_CACHE or ~/.cache/kdplug
     output: Optional[str] = None  # default: runs/<time>-<task>-<student>-<projector>
@@ -100,8 +103,9 @@ class RunConfig:
     # provenance
     zoo: Optional[str] = None  # the zoo entry this run reproduces (set by 'kdplug zoo run')
 
-    def validate(self) -> "RunConfig":
+    def validate(self) -> RunConfig:
         """Check every value against its valid range (exit 2 naming the key, the value and the range)."""
+
         def require(ok: bool, key: str, valid: str) -> None:
             if not ok:
                 raise ConfigError(f"{key} must be {valid}, got {getattr(self, key)!r}")
@@ -110,8 +114,9 @@ class RunConfig:
             return isinstance(value, (int, float)) and math.isfinite(value)
 
         require(self.precision in PRECISIONS, "precision", f"one of {', '.join(PRECISIONS)}")
-        require(self.best_checkpoint in CHECKPOINT_POLICIES, "best_checkpoint",
-                f"one of {', '.join(CHECKPOINT_POLICIES)}")
+        require(
+            self.best_checkpoint in CHECKPOINT_POLICIES, "best_checkpoint", f"one of {', '.join(CHECKPOINT_POLICIES)}"
+        )
         for key in ("batch_size", "teacher_batch_size"):
             require(getattr(self, key) >= 1, key, "at least 1")
         require(self.epochs is None or self.epochs >= 1, "epochs", "at least 1 (or unset for the student's default)")
@@ -119,17 +124,23 @@ class RunConfig:
         for key in ("head_epochs", "num_workers", "seed"):
             require(getattr(self, key) >= 0, key, "0 or more")
         require(self.teacher_seed is None or self.teacher_seed >= 0, "teacher_seed", "0 or more")
-        require(self.patience is None or self.patience >= 0, "patience",
-                "0 (no early stopping) or a number of epochs without a dev improvement (or unset: 3 where kdplug "
-                "chooses the epochs)")
+        require(
+            self.patience is None or self.patience >= 0,
+            "patience",
+            "0 (no early stopping) or a number of epochs without a dev improvement (or unset: 3 where kdplug "
+            "chooses the epochs)",
+        )
         require(self.checkpoint_every >= 0, "checkpoint_every", "0 (epoch ends only) or a positive step count")
         for key in ("lr", "teacher_lr", "head_lr"):
             value = getattr(self, key)
             require(value is None or (finite(value) and value > 0), key, "a positive finite number, e.g. 5e-5")
         require(finite(self.weight_decay) and self.weight_decay >= 0, "weight_decay", "0 or a positive finite number")
         require(finite(self.warmup_ratio) and 0 <= self.warmup_ratio <= 1, "warmup_ratio", "between 0 and 1")
-        require(self.max_length is None or self.max_length >= 1, "max_length",
-                "a positive number of tokens (or unset: 64 for single sentences, 128 for pairs)")
+        require(
+            self.max_length is None or self.max_length >= 1,
+            "max_length",
+            "a positive number of tokens (or unset: 64 for single sentences, 128 for pairs)",
+        )
         for key in ("eta", "lam", "ce_weight"):
             value = getattr(self, key)
             require(value is None or (finite(value) and value >= 0), key, "0 or a positive finite number")
@@ -137,13 +148,20 @@ class RunConfig:
             raise ConfigError(
                 f"eta + lam = {(self.eta or 0.0) + (self.lam or 0.0):g} exceeds 1, so the CE weight 1 - eta - lam "
                 f"would be negative; lower them, or set the CE weight yourself with ce_weight (PKD's objective "
-                f"(1-a)CE + a KD + b PT: --set ce_weight=0.8 --set eta=0.2 --set lam=100)")
-        require(self.temperature is None or (finite(self.temperature) and self.temperature > 0), "temperature",
-                "a positive finite number")
+                f"(1-a)CE + a KD + b PT: --set ce_weight=0.8 --set eta=0.2 --set lam=100)"
+            )
+        require(
+            self.temperature is None or (finite(self.temperature) and self.temperature > 0),
+            "temperature",
+            "a positive finite number",
+        )
         tracker_names(self.report_to)
         require(self.augment_factor >= 1, "augment_factor", "at least 1 (augmented copies per training example)")
-        require(self.transfer_ratio is None or (finite(self.transfer_ratio) and self.transfer_ratio > 0),
-                "transfer_ratio", "a positive number of transfer examples per labelled one (or unset: all)")
+        require(
+            self.transfer_ratio is None or (finite(self.transfer_ratio) and self.transfer_ratio > 0),
+            "transfer_ratio",
+            "a positive number of transfer examples per labelled one (or unset: all)",
+        )
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -189,7 +207,7 @@ def _coerce(key: str, value: Any) -> Any:
 def parse_value(text: str) -> Any:
     """A ``--set`` value, read as YAML: ``3`` -> 3, ``1e-5`` -> 1e-05, ``[1,5,9]`` -> list."""
     try:
-        value = yaml.safe_load(text)
+        value = yaml.load(text, Loader=UniqueKeyLoader)
     except yaml.YAMLError:
         return text
     if isinstance(value, str):  # YAML 1.1 reads 1e-5 as a string
@@ -221,8 +239,10 @@ def apply(config: RunConfig, values: dict[str, Any], *, source: str) -> RunConfi
     return config
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A YAML loader that refuses a mapping with the same key twice (PyYAML keeps the last one)."""
+class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """kdplug's one YAML loader (configs, zoo entries, sweep files, ``--set`` values): safe, in C
+    where PyYAML has it, and refusing a mapping with the same key twice (PyYAML keeps the last
+    one, so a typo'd duplicate would silently run another experiment)."""
 
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, Any] = {}
@@ -230,22 +250,31 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"the key {key!r} appears twice (first at line {seen[key].line + 1}); "
-                    f"keep one of them", key_node.start_mark)
+                    None,
+                    None,
+                    f"the key {key!r} appears twice (first at line {seen[key].line + 1}); keep one of them",
+                    key_node.start_mark,
+                )
             seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """``text`` read with :class:`UniqueKeyLoader`; malformed YAML is a ConfigError naming ``where``
+    and the line."""
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{where}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"configuration file {path} does not exist")
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    data = parse_yaml(path.read_text(encoding="utf-8"), str(path))
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -264,8 +293,13 @@ def parse_overrides(items: list[str], flag: str = "--set") -> dict[str, Any]:
     return overrides
 
 
-def build_config(*, file: Optional[str] = None, flags: Optional[dict[str, Any]] = None,
-                 overrides: Optional[list[str]] = None, base: Optional[dict[str, Any]] = None) -> RunConfig:
+def build_config(
+    *,
+    file: Optional[str] = None,
+    flags: Optional[dict[str, Any]] = None,
+    overrides: Optional[list[str]] = None,
+    base: Optional[dict[str, Any]] = None,
+) -> RunConfig:
     config = RunConfig()
     if base:
         apply(config, base, source="defaults")
@@ -295,8 +329,9 @@ def command_line(config: RunConfig) -> str:
     parts = ["kdplug", "run"]
     for key in _FLAGS:
         value = getattr(config, key)
-        if value is not None and (key in ("teacher", "student", "projector", "task", "recipe", "seed")
-                                  or value != getattr(defaults, key)):
+        if value is not None and (
+            key in ("teacher", "student", "projector", "task", "recipe", "seed") or value != getattr(defaults, key)
+        ):
             parts += [f"--{key.replace('_', '-')}", str(value)]
     for key in FIELDS:
         if key in _FLAGS or key in _LOCAL_KEYS:

@@ -7,7 +7,7 @@ the message always says what is wrong and how to fix it.
 from __future__ import annotations
 
 import difflib
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 
 class KdplugError(Exception):
@@ -78,5 +78,6 @@ class UnknownComponentError(UsageError):
         listing = ", ".join(sorted(available)) if available else "(none registered)"
         super().__init__(
             f"unknown {kind} {name!r}.{hint} Available {kind}{'es' if kind.endswith('s') else 's'}: {listing}. "
-            f"Run 'kdplug plugins' to see every component and the plugin that provides it." + (f" {note}" if note else "")
+            f"Run 'kdplug plugins' to see every component and the plugin that provides it."
+            + (f" {note}" if note else "")
         )

@@ -14,15 +14,16 @@ import inspect
 import json
 import shutil
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Optional, Union
 
 import torch
 from torch import nn
 
 from .errors import KdplugError, UsageError
-from .inference import INFO_FILE, Student, Text, load_student
+from .inference import INFO_FILE, LoadedStudent, Text, load_student
 from .storage import atomic_directory
 
 ONNX_FILE = "model.onnx"
@@ -67,14 +68,17 @@ def check_output(output: Union[str, Path], overwrite: bool) -> Path:
     return output
 
 
-def _encode(student: Student, texts: Sequence[Text]) -> dict[str, torch.Tensor]:
+def _encode(student: LoadedStudent, texts: Sequence[Text]) -> dict[str, torch.Tensor]:
     first = [t[0] if isinstance(t, tuple) else t for t in texts]
     second = [t[1] for t in texts] if student.is_pair else None
-    return dict(student.tokenizer(first, second, truncation=True, max_length=student.max_length, padding=True,
-                                  return_tensors="pt"))
+    return dict(
+        student.tokenizer(
+            first, second, truncation=True, max_length=student.max_length, padding=True, return_tensors="pt"
+        )
+    )
 
 
-def _input_names(student: Student, encoded: dict) -> list[str]:
+def _input_names(student: LoadedStudent, encoded: dict) -> list[str]:
     accepted = inspect.signature(student.model.forward).parameters
     names = ["input_ids", "attention_mask"]
     if "token_type_ids" in encoded and "token_type_ids" in accepted:
@@ -82,8 +86,14 @@ def _input_names(student: Student, encoded: dict) -> list[str]:
     return names
 
 
-def export_onnx(path: Union[str, Path], output: Union[str, Path], *, sample: Sequence[Text],
-                tolerance: float = TOLERANCE, overwrite: bool = False) -> ExportReport:
+def export_onnx(
+    path: Union[str, Path],
+    output: Union[str, Path],
+    *,
+    sample: Sequence[Text],
+    tolerance: float = TOLERANCE,
+    overwrite: bool = False,
+) -> ExportReport:
     """``output/model.onnx`` plus the tokenizer, config and kdplug's record, checked on ``sample``."""
     try:
         import onnx  # noqa: F401  (the exporter writes through it)
@@ -103,13 +113,20 @@ def export_onnx(path: Union[str, Path], output: Union[str, Path], *, sample: Seq
     with atomic_directory(output, f"the ONNX export {output}") as staging:
         with torch.inference_mode(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the exporter's advice about LSTMs: the check below is the proof
-            torch.onnx.export(wrapper, tuple(encoded[name] for name in names), str(staging / ONNX_FILE),
-                              input_names=names, output_names=["logits"], dynamic_axes=axes, opset_version=OPSET,
-                              dynamo=False)
+            torch.onnx.export(
+                wrapper,
+                tuple(encoded[name] for name in names),
+                str(staging / ONNX_FILE),
+                input_names=names,
+                output_names=["logits"],
+                dynamic_axes=axes,
+                opset_version=OPSET,
+                dynamo=False,
+            )
         session = onnxruntime.InferenceSession(str(staging / ONNX_FILE), providers=["CPUExecutionProvider"])
         worst = 0.0
         # batches of 16 and single examples: other batch sizes and lengths than the traced ones
-        chunks = [list(sample[start:start + 16]) for start in range(0, len(sample), 16)]
+        chunks = [list(sample[start : start + 16]) for start in range(0, len(sample), 16)]
         chunks += [[text] for text in sample[:4]]
         for chunk in chunks:
             batch = _encode(student, chunk)
@@ -118,12 +135,20 @@ def export_onnx(path: Union[str, Path], output: Union[str, Path], *, sample: Seq
             got = session.run(["logits"], {name: batch[name].numpy() for name in names})[0]
             worst = max(worst, float(abs(got - expected).max()))
         if worst > tolerance:
-            raise ExportMismatchError(f"the ONNX model differs from the student by up to {worst:.2e} in its logits "
-                                      f"on {len(sample)} examples (tolerance {tolerance:g}); nothing was written")
+            raise ExportMismatchError(
+                f"the ONNX model differs from the student by up to {worst:.2e} in its logits "
+                f"on {len(sample)} examples (tolerance {tolerance:g}); nothing was written"
+            )
         _copy_package(student.directory, staging, skip=("model.safetensors",))
         info = json.loads((staging / INFO_FILE).read_text())
-        info["onnx"] = {"file": ONNX_FILE, "opset": OPSET, "inputs": names, "outputs": ["logits"],
-                        "checked_on": len(sample), "max_abs_diff": worst}
+        info["onnx"] = {
+            "file": ONNX_FILE,
+            "opset": OPSET,
+            "inputs": names,
+            "outputs": ["logits"],
+            "checked_on": len(sample),
+            "max_abs_diff": worst,
+        }
         (staging / INFO_FILE).write_text(json.dumps(info, indent=2))
     return ExportReport(output, worst, len(sample), tuple(names))
 
@@ -151,6 +176,7 @@ def _copy_package(source: Path, target: Path, skip: Sequence[str] = ()) -> None:
 
 # -- the hub ---------------------------------------------------------------------------------------
 
+
 def check_push(repo_id: str) -> None:
     """Everything a push needs, checked before any export work: a valid repository id, a hub that
     can be reached and a token."""
@@ -163,17 +189,28 @@ def check_push(repo_id: str) -> None:
     try:
         validate_repo_id(repo_id)
     except HFValidationError as exc:
-        raise UsageError(f"--push-to-hub {repo_id!r} is not a repository id ({exc}); use owner/name, "
-                         f"e.g. my-org/sst2-bilstm") from None
-    hub.require(f"push to {repo_id}", "export with --output DIR now and push the directory from a machine with "
-                                      "network ('hf upload REPO DIR', or kdplug export again with --push-to-hub)")
+        raise UsageError(
+            f"--push-to-hub {repo_id!r} is not a repository id ({exc}); use owner/name, e.g. my-org/sst2-bilstm"
+        ) from None
+    hub.require(
+        f"push to {repo_id}",
+        "export with --output DIR now and push the directory from a machine with "
+        "network ('hf upload REPO DIR', or kdplug export again with --push-to-hub)",
+    )
     if get_token() is None:
-        raise UsageError(f"pushing to {repo_id} needs a Hugging Face token with write access: run 'hf auth login', "
-                         f"or set HF_TOKEN")
+        raise UsageError(
+            f"pushing to {repo_id} needs a Hugging Face token with write access: run 'hf auth login', or set HF_TOKEN"
+        )
 
 
-def push_to_hub(folder: Union[str, Path], repo_id: str, *, private: bool = False, revision: Optional[str] = None,
-                commit_message: str = "Upload a student distilled with kdplug") -> str:
+def push_to_hub(
+    folder: Union[str, Path],
+    repo_id: str,
+    *,
+    private: bool = False,
+    revision: Optional[str] = None,
+    commit_message: str = "Upload a student distilled with kdplug",
+) -> str:
     """Upload an export (or a student package) to ``repo_id``, creating it if needed; the commit's URL."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
@@ -183,11 +220,18 @@ def push_to_hub(folder: Union[str, Path], repo_id: str, *, private: bool = False
         api.create_repo(repo_id, private=private, exist_ok=True)
         if revision:
             api.create_branch(repo_id, branch=revision, exist_ok=True)
-        commit = api.upload_folder(folder_path=str(folder), repo_id=repo_id, revision=revision,
-                                   commit_message=commit_message, ignore_patterns=["kdplug_checksums*"])
+        commit = api.upload_folder(
+            folder_path=str(folder),
+            repo_id=repo_id,
+            revision=revision,
+            commit_message=commit_message,
+            ignore_patterns=["kdplug_checksums*"],
+        )
     except HfHubHTTPError as exc:
         status = getattr(exc.response, "status_code", None)
         hint = " (does the token have write access to it?)" if status in (401, 403) else ""
-        raise KdplugError(f"the hub refused the push to {repo_id}{hint}: {str(exc).splitlines()[0]}; "
-                          f"{folder} is complete: push it again with 'hf upload {repo_id} {folder}'") from None
+        raise KdplugError(
+            f"the hub refused the push to {repo_id}{hint}: {str(exc).splitlines()[0]}; "
+            f"{folder} is complete: push it again with 'hf upload {repo_id} {folder}'"
+        ) from None
     return commit.commit_url

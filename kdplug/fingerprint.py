@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import nn
 
 
-def _hasher() -> "hashlib._Hash":
+def _hasher() -> hashlib._Hash:
     return hashlib.blake2b(digest_size=16)
 
 

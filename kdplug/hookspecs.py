@@ -168,20 +168,23 @@ def kdplug_register_recipes(register):
         register: ``register(name, factory, description="")``.
 
     The factory is called as ``factory(**options)`` with the run's ``recipe_options`` and
-    returns an object with ``run(ctx) -> nn.Module``. ``ctx`` is the engine's recipe context
-    (annotate with ``kdplug.api.RecipeContext``, imported under ``typing.TYPE_CHECKING``; never
-    construct it or import from ``kdplug.engine``): it builds students and projectors
-    (``ctx.new_student()``, ``ctx.new_projector(student)``), resolves objective weights
-    (``ctx.weights(projector, eta=.., lam=..)``), runs training stages (``ctx.train_stage(name,
-    student, projector, weights=.., objective=..)``, which keeps the best dev checkpoint), warms up
-    teacher heads (``ctx.teacher_heads()``; also done by ``train_stage`` for a projector or
-    objective whose ``needs_teacher_heads`` is True), reads the teacher cache
-    (``ctx.teacher_cache()``) and distils from another model, e.g. a trained teacher assistant
-    (``ctx.with_teacher(teacher)`` returns a context whose stages read that model's cache).
+    returns an object with ``run(ctx) -> nn.Module``. ``ctx`` is a :class:`kdplug.api.RecipeContext`
+    (the typed protocol; kdplug passes a view that refuses anything the protocol does not declare):
+    it builds components (``ctx.new_student()``, ``ctx.new_projector(student)``,
+    ``ctx.new_loss(name)``, ``ctx.new_teacher(name)``, ``ctx.has(kind, name)``), reads the run's
+    settings (``ctx.settings.epochs``, read-only), resolves objective weights (``ctx.weights(projector,
+    eta=.., lam=..)``), runs training stages (``ctx.train_stage(name, student, projector, weights=..,
+    objective=..)``, which keeps the best dev checkpoint and records the stage), warms up teacher
+    heads (``ctx.teacher_heads()``; also done by ``train_stage`` for a projector or objective whose
+    ``needs_teacher_heads`` is True), gives the teacher's layers (``ctx.teacher_layer_specs()``),
+    distils from another model, e.g. a trained teacher assistant (``ctx.with_teacher(teacher)``),
+    records facts about a stage (``ctx.record(stage, **facts)``) and keeps what the recipe trains
+    for reuse (``ctx.store_directory(kind, key)``, ``ctx.data_fingerprint()``).
     An ``objective`` gets a :class:`kdplug.api.StepState` per batch and returns its
     loss terms (key ``"loss"`` is optimised); with ``set_epoch(epoch, epochs)`` it can follow a
-    schedule. Every stage's metrics are recorded by the context. ``run`` returns the final
-    student, which the engine evaluates on the dev splits and exports.
+    schedule. A recipe whose stages use their own loss and never the run's projector says
+    ``uses_projector = False``; the recipe of runs that name none says ``is_default = True``.
+    ``run`` returns the final student, which the engine evaluates on the dev splits and exports.
     """
 
 

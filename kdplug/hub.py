@@ -130,11 +130,14 @@ def load_pretrained(loader: Any, source: str, what: str, *, local_option: Option
         try:
             return loader.from_pretrained(source, **kwargs)
         except OSError as exc:
-            raise UsageError(f"{what} directory {source} is not a complete Hugging Face checkpoint "
-                             f"(config.json, weights, tokenizer files): {exc}") from exc
+            raise UsageError(
+                f"{what} directory {source} is not a complete Hugging Face checkpoint "
+                f"(config.json, weights, tokenizer files): {exc}"
+            ) from exc
     if not HUB_ID.fullmatch(source):
-        raise UsageError(f"{what} source {source!r} is not an existing directory (nor a hub id such as "
-                         f"owner/name); check the path")
+        raise UsageError(
+            f"{what} source {source!r} is not an existing directory (nor a hub id such as owner/name); check the path"
+        )
     try:
         return loader.from_pretrained(source, local_files_only=True, **kwargs)
     except OSError:
@@ -142,9 +145,11 @@ def load_pretrained(loader: Any, source: str, what: str, *, local_option: Option
     reason = unreachable_reason()
     if reason is not None:
         how = local_option or f"--set {what}_options.source=/path/to/dir"
-        raise OfflineError(f"cannot load {what} {source!r}: {reason}, and it is not in the local Hugging Face "
-                           f"cache. On a machine with network, download it (hf download {source} --local-dir "
-                           f"DIR), then pass the directory: {how}.")
+        raise OfflineError(
+            f"cannot load {what} {source!r}: {reason}, and it is not in the local Hugging Face "
+            f"cache. On a machine with network, download it (hf download {source} --local-dir "
+            f"DIR), then pass the directory: {how}."
+        )
     try:
         return loader.from_pretrained(source, **kwargs)
     except OSError as exc:

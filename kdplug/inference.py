@@ -9,9 +9,10 @@ tokenizer it was trained with, its label names and maximum length.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import torch
 
@@ -20,8 +21,11 @@ from .errors import UsageError
 INFO_FILE = "kdplug_student.json"
 STUDENT_DIR = "student"
 #: what a student directory must hold, and what each file is
-REQUIRED = {"config.json": "the model's config", "tokenizer_config.json": "the tokenizer",
-            INFO_FILE: "kdplug's record of labels, input columns and maximum length"}
+REQUIRED = {
+    "config.json": "the model's config",
+    "tokenizer_config.json": "the tokenizer",
+    INFO_FILE: "kdplug's record of labels, input columns and maximum length",
+}
 
 Text = Union[str, tuple[str, str]]
 
@@ -42,7 +46,7 @@ class Prediction:
 
 
 @dataclass
-class Student:
+class LoadedStudent:
     """A loaded student: the model (eval mode), its tokenizer and what it predicts."""
 
     model: torch.nn.Module
@@ -59,13 +63,15 @@ class Student:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def predict(self, texts: Union[Text, Sequence[Text]], *, batch_size: int = 32,
-                progress: bool = False) -> list[Prediction]:
+    def predict(
+        self, texts: Union[Text, Sequence[Text]], *, batch_size: int = 32, progress: bool = False
+    ) -> list[Prediction]:
         """Predictions for ``texts`` (a string, a list of strings, or of (text, pair) tuples), in order."""
         return list(self.iter_predict(texts, batch_size=batch_size, progress=progress))
 
-    def iter_predict(self, texts: Union[Text, Sequence[Text]], *, batch_size: int = 32,
-                     progress: bool = False) -> Iterator[Prediction]:
+    def iter_predict(
+        self, texts: Union[Text, Sequence[Text]], *, batch_size: int = 32, progress: bool = False
+    ) -> Iterator[Prediction]:
         items = [texts] if isinstance(texts, (str, tuple)) else list(texts)
         if not items:
             raise UsageError("nothing to predict: the input holds no texts")
@@ -77,7 +83,7 @@ class Student:
 
             bar = progress_bar(total=len(items), desc="predict", unit="text")
         for start in range(0, len(items), batch_size):
-            chunk = items[start:start + batch_size]
+            chunk = items[start : start + batch_size]
             yield from self._predict_batch(chunk)
             if bar is not None:
                 bar.update(len(chunk))
@@ -91,18 +97,24 @@ class Student:
         if not pair and not isinstance(item, str):
             raise UsageError(f"expected text (a string) or a pair of strings, got {type(item).__name__}")
         if pair != self.is_pair:
-            raise UsageError(f"this student reads {'sentence pairs' if self.is_pair else 'single texts'} "
-                             f"({', '.join(self.text_columns)}), got {'a pair' if pair else 'a single text'}")
+            raise UsageError(
+                f"this student reads {'sentence pairs' if self.is_pair else 'single texts'} "
+                f"({', '.join(self.text_columns)}), got {'a pair' if pair else 'a single text'}"
+            )
 
     @torch.inference_mode()
     def _predict_batch(self, chunk: list[Text]) -> Iterator[Prediction]:
         first = [item[0] if isinstance(item, tuple) else item for item in chunk]
         second = [item[1] for item in chunk] if self.is_pair else None
         full = self.tokenizer(first, second, truncation=False, verbose=False)["input_ids"]
-        encoded = self.tokenizer(first, second, truncation=True, max_length=self.max_length, padding=True,
-                                 return_tensors="pt")
-        inputs = {key: value.to(self.device) for key, value in encoded.items()
-                  if key in ("input_ids", "attention_mask", "token_type_ids")}
+        encoded = self.tokenizer(
+            first, second, truncation=True, max_length=self.max_length, padding=True, return_tensors="pt"
+        )
+        inputs = {
+            key: value.to(self.device)
+            for key, value in encoded.items()
+            if key in ("input_ids", "attention_mask", "token_type_ids")
+        }
         if "token_type_ids" in inputs and not _takes_token_types(self.model):
             inputs.pop("token_type_ids")
         logits = self.model(**inputs).logits.float().cpu()
@@ -112,8 +124,11 @@ class Student:
                 yield Prediction(score=float(row.squeeze(-1)), truncated=truncated)
             else:
                 probabilities = row.softmax(-1).tolist()
-                yield Prediction(label=self.labels[int(row.argmax())], truncated=truncated,
-                                 probabilities=dict(zip(self.labels, probabilities)))
+                yield Prediction(
+                    label=self.labels[int(row.argmax())],
+                    truncated=truncated,
+                    probabilities=dict(zip(self.labels, probabilities)),
+                )
 
 
 def _takes_token_types(model: torch.nn.Module) -> bool:
@@ -133,12 +148,14 @@ def student_directory(path: Union[str, Path]) -> Path:
     missing = [f"{name} ({what})" for name, what in REQUIRED.items() if not (directory / name).is_file()]
     if missing:
         where = "a run directory (with student/) nor a student directory" if directory == path else str(directory)
-        raise UsageError(f"{path} is not {where}: it has no {', '.join(missing)}. A run writes its student to "
-                         f"<run>/student; runs of kdplug before 0.2 wrote no standalone student")
+        raise UsageError(
+            f"{path} is not {where}: it has no {', '.join(missing)}. A run writes its student to "
+            f"<run>/student; runs of kdplug before 0.2 wrote no standalone student"
+        )
     return directory
 
 
-def load_student(path: Union[str, Path], *, device: Union[str, torch.device, None] = None) -> Student:
+def load_student(path: Union[str, Path], *, device: Union[str, torch.device, None] = None) -> LoadedStudent:
     """The student in ``path`` (a run directory or its ``student/``), in eval mode on ``device``
     (default: CUDA when available), with its tokenizer, label names and maximum length."""
     from . import model_types
@@ -151,19 +168,36 @@ def load_student(path: Union[str, Path], *, device: Union[str, torch.device, Non
     try:
         model = AutoModelForSequenceClassification.from_pretrained(str(directory))
     except (KeyError, ValueError) as exc:
-        raise UsageError(f"{directory} holds a model type transformers does not know ({exc}); install the kdplug "
-                         f"plugin that provides the {info.get('student')!r} student") from None
+        raise UsageError(
+            f"{directory} holds a model type transformers does not know ({exc}); install the kdplug "
+            f"plugin that provides the {info.get('student')!r} student"
+        ) from None
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
-    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = (
+        torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    )
     model.to(device).eval()
     columns = tuple(info.get("text_columns") or (("text", "text_pair") if info.get("is_pair") else ("text",)))
-    return Student(model=model, tokenizer=tokenizer, labels=tuple(info.get("labels") or ()),
-                   is_regression=bool(info.get("is_regression")), is_pair=bool(info.get("is_pair")),
-                   max_length=int(info["max_length"]), text_columns=columns, directory=directory, info=info)
+    return LoadedStudent(
+        model=model,
+        tokenizer=tokenizer,
+        labels=tuple(info.get("labels") or ()),
+        is_regression=bool(info.get("is_regression")),
+        is_pair=bool(info.get("is_pair")),
+        max_length=int(info["max_length"]),
+        text_columns=columns,
+        directory=directory,
+        info=info,
+    )
 
 
-def predict(path: Union[str, Path, Student], texts: Union[Text, Iterable[Text]], *, batch_size: int = 32,
-            device: Union[str, torch.device, None] = None) -> list[Prediction]:
+def predict(
+    path: Union[str, Path, LoadedStudent],
+    texts: Union[Text, Iterable[Text]],
+    *,
+    batch_size: int = 32,
+    device: Union[str, torch.device, None] = None,
+) -> list[Prediction]:
     """Predictions of the student in ``path`` for ``texts`` (strings, or (text, pair) tuples)."""
-    student = path if isinstance(path, Student) else load_student(path, device=device)
+    student = path if isinstance(path, LoadedStudent) else load_student(path, device=device)
     return student.predict(texts if isinstance(texts, (str, tuple)) else list(texts), batch_size=batch_size)

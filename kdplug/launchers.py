@@ -12,8 +12,9 @@ same sweep command again submits only the points still missing.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from .config import parse_value
 from .errors import ConfigError, UsageError
@@ -59,9 +60,16 @@ def default_jobs(executor: Any, pending: int) -> int:
     return pending
 
 
-def run_submitit(sweep: Sweep, registry: Any, *, cluster: str = "auto", jobs: Optional[int] = None,
-                 options: Optional[dict[str, Any]] = None, disabled: tuple[str, ...] = (),
-                 echo: Callable[[str], None] = print) -> Results:
+def run_submitit(
+    sweep: Sweep,
+    registry: Any,
+    *,
+    cluster: str = "auto",
+    jobs: Optional[int] = None,
+    options: Optional[dict[str, Any]] = None,
+    disabled: tuple[str, ...] = (),
+    echo: Callable[[str], None] = print,
+) -> Results:
     """Warm the teachers in one job, then run the pending points as a job array; the results table."""
     executor = make_executor(sweep.directory / SUBMITIT_DIR, cluster, dict(options or {}))
     sweep.checked_configs(registry)  # every point's names and values, before anything is submitted
@@ -77,21 +85,27 @@ def run_submitit(sweep: Sweep, registry: Any, *, cluster: str = "auto", jobs: Op
     spec = (str(sweep.directory), sweep.base, sweep.grid, sweep.zoo, tuple(disabled))
     local = executor.cluster in ("local", "debug")
 
-    echo(f"sweep {sweep.directory}: {len(pending)} points to run as {count} {executor.cluster} jobs; first, the "
-         f"teachers they need (logs: {sweep.directory / SUBMITIT_DIR})")
+    echo(
+        f"sweep {sweep.directory}: {len(pending)} points to run as {count} {executor.cluster} jobs; first, the "
+        f"teachers they need (logs: {sweep.directory / SUBMITIT_DIR})"
+    )
     warm = executor.submit(warm_job, spec, pending, None)
     echo(f"    warm-up job {warm.job_id}")
     try:
         echo(f"    {warm.result()} teacher(s) fine-tuned or found, outputs cached")
     except Exception as exc:  # submitit's FailedJobError carries the job's traceback
-        raise UsageError(f"the teacher warm-up job {warm.job_id} failed, so no point was submitted: "
-                         f"{_last_line(exc)} (log: {warm.paths.stderr})") from None
+        raise UsageError(
+            f"the teacher warm-up job {warm.job_id} failed, so no point was submitted: "
+            f"{_last_line(exc)} (log: {warm.paths.stderr})"
+        ) from None
 
     shares = [pending[index::count] for index in range(count)]
     threads = [max(1, (os.cpu_count() or 1) // count) if local else None] * count
     array = executor.map_array(point_job, [spec] * count, shares, threads)
-    echo(f"    jobs {', '.join(job.job_id for job in array)} submitted; waiting (Ctrl-C leaves SLURM jobs running: "
-         f"'kdplug sweep --collect {sweep.directory}' tabulates them later)")
+    echo(
+        f"    jobs {', '.join(job.job_id for job in array)} submitted; waiting (Ctrl-C leaves SLURM jobs running: "
+        f"'kdplug sweep --collect {sweep.directory}' tabulates them later)"
+    )
     failures: dict[str, str] = {}
     for job, share in zip(array, shares):
         try:
@@ -99,7 +113,7 @@ def run_submitit(sweep: Sweep, registry: Any, *, cluster: str = "auto", jobs: Op
             echo(f"    job {job.job_id} finished: {', '.join(share)}")
         except Exception as exc:
             reason = f"job {job.job_id} failed: {_last_line(exc)} (log: {job.paths.stderr})"
-            failures.update({point: reason for point in share})
+            failures.update(dict.fromkeys(share, reason))
             echo(f"    {reason}")
     return _tabulate(sweep, failures)
 
@@ -117,6 +131,7 @@ def _last_line(exc: BaseException) -> str:
 
 
 # -- what runs inside a job (pickled by reference: kdplug must be installed where the jobs run) --
+
 
 def _job_setup(spec: tuple, threads: Optional[int]) -> tuple[Sweep, Any]:
     import torch

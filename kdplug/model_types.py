@@ -42,8 +42,11 @@ def register_model_types() -> None:
         try:
             entry_point.load()()
         except Exception as exc:  # a broken plugin must not break `import transformers`
-            warnings.warn(f"kdplug: model types of {entry_point.name!r} ({entry_point.value}) could not be "
-                          f"registered with transformers: {type(exc).__name__}: {exc}", stacklevel=2)
+            warnings.warn(
+                f"kdplug: model types of {entry_point.name!r} ({entry_point.value}) could not be "
+                f"registered with transformers: {type(exc).__name__}: {exc}",
+                stacklevel=2,
+            )
 
 
 AUTO_MODELS = "transformers.models.auto.modeling_auto"

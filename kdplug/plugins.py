@@ -10,8 +10,9 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import os
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 import pluggy
 from packaging.requirements import InvalidRequirement, Requirement
@@ -74,8 +75,10 @@ def _check_kdplug_requirement(dist: Optional[metadata.Distribution]) -> Optional
             continue
         installed = _kdplug_version()
         if not requirement.specifier.contains(Version(installed), prereleases=True):
-            return (f"it needs kdplug{requirement.specifier}, but kdplug {installed} is installed; "
-                    f"upgrade one of them (pip install -U kdplug {dist.metadata['Name']})")
+            return (
+                f"it needs kdplug{requirement.specifier}, but kdplug {installed} is installed; "
+                f"upgrade one of them (pip install -U kdplug {dist.metadata['Name']})"
+            )
     return None
 
 
@@ -144,7 +147,7 @@ class PluginManager:
         self._infos[name] = PluginInfo(name, distribution, version, module)
         self._registry = None
 
-    def copy(self) -> "PluginManager":
+    def copy(self) -> PluginManager:
         """A manager holding the same plugins, to add one to (``kdplug.distill``'s in-memory
         components) without changing this one."""
         self._load_pending()
@@ -172,8 +175,15 @@ class PluginManager:
                 info = self._infos.get(impl.plugin_name, PluginInfo(impl.plugin_name, "", "", ""))
 
                 def register(name: str, factory: Any, description: str = "", *, _kind=kind, _info=info) -> None:
-                    registry.add(_kind, name, factory, description=description, plugin=_info.name,
-                                 distribution=_info.distribution, version=_info.version)
+                    registry.add(
+                        _kind,
+                        name,
+                        factory,
+                        description=description,
+                        plugin=_info.name,
+                        distribution=_info.distribution,
+                        version=_info.version,
+                    )
 
                 try:
                     impl.function(register=register)
@@ -185,10 +195,14 @@ class PluginManager:
         for (kind, name), rivals in registry.conflicts().items():
             for entry in rivals:
                 others = ", ".join(e.provider() for e in rivals if e is not entry)
-                self._failures.append(PluginFailure(
-                    entry.plugin, entry.distribution,
-                    f"{kind} {name!r} is also registered by {others}; neither can be used until one is disabled",
-                    "duplicate name"))
+                self._failures.append(
+                    PluginFailure(
+                        entry.plugin,
+                        entry.distribution,
+                        f"{kind} {name!r} is also registered by {others}; neither can be used until one is disabled",
+                        "duplicate name",
+                    )
+                )
         return registry
 
 

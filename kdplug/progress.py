@@ -7,7 +7,8 @@ there, since a notebook's output stream is not a TTY; this asks the right questi
 from __future__ import annotations
 
 import sys
-from typing import Iterable, Optional
+from collections.abc import Iterable
+from typing import Optional
 
 
 def in_notebook() -> bool:
@@ -19,11 +20,17 @@ def in_notebook() -> bool:
     return ipython is not None and type(ipython).__name__ == "ZMQInteractiveShell"
 
 
-def progress(iterable: Optional[Iterable] = None, *, total: Optional[int] = None, desc: str = "",
-             enabled: bool = True, **options):
+def progress(
+    iterable: Optional[Iterable] = None, *, total: Optional[int] = None, desc: str = "", enabled: bool = True, **options
+):
     """A ``tqdm.auto`` bar: shown in notebooks and on terminals; off when ``enabled`` is False
     (e.g. on the non-main ranks of a multi-process run) or when output goes to a file."""
     from tqdm.auto import tqdm
 
     disable = True if not enabled else (False if in_notebook() else None)
     return tqdm(iterable, total=total, desc=desc, disable=disable, **{"leave": False, "dynamic_ncols": True, **options})
+
+
+def human_count(count: int) -> str:
+    """A parameter count as people read it in tables: 22700000 -> '22.7M', 41000 -> '41.0K'."""
+    return f"{count / 1e6:.1f}M" if count >= 1e5 else f"{count / 1e3:.1f}K"

@@ -11,9 +11,10 @@ run cannot be resumed from the command line, the objects being gone.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from torch import nn
 
@@ -31,7 +32,7 @@ class DistillResult:
 
     run_dir: Path
     metrics: dict[str, Any]
-    student: Any  # kdplug.inference.Student: .model, .tokenizer, .labels, .predict(...)
+    student: Any  # kdplug.LoadedStudent: .model, .tokenizer, .labels, .predict(...)
 
     @property
     def model(self) -> nn.Module:
@@ -50,11 +51,21 @@ class DistillResult:
         return self.student.predict(texts, **options)
 
 
-def distill(teacher: Any = None, student: Any = None, projector: Optional[str] = None, task: Any = None, *,
-            data_dir: Optional[str] = None, recipe: Optional[str] = None,
-            config: Union[RunConfig, dict, str, Path, None] = None, output: Optional[str] = None,
-            overwrite: bool = False, teacher_finetuned: bool = False, echo: Optional[Callable[[str], None]] = print,
-            **settings: Any) -> DistillResult:
+def distill(
+    teacher: Any = None,
+    student: Any = None,
+    projector: Optional[str] = None,
+    task: Any = None,
+    *,
+    data_dir: Optional[str] = None,
+    recipe: Optional[str] = None,
+    config: Union[RunConfig, dict, str, Path, None] = None,
+    output: Optional[str] = None,
+    overwrite: bool = False,
+    teacher_finetuned: bool = False,
+    echo: Optional[Callable[[str], None]] = print,
+    **settings: Any,
+) -> DistillResult:
     """Distil ``student`` from ``teacher`` on ``task`` with ``projector``; returns the result.
 
     ``config``: a :class:`RunConfig`, a dict of its keys or a YAML file, applied first; then the
@@ -130,17 +141,23 @@ class _InMemory:
             return self.manager.registry.create("teacher", loader, task, **options)
         given = self.objects["teacher"]
         if isinstance(given, Teacher):
-            return given if given.finetuned or not self.teacher_finetuned else \
-                Teacher(**{**given.__dict__, "finetuned": True})
+            return (
+                given
+                if given.finetuned or not self.teacher_finetuned
+                else Teacher(**{**given.__dict__, "finetuned": True})
+            )
         if not (isinstance(given, tuple) and len(given) == 2):
-            raise UsageError("an in-memory teacher is (model, tokenizer) or a kdplug.types.Teacher, got "
-                             f"{type(given).__name__}")
+            raise UsageError(
+                f"an in-memory teacher is (model, tokenizer) or a kdplug.types.Teacher, got {type(given).__name__}"
+            )
         model, tokenizer = given
         expected = num_outputs(task)
         if getattr(model.config, "num_labels", None) != expected:
-            raise UsageError(f"the teacher has {model.config.num_labels} outputs but the task has {expected}; load it "
-                             f"with num_labels={expected} (AutoModelForSequenceClassification.from_pretrained(..., "
-                             f"num_labels={expected}))")
+            raise UsageError(
+                f"the teacher has {model.config.num_labels} outputs but the task has {expected}; load it "
+                f"with num_labels={expected} (AutoModelForSequenceClassification.from_pretrained(..., "
+                f"num_labels={expected}))"
+            )
         model = model if self.teacher_finetuned else copy.deepcopy(model)  # fine-tuning must not touch yours
         model.config.output_hidden_states = True
 
@@ -149,8 +166,14 @@ class _InMemory:
             tokenizer.save_pretrained(directory)
 
         name = getattr(model.config, "_name_or_path", "") or type(model).__name__
-        return Teacher(model=model, tokenizer=tokenizer, source=f"in memory ({name})", finetuned=self.teacher_finetuned,
-                       save_pretrained=save_pretrained, pretrained=name if Path(name).is_dir() else None)
+        return Teacher(
+            model=model,
+            tokenizer=tokenizer,
+            source=f"in memory ({name})",
+            finetuned=self.teacher_finetuned,
+            save_pretrained=save_pretrained,
+            pretrained=name if Path(name).is_dir() else None,
+        )
 
     def student(self, task: Task, teacher: Teacher) -> nn.Module:
         return copy.deepcopy(self.objects["student"])  # every stage and baseline starts from the same weights

@@ -10,9 +10,10 @@ from __future__ import annotations
 import fnmatch
 import inspect
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Optional
 
 from .errors import ConfigError, PluginError, UnknownComponentError
 from .hub import is_hub_id
@@ -83,9 +84,11 @@ class Shadowed:
     kept: Entry
 
     def message(self) -> str:
-        return (f"{self.entry.kind} {self.entry.name!r} of {self.entry.provider()} was skipped: the built-in "
-                f"{self.kept.kind} of that name ({self.kept.provider()}) keeps it; register it under another "
-                f"name, or disable the plugin (--disable-plugin {self.entry.plugin})")
+        return (
+            f"{self.entry.kind} {self.entry.name!r} of {self.entry.provider()} was skipped: the built-in "
+            f"{self.kept.kind} of that name ({self.kept.provider()}) keeps it; register it under another "
+            f"name, or disable the plugin (--disable-plugin {self.entry.plugin})"
+        )
 
 
 class Registry:
@@ -101,8 +104,17 @@ class Registry:
         self._conflicts: dict[tuple[str, str], list[Entry]] = {}
         self.shadowed: list[Shadowed] = []
 
-    def add(self, kind: str, name: str, factory: Callable[..., Any], *, description: str = "",
-            plugin: str = "", distribution: str = "", version: str = "") -> Entry:
+    def add(
+        self,
+        kind: str,
+        name: str,
+        factory: Callable[..., Any],
+        *,
+        description: str = "",
+        plugin: str = "",
+        distribution: str = "",
+        version: str = "",
+    ) -> Entry:
         if kind not in KINDS:
             raise PluginError(f"unknown component kind {kind!r}; kinds are {', '.join(KINDS)}")
         if not isinstance(name, str) or not name:
@@ -111,8 +123,7 @@ class Registry:
             raise PluginError(f"plugin {plugin!r} registered {kind} {name!r} with a non-callable {factory!r}")
         pattern, field_name = _compile(name)
         entry = Entry(kind, name, factory, description, plugin, distribution, version, pattern, field_name)
-        existing = self._entries[kind].get(name) or next(
-            (e for e in self._conflicts.get((kind, name), [])), None)
+        existing = self._entries[kind].get(name) or next((e for e in self._conflicts.get((kind, name), [])), None)
         if existing is None:
             self._entries[kind][name] = entry
             return entry
@@ -144,7 +155,8 @@ class Registry:
             providers = " and ".join(e.provider() for e in rivals)
             raise PluginError(
                 f"{kind} {name!r} is registered by {providers}: kdplug cannot tell which one you mean. "
-                f"Uninstall or disable all but one of them (--disable-plugin NAME or KDPLUG_DISABLE_PLUGINS=NAME).")
+                f"Uninstall or disable all but one of them (--disable-plugin NAME or KDPLUG_DISABLE_PLUGINS=NAME)."
+            )
         entry = self._entries[kind].get(name)
         if entry is not None and entry._pattern is None:
             return entry, {}
@@ -160,14 +172,18 @@ class Registry:
     def checkpoint_loader(self, kind: str) -> Optional[str]:
         """The name of the first ``kind`` factory that loads any checkpoint given as ``source`` (it
         says so with a ``loads_checkpoints = True`` attribute), or None."""
-        return next((e.name for e in self._entries[kind].values() if getattr(e.factory, "loads_checkpoints", False)),
-                    None)
+        return next(
+            (e.name for e in self._entries[kind].values() if getattr(e.factory, "loads_checkpoints", False)), None
+        )
 
     def model_reference(self, kind: str, name: str) -> tuple[str, dict[str, Any]]:
         """What ``--teacher NAME`` or ``--student NAME`` names: the registered component, else a
         checkpoint directory or a hub id, given as ``source`` to the kind's checkpoint loader."""
-        if (kind, name) in self._conflicts or name in self._entries[kind] or any(
-                e.match(name) is not None for e in self._entries[kind].values()):
+        if (
+            (kind, name) in self._conflicts
+            or name in self._entries[kind]
+            or any(e.match(name) is not None for e in self._entries[kind].values())
+        ):
             return name, {}
         loader = self.checkpoint_loader(kind)
         directory = Path(name).expanduser()
@@ -177,6 +193,17 @@ class Registry:
             return loader, {"source": name}
         self.resolve(kind, name)  # an unknown name, with the close ones
         raise AssertionError("unreachable")
+
+    def find_layer_extractor(self, model: Any) -> Any:
+        """The first registered layer extractor that supports ``model``."""
+        for entry in self._entries["layer_extractor"].values():
+            if entry.factory.supports(model):
+                return entry.factory
+        names = ", ".join(self._entries["layer_extractor"]) or "(none registered)"
+        raise PluginError(
+            f"no layer extractor supports a {type(model).__name__}; registered extractors: {names}. "
+            f"A plugin that adds this model must also register a layer extractor for it."
+        )
 
     def conflicts(self) -> dict[tuple[str, str], list[Entry]]:
         """Names that two third-party plugins both registered, with the rivals."""
@@ -217,9 +244,17 @@ def _check_options(entry: Entry, name: str, args: tuple, options: dict[str, Any]
     try:
         signature.bind(*args, **options)
     except TypeError as exc:
-        valid = [p.name for p in list(signature.parameters.values())[len(args):]
-                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        section = f"{entry.kind}_options" if entry.kind in ("teacher", "student", "projector", "task", "recipe") else "options"
+        valid = [
+            p.name
+            for p in list(signature.parameters.values())[len(args) :]
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        ]
+        section = (
+            f"{entry.kind}_options"
+            if entry.kind in ("teacher", "student", "projector", "task", "recipe")
+            else "options"
+        )
         raise ConfigError(
             f"{entry.kind} {name!r} ({entry.provider()}): {exc}. Its options are: {', '.join(valid) or '(none)'}; "
-            f"set them with --set {section}.NAME=VALUE") from None
+            f"set them with --set {section}.NAME=VALUE"
+        ) from None

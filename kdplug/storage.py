@@ -22,8 +22,9 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Optional
 
 from . import fingerprint
 from .errors import KdplugError
@@ -84,10 +85,18 @@ _REASONS = {
     errno.EROFS: "the file system is read-only",
 }
 #: how libraries that do not raise OSError (safetensors, torch.save) spell the same failures
-_MESSAGES = (("no space left", errno.ENOSPC), ("code: 28", errno.ENOSPC), ("storagefull", errno.ENOSPC),
-             ("file too large", errno.EFBIG), ("filetoolarge", errno.EFBIG), ("code: 27", errno.EFBIG),
-             ("permission denied", errno.EACCES), ("read-only file system", errno.EROFS),
-             ("file write failed", errno.EIO), ("ioerror", errno.EIO))
+_MESSAGES = (
+    ("no space left", errno.ENOSPC),
+    ("code: 28", errno.ENOSPC),
+    ("storagefull", errno.ENOSPC),
+    ("file too large", errno.EFBIG),
+    ("filetoolarge", errno.EFBIG),
+    ("code: 27", errno.EFBIG),
+    ("permission denied", errno.EACCES),
+    ("read-only file system", errno.EROFS),
+    ("file write failed", errno.EIO),
+    ("ioerror", errno.EIO),
+)
 
 
 def write_failure_reason(exc: BaseException) -> Optional[str]:
@@ -142,8 +151,11 @@ def staging_directory(parent: Path, name: str) -> Path:
 
 def write_checksums(directory: Path) -> None:
     """Record a checksum of every file below ``directory`` (what :func:`verify` checks)."""
-    sums = {str(path.relative_to(directory)): fingerprint.of_file(str(path))
-            for path in sorted(directory.rglob("*")) if path.is_file() and path.name != CHECKSUMS_FILE}
+    sums = {
+        str(path.relative_to(directory)): fingerprint.of_file(str(path))
+        for path in sorted(directory.rglob("*"))
+        if path.is_file() and path.name != CHECKSUMS_FILE
+    }
     (directory / CHECKSUMS_FILE).write_text(json.dumps(sums, indent=1))
 
 
@@ -213,8 +225,11 @@ def atomic_directory(target: Path, what: str) -> Iterator[Path]:
         replace_directory(staging, target)
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        kept = (f"the previous copy {target} is intact" if target.exists()
-                else "nothing was stored, and nothing else was changed")
+        kept = (
+            f"the previous copy {target} is intact"
+            if target.exists()
+            else "nothing was stored, and nothing else was changed"
+        )
         raise_as_storage_error(exc, what, kept)
         raise
 

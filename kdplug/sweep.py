@@ -21,18 +21,20 @@ import itertools
 import json
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import yaml
 
-from .config import RunConfig, apply, parse_value
-from .storage import write_atomic
+from .config import RunConfig, apply, dump_yaml, parse_value, parse_yaml
 from .engine.interrupt import RunInterrupted
 from .errors import ConfigError, KdplugError, UsageError
+from .layout import CHECKPOINT_DIR, CONFIG_FILE, METRICS_FILE, POINTS_DIR, SWEEP_FILE
+from .storage import write_atomic
 
-SWEEP_FILE, RESULTS_MD, RESULTS_JSON, POINTS_DIR = "sweep.yaml", "results.md", "results.json", "points"
+RESULTS_MD, RESULTS_JSON = "results.md", "results.json"
 
 
 def split_values(text: str) -> list[str]:
@@ -68,10 +70,7 @@ def load_grid_file(path: str | Path) -> tuple[dict[str, Any], dict[str, list[Any
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"sweep file {path} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    data = parse_yaml(path.read_text(encoding="utf-8"), str(path)) or {}
     unknown = set(data) - {"zoo", "config", "grid"}
     if not isinstance(data, dict) or unknown:
         raise ConfigError(f"{path}: a sweep file has the keys zoo, config and grid; unexpected: {sorted(unknown)}")
@@ -89,9 +88,11 @@ def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
 
 def point_id(point: dict[str, Any]) -> str:
     """A directory name that reads as the point: ``lr=2e-05,seed=1``."""
+
     def show(value: Any) -> str:
         text = json.dumps(value, separators=(",", ":")) if isinstance(value, (list, dict)) else str(value)
         return "".join(c if c.isalnum() or c in "-_.=+" else "_" for c in text)
+
     return ",".join(f"{key.replace('_options.', '.')}={show(value)}" for key, value in point.items()) or "base"
 
 
@@ -138,9 +139,10 @@ class Sweep:
         """sweep.yaml: what every shard must agree on; a different grid in the same directory is an error."""
         spec = yaml.safe_dump({"zoo": self.zoo, "base": self.base, "grid": self.grid}, sort_keys=False)
         path = self.directory / SWEEP_FILE
-        if path.is_file() and yaml.safe_load(path.read_text()) != yaml.safe_load(spec):
-            raise UsageError(f"{self.directory} holds another sweep ({path} differs); choose another --output "
-                             f"or delete it")
+        if path.is_file() and parse_yaml(path.read_text(), str(path)) != parse_yaml(spec, "the sweep"):
+            raise UsageError(
+                f"{self.directory} holds another sweep ({path} differs); choose another --output or delete it"
+            )
         self.directory.mkdir(parents=True, exist_ok=True)
         write_atomic(path, spec)
 
@@ -165,64 +167,119 @@ class Sweep:
         Points that differ only in the student or the method share a teacher: one warm-up serves
         them all, and their jobs then only read the store.
         """
-        from .engine.pipeline import warm_teacher
+        from .engine.inputs import warm_teacher
+        from .engine.preflight import reads_teacher, resolve_components
 
         setups: dict[str, RunConfig] = {}
         for point in self.points:
             if point_id(point) in point_ids:
                 config = self.config(point)
+                resolve_components(config, registry)
                 setup = {k: getattr(config, k) for k in TEACHER_KEYS}
                 setup["teacher_seed"] = config.seed if config.teacher_seed is None else config.teacher_seed
                 key = json.dumps(setup, sort_keys=True, default=str)
-                needs_outputs = config.projector != "nkd" or bool(config.baseline)
-                if key not in setups or (needs_outputs and setups[key].projector == "nkd"):
+                # one warm-up per teacher, by a point that also needs the teacher's outputs if any does
+                if key not in setups or (reads_teacher(config, registry) and not reads_teacher(setups[key], registry)):
                     setups[key] = config
         for number, config in enumerate(setups.values(), 1):
             echo(f"teacher {number}/{len(setups)}: {config.teacher} on {config.task}, before the jobs start")
             warm_teacher(config, registry, echo=lambda text: echo(f"    {text}"))
         return len(setups)
 
-    def run(self, registry, *, shard: tuple[int, int] = (1, 1), only: Optional[list[str]] = None,
-            echo: Callable[[str], None] = print) -> "Results":
+    def run(
+        self,
+        registry,
+        *,
+        shard: tuple[int, int] = (1, 1),
+        only: Optional[list[str]] = None,
+        echo: Callable[[str], None] = print,
+    ) -> Results:
         """Run this worker's points (``shard``, or the point ids in ``only``), skipping completed ones."""
-        from .engine.pipeline import run
-        from .engine.rundir import is_completed
-
         configs = self.checked_configs(registry)
         self.write_spec()
         index, count = shard
-        mine = [c for c in configs if point_id(c[0]) in only] if only is not None else configs[index - 1::count]
-        echo(f"sweep {self.directory}: {len(self.points)} points, this worker runs {len(mine)}"
-             + (f" (shard {index}/{count})" if count > 1 else ""))
-        failures = {}
-        for number, (point, config) in enumerate(mine, 1):
-            label = point_id(point)
-            if is_completed(Path(config.output)):
-                echo(f"[{number}/{len(mine)}] {label}: done already, skipped")
-                continue
-            echo(f"[{number}/{len(mine)}] {label}")
-            interrupted = (Path(config.output) / "checkpoints").is_dir() and (Path(config.output) / "config.yaml").is_file()
-            try:  # an interrupted point continues from its checkpoints, anything else starts afresh
-                run(config, registry, overwrite=not interrupted, resume=interrupted,
-                    echo=lambda text: echo(f"    {text}"))
-            except (UsageError, RunInterrupted):
-                raise  # a stop request ends the sweep; 'kdplug sweep' again continues it
-            except KdplugError as exc:  # one failed point does not lose the others
-                failures[label] = str(exc)
-                echo(f"    failed: {exc}")
+        mine = [c for c in configs if point_id(c[0]) in only] if only is not None else configs[index - 1 :: count]
+        echo(
+            f"sweep {self.directory}: {len(self.points)} points, this worker runs {len(mine)}"
+            + (f" (shard {index}/{count})" if count > 1 else "")
+        )
+        failures = run_each([(point_id(point), config) for point, config in mine], registry, keep_going=True, echo=echo)
         results = collect(self.directory)
         results.failures.update(failures)
         results.write(self.directory)
         return results
 
 
+def run_each(
+    items: list[tuple[str, RunConfig]],
+    registry,
+    *,
+    overwrite: bool = False,
+    keep_going: bool = False,
+    echo: Callable[[str], None] = print,
+) -> dict[str, str]:
+    """Run each ``(label, config)`` into its ``config.output``: a completed run of the same
+    configuration is skipped, an interrupted one continues from its checkpoints, anything else of
+    the same configuration starts afresh (``--overwrite``: every one does). A stop request or a
+    usage error ends the loop; with ``keep_going``, another failure is recorded and the next run
+    starts. Returns the failures, by label. Sweeps and ``kdplug run --seeds`` both run this way."""
+    from .engine.pipeline import run
+    from .engine.rundir import is_completed
+
+    failures: dict[str, str] = {}
+    for number, (label, config) in enumerate(items, 1):
+        output = Path(config.output)
+        same = same_config(output, config)
+        if same and is_completed(output) and not overwrite:
+            echo(f"[{number}/{len(items)}] {label}: done already in {output}, skipped")
+            continue
+        resume = same and (output / CHECKPOINT_DIR).is_dir() and not overwrite
+        echo(f"[{number}/{len(items)}] {label}" + (": resuming" if resume else ""))
+        try:  # an unfinished run of this very configuration without checkpoints is ours to start again
+            run(config, registry, overwrite=overwrite or same, resume=resume, echo=lambda text: echo(f"    {text}"))
+        except (UsageError, RunInterrupted):
+            raise  # a stop request ends the loop; the same command again continues it
+        except KdplugError as exc:
+            if not keep_going:
+                raise
+            failures[label] = str(exc)  # one failed run does not lose the others
+            echo(f"    failed: {exc}")
+    return failures
+
+
+def same_config(run_dir: Path, config: RunConfig) -> bool:
+    """Whether ``run_dir`` holds a run of exactly ``config`` (its config.yaml)."""
+    path = run_dir / CONFIG_FILE
+    return path.is_file() and parse_yaml(path.read_text(encoding="utf-8"), str(path)) == parse_yaml(
+        dump_yaml(config), "the configuration"
+    )
+
+
 #: the configuration keys that decide which fine-tuned teacher (and teacher outputs) a run uses
-TEACHER_KEYS = ("task", "task_options", "data_dir", "teacher", "teacher_options", "max_length", "teacher_epochs",
-                "teacher_lr", "teacher_batch_size", "teacher_seed", "precision", "weight_decay", "warmup_ratio",
-                "cache_dir", "transfer", "augment", "augment_factor", "augment_options")  # + the transfer set it labels
+TEACHER_KEYS = (
+    "task",
+    "task_options",
+    "data_dir",
+    "teacher",
+    "teacher_options",
+    "max_length",
+    "teacher_epochs",
+    "teacher_lr",
+    "teacher_batch_size",
+    "teacher_seed",
+    "precision",
+    "weight_decay",
+    "warmup_ratio",
+    "cache_dir",
+    "transfer",
+    "augment",
+    "augment_factor",
+    "augment_options",
+)  # + the transfer set it labels
 
 
 # -- results -----------------------------------------------------------------------------------
+
 
 @dataclass
 class Point:
@@ -264,11 +321,17 @@ class Results:
         return rows
 
     def to_json(self) -> dict[str, Any]:
-        return {"main_metric": self.main_metric, "split": self.split, "keys": self.keys,
-                "groups": self.groups(),
-                "points": [{"id": p.id, "values": p.values, "run_dir": str(p.run_dir), "score": p.score}
-                           for p in self.points],
-                "failures": self.failures, "pending": self.pending}
+        return {
+            "main_metric": self.main_metric,
+            "split": self.split,
+            "keys": self.keys,
+            "groups": self.groups(),
+            "points": [
+                {"id": p.id, "values": p.values, "run_dir": str(p.run_dir), "score": p.score} for p in self.points
+            ],
+            "failures": self.failures,
+            "pending": self.pending,
+        }
 
     def markdown(self) -> str:
         keys = [k for k in self.keys if k != "seed"]
@@ -280,8 +343,12 @@ class Results:
             cells.append(format_score(group["mean"], group["std"]))
             cells.append("**best**" if group["best"] else "")
             lines.append("| " + " | ".join(cells) + " |")
-        text = ["# Sweep results\n", f"Dev score: {self.main_metric} on {self.split} (×100); mean ± std over "
-                f"seeds where a point ran with several. {len(self.points)} points finished.\n", *lines]
+        text = [
+            "# Sweep results\n",
+            f"Dev score: {self.main_metric} on {self.split} (×100); mean ± std over "
+            f"seeds where a point ran with several. {len(self.points)} points finished.\n",
+            *lines,
+        ]
         if self.pending:
             text.append(f"\nNot run yet (another shard, or interrupted): {', '.join(self.pending)}")
         if self.failures:
@@ -318,12 +385,12 @@ def collect(directory: Path) -> Results:
     spec_path = directory / SWEEP_FILE
     if not spec_path.is_file():
         raise UsageError(f"{directory} is not a sweep directory (no {SWEEP_FILE})")
-    spec = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    spec = parse_yaml(spec_path.read_text(encoding="utf-8"), str(spec_path))
     points, pending = [], []
     metric, split = "accuracy", "dev"
     for values in grid_points(spec["grid"]):
         run_dir = directory / POINTS_DIR / point_id(values)
-        metrics_file = run_dir / "metrics.json"
+        metrics_file = run_dir / METRICS_FILE
         if not metrics_file.is_file():
             pending.append(point_id(values))
             continue

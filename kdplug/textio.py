@@ -18,8 +18,13 @@ from typing import Optional
 from .errors import DataError, UsageError
 
 #: byte-order marks, longest first (UTF-32's LE mark starts with UTF-16's)
-BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
-        (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
 
 
 def detect_encoding(data: bytes) -> Optional[str]:
@@ -30,34 +35,39 @@ def detect_encoding(data: bytes) -> Optional[str]:
     return None
 
 
-def decode(data: bytes, path: object, *, encoding: Optional[str] = None,
-           option: str = "task_options.encoding") -> str:
+def decode(data: bytes, path: object, *, encoding: Optional[str] = None, option: str = "task_options.encoding") -> str:
     """``data`` as text: in ``encoding`` if given, else by its byte-order mark, else UTF-8."""
     chosen = encoding or detect_encoding(data) or "utf-8"
     try:
         codecs.lookup(chosen)
     except LookupError:
-        raise DataError(f"unknown encoding {chosen!r}; use a Python codec name such as utf-8, latin-1, cp1252 or "
-                        f"utf-16", path=path) from None
+        raise DataError(
+            f"unknown encoding {chosen!r}; use a Python codec name such as utf-8, latin-1, cp1252 or utf-16", path=path
+        ) from None
     try:
         return data.decode(chosen)
     except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        bad = data[exc.start:min(exc.end + 2, len(data))]
-        hint = (f"Pass its encoding, e.g. {option}=latin-1 (or cp1252 for a file saved by Excel on Windows), "
-                f"or save it as UTF-8" if encoding is None else f"Check {option}={encoding}")
-        raise DataError(f"the file is not valid {chosen.upper()}: bytes {bad!r} at byte {exc.start}. {hint}.",
-                        path=path, line=line) from None
+        line = data[: exc.start].count(b"\n") + 1
+        bad = data[exc.start : min(exc.end + 2, len(data))]
+        hint = (
+            f"Pass its encoding, e.g. {option}=latin-1 (or cp1252 for a file saved by Excel on Windows), "
+            f"or save it as UTF-8"
+            if encoding is None
+            else f"Check {option}={encoding}"
+        )
+        raise DataError(
+            f"the file is not valid {chosen.upper()}: bytes {bad!r} at byte {exc.start}. {hint}.", path=path, line=line
+        ) from None
 
 
-def read_text(path: str | os.PathLike, *, encoding: Optional[str] = None,
-              option: str = "task_options.encoding") -> str:
+def read_text(path: str | os.PathLike, *, encoding: Optional[str] = None, option: str = "task_options.encoding") -> str:
     with open(path, "rb") as handle:
         return decode(handle.read(), path, encoding=encoding, option=option)
 
 
-def open_text(path: str | os.PathLike, *, encoding: Optional[str] = None,
-              option: str = "task_options.encoding") -> io.StringIO:
+def open_text(
+    path: str | os.PathLike, *, encoding: Optional[str] = None, option: str = "task_options.encoding"
+) -> io.StringIO:
     """The file as a text stream; ``newline`` is kept so a stray carriage return inside a field
     does not split its record."""
     return io.StringIO(read_text(path, encoding=encoding, option=option), newline="\n")
@@ -82,8 +92,14 @@ def input_format(path: str, given: Optional[str]) -> str:
     return fmt
 
 
-def pick_columns(header: list[str], task_columns: tuple[str, ...], is_pair: bool,
-                 given: Optional[tuple[Optional[str], Optional[str]]], name: str, consumer: str = "this student") -> list[str]:
+def pick_columns(
+    header: list[str],
+    task_columns: tuple[str, ...],
+    is_pair: bool,
+    given: Optional[tuple[Optional[str], Optional[str]]],
+    name: str,
+    consumer: str = "this student",
+) -> list[str]:
     """The input's text columns: given ones, else the task's, else text/text_pair."""
     wanted = 2 if is_pair else 1
     candidates = [tuple(c for c in given if c)] if given else [task_columns[:wanted], GENERIC_COLUMNS[:wanted]]
@@ -91,27 +107,44 @@ def pick_columns(header: list[str], task_columns: tuple[str, ...], is_pair: bool
         if len(columns) == wanted and all(column in header for column in columns):
             return list(columns)
     expected = " and ".join(repr(c) for c in candidates[0]) + (
-        f" (or {' and '.join(repr(c) for c in candidates[1])})" if len(candidates) > 1 else "")
-    fix = ("rename them, or name yours with --text-column" + (" and --pair-column" if is_pair else "")
-           if consumer == "this student" else "rename them")
-    raise DataError(f"the input has columns {', '.join(repr(h) for h in header) or '(none)'} but {consumer} reads "
-                    f"{expected}; {fix}", path=name, line=1)
+        f" (or {' and '.join(repr(c) for c in candidates[1])})" if len(candidates) > 1 else ""
+    )
+    fix = (
+        "rename them, or name yours with --text-column" + (" and --pair-column" if is_pair else "")
+        if consumer == "this student"
+        else "rename them"
+    )
+    raise DataError(
+        f"the input has columns {', '.join(repr(h) for h in header) or '(none)'} but {consumer} reads "
+        f"{expected}; {fix}",
+        path=name,
+        line=1,
+    )
 
 
-def read_inputs(text: str, fmt: str, name: str, task_columns: tuple[str, ...], is_pair: bool,
-                given: Optional[tuple[Optional[str], Optional[str]]], consumer: str = "this student",
-                ) -> tuple[list[dict], list[str], list]:
+def read_inputs(
+    text: str,
+    fmt: str,
+    name: str,
+    task_columns: tuple[str, ...],
+    is_pair: bool,
+    given: Optional[tuple[Optional[str], Optional[str]]],
+    consumer: str = "this student",
+) -> tuple[list[dict], list[str], list]:
     """(rows as dicts, the row keys in order, the texts or pairs to predict)."""
     if fmt == "lines":
         rows, texts = [], []
-        keys = list(GENERIC_COLUMNS[:2 if is_pair else 1])
+        keys = list(GENERIC_COLUMNS[: 2 if is_pair else 1])
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             fields = line.split("\t")
             if is_pair and len(fields) != 2:
-                raise DataError("a sentence-pair student needs two tab-separated texts on each line, found "
-                                f"{len(fields)} field(s)", path=name, line=number)
+                raise DataError(
+                    f"a sentence-pair student needs two tab-separated texts on each line, found {len(fields)} field(s)",
+                    path=name,
+                    line=number,
+                )
             rows.append(dict(zip(keys, fields if is_pair else [line])))
             texts.append(tuple(fields) if is_pair else line)
     elif fmt == "jsonl":
@@ -122,8 +155,9 @@ def read_inputs(text: str, fmt: str, name: str, task_columns: tuple[str, ...], i
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise DataError(f"not valid JSON ({exc.msg}); each line must be one object", path=name,
-                                line=number) from None
+                raise DataError(
+                    f"not valid JSON ({exc.msg}); each line must be one object", path=name, line=number
+                ) from None
             if not isinstance(record, dict):
                 raise DataError("expected a JSON object per line", path=name, line=number)
             rows.append(record)
@@ -134,8 +168,11 @@ def read_inputs(text: str, fmt: str, name: str, task_columns: tuple[str, ...], i
                 raise DataError(f"expected text in {', '.join(repr(c) for c in columns)}", path=name, line=number)
         texts = [tuple(row[c] for c in columns) if is_pair else row[columns[0]] for row in rows]
     else:
-        reader = csv.reader(io.StringIO(text), delimiter="\t" if fmt == "tsv" else ",",
-                            quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL)
+        reader = csv.reader(
+            io.StringIO(text),
+            delimiter="\t" if fmt == "tsv" else ",",
+            quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL,
+        )
         table = [(reader.line_num, fields) for fields in reader if any(field.strip() for field in fields)]
         if not table:
             raise UsageError(f"{name} is empty: expected a header line and texts")
@@ -144,8 +181,9 @@ def read_inputs(text: str, fmt: str, name: str, task_columns: tuple[str, ...], i
         rows = []
         for number, fields in table[1:]:
             if len(fields) != len(keys):
-                raise DataError(f"expected {len(keys)} fields as in the header, found {len(fields)}", path=name,
-                                line=number)
+                raise DataError(
+                    f"expected {len(keys)} fields as in the header, found {len(fields)}", path=name, line=number
+                )
             rows.append(dict(zip(keys, fields)))
         texts = [tuple(row[c] for c in columns) if is_pair else row[columns[0]] for row in rows]
     if not texts:

@@ -6,14 +6,14 @@ the engine. They are deliberately plain: frozen dataclasses and ``typing.Protoco
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
 from typing import (
     Any,
-    Callable,
-    Mapping,
     Optional,
     Protocol,
-    Sequence,
     runtime_checkable,
 )
 
@@ -99,6 +99,8 @@ class Task(Protocol):
             (MNLI: ``("dev_matched", "dev_mismatched")``).
         text_columns: (optional) the names of the input columns in the task's files, one or two
             (SST-2: ``("sentence",)``); ``kdplug predict`` reads files with these columns.
+        hub_dataset: (optional) the data set's Hugging Face hub id (``"nyu-mll/glue"``), which the
+            student's model card names.
     """
 
     name: str
@@ -268,8 +270,9 @@ class StepState:
     pairs: Optional[ProjectedPairs]
     labelled: Optional[torch.Tensor] = None
 
-    def labelled_loss(self, task_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                      regression: bool = False) -> Optional[torch.Tensor]:
+    def labelled_loss(
+        self, task_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], regression: bool = False
+    ) -> Optional[torch.Tensor]:
         """``task_loss(logits, labels)`` (CE, or MSE for regression) over the rows that have a gold
         label; None when the batch has none (a batch drawn from an unlabelled transfer set)."""
         logits = self.student_logits.squeeze(-1) if regression else self.student_logits  # (B, 1) -> (B,)
@@ -279,6 +282,189 @@ class StepState:
                 return None
             logits, labels = logits[self.labelled], labels[self.labelled]
         return task_loss(logits, labels)
+
+
+# --------------------------------------------------------------------------------------------
+# Recipes
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Weights:
+    """The resolved objective weights of a stage: L = ce·CE + eta·KD + lam·ILD, KD at ``temperature``."""
+
+    eta: float
+    lam: float
+    temperature: float
+    ce: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {"ce": round(self.ce, 6), "eta": self.eta, "lam": self.lam, "temperature": self.temperature}
+
+
+@dataclass
+class StageResult:
+    """What training a stage gave: per-epoch history, the kept (best) epoch and its dev metrics."""
+
+    name: str
+    history: list[dict] = field(default_factory=list)
+    best_epoch: int = 0
+    dev: dict[str, dict[str, float]] = field(default_factory=dict)
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    #: the epoch after which early stopping ended the stage (None: it ran every epoch)
+    stopped_early: Optional[int] = None
+
+    def summary(self) -> dict[str, Any]:
+        summary = {
+            "best_epoch": self.best_epoch,
+            "dev": self.dev,
+            "history": self.history,
+            "seconds": round(self.seconds, 2),
+        }
+        if self.stopped_early is not None:
+            summary["stopped_early"] = self.stopped_early
+        if self.warnings:
+            summary["warnings"] = self.warnings
+        return summary
+
+
+class Settings(Mapping[str, Any]):
+    """A read-only view of the run's settings (every ``kdplug run`` configuration key):
+    ``ctx.settings.epochs`` or ``ctx.settings["epochs"]``. Values are copies: changing one
+    changes nothing in the run."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        import copy
+
+        object.__setattr__(self, "_values", MappingProxyType(copy.deepcopy(dict(values))))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self._values[name]
+        except KeyError:
+            from .errors import close_matches
+
+            close = close_matches(name, list(self._values))
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise AttributeError(f"the run has no setting {name!r}{hint}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("the run's settings are read-only")
+
+    def __repr__(self) -> str:
+        return f"Settings({dict(self._values)!r})"
+
+
+@runtime_checkable
+class RecipeContext(Protocol):
+    """What a recipe's ``run(ctx)`` receives: everything a training schedule may use, and nothing of
+    the engine behind it. kdplug hands recipes a strict view of this protocol: an attribute that is
+    not declared here raises an ``AttributeError`` that names the protocol.
+
+    Attributes:
+        task: the run's task.
+        teacher: the teacher students learn from (fine-tuned, frozen).
+        settings: the run's configuration, read-only (``settings.epochs``, ``settings.student`` ...).
+        tokenizer: the tokenizer the run's data is read with (the teacher's).
+        max_length: tokens per example.
+    """
+
+    task: Task
+    teacher: Teacher
+    settings: Settings
+    tokenizer: Any
+    max_length: int
+
+    def has(self, kind: str, name: str) -> bool:
+        """Whether a component ``kind`` (``"student"``, ``"teacher"`` ...) named ``name`` is registered."""
+        ...
+
+    def new_student(self, name: Optional[str] = None, **options: Any) -> nn.Module:
+        """A fresh student: the run's (with its options, seeded with the run's seed), or ``name``'s."""
+        ...
+
+    def new_projector(self, student: nn.Module, name: Optional[str] = None, **options: Any) -> nn.Module:
+        """The run's projector (or ``name``) for ``student`` and the teacher."""
+        ...
+
+    def new_loss(self, name: str, **options: Any) -> Any:
+        """A registered loss, e.g. ``new_loss("kd", temperature=5)``."""
+        ...
+
+    def new_teacher(self, name: str, **options: Any) -> Teacher:
+        """A registered teacher (or checkpoint directory, hub id) for the run's task, e.g. a TAKD assistant."""
+        ...
+
+    def weights(
+        self,
+        projector: Optional[nn.Module],
+        *,
+        eta: Optional[float] = None,
+        lam: Optional[float] = None,
+        temperature: Optional[float] = None,
+        ce: Optional[float] = None,
+    ) -> Weights:
+        """A stage's weights: each value given here, else the run's setting, else the projector's default."""
+        ...
+
+    def teacher_layer_specs(self) -> list[LayerSpec]:
+        """The teacher's matchable layers, in order (what its pseudo classifiers and caches hold)."""
+        ...
+
+    def teacher_heads(self) -> Any:
+        """The teacher's pseudo classifiers (one per layer), warmed up or reused on first use."""
+        ...
+
+    def train_stage(
+        self,
+        name: str,
+        student: nn.Module,
+        projector: Optional[nn.Module] = None,
+        *,
+        weights: Optional[Weights] = None,
+        objective: Optional[nn.Module] = None,
+        epochs: Optional[int] = None,
+        lr: Optional[float] = None,
+        patience: Optional[int] = None,
+    ) -> StageResult:
+        """Train ``student`` (with ``projector``) under ``objective`` (a module whose forward takes a
+        :class:`StepState` and returns the loss terms) or the weighted objective of ``weights``.
+        Checkpointed, resumable, recorded in metrics.json under ``name``."""
+        ...
+
+    def with_teacher(self, teacher: Teacher) -> RecipeContext:
+        """A context that distils from ``teacher`` instead (e.g. a trained assistant); its outputs
+        are computed and cached now."""
+        ...
+
+    def record(self, stage: str, **facts: Any) -> None:
+        """Add facts to what metrics.json records of ``stage`` (created if the stage did not run)."""
+        ...
+
+    def stage_record(self, stage: str) -> Mapping[str, Any]:
+        """What metrics.json records of ``stage`` so far (read-only)."""
+        ...
+
+    def store_directory(self, kind: str, key: str) -> Path:
+        """Where a recipe keeps what it trained for reuse by later runs (``<cache>/<kind>/<key>``); write
+        it with :func:`kdplug.storage.atomic_directory`."""
+        ...
+
+    def data_fingerprint(self) -> str:
+        """A fingerprint of the run's tokenised training and dev data (for keys of what a recipe stores)."""
+        ...
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,13 +30,12 @@ from __future__ import annotations
 import fnmatch
 import inspect
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
-import yaml
-
-from .config import FIELDS, RunConfig, apply
+from .config import FIELDS, RunConfig, apply, parse_yaml
 from .errors import ConfigError, UnknownComponentError, UsageError, close_matches
 from .registry import Registry
 
@@ -47,7 +46,7 @@ INDEX_FILE = "index.yaml"
 PAPERS: dict[str, str] = {
     "alp-kd": "Passban et al. 2021, ALP-KD: Attention-Based Layer Projection for Knowledge Distillation (AAAI)",
     "universal-kd": "Wu et al. 2021, Universal-KD: Attention-based Output-Grounded Intermediate Layer Knowledge "
-                    "Distillation (EMNLP)",
+    "Distillation (EMNLP)",
     "pkd": "Sun et al. 2019, Patient Knowledge Distillation for BERT Model Compression (EMNLP)",
     "tang-2019": "Tang et al. 2019, Distilling Task-Specific Knowledge from BERT into Simple Neural Networks (arXiv)",
 }
@@ -59,11 +58,16 @@ SOURCE_KINDS = ("paper:", "assumed:", "kdplug:")
 MEASURES = ("student", "teacher")
 REPORTED_SETS = ("dev", "test")
 #: component keys of a RunConfig, and the kind each names (the teacher may also be a directory)
-COMPONENTS = {"teacher": "teacher", "student": "student", "projector": "projector", "task": "task",
-              "recipe": "recipe", "baseline": "projector"}
+COMPONENTS = {
+    "teacher": "teacher",
+    "student": "student",
+    "projector": "projector",
+    "task": "task",
+    "recipe": "recipe",
+    "baseline": "projector",
+}
 #: how many positional arguments each kind's factory receives before its options
 _POSITIONAL = {"teacher": 1, "student": 2, "projector": 1, "task": 0, "recipe": 0}
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,9 @@ class ZooEntry:
                     rows.append((f"{key}.{option}", item, self.sources.get(f"{key}.{option}", "kdplug: not sourced")))
                 continue
             default = "kdplug default (the entry does not set it)"
-            rows.append((key, value, self.sources.get(key, default if key not in self.config else "kdplug: not sourced")))
+            rows.append(
+                (key, value, self.sources.get(key, default if key not in self.config else "kdplug: not sourced"))
+            )
         return rows
 
     @property
@@ -145,6 +151,7 @@ class ZooEntry:
 
 # -- reading and validating ------------------------------------------------------------------
 
+
 def _fail(where: str, message: str) -> ConfigError:
     return ConfigError(f"{where}: {message}")
 
@@ -163,8 +170,11 @@ def parse_entry(data: Any, *, path: Optional[Path] = None, expected_name: Option
         if key not in data:
             raise _fail(where, f"missing key {key!r} (every entry has {', '.join(REQUIRED)})")
     if expected_name is not None and data["name"] != expected_name:
-        raise _fail(where, f"name {data['name']!r} does not match its file; it must be {expected_name!r} "
-                           f"(the path under the zoo root, without .yaml)")
+        raise _fail(
+            where,
+            f"name {data['name']!r} does not match its file; it must be {expected_name!r} "
+            f"(the path under the zoo root, without .yaml)",
+        )
     for key in ("name", "paper", "row", "description"):
         if not isinstance(data[key], str) or not data[key]:
             raise _fail(where, f"{key} must be a non-empty string, got {data[key]!r}")
@@ -174,8 +184,11 @@ def parse_entry(data: Any, *, path: Optional[Path] = None, expected_name: Option
         raise _fail(where, f"measure must be one of {', '.join(MEASURES)}, got {data['measure']!r}")
     _check_reported(where, data["reported"])
     seeds = data["seeds"]
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
-                                                           for s in seeds):
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+    ):
         raise _fail(where, f"seeds must be a non-empty list of integers, got {seeds!r}")
     config = data["config"]
     if not isinstance(config, dict):
@@ -206,10 +219,22 @@ def parse_entry(data: Any, *, path: Optional[Path] = None, expected_name: Option
             raise _fail(where, f"sources.{key}: not a configuration key of this entry")
         if not isinstance(source, str) or not source.startswith(SOURCE_KINDS):
             raise _fail(where, f"sources.{key} must start with {', '.join(SOURCE_KINDS)} and say where, got {source!r}")
-    return ZooEntry(name=data["name"], paper=data["paper"], table=data["table"], row=data["row"],
-                    description=data["description"], measure=data["measure"], reported=data["reported"],
-                    seeds=list(seeds), config=dict(config), search=dict(search), requires=list(requires),
-                    notes=list(notes), path=path, sources=dict(sources))
+    return ZooEntry(
+        name=data["name"],
+        paper=data["paper"],
+        table=data["table"],
+        row=data["row"],
+        description=data["description"],
+        measure=data["measure"],
+        reported=data["reported"],
+        seeds=list(seeds),
+        config=dict(config),
+        search=dict(search),
+        requires=list(requires),
+        notes=list(notes),
+        path=path,
+        sources=dict(sources),
+    )
 
 
 def _check_reported(where: str, reported: Any) -> None:
@@ -234,8 +259,11 @@ def check_entry(entry: ZooEntry, registry: Registry) -> None:
     missing = set(entry.missing_components(registry))
     undeclared = sorted(missing - set(entry.requires))
     if undeclared:
-        raise _fail(entry.where(), f"names unregistered components: {', '.join(undeclared)} "
-                                   f"(see 'kdplug plugins'; or declare them under 'requires')")
+        raise _fail(
+            entry.where(),
+            f"names unregistered components: {', '.join(undeclared)} "
+            f"(see 'kdplug plugins'; or declare them under 'requires')",
+        )
     config = entry.run_config()
     for key, kind in COMPONENTS.items():
         if key == "baseline" or f"{kind} {getattr(config, key)}" in missing:
@@ -258,6 +286,7 @@ def check_entry(entry: ZooEntry, registry: Registry) -> None:
 
 # -- finding the zoo -------------------------------------------------------------------------
 
+
 def default_roots() -> list[Path]:
     """``$KDPLUG_ZOO`` (os.pathsep-separated), else the ``zoo/`` directory beside the package."""
     configured = os.environ.get(ZOO_ENV)
@@ -276,7 +305,8 @@ class Zoo:
             raise UsageError(
                 f"zoo directory {missing[0]} does not exist. Point ${ZOO_ENV} at a directory of zoo entries "
                 f"(e.g. the zoo/ folder of a kdplug checkout), or install kdplug from its repository "
-                f"('pip install -e .'), which finds zoo/ beside the package")
+                f"('pip install -e .'), which finds zoo/ beside the package"
+            )
 
     def index(self) -> list[dict[str, Any]]:
         """One row per entry (name, file, paper, table, row, task), from index.yaml or a scan."""
@@ -284,13 +314,21 @@ class Zoo:
         for root in self.roots:
             index_file = root / INDEX_FILE
             if index_file.is_file():
-                data = yaml.load(index_file.read_text(encoding="utf-8"), Loader=_Loader) or {}
+                data = parse_yaml(index_file.read_text(encoding="utf-8"), str(index_file)) or {}
                 rows += [{**row, "root": root} for row in data.get("entries", [])]
             else:
                 for entry in self._scan(root):
-                    rows.append({"name": entry.name, "file": str(entry.path.relative_to(root)),
-                                 "paper": entry.paper, "table": entry.table, "row": entry.row,
-                                 "task": entry.task, "root": root})
+                    rows.append(
+                        {
+                            "name": entry.name,
+                            "file": str(entry.path.relative_to(root)),
+                            "paper": entry.paper,
+                            "table": entry.table,
+                            "row": entry.row,
+                            "task": entry.task,
+                            "root": root,
+                        }
+                    )
         return rows
 
     def names(self) -> list[str]:
@@ -315,8 +353,10 @@ class Zoo:
         names = self.names()
         close = close_matches(name, names) or [n for n in names if name in n][:3]
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise UsageError(f"no zoo entry {name!r} in {', '.join(map(str, self.roots))}.{hint} "
-                         f"List them with 'kdplug zoo list [PATTERN]'")
+        raise UsageError(
+            f"no zoo entry {name!r} in {', '.join(map(str, self.roots))}.{hint} "
+            f"List them with 'kdplug zoo list [PATTERN]'"
+        )
 
     def entries(self) -> Iterator[ZooEntry]:
         """Every entry file under the roots, parsed (scans the files, not the index)."""
@@ -332,12 +372,7 @@ class Zoo:
 
 
 def load_entry(path: Path, *, expected_name: Optional[str] = None) -> ZooEntry:
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"zoo entry {path}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+    data = parse_yaml(path.read_text(encoding="utf-8"), f"zoo entry {path}")
     return parse_entry(data, path=path, expected_name=expected_name)
 
 

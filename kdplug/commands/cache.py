@@ -27,25 +27,33 @@ SECTIONS = {
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "cache", help="show or free the fine-tuned teachers, teacher outputs and heads kdplug stores",
+        "cache",
+        help="show or free the fine-tuned teachers, teacher outputs and heads kdplug stores",
         description="kdplug stores what it can reuse under the cache directory ($KDPLUG_CACHE or ~/.cache/kdplug), "
-                    "each entry keyed by a fingerprint of what produced it: fine-tuned teachers, teacher outputs, "
-                    "teacher heads, TAKD assistants, SentencePiece tokenizers and transfer sets.")
+        "each entry keyed by a fingerprint of what produced it: fine-tuned teachers, teacher outputs, "
+        "teacher heads, TAKD assistants, SentencePiece tokenizers and transfer sets.",
+    )
     parser.add_argument("--cache-dir", dest="cache_dir", help="default: $KDPLUG_CACHE or ~/.cache/kdplug")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    listing = actions.add_parser("list", help="every entry with its size and what it is",
-                                 description="Every stored entry by kind, with its size and what produced it "
-                                             "(fine-tuned teachers: source, task, date, dev score), plus staging "
-                                             "folders left by killed runs and damaged copies set aside.")
+    listing = actions.add_parser(
+        "list",
+        help="every entry with its size and what it is",
+        description="Every stored entry by kind, with its size and what produced it "
+        "(fine-tuned teachers: source, task, date, dev score), plus staging "
+        "folders left by killed runs and damaged copies set aside.",
+    )
     listing.add_argument("--cache-dir", dest="cache_dir", default=argparse.SUPPRESS)
     clear = actions.add_parser(
-        "clear", help="delete entries: all, one kind, one key, or only what killed runs left",
+        "clear",
+        help="delete entries: all, one kind, one key, or only what killed runs left",
         description="Delete stored entries. With no option: every entry of every kind. --kind limits to one kind, "
-                    "--key to the entries whose key starts with KEY (as 'kdplug cache list' shows it), --stale to "
-                    "what killed runs left behind (staging folders no running kdplug is writing, and damaged "
-                    "copies set aside). Only kdplug's own folders are touched; a later run rebuilds what it needs.",
+        "--key to the entries whose key starts with KEY (as 'kdplug cache list' shows it), --stale to "
+        "what killed runs left behind (staging folders no running kdplug is writing, and damaged "
+        "copies set aside). Only kdplug's own folders are touched; a later run rebuilds what it needs.",
         epilog="examples:\n  kdplug cache clear --stale\n  kdplug cache clear --kind teacher-cache\n"
-               "  kdplug cache clear --key 3f9a2c", formatter_class=argparse.RawDescriptionHelpFormatter)
+        "  kdplug cache clear --key 3f9a2c",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     clear.add_argument("--cache-dir", dest="cache_dir", default=argparse.SUPPRESS)
     clear.add_argument("--kind", choices=list(SECTIONS), help="only entries of this kind")
     clear.add_argument("--key", help="only the entry (or entries) whose key starts with KEY")
@@ -112,15 +120,25 @@ def items(root: Path) -> list[Item]:
                 continue
             if name.startswith(STAGING_PREFIX) or DAMAGED_SUFFIX in name or name.endswith(PREVIOUS_SUFFIX):
                 leftover = path in stale or DAMAGED_SUFFIX in name or name.endswith(PREVIOUS_SUFFIX)
-                found.append(Item(kind, name, [path], _size(path), "damaged copy set aside" if DAMAGED_SUFFIX in name
-                                  else "staging folder of a killed run" if leftover else "being written now",
-                                  stale=leftover))
+                found.append(
+                    Item(
+                        kind,
+                        name,
+                        [path],
+                        _size(path),
+                        "damaged copy set aside"
+                        if DAMAGED_SUFFIX in name
+                        else "staging folder of a killed run"
+                        if leftover
+                        else "being written now",
+                        stale=leftover,
+                    )
+                )
                 continue
             entries.setdefault(name.split(".")[0], []).append(path)
         for key, paths in entries.items():
             main = paths[0]
-            info = (_teacher_info(main) if kind == "teachers" else _cache_info(main) if kind == "teacher-cache"
-                    else "")
+            info = _teacher_info(main) if kind == "teachers" else _cache_info(main) if kind == "teacher-cache" else ""
             found.append(Item(kind, key, paths, sum(_size(p) for p in paths), info))
     return found
 
@@ -153,9 +171,14 @@ def list_entries(root: Path) -> int:
 
 
 def clear_entries(root: Path, *, kind: Optional[str] = None, key: Optional[str] = None, stale: bool = False) -> int:
-    chosen = [item for item in items(root) if (kind is None or item.kind == kind)
-              and (key is None or item.key.startswith(key)) and (item.stale if stale else True)
-              and (stale or item.info != "being written now")]
+    chosen = [
+        item
+        for item in items(root)
+        if (kind is None or item.kind == kind)
+        and (key is None or item.key.startswith(key))
+        and (item.stale if stale else True)
+        and (stale or item.info != "being written now")
+    ]
     if key is not None and not chosen:
         raise UsageError(f"no cache entry's key starts with {key!r}; 'kdplug cache list' shows the keys")
     freed = 0

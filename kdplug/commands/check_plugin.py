@@ -26,16 +26,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..testing.contracts import CONTRACT_KINDS
 
     parser = sub.add_parser(
-        "check-plugin", help="check that a plugin's components meet their contracts (no pytest needed)",
+        "check-plugin",
+        help="check that a plugin's components meet their contracts (no pytest needed)",
         description="Build each component through the registry, exactly as 'kdplug run' does, and run its "
-                    "contract on tiny offline inputs: projectors on a grid of teacher/student layer shapes, "
-                    "students and teachers on tiny tasks, losses, tasks, and recipes on a tiny run. Prints one "
-                    "line per check and a verdict.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "contract on tiny offline inputs: projectors on a grid of teacher/student layer shapes, "
+        "students and teachers on tiny tasks, losses, tasks, and recipes on a tiny run. Prints one "
+        "line per check and a verdict.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("name", metavar="NAME", help="a component name, or a plugin's entry-point or distribution name")
     parser.add_argument("--kind", choices=CONTRACT_KINDS, help="only components of this kind")
-    parser.add_argument("--option", dest="options", action="append", default=[], metavar="KEY=VALUE",
-                        help="an option for the component's factory (repeatable), e.g. --option layer_map=[1,5,9]")
+    parser.add_argument(
+        "--option",
+        dest="options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option for the component's factory (repeatable), e.g. --option layer_map=[1,5,9]",
+    )
     parser.add_argument("--data-dir", dest="data_dir", help="data directory for a task that reads files")
     parser.add_argument("--details", action="store_true", help="show every failing case and notes of passed checks")
     parser.add_argument("--json", action="store_true", help="machine-readable results")
@@ -68,15 +77,22 @@ def find_targets(registry: Registry, name: str, kind: str | None = None) -> list
     if targets:
         return targets
     if any(entry.kind == "layer_extractor" and entry.name == name for entry in registry) and not kind:
-        raise UsageError(f"{name!r} is a layer extractor; extractors are checked through the student contract: "
-                         f"run kdplug check-plugin on the student it supports")
-    known = sorted({e.name for e in registry if e.kind in kinds} | {e.plugin for e in registry}
-                   | {e.distribution for e in registry if e.distribution})
+        raise UsageError(
+            f"{name!r} is a layer extractor; extractors are checked through the student contract: "
+            f"run kdplug check-plugin on the student it supports"
+        )
+    known = sorted(
+        {e.name for e in registry if e.kind in kinds}
+        | {e.plugin for e in registry}
+        | {e.distribution for e in registry if e.distribution}
+    )
     close = close_matches(name, known)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     where = f"{kind} " if kind else ""
-    raise UsageError(f"no {where}component, plugin or distribution is called {name!r}.{hint} "
-                     f"Run 'kdplug plugins' to see every component and the plugin that provides it.")
+    raise UsageError(
+        f"no {where}component, plugin or distribution is called {name!r}.{hint} "
+        f"Run 'kdplug plugins' to see every component and the plugin that provides it."
+    )
 
 
 def handle(args: argparse.Namespace, manager: PluginManager) -> int:
@@ -91,19 +107,35 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         for kind, name in targets:
             if not args.json:
                 print(f"checking {kind} {name!r} ...", file=sys.stderr, flush=True)
-            report = check_component(kind, name, options=options or None, registry=registry, workspace=workspace,
-                                     data_dir=args.data_dir)
+            report = check_component(
+                kind, name, options=options or None, registry=registry, workspace=workspace, data_dir=args.data_dir
+            )
             reports.append(report)
             if not args.json:
                 print(report.format(verbose=args.details))
                 print()
     if args.json:
-        print(json.dumps([{"kind": r.kind, "name": r.name, "provider": r.provider, "ok": r.ok,
-                           "not_checked": r.not_checked, "results": [vars(x) for x in r.results]} for r in reports],
-                         indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "kind": r.kind,
+                        "name": r.name,
+                        "provider": r.provider,
+                        "ok": r.ok,
+                        "not_checked": r.not_checked,
+                        "results": [vars(x) for x in r.results],
+                    }
+                    for r in reports
+                ],
+                indent=2,
+            )
+        )
     failed = [r for r in reports if not r.ok]
     unchecked = [r for r in reports if r.ok and r.not_checked]
     if not args.json and len(reports) > 1:
-        print(f"{len(reports)} components: {len(reports) - len(failed) - len(unchecked)} passed, {len(failed)} failed"
-              + (f", {len(unchecked)} not checked" if unchecked else ""))
+        print(
+            f"{len(reports)} components: {len(reports) - len(failed) - len(unchecked)} passed, {len(failed)} failed"
+            + (f", {len(unchecked)} not checked" if unchecked else "")
+        )
     return 1 if failed or unchecked else 0

@@ -13,9 +13,10 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
-from .. import __version__
 from ..errors import UsageError
 from ..plugins import PluginManager
+from ..version import __version__
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -29,49 +30,64 @@ class Kind:
 
 #: kinds with a skeleton (kdplug/testing/skeleton/<kind>/)
 KINDS = {
-    "projector": Kind("kdplug run --teacher bert-base --student bert-6 --projector ${name} --task sst2 --data-dir glue",
-                      "name resolves, outputs fit the loss, gradients reach every parameter, no NaN, state_dict "
-                      "round-trips, deterministic under a seed, CPU and CUDA, on a grid of layer shapes"),
-    "loss": Kind("kdplug run --teacher bert-base --student bert-6 --projector pkd-skip --set ild_loss=${name}",
-                 "a finite scalar >= 0, gradients reach the student, zero for identical pairs, weights honoured, "
-                 "deterministic, CUDA"),
-    "student": Kind("kdplug run --teacher bert-base --student ${name} --projector universal-ca --task sst2 "
-                    "--data-dir glue",
-                    "builds for classification, pairs and regression, a layer extractor supports it, logits (B, C), "
-                    "layer specs match, gradients reach every parameter, padding changes nothing, deterministic, "
-                    "state_dict round-trips, CUDA",
-                    extra_entry_points='\n# Lets transformers\' Auto classes (and kdplug predict) load a saved student.\n'
-                                       '[project.entry-points."kdplug.model_types"]\n'
-                                       '${name} = "${module}.student:register_model_types"\n'),
-    "teacher": Kind("kdplug run --teacher ${name} --student bilstm --projector universal-ca --task sst2 --data-dir glue",
-                    "loads a tiny checkpoint through source, a layer extractor supports it, logits (B, C), layer "
-                    "specs match, gradients reach every parameter, deterministic, save_pretrained round-trips, CUDA"),
-    "task": Kind("kdplug run --teacher bert-base --student bilstm --projector rkd --task ${name} --data-dir DIR",
-                 "builds, declares its attributes, every split loads, labels in range, the main metric is "
-                 "higher-is-better, deterministic", check_options=" --data-dir tests/data"),
-    "recipe": Kind("kdplug run --teacher bert-base --student bilstm --projector alp --recipe ${name} --task sst2 "
-                   "--data-dir glue",
-                   "two complete tiny runs through the engine: they finish, record their stages, export the "
-                   "student, agree under one seed"),
-    "augmenter": Kind("kdplug run --teacher bert-base --student bilstm --projector rkd --augment ${name} --task sst2 "
-                      "--data-dir glue",
-                      "builds from a tiny teacher, prepares on training sentences, returns text, deterministic "
-                      "under a seed, varies with the seed, keeps an empty text empty"),
+    "projector": Kind(
+        "kdplug run --teacher bert-base --student bert-6 --projector ${name} --task sst2 --data-dir glue",
+        "name resolves, outputs fit the loss, gradients reach every parameter, no NaN, state_dict "
+        "round-trips, deterministic under a seed, CPU and CUDA, on a grid of layer shapes",
+    ),
+    "loss": Kind(
+        "kdplug run --teacher bert-base --student bert-6 --projector pkd-skip --set ild_loss=${name}",
+        "a finite scalar >= 0, gradients reach the student, zero for identical pairs, weights honoured, "
+        "deterministic, CUDA",
+    ),
+    "student": Kind(
+        "kdplug run --teacher bert-base --student ${name} --projector universal-ca --task sst2 --data-dir glue",
+        "builds for classification, pairs and regression, a layer extractor supports it, logits (B, C), "
+        "layer specs match, gradients reach every parameter, padding changes nothing, deterministic, "
+        "state_dict round-trips, CUDA",
+        extra_entry_points="\n# Lets transformers' Auto classes (and kdplug predict) load a saved student.\n"
+        '[project.entry-points."kdplug.model_types"]\n'
+        '${name} = "${module}.student:register_model_types"\n',
+    ),
+    "teacher": Kind(
+        "kdplug run --teacher ${name} --student bilstm --projector universal-ca --task sst2 --data-dir glue",
+        "loads a tiny checkpoint through source, a layer extractor supports it, logits (B, C), layer "
+        "specs match, gradients reach every parameter, deterministic, save_pretrained round-trips, CUDA",
+    ),
+    "task": Kind(
+        "kdplug run --teacher bert-base --student bilstm --projector rkd --task ${name} --data-dir DIR",
+        "builds, declares its attributes, every split loads, labels in range, the main metric is "
+        "higher-is-better, deterministic",
+        check_options=" --data-dir tests/data",
+    ),
+    "recipe": Kind(
+        "kdplug run --teacher bert-base --student bilstm --projector alp --recipe ${name} --task sst2 --data-dir glue",
+        "two complete tiny runs through the engine: they finish, record their stages, export the "
+        "student, agree under one seed",
+    ),
+    "augmenter": Kind(
+        "kdplug run --teacher bert-base --student bilstm --projector rkd --augment ${name} --task sst2 --data-dir glue",
+        "builds from a tiny teacher, prepares on training sentences, returns text, deterministic "
+        "under a seed, varies with the seed, keeps an empty text empty",
+    ),
 }
 NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "new-plugin", help="write a new plugin distribution (pyproject, module, contract tests, README)",
+        "new-plugin",
+        help="write a new plugin distribution (pyproject, module, contract tests, README)",
         description="Write a package skeleton for a new component: pyproject.toml declaring the kdplug entry "
-                    "point, a working module to edit, contract tests through kdplug.testing, and a README that "
-                    "walks to a PyPI release. Its tests pass right away: cd into it and run pytest.",
+        "point, a working module to edit, contract tests through kdplug.testing, and a README that "
+        "walks to a PyPI release. Its tests pass right away: cd into it and run pytest.",
         epilog="example:\n  kdplug new-plugin my-proj --kind projector && cd kdplug-my-proj && "
-               "pip install -e . && pytest\nTutorial: docs/writing-a-plugin.md",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("name", metavar="NAME", help="the component's registry name: lowercase words joined by "
-                                                     "dashes, e.g. cosine-last")
+        "pip install -e . && pytest\nTutorial: docs/writing-a-plugin.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "name", metavar="NAME", help="the component's registry name: lowercase words joined by dashes, e.g. cosine-last"
+    )
     parser.add_argument("--kind", choices=KINDS, default="projector", help="what the plugin provides")
     parser.add_argument("--output", help="the directory to write (default: ./kdplug-NAME)")
     parser.add_argument("--force", action="store_true", help="write into a directory that is not empty")
@@ -122,13 +138,17 @@ def render(kind: str, values: dict[str, str], output: Path) -> list[Path]:
 
 def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     if not NAME.fullmatch(args.name):
-        raise UsageError(f"plugin name {args.name!r}: use lowercase letters and digits, words joined by dashes "
-                         f"(e.g. cosine-last); it becomes the registry name, kdplug-{args.name} the distribution")
+        raise UsageError(
+            f"plugin name {args.name!r}: use lowercase letters and digits, words joined by dashes "
+            f"(e.g. cosine-last); it becomes the registry name, kdplug-{args.name} the distribution"
+        )
     taken = manager.registry.names(args.kind)
     if args.name in taken:
         entry = manager.registry.resolve(args.kind, args.name)[0]
-        raise UsageError(f"a {args.kind} named {args.name!r} is already registered by {entry.provider()}; "
-                         f"pick another name (two plugins may not register one name)")
+        raise UsageError(
+            f"a {args.kind} named {args.name!r} is already registered by {entry.provider()}; "
+            f"pick another name (two plugins may not register one name)"
+        )
     values = names(args.name, args.kind)
     output = Path(args.output or values["dist"])
     if output.exists() and any(output.iterdir()) and not args.force:
@@ -137,8 +157,10 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     print(f"wrote {len(written)} files to {output}/:")
     for path in written:
         print(f"  {path.relative_to(output)}")
-    print(f"\nnext:\n  cd {output}\n  pip install -e .        # registers the entry point '{args.name}'\n"
-          f"  pytest                  # the {args.kind} contract and the {args.kind}'s own tests: pass as generated\n"
-          f"  kdplug check-plugin {args.name}{values['check_options']}\n  {values['usage']}\n"
-          f"then edit src/{values['module']}/{args.kind}.py; docs/writing-a-plugin.md shows the way to PyPI.")
+    print(
+        f"\nnext:\n  cd {output}\n  pip install -e .        # registers the entry point '{args.name}'\n"
+        f"  pytest                  # the {args.kind} contract and the {args.kind}'s own tests: pass as generated\n"
+        f"  kdplug check-plugin {args.name}{values['check_options']}\n  {values['usage']}\n"
+        f"then edit src/{values['module']}/{args.kind}.py; docs/writing-a-plugin.md shows the way to PyPI."
+    )
     return 0

@@ -12,10 +12,13 @@ from . import report_failures
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("plugins", help="list every registered component and the plugin providing it",
-                            description="List teachers, students, layer extractors, projectors, losses, tasks and "
-                                        "recipes with the plugin, distribution and version that provide each, and "
-                                        "any plugin that failed to load.")
+    parser = sub.add_parser(
+        "plugins",
+        help="list every registered component and the plugin providing it",
+        description="List teachers, students, layer extractors, projectors, losses, tasks and "
+        "recipes with the plugin, distribution and version that provide each, and "
+        "any plugin that failed to load.",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--kind", choices=list(KINDS), help="only this kind")
     parser.set_defaults(handler=handle)
@@ -25,12 +28,26 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     registry = manager.registry
     entries = [e for e in registry if args.kind in (None, e.kind)]
     if args.json:
-        print(json.dumps({
-            "components": [{"kind": e.kind, "name": e.name, "description": e.description, "plugin": e.plugin,
-                            "distribution": e.distribution, "version": e.version} for e in entries],
-            "failures": [f.__dict__ for f in manager.failures],
-            "disabled": sorted(manager.disabled),
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "components": [
+                        {
+                            "kind": e.kind,
+                            "name": e.name,
+                            "description": e.description,
+                            "plugin": e.plugin,
+                            "distribution": e.distribution,
+                            "version": e.version,
+                        }
+                        for e in entries
+                    ],
+                    "failures": [f.__dict__ for f in manager.failures],
+                    "disabled": sorted(manager.disabled),
+                },
+                indent=2,
+            )
+        )
         return 0
     for kind in KINDS:
         group = [e for e in entries if e.kind == kind]

@@ -23,24 +23,28 @@ from ..storage import write_atomic
 from ..textio import FORMATS, input_format, read_inputs
 
 
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "predict", help="predict with a trained student on a file of texts",
+        "predict",
+        help="predict with a trained student on a file of texts",
         description="Load the student of a run (RUN_DIR or RUN_DIR/student) and write its predictions for every "
-                    "row of --input: the row, the predicted label and each label's probability (regression: "
-                    "score). Formats: .tsv, .csv, .jsonl with the task's text columns (or 'text'/'text_pair'), "
-                    "or .txt with one text per line (a pair: two tab-separated fields). '-' reads stdin / writes "
-                    "stdout. Texts longer than the student's maximum length are truncated as in training, and "
-                    "counted.",
+        "row of --input: the row, the predicted label and each label's probability (regression: "
+        "score). Formats: .tsv, .csv, .jsonl with the task's text columns (or 'text'/'text_pair'), "
+        "or .txt with one text per line (a pair: two tab-separated fields). '-' reads stdin / writes "
+        "stdout. Texts longer than the student's maximum length are truncated as in training, and "
+        "counted.",
         epilog="example:\n  kdplug predict runs/demo --input reviews.txt --output predictions.tsv\n"
-               "  echo 'a gripping, moving film' | kdplug predict runs/demo --input -",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        "  echo 'a gripping, moving film' | kdplug predict runs/demo --input -",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("student", metavar="RUN_DIR|STUDENT_DIR", help="a run directory or its student/ directory")
     parser.add_argument("--input", required=True, help="file of texts (.tsv, .csv, .jsonl, .txt) or - for stdin")
     parser.add_argument("--output", default="-", help="where to write (default: stdout); format from the extension")
-    parser.add_argument("--format", choices=sorted(set(FORMATS.values())),
-                        help="input format when the extension does not say (stdin: lines)")
+    parser.add_argument(
+        "--format",
+        choices=sorted(set(FORMATS.values())),
+        help="input format when the extension does not say (stdin: lines)",
+    )
     parser.add_argument("--text-column", help="the input column with the text (default: the task's)")
     parser.add_argument("--pair-column", help="the input column with the second text of a pair")
     parser.add_argument("--encoding", help="the input's encoding when not UTF-8 (e.g. latin-1, cp1252)")
@@ -74,9 +78,11 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     write(args.output, render(rows, keys, predictions, student.labels, out_fmt))
     truncated = sum(p.truncated for p in predictions)
     where = "stdout" if args.output == "-" else args.output
-    print(f"{len(predictions)} predictions written to {where}" +
-          (f"; {truncated} longer than the student's {student.max_length} tokens were truncated" if truncated else ""),
-          file=sys.stderr)
+    print(
+        f"{len(predictions)} predictions written to {where}"
+        + (f"; {truncated} longer than the student's {student.max_length} tokens were truncated" if truncated else ""),
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -90,12 +96,19 @@ def output_format(path: str, input_fmt: str) -> str:
 
 def render(rows: list[dict], keys: list[str], predictions: list, labels: tuple[str, ...], fmt: str) -> str:
     if fmt == "jsonl":
-        return "".join(json.dumps({**row, **prediction.as_dict()}, ensure_ascii=False) + "\n"
-                       for row, prediction in zip(rows, predictions))
+        return "".join(
+            json.dumps({**row, **prediction.as_dict()}, ensure_ascii=False) + "\n"
+            for row, prediction in zip(rows, predictions)
+        )
     added = ["score"] if not labels else ["label"] + [f"probability_{label}" for label in labels]
     buffer = io.StringIO()
-    writer = csv.writer(buffer, delimiter="\t" if fmt == "tsv" else ",", lineterminator="\n",
-                        quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL, escapechar="\\")
+    writer = csv.writer(
+        buffer,
+        delimiter="\t" if fmt == "tsv" else ",",
+        lineterminator="\n",
+        quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL,
+        escapechar="\\",
+    )
     writer.writerow(keys + added)
     for row, prediction in zip(rows, predictions):
         values: list[Any] = [row.get(key, "") for key in keys]

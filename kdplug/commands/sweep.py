@@ -27,38 +27,74 @@ Values are read as YAML; lists keep their commas: --grid 'projector_options.laye
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("sweep", help="run a grid of configurations and tabulate the dev scores",
-                            description="Run one configuration per grid point (in this process, or as submitit "
-                                        "jobs on SLURM, sharing the fine-tuned teacher and its cache), then write "
-                                        "results.md and results.json with the best point marked and repeated seeds "
-                                        "as mean ± std.",
-                            epilog=SWEEP_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = sub.add_parser(
+        "sweep",
+        help="run a grid of configurations and tabulate the dev scores",
+        description="Run one configuration per grid point (in this process, or as submitit "
+        "jobs on SLURM, sharing the fine-tuned teacher and its cache), then write "
+        "results.md and results.json with the best point marked and repeated seeds "
+        "as mean ± std.",
+        epilog=SWEEP_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--zoo", help="start from this zoo entry's configuration")
     parser.add_argument("--config", help="YAML file of configuration keys (the base of every point)")
-    parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
-                        help="a grid axis (repeatable): lr, eta, lam, temperature, seed, projector, student ...")
+    parser.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="a grid axis (repeatable): lr, eta, lam, temperature, seed, projector, student ...",
+    )
     parser.add_argument("--grid-file", dest="grid_file", help="YAML file with zoo, config and grid")
     parser.add_argument("--paper-grid", action="store_true", help="add the zoo entry's 'search' grid (the paper's)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="set a configuration key for every point")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a configuration key for every point",
+    )
     parser.add_argument("--output", help="sweep directory (default: sweeps/<time>)")
     parser.add_argument("--shard", help="I/N: run only every N-th point, starting at the I-th (1-based)")
     parser.add_argument("--collect", metavar="DIR", help="only (re)write the results table of sweep DIR")
-    parser.add_argument("--launcher", choices=LAUNCHERS, default="local",
-                        help="local (default): the points one after another in this process; submitit: as jobs "
-                             "(SLURM, or submitit's local executor), after one job that fine-tunes the teachers")
-    parser.add_argument("--jobs", type=int, metavar="N",
-                        help="submitit: this many jobs share the pending points (default: one per point on SLURM, "
-                             "one per CPU core on this machine)")
-    parser.add_argument("--cluster", choices=CLUSTERS, default="auto",
-                        help="submitit's executor: auto (default: SLURM where srun exists, else local), slurm, "
-                             "local, debug (in this process)")
-    parser.add_argument("--executor", action="append", default=[], metavar="KEY=VALUE",
-                        help="a submitit parameter (repeatable): timeout_min (default 720), slurm_partition, "
-                             "gpus_per_node, cpus_per_task, mem_gb, slurm_array_parallelism, slurm_setup ...")
-    parser.add_argument("--prepare-teachers", dest="prepare_teachers", action="store_true",
-                        help="only fine-tune and cache the teachers the grid needs, then stop (run it once before "
-                             "starting --shard workers yourself, e.g. a SLURM job array)")
+    parser.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="local",
+        help="local (default): the points one after another in this process; submitit: as jobs "
+        "(SLURM, or submitit's local executor), after one job that fine-tunes the teachers",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="submitit: this many jobs share the pending points (default: one per point on SLURM, "
+        "one per CPU core on this machine)",
+    )
+    parser.add_argument(
+        "--cluster",
+        choices=CLUSTERS,
+        default="auto",
+        help="submitit's executor: auto (default: SLURM where srun exists, else local), slurm, "
+        "local, debug (in this process)",
+    )
+    parser.add_argument(
+        "--executor",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a submitit parameter (repeatable): timeout_min (default 720), slurm_partition, "
+        "gpus_per_node, cpus_per_task, mem_gb, slurm_array_parallelism, slurm_setup ...",
+    )
+    parser.add_argument(
+        "--prepare-teachers",
+        dest="prepare_teachers",
+        action="store_true",
+        help="only fine-tune and cache the teachers the grid needs, then stop (run it once before "
+        "starting --shard workers yourself, e.g. a SLURM job array)",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -98,8 +134,9 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     executor_options = parse_executor_options(args.executor)
     if args.launcher == "submitit":
         if args.shard:
-            raise ConfigError("--shard is for workers you start yourself; --launcher submitit starts its own jobs "
-                              "(--jobs N)")
+            raise ConfigError(
+                "--shard is for workers you start yourself; --launcher submitit starts its own jobs (--jobs N)"
+            )
         if args.jobs is not None and args.jobs < 1:
             raise ConfigError(f"--jobs must be at least 1, got {args.jobs}")
     elif args.jobs is not None or executor_options or args.cluster != "auto":
@@ -114,8 +151,14 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         print(f"{count} teacher(s) fine-tuned or found and cached in the store; start the workers now")
         return 0
     if args.launcher == "submitit":
-        results = run_submitit(sweep, manager.registry, cluster=args.cluster, jobs=args.jobs,
-                               options=executor_options, disabled=tuple(args.disabled))
+        results = run_submitit(
+            sweep,
+            manager.registry,
+            cluster=args.cluster,
+            jobs=args.jobs,
+            options=executor_options,
+            disabled=tuple(args.disabled),
+        )
     else:
         results = sweep.run(manager.registry, shard=shard)
     print(results.markdown())

@@ -29,13 +29,19 @@ from .objective import DistillationModule, model_forward
 
 log = logging.getLogger(__name__)
 
-ATTENTION_FILE, ATTENTION_PLOT, LAYERS_FILE = "attention.json", "attention.png", "layers_dev.safetensors"
+from ..layout import ATTENTION_FILE, ATTENTION_PLOT, LAYERS_FILE  # noqa: E402, F401
 
 
 @torch.no_grad()
-def collect(module: DistillationModule, split: EncodedSplit, cache: TeacherCache, *, batch_size: int,
-            max_examples: int, device: torch.device) -> tuple[Optional[torch.Tensor], list[torch.Tensor],
-                                                              list[torch.Tensor], Optional[tuple]]:
+def collect(
+    module: DistillationModule,
+    split: EncodedSplit,
+    cache: TeacherCache,
+    *,
+    batch_size: int,
+    max_examples: int,
+    device: torch.device,
+) -> tuple[Optional[torch.Tensor], list[torch.Tensor], list[torch.Tensor], Optional[tuple]]:
     """Attention ``(N, P, n)`` (None if the projector records none), student and teacher layers,
     and the projected pairs (student ``(N, P, D)``, teacher ``(N, P, D)``, the ILD loss of each
     example and pair ``(N, P)`` or None; all None for logit-only methods)."""
@@ -55,9 +61,15 @@ def collect(module: DistillationModule, split: EncodedSplit, cache: TeacherCache
         student = [layers[i] for i in module.matchable_positions]
         heads = module.teacher_heads(teacher) if module.teacher_heads is not None else None
         if module.projector is not None:
-            pairs = module.projector(DistillInputs(teacher_layers=teacher, student_layers=student,
-                                                   teacher_logits=teacher_logits, student_logits=outputs.logits,
-                                                   teacher_head_logits=heads))
+            pairs = module.projector(
+                DistillInputs(
+                    teacher_layers=teacher,
+                    student_layers=student,
+                    teacher_logits=teacher_logits,
+                    student_logits=outputs.logits,
+                    teacher_head_logits=heads,
+                )
+            )
             if pairs is not None and pairs.attention is not None:
                 attention.append(pairs.attention.float().cpu())
             if pairs is not None:
@@ -81,16 +93,35 @@ def _per_pair_losses(loss: Any, pairs: Any) -> Optional[torch.Tensor]:
     if loss is None:
         return None
     batch, count = pairs.student.shape[:2]
-    return torch.tensor([[float(loss(pairs.student[i:i + 1, p:p + 1], pairs.teacher[i:i + 1, p:p + 1]))
-                          for p in range(count)] for i in range(batch)])
+    return torch.tensor(
+        [
+            [
+                float(loss(pairs.student[i : i + 1, p : p + 1], pairs.teacher[i : i + 1, p : p + 1]))
+                for p in range(count)
+            ]
+            for i in range(batch)
+        ]
+    )
 
 
-def write(run_dir: Path, stage: str, module: DistillationModule, split_name: str, split: EncodedSplit,
-          cache: TeacherCache, student_specs: list[LayerSpec], *, batch_size: int, device: torch.device,
-          examples: int = 10, max_examples: int = 1000) -> dict:
+def write(
+    run_dir: Path,
+    stage: str,
+    module: DistillationModule,
+    split_name: str,
+    split: EncodedSplit,
+    cache: TeacherCache,
+    student_specs: list[LayerSpec],
+    *,
+    batch_size: int,
+    device: torch.device,
+    examples: int = 10,
+    max_examples: int = 1000,
+) -> dict:
     """Record attention and layer vectors of ``module`` on one dev split; returns what was written."""
-    attention, student, teacher, pairs = collect(module, split, cache, batch_size=batch_size,
-                                                 max_examples=max_examples, device=device)
+    attention, student, teacher, pairs = collect(
+        module, split, cache, batch_size=batch_size, max_examples=max_examples, device=device
+    )
     written = {}
     tensors = {f"teacher.{spec.index}": t.contiguous() for spec, t in zip(cache.specs, teacher)}
     tensors.update({f"student.{spec.index}": s.contiguous() for spec, s in zip(student_specs, student)})
@@ -101,8 +132,11 @@ def write(run_dir: Path, stage: str, module: DistillationModule, split_name: str
             tensors[f"pair.{p}.teacher"] = pairs[1][:, p].contiguous()
             if pairs[2] is not None:
                 tensors[f"pair.{p}.loss"] = pairs[2][:, p].contiguous()
-        metadata["pairs"] = json.dumps(pair_labels(pairs[0].shape[1], student_specs, cache.specs, attention,
-                                                   getattr(module.projector, "layer_map", None)))
+        metadata["pairs"] = json.dumps(
+            pair_labels(
+                pairs[0].shape[1], student_specs, cache.specs, attention, getattr(module.projector, "layer_map", None)
+            )
+        )
         written["ild_loss"] = getattr(module.projector, "ild_loss", None)
     save_file(tensors, str(run_dir / LAYERS_FILE), metadata=metadata)
     written["layers"] = LAYERS_FILE
@@ -122,8 +156,13 @@ def write(run_dir: Path, stage: str, module: DistillationModule, split_name: str
     return written
 
 
-def pair_labels(count: int, student_specs: list[LayerSpec], teacher_specs: list[LayerSpec],
-                attention: Optional[torch.Tensor], layer_map: Optional[tuple[int, ...]]) -> list[dict]:
+def pair_labels(
+    count: int,
+    student_specs: list[LayerSpec],
+    teacher_specs: list[LayerSpec],
+    attention: Optional[torch.Tensor],
+    layer_map: Optional[tuple[int, ...]],
+) -> list[dict]:
     """What each compared pair is: its student layer and the teacher side (a fixed teacher layer,
     or an attention mix named by the layer it weighs most)."""
     rows = _row_labels(count, student_specs)
@@ -136,7 +175,8 @@ def pair_labels(count: int, student_specs: list[LayerSpec], teacher_specs: list[
             if float(weights[peak]) > 0.999:  # one-hot: a fixed map that records its choice
                 teacher = teacher_names[peak]
             else:
-                teacher = f"attention mix of {len(teacher_names)} layers, peak {teacher_names[peak]} ({float(weights[peak]):.2f})"
+                share = float(weights[peak])
+                teacher = f"attention mix of {len(teacher_names)} layers, peak {teacher_names[peak]} ({share:.2f})"
         elif layer_map is not None and len(layer_map) == count:
             teacher = f"T{layer_map[p]}"
         else:
@@ -165,7 +205,9 @@ def heatmap(record: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("mean over dev", record["mean"])] + [(f"example {i + 1}", a) for i, a in enumerate(record["examples"][:3])]
+    panels = [("mean over dev", record["mean"])] + [
+        (f"example {i + 1}", a) for i, a in enumerate(record["examples"][:3])
+    ]
     figure, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1, 2.6), squeeze=False)
     for axis, (title, values) in zip(axes[0], panels):
         image = axis.imshow(values, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
@@ -173,6 +215,8 @@ def heatmap(record: dict, path: Path) -> None:
         axis.set_xticks(range(len(record["teacher_layers"])), [f"T{i}" for i in record["teacher_layers"]], fontsize=7)
         axis.set_yticks(range(len(values)), record["student_rows"], fontsize=7)
     figure.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="attention weight")
-    figure.suptitle(f"attention of student layers over teacher layers ({record['stage']}, {record['split']})", fontsize=10)
+    figure.suptitle(
+        f"attention of student layers over teacher layers ({record['stage']}, {record['split']})", fontsize=10
+    )
     figure.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(figure)

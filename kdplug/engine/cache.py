@@ -18,17 +18,18 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Optional
 
 import numpy as np
 import torch
 
 from .. import fingerprint
-from . import faults
 from ..storage import file_lock, raise_as_storage_error, staging_directory
 from ..types import LayerSpec
+from . import faults
 
 log = logging.getLogger(__name__)
 
@@ -131,9 +132,13 @@ def is_cached(root: Path, key: str) -> bool:
         meta = CacheMeta(**json.loads((root / key / META_FILE).read_text()))
     except (OSError, ValueError, TypeError):
         return False
-    expected = {LOGITS_FILE: meta.num_examples * meta.num_outputs * 4, LAYERS_FILE: meta.num_examples * meta.total_width * 2}
+    expected = {
+        LOGITS_FILE: meta.num_examples * meta.num_outputs * 4,
+        LAYERS_FILE: meta.num_examples * meta.total_width * 2,
+    }
     return meta.version == FORMAT_VERSION and all(
-        (root / key / name).is_file() and (root / key / name).stat().st_size == size for name, size in expected.items())
+        (root / key / name).is_file() and (root / key / name).stat().st_size == size for name, size in expected.items()
+    )
 
 
 def _verify(directory: Path) -> Optional[CacheMeta]:
@@ -148,7 +153,10 @@ def _verify(directory: Path) -> Optional[CacheMeta]:
         return None
     if meta.version != FORMAT_VERSION:
         return None
-    expected = {LOGITS_FILE: meta.num_examples * meta.num_outputs * 4, LAYERS_FILE: meta.num_examples * meta.total_width * 2}
+    expected = {
+        LOGITS_FILE: meta.num_examples * meta.num_outputs * 4,
+        LAYERS_FILE: meta.num_examples * meta.total_width * 2,
+    }
     for name, size in expected.items():
         path = directory / name
         if not path.is_file() or path.stat().st_size != size:
@@ -160,9 +168,17 @@ def _verify(directory: Path) -> Optional[CacheMeta]:
     return meta
 
 
-def open_or_build(root: Path, key: str, *, num_examples: int, num_outputs: int, specs: list[LayerSpec],
-                  compute: Callable[[], Iterable[CacheBatch]], description: dict,
-                  progress: Callable[[Iterable, int], Iterable] = lambda it, n: it) -> TeacherCache:
+def open_or_build(
+    root: Path,
+    key: str,
+    *,
+    num_examples: int,
+    num_outputs: int,
+    specs: list[LayerSpec],
+    compute: Callable[[], Iterable[CacheBatch]],
+    description: dict,
+    progress: Callable[[Iterable, int], Iterable] = lambda it, n: it,
+) -> TeacherCache:
     """The cache for ``key`` under ``root``, built by ``compute`` unless a valid one exists."""
     root.mkdir(parents=True, exist_ok=True)
     directory = root / key
@@ -181,15 +197,25 @@ def open_or_build(root: Path, key: str, *, num_examples: int, num_outputs: int, 
             os.replace(staging, directory)
         except BaseException as exc:
             shutil.rmtree(staging, ignore_errors=True)
-            raise_as_storage_error(exc, f"the teacher cache {directory}",
-                                   "nothing was cached and nothing else was changed; free space (or raise the "
-                                   "limit) and run again")
+            raise_as_storage_error(
+                exc,
+                f"the teacher cache {directory}",
+                "nothing was cached and nothing else was changed; free space (or raise the limit) and run again",
+            )
             raise
     return TeacherCache(directory, meta, built=True)
 
 
-def _write(staging: Path, key: str, num_examples: int, num_outputs: int, specs: list[LayerSpec],
-           compute: Callable[[], Iterable[CacheBatch]], description: dict, progress) -> CacheMeta:
+def _write(
+    staging: Path,
+    key: str,
+    num_examples: int,
+    num_outputs: int,
+    specs: list[LayerSpec],
+    compute: Callable[[], Iterable[CacheBatch]],
+    description: dict,
+    progress,
+) -> CacheMeta:
     total_width = sum(spec.width for spec in specs)
     logits_map = np.memmap(staging / LOGITS_FILE, dtype=np.float32, mode="w+", shape=(num_examples, num_outputs))
     layers_map = np.memmap(staging / LAYERS_FILE, dtype=np.float16, mode="w+", shape=(num_examples, total_width))
@@ -197,7 +223,9 @@ def _write(staging: Path, key: str, num_examples: int, num_outputs: int, specs: 
     for index, logits, layers in progress(compute(), num_examples):
         rows = index.cpu().numpy()
         logits_map[rows] = logits.detach().float().cpu().numpy()
-        layers_map[rows] = torch.cat([layer.detach().float() for layer in layers], dim=1).cpu().numpy().astype(np.float16)
+        layers_map[rows] = (
+            torch.cat([layer.detach().float() for layer in layers], dim=1).cpu().numpy().astype(np.float16)
+        )
         seen[rows] = True
     if not seen.all():
         raise RuntimeError(f"teacher cache {key}: {int((~seen).sum())} examples were not computed")

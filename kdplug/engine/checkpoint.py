@@ -25,7 +25,13 @@ from ..errors import KdplugError
 from ..storage import complete_copy, raise_as_storage_error, replace_directory, staging_directory
 from . import faults
 
-MODEL, BEST, OPTIMIZER, RNG, STATE = "model.safetensors", "best.safetensors", "optimizer.pt", "rng.safetensors", "state.json"
+MODEL, BEST, OPTIMIZER, RNG, STATE = (
+    "model.safetensors",
+    "best.safetensors",
+    "optimizer.pt",
+    "rng.safetensors",
+    "state.json",
+)
 
 
 class CheckpointError(KdplugError):
@@ -59,8 +65,11 @@ def capture_rng() -> tuple[dict[str, torch.Tensor], Any, Any]:
             tensors[f"cuda{i}"] = state
     python_state = random.getstate()
     numpy_state = np.random.get_state()
-    return tensors, [python_state[0], list(python_state[1]), python_state[2]], \
-        [numpy_state[0], numpy_state[1].tolist(), *numpy_state[2:]]
+    return (
+        tensors,
+        [python_state[0], list(python_state[1]), python_state[2]],
+        [numpy_state[0], numpy_state[1].tolist(), *numpy_state[2:]],
+    )
 
 
 def restore_rng(tensors: dict[str, torch.Tensor], python_state: Any, numpy_state: Any) -> None:
@@ -89,8 +98,15 @@ class Checkpointer:
     def directory(self, stage: str) -> Path:
         return self.root / stage.replace("/", "_")
 
-    def save(self, stage: str, progress: Progress, model_state: dict, best_state: Optional[dict],
-             optimizer: torch.optim.Optimizer, scheduler: Any) -> Path:
+    def save(
+        self,
+        stage: str,
+        progress: Progress,
+        model_state: dict,
+        best_state: Optional[dict],
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+    ) -> Path:
         target = self.directory(stage)
         staging = staging_directory(target.parent, target.name)
         try:
@@ -105,11 +121,16 @@ class Checkpointer:
             replace_directory(staging, target, between=lambda: faults.fire_at("checkpoint-swap"))
         except BaseException as exc:
             shutil.rmtree(staging, ignore_errors=True)
-            kept = (f"the previous checkpoint {target} is intact" if self._complete(target) is not None
-                    else "no earlier checkpoint exists")
-            raise_as_storage_error(exc, f"the checkpoint of stage {stage!r}",
-                                   f"{kept}. Free space (or raise the limit) and continue with "
-                                   f"'kdplug run --resume {self.root.parent}'")
+            kept = (
+                f"the previous checkpoint {target} is intact"
+                if self._complete(target) is not None
+                else "no earlier checkpoint exists"
+            )
+            raise_as_storage_error(
+                exc,
+                f"the checkpoint of stage {stage!r}",
+                f"{kept}. Free space (or raise the limit) and continue with 'kdplug run --resume {self.root.parent}'",
+            )
             raise
         return target
 
@@ -131,6 +152,7 @@ class Checkpointer:
             optimizer = torch.load(directory / OPTIMIZER, weights_only=True)
             rng = load_file(str(directory / RNG))
         except Exception as exc:
-            raise CheckpointError(f"the checkpoint {directory} is unreadable ({exc}); delete it to restart "
-                                  f"that stage from scratch") from exc
+            raise CheckpointError(
+                f"the checkpoint {directory} is unreadable ({exc}); delete it to restart that stage from scratch"
+            ) from exc
         return progress, model_state, best_state, optimizer, rng

@@ -7,8 +7,9 @@ looked up from the teacher cache by index whatever the batch order or the studen
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -69,8 +70,9 @@ class WithTransfer:
 
     @property
     def lengths(self) -> np.ndarray:
-        return np.concatenate([np.asarray(self.labelled.lengths, dtype=np.int64),
-                               np.asarray(self.transfer.lengths, dtype=np.int64)])
+        return np.concatenate(
+            [np.asarray(self.labelled.lengths, dtype=np.int64), np.asarray(self.transfer.lengths, dtype=np.int64)]
+        )
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         first = len(self.labelled)
@@ -133,8 +135,9 @@ class Collator:
             "index": torch.tensor([item["index"] for item in items], dtype=torch.long),
             "input_ids": input_ids,
             "attention_mask": attention_mask,
-            "labels": torch.tensor([item["label"] for item in items],
-                                   dtype=torch.float if self.is_regression else torch.long),
+            "labels": torch.tensor(
+                [item["label"] for item in items], dtype=torch.float if self.is_regression else torch.long
+            ),
         }
         if has_types:
             batch["token_type_ids"] = token_type_ids
@@ -151,9 +154,17 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
     sees a different, reproducible order. With ``shuffle=False`` the order is the data's.
     """
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, *, shuffle: bool = True, seed: int = 0,
-                 window_batches: int = 50, pool: Optional[Callable[[int, int], list[int]]] = None,
-                 epoch_size: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        window_batches: int = 50,
+        pool: Optional[Callable[[int, int], list[int]]] = None,
+        epoch_size: Optional[int] = None,
+    ) -> None:
         self.lengths = lengths if isinstance(lengths, np.ndarray) else list(lengths)
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -169,13 +180,13 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
     def batches(self) -> list[list[int]]:
         order = self.pool(self.epoch, self.seed) if self.pool is not None else list(range(len(self.lengths)))
         if not self.shuffle:
-            return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+            return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         rng = random.Random(self.seed * 100_003 + self.epoch)
         rng.shuffle(order)
         batches = []
         for start in range(0, len(order), self.window):
-            window = sorted(order[start:start + self.window], key=lambda i: int(self.lengths[i]))
-            batches.extend(window[i:i + self.batch_size] for i in range(0, len(window), self.batch_size))
+            window = sorted(order[start : start + self.window], key=lambda i: int(self.lengths[i]))
+            batches.extend(window[i : i + self.batch_size] for i in range(0, len(window), self.batch_size))
         rng.shuffle(batches)
         return batches
 

@@ -50,13 +50,22 @@ def held_out_split(num_examples: int) -> tuple[torch.Tensor, torch.Tensor]:
 def _logits(heads: TeacherHeads, cache: TeacherCache, rows: torch.Tensor, batch_size: int) -> torch.Tensor:
     chunks = []
     for start in range(0, len(rows), batch_size):
-        _, layers = cache.fetch(rows[start:start + batch_size])
+        _, layers = cache.fetch(rows[start : start + batch_size])
         chunks.append(heads(layers))
     return torch.cat(chunks)  # (N, n, C)
 
 
-def train_heads(cache: TeacherCache, labels: list[float], *, num_outputs: int, is_regression: bool, epochs: int,
-                lr: float, batch_size: int, seed: int) -> tuple[TeacherHeads, dict]:
+def train_heads(
+    cache: TeacherCache,
+    labels: list[float],
+    *,
+    num_outputs: int,
+    is_regression: bool,
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    seed: int,
+) -> tuple[TeacherHeads, dict]:
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     heads = TeacherHeads([spec.width for spec in cache.specs], num_outputs)
@@ -71,7 +80,7 @@ def train_heads(cache: TeacherCache, labels: list[float], *, num_outputs: int, i
         heads.train()
         order = train_rows[torch.randperm(len(train_rows), generator=generator)]
         for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
+            rows = order[start : start + batch_size]
             _, layers = cache.fetch(rows)  # memory stays flat: only this batch is paged in
             loss = _head_loss(heads(layers), y[rows], is_regression).sum()
             optimizer.zero_grad(set_to_none=True)
@@ -89,15 +98,39 @@ def train_heads(cache: TeacherCache, labels: list[float], *, num_outputs: int, i
             heads.heads[i].load_state_dict(state)
     held_logits = _logits(heads, cache, held_rows, 4 * batch_size)
     accuracy = None if is_regression else (held_logits.argmax(-1) == y[held_rows][:, None]).float().mean(0).tolist()
-    return heads, {"selection": SELECTION_RULE, "trained_on": len(train_rows), "held_out": len(held_rows),
-                   "best_held_out_loss": best_loss.tolist(), "held_out_accuracy": accuracy, "history": history}
+    return heads, {
+        "selection": SELECTION_RULE,
+        "trained_on": len(train_rows),
+        "held_out": len(held_rows),
+        "best_held_out_loss": best_loss.tolist(),
+        "held_out_accuracy": accuracy,
+        "history": history,
+    }
 
 
-def warmed_up_heads(root: Path, cache: TeacherCache, labels: list[float], *, num_outputs: int, is_regression: bool,
-                    epochs: int, lr: float, batch_size: int, seed: int) -> tuple[TeacherHeads, dict]:
+def warmed_up_heads(
+    root: Path,
+    cache: TeacherCache,
+    labels: list[float],
+    *,
+    num_outputs: int,
+    is_regression: bool,
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    seed: int,
+) -> tuple[TeacherHeads, dict]:
     """Heads for this teacher cache: loaded when stored, else trained and stored."""
-    key = fingerprint.of_values("teacher-heads", "held-out-train", cache.meta.fingerprint,
-                                fingerprint.of_values(labels), epochs, lr, batch_size, seed)
+    key = fingerprint.of_values(
+        "teacher-heads",
+        "held-out-train",
+        cache.meta.fingerprint,
+        fingerprint.of_values(labels),
+        epochs,
+        lr,
+        batch_size,
+        seed,
+    )
     directory = root / "heads"
     path = directory / f"{key}.safetensors"
     record = directory / f"{key}.json"
@@ -111,8 +144,16 @@ def warmed_up_heads(root: Path, cache: TeacherCache, labels: list[float], *, num
                 return heads, {"reused": str(path), **summary}
             except Exception as exc:  # a damaged file: train again
                 log.warning("stored teacher heads %s are unreadable (%s); training them again", path, exc)
-        heads, summary = train_heads(cache, labels, num_outputs=num_outputs, is_regression=is_regression,
-                                     epochs=epochs, lr=lr, batch_size=batch_size, seed=seed)
+        heads, summary = train_heads(
+            cache,
+            labels,
+            num_outputs=num_outputs,
+            is_regression=is_regression,
+            epochs=epochs,
+            lr=lr,
+            batch_size=batch_size,
+            seed=seed,
+        )
         try:
             staging = directory / f"{STAGING_PREFIX}{key}.safetensors"
             save_file({k: v.contiguous() for k, v in heads.state_dict().items()}, str(staging))
@@ -120,6 +161,9 @@ def warmed_up_heads(root: Path, cache: TeacherCache, labels: list[float], *, num
             staging.replace(path)
         except Exception as exc:
             staging.unlink(missing_ok=True)
-            raise_as_storage_error(exc, f"the teacher heads {path}", "the heads trained in this run are used, "
-                                   "but not stored for later runs")
+            raise_as_storage_error(
+                exc,
+                f"the teacher heads {path}",
+                "the heads trained in this run are used, but not stored for later runs",
+            )
     return heads, summary

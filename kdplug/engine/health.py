@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 #: below this relative change between the first and the latest epoch a loss "has not moved"
 FLAT = 0.01
@@ -53,8 +54,15 @@ def stuck_since_start(history: Sequence[dict]) -> bool:
     return all(record.get("predicted_classes") == 1 for record in history)
 
 
-def check_epoch(stage: str, history: Sequence[dict], *, epochs: int, lr: float, labels: Sequence[str],
-                predictions: Optional[Sequence[float]]) -> list[Finding]:
+def check_epoch(
+    stage: str,
+    history: Sequence[dict],
+    *,
+    epochs: int,
+    lr: float,
+    labels: Sequence[str],
+    predictions: Optional[Sequence[float]],
+) -> list[Finding]:
     """What looks wrong after the latest epoch in ``history`` (``{"epoch", "train": {term: mean},
     "predicted_classes": n}``); ``predictions`` are the latest epoch's on the first dev split."""
     findings = []
@@ -66,10 +74,16 @@ def check_epoch(stage: str, history: Sequence[dict], *, epochs: int, lr: float, 
         if len(counts) == 1:
             only = next(iter(counts))
             label = labels[only] if 0 <= only < len(labels) else only
-            findings.append(Finding("single-class", (
-                f"stage {stage!r}, epoch {epoch}: the model predicts {label!r} for every dev example: it has not "
-                f"learned the task. Train longer ({epochs_knob}) or with a larger learning rate ({lr_knob}; it is "
-                f"{lr:g}); a model trained on few examples needs many epochs.")))
+            findings.append(
+                Finding(
+                    "single-class",
+                    (
+                        f"stage {stage!r}, epoch {epoch}: the model predicts {label!r} for every dev example: it "
+                        f"has not learned the task. Train longer ({epochs_knob}) or with a larger learning rate "
+                        f"({lr_knob}; it is {lr:g}); a model trained on few examples needs many epochs."
+                    ),
+                )
+            )
     if len(history) >= 2 and settled:
         first, last = history[0]["train"], history[-1]["train"]
         chance = math.log(len(labels)) if len(labels) > 1 else None
@@ -77,17 +91,30 @@ def check_epoch(stage: str, history: Sequence[dict], *, epochs: int, lr: float, 
         moved = abs(last[key] - first[key]) / max(abs(first[key]), 1e-12)
         at_chance = chance is None or last[key] >= CHANCE * chance
         if moved < FLAT and at_chance:
-            findings.append(Finding("flat-loss", (
-                f"stage {stage!r}, epoch {epoch}: the training {key} has not moved ({first[key]:.4f} -> "
-                f"{last[key]:.4f} since epoch 1). The learning rate {lr:g} may be too small for this model (try "
-                f"ten times larger: {lr_knob}), or the inputs carry nothing the model can use.")))
+            findings.append(
+                Finding(
+                    "flat-loss",
+                    (
+                        f"stage {stage!r}, epoch {epoch}: the training {key} has not moved ({first[key]:.4f} -> "
+                        f"{last[key]:.4f} since epoch 1). The learning rate {lr:g} may be too small for this model "
+                        f"(try ten times larger: {lr_knob}), or the inputs carry nothing the model can use."
+                    ),
+                )
+            )
         if "ild" in first and "ild" in last and "ce" in last and chance is not None:
             if last["ild"] < COLLAPSED * first["ild"] and last["ce"] >= CHANCE * chance:
-                findings.append(Finding("ild-collapse", (
-                    f"stage {stage!r}, epoch {epoch}: the layer-matching term fell from {first['ild']:.4f} to "
-                    f"{last['ild']:.4f} while CE stays at chance ({last['ce']:.4f}; ln {len(labels)} = {chance:.4f}): "
-                    f"the student imitates the teacher's layer vectors without learning the task. Lower its weight "
-                    f"(--set lam=0.1), or match in the output space instead (--projector universal-ca).")))
+                findings.append(
+                    Finding(
+                        "ild-collapse",
+                        (
+                            f"stage {stage!r}, epoch {epoch}: the layer-matching term fell from {first['ild']:.4f} "
+                            f"to {last['ild']:.4f} while CE stays at chance ({last['ce']:.4f}; ln {len(labels)} = "
+                            f"{chance:.4f}): the student imitates the teacher's layer vectors without learning the "
+                            f"task. Lower its weight (--set lam=0.1), or match in the output space instead "
+                            f"(--projector universal-ca)."
+                        ),
+                    )
+                )
     return findings
 
 
@@ -115,21 +142,28 @@ def check_teacher(task, predictions: Sequence[float], labels: Sequence[float], s
     that predicts one constant, and whether it predicts more than one class. The findings name the
     likely causes; the run stops on them unless ``allow_weak_teacher`` is set."""
     baseline = constant_baseline(task, labels)
-    record = {"metric": task.main_metric, "teacher": score, "majority_class": baseline, "margin": TEACHER_MARGIN,
-              "examples": len(labels)}
+    record = {
+        "metric": task.main_metric,
+        "teacher": score,
+        "majority_class": baseline,
+        "margin": TEACHER_MARGIN,
+        "examples": len(labels),
+    }
     problems = []
     if task.labels:
         classes = sorted({int(p) for p in predictions})
         record["predicted_classes"] = [task.labels[c] for c in classes if 0 <= c < len(task.labels)]
         if len(classes) == 1 and len(set(labels)) > 1:
             problems.append(f"it predicts {record['predicted_classes'][0]!r} for every dev example")
-    elif len(set(round(float(p), 6) for p in predictions)) == 1:
+    elif len({round(float(p), 6) for p in predictions}) == 1:
         problems.append("it predicts the same value for every dev example")
     if score < baseline + TEACHER_MARGIN:
         below = "below" if score < baseline else "not clearly above"
         what = "the majority class" if task.labels else "a constant prediction"
-        problems.append(f"its dev {task.main_metric} {score * 100:.2f} is {below} {what}'s {baseline * 100:.2f} "
-                        f"(kdplug asks for {TEACHER_MARGIN * 100:.0f} points more)")
+        problems.append(
+            f"its dev {task.main_metric} {score * 100:.2f} is {below} {what}'s {baseline * 100:.2f} "
+            f"(kdplug asks for {TEACHER_MARGIN * 100:.0f} points more)"
+        )
     record["passed"] = not problems
     record["problems"] = problems
     return record
@@ -139,11 +173,15 @@ def weak_teacher_causes(task, record: dict) -> str:
     """The likely causes of a failed teacher check, most likely first."""
     causes = []
     if task.labels and record["teacher"] < record["majority_class"] - TEACHER_MARGIN:
-        causes.append("its labels are in another order than the task's (a checkpoint saved with other label names "
-                      "or order: say how they map with --set teacher_options.label_map={...})")
-    causes += ["it is not fine-tuned on this task (a pre-trained checkpoint with a new head: let kdplug fine-tune it "
-               "with --set teacher_options.finetuned=false, or more epochs: --set teacher_epochs=N)",
-               "it was fine-tuned for another task or data set (check --task, --data-dir and the task's label column)"]
+        causes.append(
+            "its labels are in another order than the task's (a checkpoint saved with other label names "
+            "or order: say how they map with --set teacher_options.label_map={...})"
+        )
+    causes += [
+        "it is not fine-tuned on this task (a pre-trained checkpoint with a new head: let kdplug fine-tune it "
+        "with --set teacher_options.finetuned=false, or more epochs: --set teacher_epochs=N)",
+        "it was fine-tuned for another task or data set (check --task, --data-dir and the task's label column)",
+    ]
     if not any("label_map" in cause for cause in causes) and task.labels:
         causes.append("its labels are in another order than the task's (--set teacher_options.label_map={...})")
     return "; ".join(f"({i}) {cause}" for i, cause in enumerate(causes, 1))

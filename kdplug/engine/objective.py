@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 import torch
 from torch import nn
 
 from ..types import DistillInputs, LayerExtractor, StepState
-
 
 Objective = Callable[[StepState], dict[str, torch.Tensor]]
 
@@ -29,8 +29,17 @@ class WeightedObjective(nn.Module):
     teacher at all.
     """
 
-    def __init__(self, *, eta: float, lam: float, task_loss: Callable, kd_loss: Optional[Callable],
-                 ild_loss: Optional[Callable], regression: bool = False, ce: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        *,
+        eta: float,
+        lam: float,
+        task_loss: Callable,
+        kd_loss: Optional[Callable],
+        ild_loss: Optional[Callable],
+        regression: bool = False,
+        ce: Optional[float] = None,
+    ) -> None:
         super().__init__()
         self.regression = regression
         self.eta, self.lam = eta, lam
@@ -73,8 +82,14 @@ class TeacherHeads(nn.Module):
 class DistillationModule(nn.Module):
     """Student + projector + objective; forward returns the loss terms of one batch."""
 
-    def __init__(self, student: nn.Module, extractor: LayerExtractor, projector: Optional[nn.Module],
-                 objective: nn.Module | Objective, teacher_heads: Optional[TeacherHeads] = None) -> None:
+    def __init__(
+        self,
+        student: nn.Module,
+        extractor: LayerExtractor,
+        projector: Optional[nn.Module],
+        objective: nn.Module | Objective,
+        teacher_heads: Optional[TeacherHeads] = None,
+    ) -> None:
         super().__init__()
         self.student = student
         self.projector = projector
@@ -90,8 +105,12 @@ class DistillationModule(nn.Module):
     def needs_teacher(self) -> bool:
         return getattr(self.objective, "needs_teacher", True)
 
-    def forward(self, batch: dict[str, torch.Tensor], teacher_logits: Optional[torch.Tensor] = None,
-                teacher_layers: Optional[list[torch.Tensor]] = None) -> dict[str, torch.Tensor]:
+    def forward(
+        self,
+        batch: dict[str, torch.Tensor],
+        teacher_logits: Optional[torch.Tensor] = None,
+        teacher_layers: Optional[list[torch.Tensor]] = None,
+    ) -> dict[str, torch.Tensor]:
         outputs = model_forward(self.student, batch)
         logits = outputs.logits
         layers = self.extractor(self.student, outputs)
@@ -102,16 +121,30 @@ class DistillationModule(nn.Module):
                 head_logits = self.teacher_heads(teacher_layers)
         pairs = None
         if self.projector is not None and teacher_layers is not None:
-            pairs = self.projector(DistillInputs(
-                teacher_layers=teacher_layers, student_layers=student_layers, teacher_logits=teacher_logits,
-                student_logits=logits, teacher_head_logits=head_logits))
-        return self.objective(StepState(
-            student_logits=logits, student_layers=student_layers, labels=batch["labels"],
-            teacher_logits=teacher_logits, teacher_layers=teacher_layers, teacher_head_logits=head_logits,
-            pairs=pairs, labelled=batch.get("labelled")))
+            pairs = self.projector(
+                DistillInputs(
+                    teacher_layers=teacher_layers,
+                    student_layers=student_layers,
+                    teacher_logits=teacher_logits,
+                    student_logits=logits,
+                    teacher_head_logits=head_logits,
+                )
+            )
+        return self.objective(
+            StepState(
+                student_logits=logits,
+                student_layers=student_layers,
+                labels=batch["labels"],
+                teacher_logits=teacher_logits,
+                teacher_layers=teacher_layers,
+                teacher_head_logits=head_logits,
+                pairs=pairs,
+                labelled=batch.get("labelled"),
+            )
+        )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def takes_token_types(model_class: type) -> bool:
     """Whether a model class's forward accepts ``token_type_ids`` (asked once per class, not per batch)."""
     return "token_type_ids" in inspect.signature(model_class.forward).parameters

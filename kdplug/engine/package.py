@@ -21,9 +21,9 @@ import yaml
 from safetensors.torch import save_model
 from torch import nn
 
-from .. import __version__
 from ..hub import display_name
 from ..storage import atomic_directory
+from ..version import __version__
 
 INFO_FILE, CARD_FILE = "kdplug_student.json", "README.md"
 PACKAGE_VERSION = 1
@@ -88,19 +88,49 @@ def save_weights(student: nn.Module, directory: Path, info: dict[str, Any]) -> N
             setattr(config, key, value)
 
 
-def package_info(*, config: Any, task: Any, columns: tuple[str, ...], max_length: int, student_name: str,
-                 init: Optional[dict], dev: dict, speed: dict) -> dict[str, Any]:
-    return {"format": PACKAGE_VERSION, "kdplug": __version__, "student": student_name, "task": task.name,
-            "labels": list(task.labels), "is_regression": task.is_regression, "is_pair": task.is_pair,
-            "text_columns": list(columns), "max_length": max_length, "main_metric": task.main_metric,
-            "dev": dev, "seed": config.seed, "init": init, "speed": speed}
+def package_info(
+    *,
+    config: Any,
+    task: Any,
+    columns: tuple[str, ...],
+    max_length: int,
+    student_name: str,
+    init: Optional[dict],
+    dev: dict,
+    speed: dict,
+) -> dict[str, Any]:
+    return {
+        "format": PACKAGE_VERSION,
+        "kdplug": __version__,
+        "student": student_name,
+        "task": task.name,
+        "labels": list(task.labels),
+        "is_regression": task.is_regression,
+        "is_pair": task.is_pair,
+        "text_columns": list(columns),
+        "max_length": max_length,
+        "main_metric": task.main_metric,
+        "dev": dev,
+        "seed": config.seed,
+        "init": init,
+        "speed": speed,
+    }
 
 
 # -- the model card -------------------------------------------------------------------------------
 
 
-def model_card(*, config: Any, task: Any, metrics: dict, speed: dict, command: str, citations: list[str],
-               student_class: str, huggingface_family: bool) -> str:
+def model_card(
+    *,
+    config: Any,
+    task: Any,
+    metrics: dict,
+    speed: dict,
+    command: str,
+    citations: list[str],
+    student_class: str,
+    huggingface_family: bool,
+) -> str:
     """README.md in the Hugging Face model-card format (YAML metadata, then prose and tables)."""
     split = task.dev_splits[0]
     student_dev = metrics["student"]["dev"].get(split, {})
@@ -109,41 +139,82 @@ def model_card(*, config: Any, task: Any, metrics: dict, speed: dict, command: s
         "library_name": "transformers",
         "pipeline_tag": "text-classification",
         "tags": ["kdplug", "knowledge-distillation", config.projector, config.student],
-        "model-index": [{"name": f"{config.student}-{config.projector}-{task.name}", "results": [{
-            "task": {"type": "text-classification", "name": "Text Classification"},
-            "dataset": {"name": task.name, "type": task.name, "split": split},
-            "metrics": [{"type": name, "value": round(value, 4)} for name, value in student_dev.items()]}]}],
+        "model-index": [
+            {
+                "name": f"{config.student}-{config.projector}-{task.name}",
+                "results": [
+                    {
+                        "task": {"type": "text-classification", "name": "Text Classification"},
+                        "dataset": {"name": task.name, "type": task.name, "split": split},
+                        "metrics": [{"type": name, "value": round(value, 4)} for name, value in student_dev.items()],
+                    }
+                ],
+            }
+        ],
     }
-    if task.name in ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte"):
-        metadata["datasets"] = ["nyu-mll/glue"]
-    lines = ["---", yaml.safe_dump(metadata, sort_keys=False).strip(), "---", "",
-             f"# {config.student} distilled from {config.teacher} with {config.projector} ({task.name})", "",
-             f"A `{student_class}` student trained with [kdplug](https://pypi.org/project/kdplug/) {__version__}: "
-             f"knowledge distillation from the teacher `{metrics.get('teacher', {}).get('source', config.teacher)}` on "
-             f"the task `{task.name}` ({getattr(task, 'source', '') or 'see the command below'}), method "
-             f"`{config.projector}`, recipe `{config.recipe}`.", ""]
-    lines += ["## Results", "", f"Dev split `{split}`, seed {config.seed}. One seed on a small dev set is noisy: "
-              "`kdplug run --seeds 5` and `kdplug report` give intervals.", ""]
+    if getattr(task, "hub_dataset", None):  # the data set on the hub, where the task says which
+        metadata["datasets"] = [task.hub_dataset]
+    lines = [
+        "---",
+        yaml.safe_dump(metadata, sort_keys=False).strip(),
+        "---",
+        "",
+        f"# {config.student} distilled from {config.teacher} with {config.projector} ({task.name})",
+        "",
+        f"A `{student_class}` student trained with [kdplug](https://pypi.org/project/kdplug/) {__version__}: "
+        f"knowledge distillation from the teacher `{metrics.get('teacher', {}).get('source', config.teacher)}` on "
+        f"the task `{task.name}` ({getattr(task, 'source', '') or 'see the command below'}), method "
+        f"`{config.projector}`, recipe `{config.recipe}`.",
+        "",
+    ]
+    lines += [
+        "## Results",
+        "",
+        f"Dev split `{split}`, seed {config.seed}. One seed on a small dev set is noisy: "
+        "`kdplug run --seeds 5` and `kdplug report` give intervals.",
+        "",
+    ]
     lines += _results_table(metrics, speed, student_dev, teacher_dev)
     lines += ["", "## Use it", "", "```python"]
     if not huggingface_family:
         lines.append("import kdplug  # registers kdplug's model types with transformers' Auto classes")
-    lines += ["from transformers import pipeline", "",
-              'classify = pipeline("text-classification", model="PATH/TO/THIS/DIRECTORY", truncation=True)',
-              'classify("an example sentence")', "```", "", "or, with kdplug:", "", "```bash",
-              "kdplug predict PATH/TO/THIS/DIRECTORY --input texts.tsv --output predictions.tsv", "```", "",
-              "## Training", ""]
+    lines += [
+        "from transformers import pipeline",
+        "",
+        'classify = pipeline("text-classification", model="PATH/TO/THIS/DIRECTORY", truncation=True)',
+        'classify("an example sentence")',
+        "```",
+        "",
+        "or, with kdplug:",
+        "",
+        "```bash",
+        "kdplug predict PATH/TO/THIS/DIRECTORY --input texts.tsv --output predictions.tsv",
+        "```",
+        "",
+        "## Training",
+        "",
+    ]
     for name, stage in metrics.get("stages", {}).items():
         if "weights" in stage:
             weights = ", ".join(f"{k} {v:g}" for k, v in stage["weights"].items())
-            lines.append(f"- stage `{name}`: {stage.get('epochs')} epochs at lr {stage.get('lr')}, weights {weights}; "
-                         f"best epoch {stage.get('best_epoch')}")
+            lines.append(
+                f"- stage `{name}`: {stage.get('epochs')} epochs at lr {stage.get('lr')}, weights {weights}; "
+                f"best epoch {stage.get('best_epoch')}"
+            )
         elif "selection" in stage:
             lines.append(f"- stage `{name}`: the teacher's pseudo classifiers, {stage['selection']}")
     init = metrics["student"].get("init") or {}
-    lines += [f"- initialisation: {init.get('init', 'random')}" + (f" from `{init['from']}`" if init.get("from") else ""),
-              f"- batch size {config.batch_size}, maximum length {config.max_length or 'the task default'}, "
-              f"precision {config.precision}", "", "Reproduce it:", "", "```bash", command, "```"]
+    lines += [
+        f"- initialisation: {init.get('init', 'random')}" + (f" from `{init['from']}`" if init.get("from") else ""),
+        f"- batch size {config.batch_size}, maximum length {config.max_length or 'the task default'}, "
+        f"precision {config.precision}",
+        "",
+        "Reproduce it:",
+        "",
+        "```bash",
+        command,
+        "```",
+    ]
     if citations:
         lines += ["", "## Citation", "", "```bibtex", *"\n\n".join(citations).splitlines(), "```"]
     return "\n".join(lines) + "\n"
@@ -156,11 +227,17 @@ def _results_table(metrics: dict, speed: dict, student_dev: dict, teacher_dev: d
     for who, dev in (("teacher", teacher_dev), ("student", student_dev)):
         measured = speed.get(who) or {}
         parameters = metrics.get(who, {}).get("parameters") or measured.get("parameters")
-        rows.append([who, f"{parameters / 1e6:.1f}M" if parameters else "",
-                     f"{measured['weights_mb']:.1f} MB" if measured else "",
-                     *[f"{dev[name] * 100:.2f}" if name in dev else "" for name in names],
-                     f"{measured['latency_ms']:.2f}" if measured else "",
-                     f"{measured['throughput']:.0f}" if measured else "",
-                     "1.00x" if who == "teacher" and measured else
-                     (f"{speed['speedup']:.2f}x" if who == "student" and speed.get("speedup") else "")])
+        rows.append(
+            [
+                who,
+                f"{parameters / 1e6:.1f}M" if parameters else "",
+                f"{measured['weights_mb']:.1f} MB" if measured else "",
+                *[f"{dev[name] * 100:.2f}" if name in dev else "" for name in names],
+                f"{measured['latency_ms']:.2f}" if measured else "",
+                f"{measured['throughput']:.0f}" if measured else "",
+                "1.00x"
+                if who == "teacher" and measured
+                else (f"{speed['speedup']:.2f}x" if who == "student" and speed.get("speedup") else ""),
+            ]
+        )
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]

@@ -3,7 +3,7 @@
 The plan comes from the same code as the run: the components are built by their factories, the
 teacher's fine-tuning settings and store key by the functions the run calls, and the recipe's own
 ``run(ctx)`` is executed against a :class:`PlanningContext`, whose stages are resolved exactly as
-:meth:`RecipeContext.prepare_stage` resolves them (weights, epochs, learning rate, early stopping,
+:meth:`EngineContext.prepare_stage` resolves them (weights, epochs, learning rate, early stopping,
 the vocabulary check) and then recorded instead of trained. What the recipe stores on its own
 (TAKD's assistants) goes to a scratch directory that is removed afterwards: a dry run writes
 nothing into the cache or the output directory.
@@ -13,23 +13,26 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from accelerate.utils import set_seed
 
+from .. import fingerprint
 from ..config import RunConfig
+from ..progress import human_count
 from ..registry import Registry
 from ..storage import default_cache_root
-from ..types import Teacher, num_outputs
-from .. import fingerprint
+from ..types import StageResult, Teacher, num_outputs
 from . import preflight
 from . import teacher as teacher_stage
 from .cache import is_cached
-from .pipeline import create_teacher, finetune_settings, human_count, load_task_and_teacher, train_baseline
-from .recipe import RecipeContext, count_parameters
+from .inputs import create_teacher, finetune_settings, load_task_and_teacher
+from .pipeline import train_baseline
+from .recipe import EngineContext, RecipeView, count_parameters
 from .rundir import RunDirectory, default_output
-from .trainer import StageResult, Trainer, build_accelerator
+from .trainer import Trainer, build_accelerator
 
 
 class PlannedCache:
@@ -43,7 +46,7 @@ class PlannedCache:
 
 
 @dataclasses.dataclass
-class PlanningContext(RecipeContext):
+class PlanningContext(EngineContext):
     """A recipe context whose stages are resolved and recorded, not trained."""
 
     #: transfer examples a distillation stage would add to every epoch (estimated when not built)
@@ -51,21 +54,30 @@ class PlanningContext(RecipeContext):
 
     def train_stage(self, name: str, student, projector=None, **options: Any) -> StageResult:
         stage = self.prepare_stage(name, student, projector, **options)
-        self.stages[name] = {**stage.settings(), "examples_per_epoch": stage.examples,
-                             "projector": getattr(stage.projector, "name", None) if stage.projector else None,
-                             "reads_teacher": stage.module.needs_teacher, "plan": stage.describe()}
+        self.stages[name] = {
+            **stage.settings(),
+            "examples_per_epoch": stage.examples,
+            "projector": getattr(stage.projector, "name", None) if stage.projector else None,
+            "reads_teacher": stage.module.needs_teacher,
+            "plan": stage.describe(),
+        }
         return StageResult(name)
 
     def teacher_cache(self):
-        specs, _ = teacher_stage.matchable_specs(self.teacher.model)
-        return PlannedCache(specs, len(self.train)), {name: PlannedCache(specs, len(split))
-                                                       for name, split in self.dev.items()}
+        specs, _ = teacher_stage.matchable_specs(self.extractor(self.teacher.model), self.teacher.model)
+        return PlannedCache(specs, len(self.train)), {
+            name: PlannedCache(specs, len(split)) for name, split in self.dev.items()
+        }
 
     def teacher_heads(self):
-        specs, _ = teacher_stage.matchable_specs(self.teacher.model)
-        self.stages.setdefault("teacher_heads", {
-            "plan": f"warm up {len(specs)} pseudo classifiers on the teacher's cached layers ({self.config.head_epochs} "
-                    f"epochs at lr {self.config.head_lr:g}), or reuse them from the cache"})
+        specs, _ = teacher_stage.matchable_specs(self.extractor(self.teacher.model), self.teacher.model)
+        self.stages.setdefault(
+            "teacher_heads",
+            {
+                "plan": f"warm up {len(specs)} pseudo classifiers on the teacher's cached layers "
+                f"({self.config.head_epochs} epochs at lr {self.config.head_lr:g}), or reuse them from the cache"
+            },
+        )
         return None
 
     def with_transfer(self, student, train, cache):
@@ -74,13 +86,19 @@ class PlanningContext(RecipeContext):
     def examples_per_epoch(self, train) -> int:
         return len(train) + self.transfer_per_epoch
 
-    def with_teacher(self, teacher: Teacher) -> "PlanningContext":
+    def with_teacher(self, teacher: Teacher) -> PlanningContext:
         teacher_stage.freeze(teacher)
         return dataclasses.replace(self, teacher=teacher, _heads=None, last_distillation=None)
 
 
-def dry_run(config: RunConfig, registry: Registry, *, overwrite: bool = False, resume: bool = False,
-            echo: Callable[[str], None] = print) -> dict[str, Any]:
+def dry_run(
+    config: RunConfig,
+    registry: Registry,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
+    echo: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Resolve and check everything ``config`` would use, print the plan, and return it."""
     notes = preflight.resolve_components(config, registry)
     cache_root = Path(config.cache_dir).expanduser() if config.cache_dir else default_cache_root()
@@ -90,19 +108,39 @@ def dry_run(config: RunConfig, registry: Registry, *, overwrite: bool = False, r
     teacher_seed = config.seed if config.teacher_seed is None else config.teacher_seed
     set_seed(teacher_seed)
     task, teacher, max_length, train, dev = load_task_and_teacher(config, registry)
-    plan: dict[str, Any] = {"notes": notes + teacher.notes, "output": str(output), "cache": str(cache_root),
-                            "resume": resume, "replaces": replaces}
-    plan["task"] = {"name": task.name, "labels": list(task.labels), "regression": task.is_regression,
-                    "pairs": task.is_pair, "train": len(train), "dev": {name: len(split) for name, split in dev.items()},
-                    "main_metric": task.main_metric}
+    plan: dict[str, Any] = {
+        "notes": notes + teacher.notes,
+        "output": str(output),
+        "cache": str(cache_root),
+        "resume": resume,
+        "replaces": replaces,
+    }
+    plan["task"] = {
+        "name": task.name,
+        "labels": list(task.labels),
+        "regression": task.is_regression,
+        "pairs": task.is_pair,
+        "train": len(train),
+        "dev": {name: len(split) for name, split in dev.items()},
+        "main_metric": task.main_metric,
+    }
     tokenizer = teacher.tokenizer
-    plan["tokenizer"] = {"class": type(tokenizer).__name__, "vocabulary": len(tokenizer) if tokenizer is not None
-                         else None, "max_length": max_length}
+    plan["tokenizer"] = {
+        "class": type(tokenizer).__name__,
+        "vocabulary": len(tokenizer) if tokenizer is not None else None,
+        "max_length": max_length,
+    }
 
     # -- the teacher: given fine-tuned, stored, or to be fine-tuned ---------------------------------
-    plan["teacher"] = {"name": config.teacher, "source": teacher.source, "class": type(teacher.model).__name__,
-                       "parameters": count_parameters(teacher.model), "outputs": num_outputs(task),
-                       "pretrained": teacher.pretrained, **teacher.extra}
+    plan["teacher"] = {
+        "name": config.teacher,
+        "source": teacher.source,
+        "class": type(teacher.model).__name__,
+        "parameters": count_parameters(teacher.model),
+        "outputs": num_outputs(task),
+        "pretrained": teacher.pretrained,
+        **teacher.extra,
+    }
     finetuned = teacher if teacher.finetuned else None
     if teacher.finetuned:
         plan["teacher"]["finetune"] = "no: it comes fine-tuned for the task"
@@ -113,11 +151,17 @@ def dry_run(config: RunConfig, registry: Registry, *, overwrite: bool = False, r
         plan["teacher"]["finetune"] = {**settings, "stored": str(stored) if stored else None}
         if stored is not None:
             finetuned = create_teacher(config, registry, task, source=str(stored))
-    reads_teacher = config.projector != "nkd" or bool(config.baseline)
-    plan["teacher_outputs"] = _cached_outputs(config, finetuned, task, train, dev, cache_root) if reads_teacher \
-        else "not needed (nkd reads no teacher output)"
-    plan["check"] = ("the teacher's dev metric against the majority class; a weak teacher stops the run"
-                     if reads_teacher and not config.allow_weak_teacher else "off")
+    reads_teacher = preflight.reads_teacher(config, registry)
+    plan["teacher_outputs"] = (
+        _cached_outputs(config, registry, finetuned, task, train, dev, cache_root)
+        if reads_teacher
+        else f"not needed ({config.projector} reads no teacher output)"
+    )
+    plan["check"] = (
+        "the teacher's dev metric against the majority class; a weak teacher stops the run"
+        if reads_teacher and not config.allow_weak_teacher
+        else "off"
+    )
 
     # -- the transfer set --------------------------------------------------------------------------
     transfer_size = _transfer_plan(config, task, finetuned, cache_root, teacher_seed, plan)
@@ -129,29 +173,45 @@ def dry_run(config: RunConfig, registry: Registry, *, overwrite: bool = False, r
     plan["device"] = str(accelerator.device)
     trainer = Trainer(accelerator, task, batch_size=config.batch_size, seed=config.seed)
     with tempfile.TemporaryDirectory(prefix="kdplug-dry-run-") as scratch:
-        context = PlanningContext(config=config, registry=registry, task=task, teacher=finetuned or teacher,
-                                  trainer=trainer, train=train, dev=dev, caches=None, cache_root=Path(scratch),
-                                  max_length=max_length, transfer_per_epoch=per_epoch)
+        context = PlanningContext(
+            config=config,
+            registry=registry,
+            task=task,
+            teacher=finetuned or teacher,
+            trainer=trainer,
+            train=train,
+            dev=dev,
+            caches=None,
+            cache_root=Path(scratch),
+            max_length=max_length,
+            transfer_per_epoch=per_epoch,
+        )
         if config.baseline:
             student, _ = train_baseline(context)
         recipe = registry.create("recipe", config.recipe, **config.recipe_options)
-        student = recipe.run(context)
-    plan["student"] = {"name": config.student, "class": type(student).__name__,
-                       "parameters": count_parameters(student),
-                       "init": getattr(student, "kdplug_init", {"init": "random"}),
-                       "tokenizer": "its own" if getattr(student, "tokenizer", None) not in (None, context.tokenizer)
-                       else "the teacher's"}
+        student = recipe.run(RecipeView(context))
+    plan["student"] = {
+        "name": config.student,
+        "class": type(student).__name__,
+        "parameters": count_parameters(student),
+        "init": getattr(student, "kdplug_init", {"init": "random"}),
+        "tokenizer": "its own"
+        if getattr(student, "tokenizer", None) not in (None, context.tokenizer)
+        else "the teacher's",
+    }
     plan["recipe"] = config.recipe
     plan["stages"] = context.stages
     echo(format_plan(plan, config))
     return plan
 
 
-def _cached_outputs(config: RunConfig, teacher: Optional[Teacher], task, train, dev, root: Path) -> dict[str, Any]:
+def _cached_outputs(
+    config: RunConfig, registry: Registry, teacher: Optional[Teacher], task, train, dev, root: Path
+) -> dict[str, Any]:
     """Which of the teacher's outputs the cache holds (unknown until the teacher is fine-tuned)."""
     if teacher is None:
-        return {"train": "computed after fine-tuning", **{name: "computed after fine-tuning" for name in dev}}
-    specs, _ = teacher_stage.matchable_specs(teacher.model)
+        return {"train": "computed after fine-tuning", **dict.fromkeys(dev, "computed after fine-tuning")}
+    specs, _ = teacher_stage.matchable_specs(registry.find_layer_extractor(teacher.model), teacher.model)
     teacher_fp, tokenizer_fp = fingerprint.of_module(teacher.model), fingerprint.of_tokenizer(teacher.tokenizer)
     found = {}
     for name, split in [("train", train), *dev.items()]:
@@ -160,8 +220,9 @@ def _cached_outputs(config: RunConfig, teacher: Optional[Teacher], task, train, 
     return found
 
 
-def _transfer_plan(config: RunConfig, task, teacher: Optional[Teacher], root: Path, seed: int,
-                   plan: dict[str, Any]) -> int:
+def _transfer_plan(
+    config: RunConfig, task, teacher: Optional[Teacher], root: Path, seed: int, plan: dict[str, Any]
+) -> int:
     """The transfer set's size: the stored one's, else what the files hold plus the augmented copies
     (an upper bound: duplicates are dropped when it is built)."""
     if not (config.transfer or config.augment):
@@ -171,16 +232,27 @@ def _transfer_plan(config: RunConfig, task, teacher: Optional[Teacher], root: Pa
 
     train_examples = task.load_split("train")
     if teacher is not None:
-        stored = transfer.find_stored(config, task, train_examples,
-                                      {name: task.load_split(name) for name in task.dev_splits}, root=root, seed=seed,
-                                      teacher_fingerprint=fingerprint.of_module(teacher.model))
+        stored = transfer.find_stored(
+            config,
+            task,
+            train_examples,
+            {name: task.load_split(name) for name in task.dev_splits},
+            root=root,
+            seed=seed,
+            teacher_fingerprint=fingerprint.of_module(teacher.model),
+        )
         if stored is not None:
             plan["transfer"] = {"examples": len(stored), "stored": str(stored.directory)}
             return len(stored)
     from_files = sum(sum(1 for _ in transfer.read_transfer_file(path, task)) for path in config.transfer)
     augmented = config.augment_factor * len(train_examples) if config.augment else 0
-    plan["transfer"] = {"examples": f"up to {from_files + augmented}", "from_files": from_files,
-                        "augmented": augmented, "augment": config.augment, "stored": None}
+    plan["transfer"] = {
+        "examples": f"up to {from_files + augmented}",
+        "from_files": from_files,
+        "augmented": augmented,
+        "augment": config.augment,
+        "stored": None,
+    }
     return from_files + augmented
 
 
@@ -191,27 +263,38 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
     labels = "regression" if task["regression"] else f"{len(task['labels'])} labels ({', '.join(task['labels'])})"
     lines = ["kdplug run --dry-run: the plan (nothing was trained, nothing written)"]
     lines += [f"  note: {note}" for note in plan["notes"]]
-    lines.append(f"task        {task['name']}: {labels}{', sentence pairs' if task['pairs'] else ''}; train "
-                 f"{task['train']}, {dev}; model selection on {task['main_metric']}")
-    lines.append(f"teacher     {teacher['name']}: {teacher['class']}, {human_count(teacher['parameters'])} parameters, "
-                 f"from {teacher['source']}")
+    lines.append(
+        f"task        {task['name']}: {labels}{', sentence pairs' if task['pairs'] else ''}; train "
+        f"{task['train']}, {dev}; model selection on {task['main_metric']}"
+    )
+    lines.append(
+        f"teacher     {teacher['name']}: {teacher['class']}, {human_count(teacher['parameters'])} parameters, "
+        f"from {teacher['source']}"
+    )
     finetune = teacher["finetune"]
     if isinstance(finetune, str):
         lines.append(f"            fine-tuning: {finetune}")
     else:
         stopping = f", early stopping after {finetune['patience']}" if finetune.get("patience") else ""
         where = f"stored already: {finetune['stored']}" if finetune["stored"] else "not stored yet"
-        lines.append(f"            fine-tuning: {finetune['epochs']} epochs at lr {finetune['lr']:g}, batch "
-                     f"{finetune['batch_size']}{stopping} ({where})")
+        lines.append(
+            f"            fine-tuning: {finetune['epochs']} epochs at lr {finetune['lr']:g}, batch "
+            f"{finetune['batch_size']}{stopping} ({where})"
+        )
     lines.append(f"            check before distilling: {plan['check']}")
     outputs = plan["teacher_outputs"]
-    lines.append(f"            outputs: {outputs if isinstance(outputs, str) else ', '.join(f'{k} {v}' for k, v in outputs.items())}")
+    cached = outputs if isinstance(outputs, str) else ", ".join(f"{k} {v}" for k, v in outputs.items())
+    lines.append(f"            outputs: {cached}")
     tokenizer = plan["tokenizer"]
-    lines.append(f"tokenizer   {tokenizer['class']} ({tokenizer['vocabulary']} tokens), max length {tokenizer['max_length']}")
+    lines.append(
+        f"tokenizer   {tokenizer['class']} ({tokenizer['vocabulary']} tokens), max length {tokenizer['max_length']}"
+    )
     init = student["init"]
     origin = f"{init.get('init', 'random')}" + (f" from {init['from']}" if init.get("from") else "")
-    lines.append(f"student     {student['name']}: {student['class']}, {human_count(student['parameters'])} parameters, "
-                 f"{origin}; reads text with {student['tokenizer']} tokenizer")
+    lines.append(
+        f"student     {student['name']}: {student['class']}, {human_count(student['parameters'])} parameters, "
+        f"{origin}; reads text with {student['tokenizer']} tokenizer"
+    )
     transfer = plan["transfer"]
     if transfer:
         where = f"stored: {transfer['stored']}" if transfer.get("stored") else "built on first use"
@@ -220,8 +303,13 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
     for name, stage in plan["stages"].items():
         lines.append(f"  stage {name}: {stage['plan']}")
     lines.append(f"device      {plan['device']}, precision {config.precision}")
-    state = ("resumes the run there" if plan["resume"] else
-             f"replaces the {plan['replaces']} run there" if plan["replaces"] else "a new run directory")
+    state = (
+        "resumes the run there"
+        if plan["resume"]
+        else f"replaces the {plan['replaces']} run there"
+        if plan["replaces"]
+        else "a new run directory"
+    )
     lines.append(f"output      {plan['output']} ({state})")
     lines.append(f"cache       {plan['cache']}")
     return "\n".join(lines)

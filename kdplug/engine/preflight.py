@@ -12,14 +12,12 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from ..config import RunConfig
 from .. import hub
+from ..config import RunConfig
 from ..errors import OfflineError, UnknownComponentError, UsageError
 from ..registry import Registry
 from ..types import Task, Teacher
 from .tracking import parse_report_to
-
-STANDARD_RECIPE = "standard"
 
 
 def looks_like_path(name: str) -> bool:
@@ -31,6 +29,31 @@ def factory_attribute(registry: Registry, kind: str, name: str, attribute: str) 
     factory = registry.resolve(kind, name)[0].factory
     factory = getattr(factory, "func", factory)  # functools.partial
     return getattr(factory, attribute, None)
+
+
+def default_recipe(registry: Registry) -> str:
+    """The recipe of a run whose projector names none: the registered recipe that says
+    ``is_default = True`` (kdplug's ``standard``)."""
+    for entry in registry.entries("recipe"):
+        if getattr(getattr(entry.factory, "func", entry.factory), "is_default", False):
+            return entry.name
+    raise UsageError(
+        "no registered recipe is the default one (is_default = True): name one with --recipe "
+        "(kdplug plugins --kind recipe)"
+    )
+
+
+def reads_teacher(config: RunConfig, registry: Registry) -> bool:
+    """Whether the run reads the teacher's outputs: a recipe with its own loss does (DIH, TAKD,
+    annealing: ``uses_projector = False``); otherwise the projector or the baseline does unless it
+    says ``reads_teacher = False`` (nkd)."""
+    if config.recipe and factory_attribute(registry, "recipe", config.recipe, "uses_projector") is False:
+        return True
+    return any(
+        factory_attribute(registry, "projector", name, "reads_teacher") is not False
+        for name in (config.projector, config.baseline)
+        if name
+    )
 
 
 def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
@@ -47,11 +70,17 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
     notes = []
     if config.recipe is None:
         default = factory_attribute(registry, "projector", config.projector, "default_recipe")
-        config.recipe = default or STANDARD_RECIPE
+        config.recipe = default or default_recipe(registry)
         if default:
-            notes.append(f"recipe {default}: the default of projector {config.projector!r} (pass --recipe to "
-                         f"choose another)")
+            notes.append(
+                f"recipe {default}: the default of projector {config.projector!r} (pass --recipe to choose another)"
+            )
     registry.resolve("recipe", config.recipe)
+    if (
+        factory_attribute(registry, "recipe", config.recipe, "uses_projector") is False
+        and config.projector != RunConfig().projector
+    ):
+        notes.append(f"recipe {config.recipe} trains with its own loss: --projector {config.projector} is not used")
     parse_report_to(config.report_to)  # a tracker whose package is missing: say so now
     # option names, against each factory's signature; values that need the models come later
     teacher, teacher_options = registry.model_reference("teacher", config.teacher)
@@ -85,27 +114,37 @@ def check_model_reference(registry: Registry, kind: str, name: str) -> None:
     if Path(name).expanduser().is_dir() and loader is not None:
         return
     if looks_like_path(name):
-        raise UsageError(f"{kind} checkpoint directory {name} does not exist; pass an existing directory written by "
-                         f"save_pretrained, a hub id, or a name from 'kdplug plugins'")
+        raise UsageError(
+            f"{kind} checkpoint directory {name} does not exist; pass an existing directory written by "
+            f"save_pretrained, a hub id, or a name from 'kdplug plugins'"
+        )
     if loader is None or not hub.is_hub_id(name):
         raise unknown
     if hub.cached_file(name, "config.json") is not None:
         return  # a hub id whose files are in the local cache
     reason = hub.unreachable_reason()
-    fix = (f"download it on a machine with network (hf download {name} --local-dir DIR), copy DIR here and pass "
-           f"--{kind} DIR; or point HF_HUB_CACHE at a Hugging Face cache that holds it"
-           + ("" if hub.offline_by_env() else " and set HF_HUB_OFFLINE=1, so that nothing tries the network")
-           + f". The {loader!r} {kind} takes the same with options: --{kind} {loader} --set {kind}_options.source=ID "
-             f"(and revision, trust_remote_code)")
+    fix = (
+        f"download it on a machine with network (hf download {name} --local-dir DIR), copy DIR here and pass "
+        f"--{kind} DIR; or point HF_HUB_CACHE at a Hugging Face cache that holds it"
+        + ("" if hub.offline_by_env() else " and set HF_HUB_OFFLINE=1, so that nothing tries the network")
+        + f". The {loader!r} {kind} takes the same with options: --{kind} {loader} --set {kind}_options.source=ID "
+        f"(and revision, trust_remote_code)"
+    )
     if "/" in name:
         if reason is not None:
-            raise OfflineError(f"cannot load {kind} {name!r}: {reason}, and it is not in the local Hugging Face cache "
-                               f"({hub.cache_directory()}). To use it, {fix}.")
+            raise OfflineError(
+                f"cannot load {kind} {name!r}: {reason}, and it is not in the local Hugging Face cache "
+                f"({hub.cache_directory()}). To use it, {fix}."
+            )
         return
     # a plain name that no plugin registered: a hub id, or a typo of a registered name?
     if reason is not None:
-        raise UnknownComponentError(kind, name, registry.names(kind), note=(
-            f"If {name!r} is a Hugging Face hub id: {reason}, and it is not in the local cache; {fix}."))
+        raise UnknownComponentError(
+            kind,
+            name,
+            registry.names(kind),
+            note=(f"If {name!r} is a Hugging Face hub id: {reason}, and it is not in the local cache; {fix}."),
+        )
     if not hub.exists(name):
         raise UnknownComponentError(kind, name, registry.names(kind), note=f"Nor is {name!r} a model on the hub.")
 
@@ -115,10 +154,12 @@ def check_transfer_sources(config: RunConfig, registry: Registry) -> None:
     exists, takes the options given and has what it needs installed."""
     from ..textio import input_format
 
-    if (config.transfer or config.augment) and config.projector == "nkd":
-        raise UsageError("a transfer set has no gold labels, and nkd learns from gold labels alone: it would go "
-                         "unused. Distil with a teacher (--projector rkd, alp, universal-ca ...), or drop "
-                         "--transfer/--augment")
+    if (config.transfer or config.augment) and not reads_teacher(config, registry):
+        raise UsageError(
+            f"a transfer set has no gold labels, and {config.projector} learns from gold labels alone: it "
+            f"would go unused. Distil with a teacher (--projector rkd, alp, universal-ca ...), or drop "
+            f"--transfer/--augment"
+        )
     for path in config.transfer:
         source = Path(path).expanduser()
         if not source.exists():
@@ -141,14 +182,17 @@ def check_writable(directory: Path, what: str, option: str) -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise UsageError(f"the {what} {directory} cannot be created: {existing} is not a directory; "
-                         f"choose another {option}")
+        raise UsageError(
+            f"the {what} {directory} cannot be created: {existing} is not a directory; choose another {option}"
+        )
     try:
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as exc:
-        raise UsageError(f"the {what} {directory} is not writable ({exc.strerror.lower()} in {existing}); "
-                         f"choose another {option} or fix the permissions") from None
+        raise UsageError(
+            f"the {what} {directory} is not writable ({exc.strerror.lower()} in {existing}); "
+            f"choose another {option} or fix the permissions"
+        ) from None
 
 
 def sequence_length(config: RunConfig, task: Task, teacher: Teacher) -> int:
@@ -173,7 +217,8 @@ def check_sequence_length(task: Task, teacher: Teacher, max_length: int) -> None
         raise UsageError(
             f"max_length={max_length} leaves no room for text: the tokenizer adds {specials} special tokens "
             f"to each {'pair' if task.is_pair else 'sentence'}; use at least {specials + words} (kdplug's default is "
-            f"{128 if task.is_pair else 64})")
+            f"{128 if task.is_pair else 64})"
+        )
     limit = position_limit(teacher.model)
     if limit is not None and max_length > limit:
         raise UsageError(f"max_length={max_length} exceeds the teacher's {limit} positions; use at most {limit}")

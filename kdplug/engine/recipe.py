@@ -1,7 +1,9 @@
-"""What a recipe can do: build students and projectors, run stages, warm up teacher heads.
+"""The engine's recipe context: what a recipe's ``run(ctx)`` drives.
 
-A recipe plugin's ``run(ctx)`` drives a :class:`RecipeContext`; the context does the work
-(caching, devices, checkpoints, metrics), so a recipe is only its schedule.
+:class:`EngineContext` implements the public protocol :class:`kdplug.types.RecipeContext` and does
+the work behind it (caching, devices, checkpoints, metrics), so a recipe is only its schedule.
+Recipes receive it through :class:`RecipeView`, which lets through the protocol and nothing else:
+the boundary holds by contract, not by convention.
 """
 
 from __future__ import annotations
@@ -14,19 +16,29 @@ from typing import Any, Optional
 from accelerate.utils import set_seed
 from torch import nn
 
-from .. import find_layer_extractor
+from .. import fingerprint
 from ..config import RunConfig
 from ..errors import UsageError
 from ..registry import Registry
-from ..types import ProjectionRequest, Task, Teacher, matchable_layers, num_outputs
-from .. import fingerprint
+from ..types import (
+    LayerSpec,
+    ProjectionRequest,
+    RecipeContext,
+    Settings,
+    StageResult,
+    Task,
+    Teacher,
+    Weights,
+    matchable_layers,
+    num_outputs,
+)
 from .cache import ConcatCache, TeacherCache
 from .checkpoint import Checkpointer
 from .data import EncodedSplit, WithTransfer, encode
 from .heads import warmed_up_heads
 from .objective import DistillationModule, TeacherHeads, WeightedObjective
 from .teacher import TeacherOutputs, build_cache, freeze
-from .trainer import StageResult, Trainer
+from .trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -65,20 +77,9 @@ def default_epochs(student: nn.Module, examples: int, batch_size: int) -> int:
 
 
 @dataclass
-class Weights:
-    """The resolved objective weights of a stage: L = ce·CE + eta·KD + lam·ILD."""
+class EngineContext:
+    """The engine's side of :class:`kdplug.types.RecipeContext` (see the module docstring)."""
 
-    eta: float
-    lam: float
-    temperature: float
-    ce: float
-
-    def as_dict(self) -> dict[str, float]:
-        return {"ce": round(self.ce, 6), "eta": self.eta, "lam": self.lam, "temperature": self.temperature}
-
-
-@dataclass
-class RecipeContext:
     config: RunConfig
     registry: Registry
     task: Task
@@ -106,8 +107,49 @@ class RecipeContext:
     def __post_init__(self) -> None:
         if self.tokenizer is None:
             self.tokenizer = self.teacher.tokenizer
+        if self.max_length is None:
+            from .data import default_max_length
+
+            self.max_length = self.config.max_length or default_max_length(self.task)
+
+    # -- the run, read-only -------------------------------------------------------------------
+    @property
+    def settings(self) -> Settings:
+        return Settings(self.config.to_dict())
+
+    def has(self, kind: str, name: str) -> bool:
+        return bool(self.registry.names(kind, name)) or any(
+            e.match(name) is not None for e in self.registry.entries(kind)
+        )
+
+    def record(self, stage: str, **facts: Any) -> None:
+        self.stages.setdefault(stage, {}).update(facts)
+
+    def stage_record(self, stage: str) -> Any:
+        from types import MappingProxyType
+
+        return MappingProxyType(self.stages.get(stage, {}))
+
+    def store_directory(self, kind: str, key: str):
+        from pathlib import Path
+
+        return Path(self.cache_root) / kind / key
+
+    def data_fingerprint(self) -> str:
+        return fingerprint.of_values(
+            fingerprint.of_token_ids(self.train.input_ids),
+            self.train.labels,
+            {name: fingerprint.of_token_ids(split.input_ids) for name, split in self.dev.items()},
+        )
+
+    def teacher_layer_specs(self) -> list[LayerSpec]:
+        return list(matchable_layers(self.extractor(self.teacher.model).layer_specs(self.teacher.model)))
 
     # -- components -------------------------------------------------------------------------
+    def extractor(self, model: nn.Module):
+        """The layer extractor of ``model``, from the run's registry."""
+        return self.registry.find_layer_extractor(model)
+
     def new_student(self, name: Optional[str] = None, **options: Any) -> nn.Module:
         set_seed(self.config.seed)
         opts = {**self.config.student_options, **options} if name is None else options
@@ -118,17 +160,33 @@ class RecipeContext:
             warn_if_not_smaller(student, self.teacher.model, self.config.student)
         return student
 
+    def new_loss(self, name: str, **options: Any) -> Any:
+        return self.registry.create("loss", name, **options)
+
+    def new_teacher(self, name: str, **options: Any) -> Teacher:
+        factory, source = self.registry.model_reference("teacher", name)
+        return self.registry.create("teacher", factory, self.task, **{**options, **source})
+
     def new_projector(self, student: nn.Module, name: Optional[str] = None, **options: Any) -> nn.Module:
         opts = {**self.config.projector_options, **options} if name is None else options
-        return self.registry.create("projector", name or self.config.projector, self.projection_request(student), **opts)
+        return self.registry.create(
+            "projector", name or self.config.projector, self.projection_request(student), **opts
+        )
 
     def projection_request(self, student: nn.Module) -> ProjectionRequest:
-        teacher_specs = matchable_layers(find_layer_extractor(self.teacher.model).layer_specs(self.teacher.model))
-        student_specs = matchable_layers(find_layer_extractor(student).layer_specs(student))
+        teacher_specs = matchable_layers(self.extractor(self.teacher.model).layer_specs(self.teacher.model))
+        student_specs = matchable_layers(self.extractor(student).layer_specs(student))
         return ProjectionRequest(teacher_specs, student_specs, num_outputs(self.task), self.task.is_regression)
 
-    def weights(self, projector: Optional[nn.Module], *, eta: Optional[float] = None, lam: Optional[float] = None,
-                temperature: Optional[float] = None, ce: Optional[float] = None) -> Weights:
+    def weights(
+        self,
+        projector: Optional[nn.Module],
+        *,
+        eta: Optional[float] = None,
+        lam: Optional[float] = None,
+        temperature: Optional[float] = None,
+        ce: Optional[float] = None,
+    ) -> Weights:
         """The weights of a stage: each of ``eta``, ``lam``, ``temperature`` given here, else the run's
         setting, else the projector's default. The CE weight is ``ce`` if given; when the recipe
         passes ``eta`` or ``lam`` it defines the stage, so CE is 1 − eta − lam (two-stage's stage 1
@@ -142,28 +200,37 @@ class RecipeContext:
         eta_value = pick(eta, config.eta, defaults.get("eta"), 0.0)
         lam_value = pick(lam, config.lam, defaults.get("lam"), 0.0)
         convex = round(1.0 - eta_value - lam_value, 9)  # 1 - 0.7 - 0.3 is 5.6e-17, not 0
-        ce_value = pick(ce, convex) if eta is not None or lam is not None else pick(
-            ce, config.ce_weight, defaults.get("ce"), convex)
+        ce_value = (
+            pick(ce, convex)
+            if eta is not None or lam is not None
+            else pick(ce, config.ce_weight, defaults.get("ce"), convex)
+        )
         if ce_value < -1e-9:
-            raise UsageError(f"eta + lam = {eta_value + lam_value:g} exceeds 1, so the CE weight 1 - eta - lam would "
-                             f"be negative; lower them or set ce_weight")
+            raise UsageError(
+                f"eta + lam = {eta_value + lam_value:g} exceeds 1, so the CE weight 1 - eta - lam would "
+                f"be negative; lower them or set ce_weight"
+            )
         temperature_value = pick(temperature, config.temperature, defaults.get("temperature"), DEFAULT_TEMPERATURE)
         return Weights(eta=eta_value, lam=lam_value, temperature=temperature_value, ce=max(ce_value, 0.0))
 
     def objective(self, projector: Optional[nn.Module], weights: Weights) -> WeightedObjective:
         regression = self.task.is_regression
-        task_loss = self._loss("mse") if regression else self._loss("ce")
-        kd_loss = self._loss("mse") if regression else self._loss("kd", temperature=weights.temperature)
+        task_loss = self.new_loss("mse") if regression else self.new_loss("ce")
+        kd_loss = self.new_loss("mse") if regression else self.new_loss("kd", temperature=weights.temperature)
         ild_loss = None
         if projector is not None and self.config.ild_loss:  # the run's choice (e.g. a loss plugin) over the projector's
-            ild_loss = self._loss(self.config.ild_loss, **self.config.ild_loss_options)
+            ild_loss = self.new_loss(self.config.ild_loss, **self.config.ild_loss_options)
         elif getattr(projector, "ild_loss", None):
-            ild_loss = self._loss(projector.ild_loss, **dict(getattr(projector, "ild_loss_options", {}) or {}))
-        return WeightedObjective(eta=weights.eta, lam=weights.lam, ce=weights.ce, task_loss=task_loss,
-                                 kd_loss=kd_loss, ild_loss=ild_loss, regression=regression)
-
-    def _loss(self, name: str, **options: Any):
-        return self.registry.create("loss", name, **options)
+            ild_loss = self.new_loss(projector.ild_loss, **dict(getattr(projector, "ild_loss_options", {}) or {}))
+        return WeightedObjective(
+            eta=weights.eta,
+            lam=weights.lam,
+            ce=weights.ce,
+            task_loss=task_loss,
+            kd_loss=kd_loss,
+            ild_loss=ild_loss,
+            regression=regression,
+        )
 
     # -- teacher side -----------------------------------------------------------------------
     def teacher_cache(self) -> tuple[TeacherCache, dict[str, TeacherCache]]:
@@ -175,15 +242,23 @@ class RecipeContext:
             import time
 
             started = time.perf_counter()
-            split = self.transfer.encode(self.teacher.tokenizer, self.train_max_length,
-                                         is_regression=self.task.is_regression)
+            split = self.transfer.encode(self.teacher.tokenizer, self.max_length, is_regression=self.task.is_regression)
             self._transfer_cache = build_cache(
-                self.teacher, self.trainer, self.task, "transfer", split, root=self.cache_root,
-                precision=self.config.precision, teacher_fingerprint=fingerprint.of_module(self.teacher.model),
-                tokenizer_fingerprint=fingerprint.of_tokenizer(self.teacher.tokenizer))
+                self.teacher,
+                self.extractor(self.teacher.model),
+                self.trainer,
+                self.task,
+                "transfer",
+                split,
+                root=self.cache_root,
+                precision=self.config.precision,
+                teacher_fingerprint=fingerprint.of_module(self.teacher.model),
+                tokenizer_fingerprint=fingerprint.of_tokenizer(self.teacher.tokenizer),
+            )
             seconds = time.perf_counter() - started
-            self.transfer_info.update({"examples": len(split), "teacher_seconds": round(seconds, 2),
-                                       "reused": not self._transfer_cache.built})
+            self.transfer_info.update(
+                {"examples": len(split), "teacher_seconds": round(seconds, 2), "reused": not self._transfer_cache.built}
+            )
         return self._transfer_cache
 
     def with_transfer(self, student: nn.Module, train: EncodedSplit, cache: TeacherCache) -> tuple[Any, Any]:
@@ -192,7 +267,7 @@ class RecipeContext:
         if self.transfer is None:
             return train, cache
         tokenizer = getattr(student, "tokenizer", None) or self.tokenizer
-        transfer = self.transfer.encode(tokenizer, self.train_max_length, is_regression=self.task.is_regression)
+        transfer = self.transfer.encode(tokenizer, self.max_length, is_regression=self.task.is_regression)
         ratio = self.config.transfer_ratio
         per_epoch = None if ratio is None else round(ratio * len(train))
         return WithTransfer(train, transfer, per_epoch=per_epoch), ConcatCache(cache, self.transfer_cache())
@@ -203,28 +278,51 @@ class RecipeContext:
         if self._heads is None:
             train_cache, _ = self.teacher_cache()
             heads, summary = warmed_up_heads(
-                self.cache_root, train_cache, self.train.labels, num_outputs=num_outputs(self.task),
-                is_regression=self.task.is_regression, epochs=self.config.head_epochs, lr=self.config.head_lr,
-                batch_size=self.config.batch_size, seed=self.config.seed)
+                self.cache_root,
+                train_cache,
+                self.train.labels,
+                num_outputs=num_outputs(self.task),
+                is_regression=self.task.is_regression,
+                epochs=self.config.head_epochs,
+                lr=self.config.head_lr,
+                batch_size=self.config.batch_size,
+                seed=self.config.seed,
+            )
             self.stages["teacher_heads"] = summary
             self._heads = heads
         return self._heads
 
-    def with_teacher(self, teacher: Teacher) -> "RecipeContext":
+    def with_teacher(self, teacher: Teacher) -> EngineContext:
         """A context that distils from ``teacher`` instead, e.g. a trained teaching assistant (TAKD).
 
-        The teacher is frozen; its outputs are cached on first use like the run's teacher's (keyed
-        by a fingerprint of its weights, tokenizer and data, so a reloaded model reuses its cache),
+        The teacher is frozen; its outputs are cached now like the run's teacher's (keyed by a
+        fingerprint of its weights, tokenizer and data, so a reloaded model reuses its cache),
         read with its own tokenizer where it has one (``teacher.tokenizer``). Its heads are warmed
         up separately. The data, settings and the record of stages are shared with this context;
         students built by the new context (``new_student``) see ``teacher`` as their teacher.
         """
         freeze(teacher)
         train, dev = self.splits_with(teacher.tokenizer)
-        caches = TeacherOutputs(teacher, self.trainer, self.task, train, dev, root=self.cache_root,
-                                precision=self.config.precision)
-        return dataclasses.replace(self, teacher=teacher, caches=caches, _heads=None, last_distillation=None,
-                                   _transfer_cache=None, transfer_info={})
+        caches = TeacherOutputs(
+            teacher,
+            self.extractor(teacher.model),
+            self.trainer,
+            self.task,
+            train,
+            dev,
+            root=self.cache_root,
+            precision=self.config.precision,
+        )
+        caches()  # now, so the next stage starts from the same state whether the teacher was stored or trained
+        return dataclasses.replace(
+            self,
+            teacher=teacher,
+            caches=caches,
+            _heads=None,
+            last_distillation=None,
+            _transfer_cache=None,
+            transfer_info={},
+        )
 
     # -- stages -----------------------------------------------------------------------------
     def splits_for(self, student: nn.Module) -> tuple[EncodedSplit, dict[str, EncodedSplit]]:
@@ -235,40 +333,61 @@ class RecipeContext:
         """The data encoded with ``tokenizer`` (None: the run's encoding)."""
         if tokenizer is None or tokenizer is self.tokenizer:
             return self.train, self.dev
-        max_length = self.train_max_length
+        max_length = self.max_length
         train = encode(self.task.load_split("train"), tokenizer, max_length, is_regression=self.task.is_regression)
-        dev = {name: encode(self.task.load_split(name), tokenizer, max_length, is_regression=self.task.is_regression)
-               for name in self.task.dev_splits}
+        dev = {
+            name: encode(self.task.load_split(name), tokenizer, max_length, is_regression=self.task.is_regression)
+            for name in self.task.dev_splits
+        }
         return train, dev
 
-    @property
-    def train_max_length(self) -> int:
-        from .data import default_max_length
-
-        return self.max_length or self.config.max_length or default_max_length(self.task)
-
-    def train_stage(self, name: str, student: nn.Module, projector: Optional[nn.Module] = None, *,
-                    weights: Optional[Weights] = None, objective: Optional[nn.Module] = None,
-                    epochs: Optional[int] = None, lr: Optional[float] = None,
-                    patience: Optional[int] = None) -> StageResult:
+    def train_stage(
+        self,
+        name: str,
+        student: nn.Module,
+        projector: Optional[nn.Module] = None,
+        *,
+        weights: Optional[Weights] = None,
+        objective: Optional[nn.Module] = None,
+        epochs: Optional[int] = None,
+        lr: Optional[float] = None,
+        patience: Optional[int] = None,
+    ) -> StageResult:
         """Train ``student`` (with ``projector``) under ``objective`` or the weighted one, for ``epochs``
         (else the run's, else the family's default), ending early after ``patience`` epochs without a
         dev improvement (else the run's ``patience``, else 3 when no one set the epochs)."""
-        stage = self.prepare_stage(name, student, projector, weights=weights, objective=objective, epochs=epochs,
-                                   lr=lr, patience=patience)
+        stage = self.prepare_stage(
+            name, student, projector, weights=weights, objective=objective, epochs=epochs, lr=lr, patience=patience
+        )
         log.info("stage %s: %s", name, stage.describe())
-        result = self.trainer.fit(name, stage.module, stage.train, stage.dev, epochs=stage.epochs, lr=stage.lr,
-                                  teacher_cache=stage.teacher_cache, checkpoints=self.checkpoints,
-                                  patience=stage.patience)
+        result = self.trainer.fit(
+            name,
+            stage.module,
+            stage.train,
+            stage.dev,
+            epochs=stage.epochs,
+            lr=stage.lr,
+            teacher_cache=stage.teacher_cache,
+            checkpoints=self.checkpoints,
+            patience=stage.patience,
+        )
         if stage.projector is not None:
             self.last_distillation = (name, stage.module)  # for the attention and layer records
         self.stages[name] = {**result.summary(), **stage.settings()}
         return result
 
-    def prepare_stage(self, name: str, student: nn.Module, projector: Optional[nn.Module] = None, *,
-                      weights: Optional[Weights] = None, objective: Optional[nn.Module] = None,
-                      epochs: Optional[int] = None, lr: Optional[float] = None,
-                      patience: Optional[int] = None) -> "Stage":
+    def prepare_stage(
+        self,
+        name: str,
+        student: nn.Module,
+        projector: Optional[nn.Module] = None,
+        *,
+        weights: Optional[Weights] = None,
+        objective: Optional[nn.Module] = None,
+        epochs: Optional[int] = None,
+        lr: Optional[float] = None,
+        patience: Optional[int] = None,
+    ) -> Stage:
         """Everything a stage trains with, resolved and checked (see :meth:`train_stage`)."""
         if name in self.stages:
             raise UsageError(f"the recipe runs two stages named {name!r}; stage names must be unique")
@@ -279,7 +398,7 @@ class RecipeContext:
         # the projector or the objective itself (e.g. DIH's) may read the teacher's pseudo classifiers
         needs_heads = any(getattr(part, "needs_teacher_heads", False) for part in (projector, objective))
         heads = self.teacher_heads() if needs_heads else None
-        module = DistillationModule(student, find_layer_extractor(student), projector, objective, heads)
+        module = DistillationModule(student, self.extractor(student), projector, objective, heads)
         needs_teacher = module.needs_teacher
         train_cache = self.teacher_cache()[0] if needs_teacher else None
         train, dev = self.splits_for(student)
@@ -305,7 +424,7 @@ class RecipeContext:
 
 @dataclass
 class Stage:
-    """A stage ready to train: what :meth:`RecipeContext.prepare_stage` resolved."""
+    """A stage ready to train: what :meth:`EngineContext.prepare_stage` resolved."""
 
     module: DistillationModule
     projector: Optional[nn.Module]
@@ -323,12 +442,17 @@ class Stage:
 
     def describe(self) -> str:
         student = type(self.module.student).__name__
-        matching = (f", layers matched by {getattr(self.projector, 'name', type(self.projector).__name__)}"
-                    if self.projector is not None else "")
+        matching = (
+            f", layers matched by {getattr(self.projector, 'name', type(self.projector).__name__)}"
+            if self.projector is not None
+            else ""
+        )
         stopping = f", early stopping after {self.patience} epochs without a dev improvement" if self.patience else ""
         weights = ", ".join(f"{k} {v:g}" for k, v in self.weights.as_dict().items())
-        return (f"{student} student{matching}; weights {weights}; {self.epochs} epochs at lr {self.lr:g} over "
-                f"{self.examples} examples per epoch{stopping}")
+        return (
+            f"{student} student{matching}; weights {weights}; {self.epochs} epochs at lr {self.lr:g} over "
+            f"{self.examples} examples per epoch{stopping}"
+        )
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -340,10 +464,15 @@ def warn_if_not_smaller(student: nn.Module, teacher: nn.Module, name: str) -> No
     (e.g. the paper-sized 23M BiLSTM under a 22.7M MiniLM teacher)."""
     size, teacher_size = count_parameters(student), count_parameters(teacher)
     if size >= teacher_size:
-        log.warning("the student %s has %.1fM parameters, as many as the teacher (%.1fM) or more: distillation is "
-                    "meant to compress, and a large student trained from few labels overfits. Choose a smaller one "
-                    "(bilstm/gated-cnn: --set student_options.hidden_size=256; bert-k: fewer layers) or a larger "
-                    "teacher.", name, size / 1e6, teacher_size / 1e6)
+        log.warning(
+            "the student %s has %.1fM parameters, as many as the teacher (%.1fM) or more: distillation is "
+            "meant to compress, and a large student trained from few labels overfits. Choose a smaller one "
+            "(bilstm/gated-cnn: --set student_options.hidden_size=256; bert-k: fewer layers) or a larger "
+            "teacher.",
+            name,
+            size / 1e6,
+            teacher_size / 1e6,
+        )
 
 
 def check_vocabulary(model: nn.Module, stage: str, splits: list[EncodedSplit]) -> None:
@@ -362,7 +491,8 @@ def check_vocabulary(model: nn.Module, stage: str, splits: list[EncodedSplit]) -
             f"stage {stage!r}: the student's embedding table has {rows} rows, but its input is tokenised with ids up "
             f"to {largest}: the student and the tokenizer reading its data (the teacher's, unless the student "
             f"carries its own 'tokenizer') do not match. Build the student from this teacher, or give it its own "
-            f"tokenizer (e.g. --set student_options.tokenizer=sentencepiece for bilstm/gated-cnn).")
+            f"tokenizer (e.g. --set student_options.tokenizer=sentencepiece for bilstm/gated-cnn)."
+        )
 
 
 def largest_id(split: EncodedSplit) -> int:
@@ -370,3 +500,45 @@ def largest_id(split: EncodedSplit) -> int:
     if hasattr(table, "ids"):  # a memory-mapped token table: one pass over the flat array
         return int(table.ids.max()) if len(table.ids) else -1
     return max((max(ids) for ids in table if ids), default=-1)
+
+
+#: what a recipe may use of its context: the names :class:`kdplug.types.RecipeContext` declares
+PROTOCOL_NAMES = frozenset(name for name in dir(RecipeContext) if not name.startswith("_")) | frozenset(
+    getattr(RecipeContext, "__annotations__", {})
+)
+
+
+class RecipeView:
+    """The view of a context that a recipe receives: the names of the public protocol
+    :class:`kdplug.types.RecipeContext` pass through, any other is an ``AttributeError`` naming the
+    protocol, so a recipe cannot come to depend on the engine (its config, registry or caches)."""
+
+    __slots__ = ("_context",)
+
+    def __init__(self, context: Any) -> None:
+        object.__setattr__(self, "_context", context)
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in PROTOCOL_NAMES:
+            hint = {
+                "config": "settings",
+                "registry": "new_student/new_projector/new_loss/new_teacher/has",
+                "stages": "record/stage_record",
+                "cache_root": "store_directory",
+                "teacher_cache": "teacher_layer_specs",
+                "train_max_length": "max_length",
+            }.get(name)
+            raise AttributeError(
+                f"a recipe's context has no {name!r}: recipes may use only what "
+                f"kdplug.types.RecipeContext declares" + (f" (use {hint})" if hint else "")
+            )
+        value = getattr(self._context, name)
+        if name == "with_teacher":
+            return lambda teacher: RecipeView(value(teacher))
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a recipe's context is read-only (setting {name!r}); record facts with ctx.record")
+
+    def __dir__(self) -> list[str]:
+        return sorted(PROTOCOL_NAMES)

@@ -17,17 +17,21 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-
 from ..config import RunConfig, dump_yaml
 from ..errors import UsageError
+from ..layout import (  # noqa: F401
+    BASELINE_PREDICTIONS_FILE,
+    CONFIG_FILE,
+    LOG_FILE,
+    MARKER_FILE,
+    METRICS_FILE,
+    PREDICTIONS_FILE,
+    RUN_ENTRIES,
+    STUDENT_DIR,
+)
 from ..storage import write_atomic
+from ..version import __version__
 
-CONFIG_FILE, METRICS_FILE, LOG_FILE, STUDENT_DIR = "config.yaml", "metrics.json", "log.txt", "student"
-PREDICTIONS_FILE, MARKER_FILE = "predictions.json", "kdplug_run.json"
-#: everything a run writes at the top of its directory; nothing else is ever removed from it
-BASELINE_PREDICTIONS_FILE = "baseline_predictions.json"  # the --baseline student's, in the same form
-RUN_ENTRIES = (MARKER_FILE, CONFIG_FILE, METRICS_FILE, LOG_FILE, PREDICTIONS_FILE, BASELINE_PREDICTIONS_FILE,
-               STUDENT_DIR, "checkpoints", "attention.json", "attention.png", "layers_dev.safetensors", "tracking")
 RUNNING, COMPLETED, FAILED, INTERRUPTED = "running", "completed", "failed", "interrupted"
 
 
@@ -69,9 +73,11 @@ class RunDirectory:
         self.path = path
 
     @classmethod
-    def create(cls, path: Path, *, overwrite: bool = False) -> "RunDirectory":
+    def create(cls, path: Path, *, overwrite: bool = False) -> RunDirectory:
         """A run directory at ``path``: new, empty, or replacing a run (never anything else)."""
-        if cls.check_new(path, overwrite=overwrite) is not None:  # a failed run, or --overwrite: only the run's own entries go
+        if (
+            cls.check_new(path, overwrite=overwrite) is not None
+        ):  # a failed run, or --overwrite: only the run's own entries go
             remove_run_entries(path)
         path.mkdir(parents=True, exist_ok=True)
         run_dir = cls(path)
@@ -90,17 +96,18 @@ class RunDirectory:
             if status is None and others:
                 raise UsageError(
                     f"output directory {path} holds files kdplug did not write (e.g. {others[0]}); kdplug writes "
-                    f"only into a new or empty directory, or one holding an earlier run: choose another --output")
+                    f"only into a new or empty directory, or one holding an earlier run: choose another --output"
+                )
             if status in (RUNNING, COMPLETED, INTERRUPTED) and not overwrite:
-                hint = (f"continue it with 'kdplug run --resume {path}', " if status != COMPLETED else "")
-                raise UsageError(f"output directory {path} already holds a run ({status}); {hint}choose another "
-                                 f"--output, or pass --overwrite to replace it")
+                hint = f"continue it with 'kdplug run --resume {path}', " if status != COMPLETED else ""
+                raise UsageError(
+                    f"output directory {path} already holds a run ({status}); {hint}choose another "
+                    f"--output, or pass --overwrite to replace it"
+                )
             return status
         return None
 
     def set_status(self, status: str, **details: Any) -> None:
-        from .. import __version__
-
         record = {"kdplug": __version__, "status": status, "updated": time.strftime("%Y-%m-%d %H:%M:%S"), **details}
         write_atomic(self.path / MARKER_FILE, json.dumps(record, indent=1))
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from torch import nn
@@ -73,16 +74,24 @@ def measure(model: nn.Module, split: EncodedSplit, device: torch.device | str) -
     collate = Collator(split.pad_id, split.is_regression)
     count = min(BATCH_SIZE, len(split))
     batch = {key: value.to(device) for key, value in collate([split[i] for i in range(count)]).items()}
-    singles = [{key: value.to(device) for key, value in collate([split[i]]).items()}
-               for i in range(min(SINGLE_EXAMPLES, len(split)))]
+    singles = [
+        {key: value.to(device) for key, value in collate([split[i]]).items()}
+        for i in range(min(SINGLE_EXAMPLES, len(split)))
+    ]
     # batch size 1: the median over examples of each example's median time
-    latency = statistics.median(_median_seconds(lambda one=one: model_forward(model, one), device, repeats=3)
-                                for one in singles)
+    latency = statistics.median(
+        _median_seconds(lambda one=one: model_forward(model, one), device, repeats=3) for one in singles
+    )
     batch_seconds = _median_seconds(lambda: model_forward(model, batch), device)
     model.train(was_training)
-    return Speed(parameters=sum(p.numel() for p in model.parameters()),
-                 weights_mb=weights_bytes(model) / 2**20, latency_ms=latency * 1000,
-                 throughput=count / batch_seconds, batch_size=count, device=str(device))
+    return Speed(
+        parameters=sum(p.numel() for p in model.parameters()),
+        weights_mb=weights_bytes(model) / 2**20,
+        latency_ms=latency * 1000,
+        throughput=count / batch_seconds,
+        batch_size=count,
+        device=str(device),
+    )
 
 
 def speedup(teacher: Optional[Speed], student: Optional[Speed]) -> Optional[float]:

@@ -11,17 +11,17 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import torch
 
-from .. import find_layer_extractor
+from .. import fingerprint
 from ..storage import atomic_directory, complete_copy, move_aside, verify
-from ..types import LayerSpec, Task, Teacher, num_outputs
+from ..types import LayerExtractor, LayerSpec, Task, Teacher, num_outputs
 from . import cache as cache_module
 from . import faults
-from .. import fingerprint
 from .data import EncodedSplit
 from .objective import DistillationModule, WeightedObjective, model_forward
 from .trainer import Trainer, inference_autocast
@@ -31,15 +31,24 @@ log = logging.getLogger(__name__)
 FINETUNED_MARKER = "kdplug_finetuned.json"
 
 
-def finetune_key(teacher: Teacher, task: Task, train: EncodedSplit, dev: dict[str, EncodedSplit],
-                 settings: dict[str, Any]) -> str:
+def finetune_key(
+    teacher: Teacher, task: Task, train: EncodedSplit, dev: dict[str, EncodedSplit], settings: dict[str, Any]
+) -> str:
     """What a fine-tuned teacher depends on: base weights, tokenizer, training data, the dev data
     its best epoch is chosen on, and the settings."""
     return fingerprint.of_values(
-        "teacher-finetune", fingerprint.of_module(teacher.model), fingerprint.of_tokenizer(teacher.tokenizer),
-        task.name, fingerprint.of_token_ids(train.input_ids), fingerprint.of_values(train.labels),
-        {name: [fingerprint.of_token_ids(split.input_ids), fingerprint.of_values(split.labels)]
-         for name, split in dev.items()}, settings)
+        "teacher-finetune",
+        fingerprint.of_module(teacher.model),
+        fingerprint.of_tokenizer(teacher.tokenizer),
+        task.name,
+        fingerprint.of_token_ids(train.input_ids),
+        fingerprint.of_values(train.labels),
+        {
+            name: [fingerprint.of_token_ids(split.input_ids), fingerprint.of_values(split.labels)]
+            for name, split in dev.items()
+        },
+        settings,
+    )
 
 
 def teacher_store(root: Path) -> Path:
@@ -58,8 +67,12 @@ def stored_teacher_dir(root: Path, key: str) -> Optional[Path]:
     problems = verify(directory)
     if problems:
         moved = move_aside(directory)
-        log.warning("the stored fine-tuned teacher %s is damaged (%s); moved it to %s and fine-tuning the "
-                    "teacher again", directory, "; ".join(problems), moved)
+        log.warning(
+            "the stored fine-tuned teacher %s is damaged (%s); moved it to %s and fine-tuning the teacher again",
+            directory,
+            "; ".join(problems),
+            moved,
+        )
         return None
     return directory
 
@@ -72,15 +85,29 @@ def stored_summary(directory: Path) -> dict[str, Any]:
         return {}
 
 
-def finetune(teacher: Teacher, trainer: Trainer, task: Task, train: EncodedSplit, dev: dict[str, EncodedSplit], *,
-             epochs: int, lr: float, task_loss, regression: bool, checkpoints=None, patience: int = 0) -> dict[str, Any]:
+def finetune(
+    teacher: Teacher,
+    extractor: LayerExtractor,
+    trainer: Trainer,
+    task: Task,
+    train: EncodedSplit,
+    dev: dict[str, EncodedSplit],
+    *,
+    epochs: int,
+    lr: float,
+    task_loss,
+    regression: bool,
+    checkpoints=None,
+    patience: int = 0,
+) -> dict[str, Any]:
     """Fine-tune the teacher in place with CE (MSE for regression); return the stage summary."""
-    extractor = find_layer_extractor(teacher.model)
-    objective = WeightedObjective(eta=0.0, lam=0.0, task_loss=task_loss, kd_loss=None, ild_loss=None,
-                                  regression=regression)
+    objective = WeightedObjective(
+        eta=0.0, lam=0.0, task_loss=task_loss, kd_loss=None, ild_loss=None, regression=regression
+    )
     module = DistillationModule(teacher.model, extractor, None, objective)
-    result = trainer.fit("teacher", module, train, dev, epochs=epochs, lr=lr, checkpoints=checkpoints,
-                         patience=patience)
+    result = trainer.fit(
+        "teacher", module, train, dev, epochs=epochs, lr=lr, checkpoints=checkpoints, patience=patience
+    )
     return {**result.summary(), "epochs": epochs, "patience": patience}
 
 
@@ -94,8 +121,14 @@ def store(teacher: Teacher, root: Path, key: str, summary: dict[str, Any]) -> Pa
         teacher.save_pretrained(str(staging))
         marker_path = staging / FINETUNED_MARKER
         marker = json.loads(marker_path.read_text()) if marker_path.is_file() else {}
-        marker.update({"source": teacher.source, "pretrained": teacher.pretrained,
-                       "created": time.strftime("%Y-%m-%d %H:%M:%S"), **summary})
+        marker.update(
+            {
+                "source": teacher.source,
+                "pretrained": teacher.pretrained,
+                "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+                **summary,
+            }
+        )
         marker_path.write_text(json.dumps(marker, indent=1, default=str))
     return target
 
@@ -106,16 +139,21 @@ def freeze(teacher: Teacher) -> Teacher:
     return teacher
 
 
-def matchable_specs(model: torch.nn.Module) -> tuple[list[LayerSpec], list[int]]:
+def matchable_specs(extractor: LayerExtractor, model: torch.nn.Module) -> tuple[list[LayerSpec], list[int]]:
     """The teacher's matchable layer specs and their positions in the extractor's output."""
-    specs = find_layer_extractor(model).layer_specs(model)
+    specs = extractor.layer_specs(model)
     positions = [i for i, spec in enumerate(specs) if spec.matchable]
     return [specs[i] for i in positions], positions
 
 
-def _teacher_batches(teacher: Teacher, trainer: Trainer, split: EncodedSplit, precision: str,
-                     positions: list[int]) -> Iterator[cache_module.CacheBatch]:
-    extractor = find_layer_extractor(teacher.model)
+def _teacher_batches(
+    teacher: Teacher,
+    extractor: LayerExtractor,
+    trainer: Trainer,
+    split: EncodedSplit,
+    precision: str,
+    positions: list[int],
+) -> Iterator[cache_module.CacheBatch]:
     loader, _ = trainer.loader(split, shuffle=False, batch_size=trainer.batch_size * 2)
     device = trainer.accelerator.device
     teacher.model.to(device)
@@ -126,21 +164,42 @@ def _teacher_batches(teacher: Teacher, trainer: Trainer, split: EncodedSplit, pr
             yield batch["index"], outputs.logits.float(), [layers[i].float() for i in positions]
 
 
-def cache_key(teacher_fingerprint: str, tokenizer_fingerprint: str, split: EncodedSplit, specs: list[LayerSpec],
-              precision: str) -> str:
-    return fingerprint.of_values("teacher-cache", teacher_fingerprint, tokenizer_fingerprint,
-                                 split.token_fingerprint or fingerprint.of_token_ids(split.input_ids),
-                                 [(s.index, s.width, s.kind) for s in specs], precision)
+def cache_key(
+    teacher_fingerprint: str, tokenizer_fingerprint: str, split: EncodedSplit, specs: list[LayerSpec], precision: str
+) -> str:
+    return fingerprint.of_values(
+        "teacher-cache",
+        teacher_fingerprint,
+        tokenizer_fingerprint,
+        split.token_fingerprint or fingerprint.of_token_ids(split.input_ids),
+        [(s.index, s.width, s.kind) for s in specs],
+        precision,
+    )
 
 
-def build_cache(teacher: Teacher, trainer: Trainer, task: Task, split_name: str, split: EncodedSplit, *, root: Path,
-                precision: str, teacher_fingerprint: str, tokenizer_fingerprint: str) -> cache_module.TeacherCache:
-    specs, positions = matchable_specs(teacher.model)
+def build_cache(
+    teacher: Teacher,
+    extractor: LayerExtractor,
+    trainer: Trainer,
+    task: Task,
+    split_name: str,
+    split: EncodedSplit,
+    *,
+    root: Path,
+    precision: str,
+    teacher_fingerprint: str,
+    tokenizer_fingerprint: str,
+) -> cache_module.TeacherCache:
+    specs, positions = matchable_specs(extractor, teacher.model)
     key = cache_key(teacher_fingerprint, tokenizer_fingerprint, split, specs, precision)
     batches_total = (len(split) + trainer.batch_size * 2 - 1) // (trainer.batch_size * 2)
     return cache_module.open_or_build(
-        root / "teacher-cache", key, num_examples=len(split), num_outputs=num_outputs(task), specs=specs,
-        compute=lambda: _teacher_batches(teacher, trainer, split, precision, positions),
+        root / "teacher-cache",
+        key,
+        num_examples=len(split),
+        num_outputs=num_outputs(task),
+        specs=specs,
+        compute=lambda: _teacher_batches(teacher, extractor, trainer, split, precision, positions),
         description={"teacher": teacher.source, "task": task.name, "split": split_name, "precision": precision},
         progress=lambda it, n: trainer.progress(it, batches_total, f"teacher cache {split_name}"),
     )
@@ -151,9 +210,20 @@ class TeacherOutputs:
     stored) on first use: dev first, so the teacher is checked before its train outputs, the
     expensive part on a large data set, are computed. Calling it gives ``(train, dev)``."""
 
-    def __init__(self, teacher: Teacher, trainer: Trainer, task: Task, train: EncodedSplit,
-                 dev: dict[str, EncodedSplit], *, root: Path, precision: str) -> None:
-        self.teacher, self.trainer, self.task, self.train, self.dev = teacher, trainer, task, train, dev
+    def __init__(
+        self,
+        teacher: Teacher,
+        extractor: LayerExtractor,
+        trainer: Trainer,
+        task: Task,
+        train: EncodedSplit,
+        dev: dict[str, EncodedSplit],
+        *,
+        root: Path,
+        precision: str,
+    ) -> None:
+        self.teacher, self.extractor, self.trainer, self.task = teacher, extractor, trainer, task
+        self.train, self.dev = train, dev
         self.root, self.precision = root, precision
         self._train: Optional[cache_module.TeacherCache] = None
         self._dev: Optional[dict[str, cache_module.TeacherCache]] = None
@@ -161,19 +231,25 @@ class TeacherOutputs:
 
     def _common(self) -> dict[str, Any]:
         if self._fingerprints is None:
-            self._fingerprints = {"teacher_fingerprint": fingerprint.of_module(self.teacher.model),
-                                  "tokenizer_fingerprint": fingerprint.of_tokenizer(self.teacher.tokenizer)}
+            self._fingerprints = {
+                "teacher_fingerprint": fingerprint.of_module(self.teacher.model),
+                "tokenizer_fingerprint": fingerprint.of_tokenizer(self.teacher.tokenizer),
+            }
         return {"root": self.root, "precision": self.precision, **self._fingerprints}
 
     def dev_caches(self) -> dict[str, cache_module.TeacherCache]:
         if self._dev is None:
-            self._dev = {name: build_cache(self.teacher, self.trainer, self.task, name, split, **self._common())
-                         for name, split in self.dev.items()}
+            self._dev = {
+                name: build_cache(self.teacher, self.extractor, self.trainer, self.task, name, split, **self._common())
+                for name, split in self.dev.items()
+            }
         return self._dev
 
     def train_cache(self) -> cache_module.TeacherCache:
         if self._train is None:
-            self._train = build_cache(self.teacher, self.trainer, self.task, "train", self.train, **self._common())
+            self._train = build_cache(
+                self.teacher, self.extractor, self.trainer, self.task, "train", self.train, **self._common()
+            )
         return self._train
 
     def __call__(self) -> tuple[cache_module.TeacherCache, dict[str, cache_module.TeacherCache]]:

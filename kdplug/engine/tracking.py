@@ -20,8 +20,8 @@ from typing import Any, Optional
 
 from ..config import TRACKERS, tracker_names
 from ..errors import ConfigError
+from ..layout import TRACKING_DIR  # noqa: F401
 
-TRACKING_DIR = "tracking"
 PROJECT = "kdplug"
 
 
@@ -32,11 +32,15 @@ def parse_report_to(value: Optional[str]) -> list[str]:
         return [name for name, package in TRACKERS.items() if importlib.util.find_spec(package) is not None]
     missing = [name for name in names if importlib.util.find_spec(TRACKERS[name]) is None]
     if missing:
-        raise ConfigError(f"--report-to {', '.join(missing)} needs the {', '.join(TRACKERS[m] for m in missing)} "
-                          f"package: pip install {' '.join(TRACKERS[m] for m in missing)}")
+        raise ConfigError(
+            f"--report-to {', '.join(missing)} needs the {', '.join(TRACKERS[m] for m in missing)} "
+            f"package: pip install {' '.join(TRACKERS[m] for m in missing)}"
+        )
     if "wandb" in names and not wandb_can_log():
-        raise ConfigError("--report-to wandb needs a Weights & Biases login (wandb login, or WANDB_API_KEY), or "
-                          "WANDB_MODE=offline to write the run locally and 'wandb sync' it later")
+        raise ConfigError(
+            "--report-to wandb needs a Weights & Biases login (wandb login, or WANDB_API_KEY), or "
+            "WANDB_MODE=offline to write the run locally and 'wandb sync' it later"
+        )
     return names
 
 
@@ -57,8 +61,10 @@ def hyper_parameters(config: dict[str, Any]) -> dict[str, Any]:
                 flat[f"{key}.{option}"] = item
         else:
             flat[key] = value
-    return {key: value if isinstance(value, (int, float, str, bool)) else json.dumps(value, default=str)
-            for key, value in flat.items()}
+    return {
+        key: value if isinstance(value, (int, float, str, bool)) else json.dumps(value, default=str)
+        for key, value in flat.items()
+    }
 
 
 def _mlflow_store_in(directory: Path) -> None:
@@ -79,12 +85,14 @@ class Tracking:
         directory.mkdir(parents=True, exist_ok=True)
         if "mlflow" in names:
             _mlflow_store_in(directory)
-        init_kwargs = {"wandb": {"name": run_dir.name, "dir": str(directory)},
-                       "mlflow": {"run_name": run_dir.name,
-                                  "logging_dir": (directory / "mlartifacts").resolve().as_uri()},
-                       "tensorboard": {}}
-        accelerator.init_trackers(PROJECT, config=hyper_parameters(config),
-                                  init_kwargs={name: init_kwargs[name] for name in names})
+        init_kwargs = {
+            "wandb": {"name": run_dir.name, "dir": str(directory)},
+            "mlflow": {"run_name": run_dir.name, "logging_dir": (directory / "mlartifacts").resolve().as_uri()},
+            "tensorboard": {},
+        }
+        accelerator.init_trackers(
+            PROJECT, config=hyper_parameters(config), init_kwargs={name: init_kwargs[name] for name in names}
+        )
 
     def log_step(self, stage: str, step: int, terms: dict[str, float], lr: float) -> None:
         values = {f"{stage}/train/{term}": value for term, value in terms.items()}
@@ -92,8 +100,9 @@ class Tracking:
         self.accelerator.log(values, step=step)
 
     def log_epoch(self, stage: str, step: int, epoch: int, metrics: dict[str, dict[str, float]]) -> None:
-        values = {f"{stage}/dev/{split}/{name}": value for split, scores in metrics.items()
-                  for name, value in scores.items()}
+        values = {
+            f"{stage}/dev/{split}/{name}": value for split, scores in metrics.items() for name, value in scores.items()
+        }
         values[f"{stage}/epoch"] = epoch
         self.accelerator.log(values, step=step)
 

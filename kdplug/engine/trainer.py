@@ -12,7 +12,6 @@ import copy
 import logging
 import time
 import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -25,7 +24,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from ..errors import KdplugError
 from ..progress import progress
-from ..types import Task
+from ..types import StageResult, Task
 from . import faults, health, interrupt
 from .cache import TeacherCache
 from .checkpoint import Checkpointer, Progress, restore_rng
@@ -40,27 +39,6 @@ class NonFiniteLossError(KdplugError):
     """Training produced NaN or inf: stopping beats training on garbage."""
 
 
-@dataclass
-class StageResult:
-    name: str
-    history: list[dict] = field(default_factory=list)
-    best_epoch: int = 0
-    dev: dict[str, dict[str, float]] = field(default_factory=dict)
-    seconds: float = 0.0
-    warnings: list[str] = field(default_factory=list)
-    #: the epoch after which early stopping ended the stage (None: it ran every epoch)
-    stopped_early: Optional[int] = None
-
-    def summary(self) -> dict[str, Any]:
-        summary = {"best_epoch": self.best_epoch, "dev": self.dev, "history": self.history,
-                   "seconds": round(self.seconds, 2)}
-        if self.stopped_early is not None:
-            summary["stopped_early"] = self.stopped_early
-        if self.warnings:
-            summary["warnings"] = self.warnings
-        return summary
-
-
 def process_state() -> PartialState:
     """This process's place in a multi-process run (one process: index 0 of 1).
 
@@ -70,8 +48,9 @@ def process_state() -> PartialState:
     return PartialState(cpu=not torch.cuda.is_available())
 
 
-def build_accelerator(precision: str, log_with: Optional[list[str]] = None,
-                      project_dir: Optional[Path] = None) -> Accelerator:
+def build_accelerator(
+    precision: str, log_with: Optional[list[str]] = None, project_dir: Optional[Path] = None
+) -> Accelerator:
     """fp32 training on CPU unless asked otherwise; bf16/fp16 mixed precision on request;
     ``log_with`` names Accelerate trackers writing under ``project_dir`` (see tracking.py)."""
     mixed = {"auto": "no", "fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision]
@@ -81,9 +60,13 @@ def build_accelerator(precision: str, log_with: Optional[list[str]] = None,
         mixed = "no"  # fp16 autocast training is a GPU feature; keep CPU runs exact
     # split_batches: batch_size is the global batch, whatever the number of processes, so a
     # multi-GPU run keeps the papers' hyper-parameters (and matches a one-process run)
-    return Accelerator(mixed_precision=mixed, cpu=not torch.cuda.is_available(),
-                       dataloader_config=DataLoaderConfiguration(split_batches=True),
-                       log_with=log_with or None, project_dir=str(project_dir) if project_dir else None)
+    return Accelerator(
+        mixed_precision=mixed,
+        cpu=not torch.cuda.is_available(),
+        dataloader_config=DataLoaderConfiguration(split_batches=True),
+        log_with=log_with or None,
+        project_dir=str(project_dir) if project_dir else None,
+    )
 
 
 def inference_autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
@@ -116,9 +99,18 @@ def predictions_from_logits(logits: torch.Tensor, is_regression: bool) -> torch.
 
 
 class Trainer:
-    def __init__(self, accelerator: Accelerator, task: Task, *, batch_size: int, seed: int,
-                 weight_decay: float = 0.01, warmup_ratio: float = 0.1, best_checkpoint: str = "best",
-                 num_workers: int = 0) -> None:
+    def __init__(
+        self,
+        accelerator: Accelerator,
+        task: Task,
+        *,
+        batch_size: int,
+        seed: int,
+        weight_decay: float = 0.01,
+        warmup_ratio: float = 0.1,
+        best_checkpoint: str = "best",
+        num_workers: int = 0,
+    ) -> None:
         self.accelerator = accelerator
         self.task = task
         self.batch_size = batch_size
@@ -130,15 +122,27 @@ class Trainer:
         self.tracking: Any = None  # engine.tracking.Tracking, when the run reports to trackers
 
     # -- data -------------------------------------------------------------------------------
-    def loader(self, split: EncodedSplit | WithTransfer, *, shuffle: bool, batch_size: Optional[int] = None) -> tuple[DataLoader, LengthGroupedBatchSampler]:
+    def loader(
+        self, split: EncodedSplit | WithTransfer, *, shuffle: bool, batch_size: Optional[int] = None
+    ) -> tuple[DataLoader, LengthGroupedBatchSampler]:
         mixed = shuffle and hasattr(split, "epoch_pool")  # labelled + a transfer set's share per epoch
-        sampler = LengthGroupedBatchSampler(split.lengths, batch_size or self.batch_size, shuffle=shuffle, seed=self.seed,
-                                            pool=split.epoch_pool if mixed else None,
-                                            epoch_size=split.epoch_size if mixed else None)
+        sampler = LengthGroupedBatchSampler(
+            split.lengths,
+            batch_size or self.batch_size,
+            shuffle=shuffle,
+            seed=self.seed,
+            pool=split.epoch_pool if mixed else None,
+            epoch_size=split.epoch_size if mixed else None,
+        )
         # its own generator: creating an iterator must not draw from the global RNG, or a resumed
         # run would see different dropout masks than an uninterrupted one
-        loader = DataLoader(split, batch_sampler=sampler, collate_fn=Collator(split.pad_id, split.is_regression),
-                            num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed))
+        loader = DataLoader(
+            split,
+            batch_sampler=sampler,
+            collate_fn=Collator(split.pad_id, split.is_regression),
+            num_workers=self.num_workers,
+            generator=torch.Generator().manual_seed(self.seed),
+        )
         return loader, sampler
 
     def progress(self, iterable, total: int, desc: str):
@@ -169,8 +173,9 @@ class Trainer:
         merged[torch.cat(indices)] = torch.cat(outputs)
         return merged
 
-    def evaluate(self, model: nn.Module, dev_splits: dict[str, EncodedSplit],
-                 predictions: Optional[dict[str, list]] = None) -> dict[str, dict[str, float]]:
+    def evaluate(
+        self, model: nn.Module, dev_splits: dict[str, EncodedSplit], predictions: Optional[dict[str, list]] = None
+    ) -> dict[str, dict[str, float]]:
         """Metrics per split; with ``predictions`` (a dict), also fills it with each split's predictions."""
         results = {}
         for name, split in dev_splits.items():
@@ -185,9 +190,19 @@ class Trainer:
         return first[self.task.main_metric]
 
     # -- training ---------------------------------------------------------------------------
-    def fit(self, name: str, module: DistillationModule, train: EncodedSplit, dev_splits: dict[str, EncodedSplit], *,
-            epochs: int, lr: float, teacher_cache: Optional[TeacherCache] = None,
-            checkpoints: Optional[Checkpointer] = None, patience: int = 0) -> StageResult:
+    def fit(
+        self,
+        name: str,
+        module: DistillationModule,
+        train: EncodedSplit,
+        dev_splits: dict[str, EncodedSplit],
+        *,
+        epochs: int,
+        lr: float,
+        teacher_cache: Optional[TeacherCache] = None,
+        checkpoints: Optional[Checkpointer] = None,
+        patience: int = 0,
+    ) -> StageResult:
         """Train ``module`` for ``epochs``; on return it holds the kept (best or last) weights.
 
         With ``checkpoints``, the stage is checkpointed every ``checkpoints.every_steps`` steps
@@ -204,8 +219,15 @@ class Trainer:
             log.info("stage %s: complete in its checkpoint, reusing it", name)
             module.load_state_dict(saved[1])
             progress = saved[0]
-            return StageResult(name, progress.history, progress.best_epoch, progress.best_dev,
-                               time.perf_counter() - started, progress.warnings, progress.stopped_early)
+            return StageResult(
+                name,
+                progress.history,
+                progress.best_epoch,
+                progress.best_dev,
+                time.perf_counter() - started,
+                progress.warnings,
+                progress.stopped_early,
+            )
         # a stage's randomness depends on the seed and its name only, so a resumed run that
         # skips earlier stages draws the same dropout masks as an uninterrupted one
         set_seed(self.seed + zlib.crc32(name.encode()) % 100_000)
@@ -266,24 +288,42 @@ class Trainer:
                 if interrupt.requested() or (every and step % every == 0 and step < len(loader)):
                     path = save()
                     if interrupt.requested():
-                        raise RunInterrupted(f"stopped by signal {interrupt.requested()} in stage {name!r} at epoch "
-                                             f"{epoch}, step {step}; checkpoint written to {path}. Continue with "
-                                             f"'kdplug run --resume <run dir>'.", interrupt.requested())
+                        raise RunInterrupted(
+                            f"stopped by signal {interrupt.requested()} in stage {name!r} at epoch "
+                            f"{epoch}, step {step}; checkpoint written to {path}. Continue with "
+                            f"'kdplug run --resume <run dir>'.",
+                            interrupt.requested(),
+                        )
             predictions: dict[str, list] = {}
             metrics = self.evaluate(module, dev_splits, predictions)
             score = self.main_score(metrics)
-            record = {"epoch": epoch, "train": {k: v / max(progress.count, 1) for k, v in progress.sums.items()},
-                      "dev": metrics}
+            record = {
+                "epoch": epoch,
+                "train": {k: v / max(progress.count, 1) for k, v in progress.sums.items()},
+                "dev": metrics,
+            }
             first_split = predictions.get(self.task.dev_splits[0])
             if self.task.labels and first_split:
                 record["predicted_classes"] = len(set(first_split))
             progress.history.append(record)
-            log.info("%s epoch %d/%d: train loss %.4f, %s", name, epoch, epochs, record["train"].get("loss", 0.0),
-                     _format(metrics))
+            log.info(
+                "%s epoch %d/%d: train loss %.4f, %s",
+                name,
+                epoch,
+                epochs,
+                record["train"].get("loss", 0.0),
+                _format(metrics),
+            )
             if self.tracking is not None:
                 self.tracking.log_epoch(name, epoch * len(loader), epoch, metrics)
-            for finding in health.check_epoch(name, progress.history, epochs=epochs, lr=lr, labels=self.task.labels,
-                                              predictions=predictions.get(self.task.dev_splits[0])):
+            for finding in health.check_epoch(
+                name,
+                progress.history,
+                epochs=epochs,
+                lr=lr,
+                labels=self.task.labels,
+                predictions=predictions.get(self.task.dev_splits[0]),
+            ):
                 if finding.code not in progress.warned:
                     progress.warned.append(finding.code)
                     progress.warnings.append(finding.message)
@@ -292,11 +332,19 @@ class Trainer:
                 progress.best_score, progress.best_epoch, progress.best_dev = score, epoch, metrics
                 best_state = copy.deepcopy(unwrapped.state_dict())
             progress.epoch, progress.step, progress.sums, progress.count = epoch + 1, 0, {}, 0
-            if patience and epoch < epochs and stop_early([self.main_score(r["dev"]) for r in progress.history],
-                                                          patience, baseline):
+            if (
+                patience
+                and epoch < epochs
+                and stop_early([self.main_score(r["dev"]) for r in progress.history], patience, baseline)
+            ):
                 progress.stopped_early = epoch
-                log.info("%s: no dev improvement for %d epochs since epoch %d: stopping early (patience %d)", name,
-                         patience, progress.best_epoch, patience)
+                log.info(
+                    "%s: no dev improvement for %d epochs since epoch %d: stopping early (patience %d)",
+                    name,
+                    patience,
+                    progress.best_epoch,
+                    patience,
+                )
                 break
             if epoch < epochs:
                 save()
@@ -304,10 +352,19 @@ class Trainer:
             unwrapped.load_state_dict(best_state)
         save(complete=True)
         self.accelerator.free_memory()
-        return StageResult(name, progress.history, progress.best_epoch, progress.best_dev, time.perf_counter() - started,
-                           progress.warnings, progress.stopped_early)
+        return StageResult(
+            name,
+            progress.history,
+            progress.best_epoch,
+            progress.best_dev,
+            time.perf_counter() - started,
+            progress.warnings,
+            progress.stopped_early,
+        )
 
-    def _step(self, module, batch, teacher_cache, optimizer, scheduler, name, epoch, step, checkpoints) -> dict[str, float]:
+    def _step(
+        self, module, batch, teacher_cache, optimizer, scheduler, name, epoch, step, checkpoints
+    ) -> dict[str, float]:
         teacher = {}
         if teacher_cache is not None and self.accelerator.unwrap_model(module).needs_teacher:
             logits, layers = teacher_cache.fetch(batch["index"], self.accelerator.device)
@@ -318,10 +375,15 @@ class Trainer:
         if not torch.isfinite(loss):
             values = {k: float(v.detach()) for k, v in terms.items()}
             last = checkpoints.directory(name) if checkpoints is not None else None
-            kept = f"the last good checkpoint is {last}" if last is not None and last.exists() else "no checkpoint was written yet"
+            kept = (
+                f"the last good checkpoint is {last}"
+                if last is not None and last.exists()
+                else "no checkpoint was written yet"
+            )
             raise NonFiniteLossError(
                 f"stage {name!r}, epoch {epoch}, step {step}: the loss is not finite ({values}); {kept}. "
-                f"Lower the learning rate or the temperature and resume or rerun.")
+                f"Lower the learning rate or the temperature and resume or rerun."
+            )
         self.accelerator.backward(loss)
         optimizer.step()
         scheduler.step()

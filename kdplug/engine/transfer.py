@@ -15,9 +15,10 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 
@@ -47,6 +48,7 @@ def normalised(text: Text) -> str:
 
 # -- token ids on disk ---------------------------------------------------------------------------
 
+
 class TokenTable(Sequence[list[int]]):
     """Token id lists stored flat in memory-mapped arrays; ``table[i]`` is one example's ids."""
 
@@ -59,7 +61,7 @@ class TokenTable(Sequence[list[int]]):
     def __getitem__(self, index):  # type: ignore[override]
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        return self.ids[self.offsets[index]:self.offsets[index + 1]].tolist()
+        return self.ids[self.offsets[index] : self.offsets[index + 1]].tolist()
 
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
@@ -95,15 +97,24 @@ class TransferSet:
                     _write_encoding(staging, self.texts(), tokenizer, max_length)
         directory = complete_copy(target)
         offsets = np.load(directory / OFFSETS_FILE, mmap_mode="r")
-        ids = np.memmap(directory / IDS_FILE, dtype=np.int32, mode="r", shape=(int(offsets[-1]),)) \
-            if offsets[-1] else np.zeros(0, dtype=np.int32)
+        ids = (
+            np.memmap(directory / IDS_FILE, dtype=np.int32, mode="r", shape=(int(offsets[-1]),))
+            if offsets[-1]
+            else np.zeros(0, dtype=np.int32)
+        )
         types = None
         if (directory / TYPES_FILE).is_file():
             types = TokenTable(np.memmap(directory / TYPES_FILE, dtype=np.int8, mode="r", shape=ids.shape), offsets)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         table = TokenTable(ids, offsets)
-        return EncodedSplit(input_ids=table, token_type_ids=types, labels=[0.0 if is_regression else 0] * len(table),
-                            is_regression=is_regression, pad_id=pad_id, token_fingerprint=key + self.key)
+        return EncodedSplit(
+            input_ids=table,
+            token_type_ids=types,
+            labels=[0.0 if is_regression else 0] * len(table),
+            is_regression=is_regression,
+            pad_id=pad_id,
+            token_fingerprint=key + self.key,
+        )
 
 
 def _write_encoding(directory: Path, texts: Iterable[Text], tokenizer: Any, max_length: int) -> None:
@@ -138,6 +149,7 @@ def _chunks(items: Iterable, size: int) -> Iterator[list]:
 
 # -- building ------------------------------------------------------------------------------------
 
+
 def read_transfer_file(path: str, task: Task) -> Iterator[Text]:
     """The texts of one ``--transfer`` source: a TSV/CSV/JSONL file with the task's text columns
     (or ``text``/``text_pair``), plain lines, or a directory that ``datasets`` saved."""
@@ -146,8 +158,15 @@ def read_transfer_file(path: str, task: Task) -> Iterator[Text]:
         yield from _read_dataset_dir(source, task)
         return
     fmt = input_format(str(source), None)
-    _, _, texts = read_inputs(read_text(source), fmt, str(source), text_columns(task), task.is_pair, None,
-                              consumer=f"a transfer set for task {task.name!r}")
+    _, _, texts = read_inputs(
+        read_text(source),
+        fmt,
+        str(source),
+        text_columns(task),
+        task.is_pair,
+        None,
+        consumer=f"a transfer set for task {task.name!r}",
+    )
     for text in texts:
         yield (text[0], text[1]) if task.is_pair else (text, None)
 
@@ -156,8 +175,10 @@ def _read_dataset_dir(source: Path, task: Task) -> Iterator[Text]:
     try:
         import datasets
     except ImportError:
-        raise UsageError(f"--transfer {source}: a directory is read as a saved 'datasets' data set; pip install "
-                         f"'kdplug[glue]' (or pass a .tsv/.csv/.jsonl/.txt file)") from None
+        raise UsageError(
+            f"--transfer {source}: a directory is read as a saved 'datasets' data set; pip install "
+            f"'kdplug[glue]' (or pass a .tsv/.csv/.jsonl/.txt file)"
+        ) from None
     try:
         loaded = datasets.load_from_disk(str(source))
     except (FileNotFoundError, ValueError) as exc:
@@ -165,11 +186,19 @@ def _read_dataset_dir(source: Path, task: Task) -> Iterator[Text]:
     splits = list(loaded.values()) if isinstance(loaded, datasets.DatasetDict) else [loaded]
     wanted = 2 if task.is_pair else 1
     for split in splits:
-        columns = next((list(c[:wanted]) for c in (text_columns(task), ("text", "text_pair"))
-                        if all(name in split.column_names for name in c[:wanted])), None)
+        columns = next(
+            (
+                list(c[:wanted])
+                for c in (text_columns(task), ("text", "text_pair"))
+                if all(name in split.column_names for name in c[:wanted])
+            ),
+            None,
+        )
         if columns is None:
-            raise UsageError(f"--transfer {source}: columns {', '.join(split.column_names)} hold none of the task's "
-                             f"text columns {', '.join(text_columns(task)[:wanted])} (or text/text_pair)")
+            raise UsageError(
+                f"--transfer {source}: columns {', '.join(split.column_names)} hold none of the task's "
+                f"text columns {', '.join(text_columns(task)[:wanted])} (or text/text_pair)"
+            )
         for row in split.select_columns(columns).iter(batch_size=1000):
             for values in zip(*(row[c] for c in columns)):
                 yield (values[0], values[1] if task.is_pair else None)
@@ -195,17 +224,24 @@ def augmented(augmenter: Any, examples: Sequence[Example], factor: int, seed: in
                 yield index, (a, b)
 
 
-def transfer_key(config: RunConfig, task: Task, train: Sequence[Example], dev_keys: set[str], seed: int,
-                 teacher_fingerprint: str) -> str:
-    files = [fingerprint.of_file(str(p)) if Path(p).is_file() else _dir_fingerprint(Path(p))
-             for p in (Path(path).expanduser() for path in config.transfer)]
+def transfer_key(
+    config: RunConfig, task: Task, train: Sequence[Example], dev_keys: set[str], seed: int, teacher_fingerprint: str
+) -> str:
+    files = [
+        fingerprint.of_file(str(p)) if Path(p).is_file() else _dir_fingerprint(Path(p))
+        for p in (Path(path).expanduser() for path in config.transfer)
+    ]
     augment = None
     if config.augment:
-        augment = {"name": config.augment, "options": config.augment_options, "factor": config.augment_factor,
-                   "seed": seed, "teacher": teacher_fingerprint,
-                   "train": fingerprint.of_values([(e.text_a, e.text_b) for e in train])}
-    return fingerprint.of_values("transfer", FORMAT_VERSION, task.name, task.is_pair, files, augment,
-                                 sorted(dev_keys))
+        augment = {
+            "name": config.augment,
+            "options": config.augment_options,
+            "factor": config.augment_factor,
+            "seed": seed,
+            "teacher": teacher_fingerprint,
+            "train": fingerprint.of_values([(e.text_a, e.text_b) for e in train]),
+        }
+    return fingerprint.of_values("transfer", FORMAT_VERSION, task.name, task.is_pair, files, augment, sorted(dev_keys))
 
 
 def _dir_fingerprint(directory: Path) -> str:
@@ -216,9 +252,19 @@ def _dir_fingerprint(directory: Path) -> str:
     return digest.hexdigest()
 
 
-def build_or_load(config: RunConfig, registry: Registry, task: Task, teacher: Teacher, train: Sequence[Example],
-                  dev: dict[str, Sequence[Example]], *, root: Path, seed: int, teacher_fingerprint: str,
-                  echo: Callable[[str], None] = print) -> TransferSet:
+def build_or_load(
+    config: RunConfig,
+    registry: Registry,
+    task: Task,
+    teacher: Teacher,
+    train: Sequence[Example],
+    dev: dict[str, Sequence[Example]],
+    *,
+    root: Path,
+    seed: int,
+    teacher_fingerprint: str,
+    echo: Callable[[str], None] = print,
+) -> TransferSet:
     """The run's transfer set, from the store or built now (under a lock, so parallel runs build it once)."""
     dev_keys = {normalised((e.text_a, e.text_b)) for split in dev.values() for e in split}
     key = transfer_key(config, task, train, dev_keys, seed, teacher_fingerprint)
@@ -235,10 +281,14 @@ def build_or_load(config: RunConfig, registry: Registry, task: Task, teacher: Te
             meta["seconds"] = round(time.perf_counter() - started, 2)
             (staging / META_FILE).write_text(json.dumps(meta, indent=1))
     if meta["examples"] == 0:
-        raise UsageError("the transfer set is empty: every text was a duplicate of a dev sentence or of its "
-                         "source; check --transfer's files (or raise --augment-factor)")
-    echo(f"transfer set: {meta['examples']} examples built in {meta['seconds']:.1f}s "
-         f"({meta['dropped_dev_duplicates']} dev duplicates dropped) -> {target}")
+        raise UsageError(
+            "the transfer set is empty: every text was a duplicate of a dev sentence or of its "
+            "source; check --transfer's files (or raise --augment-factor)"
+        )
+    echo(
+        f"transfer set: {meta['examples']} examples built in {meta['seconds']:.1f}s "
+        f"({meta['dropped_dev_duplicates']} dev duplicates dropped) -> {target}"
+    )
     return TransferSet(target, meta)
 
 
@@ -249,17 +299,34 @@ def _stored(target: Path) -> Optional[TransferSet]:
     return TransferSet(existing, json.loads((existing / META_FILE).read_text()))
 
 
-def find_stored(config: RunConfig, task: Task, train: Sequence[Example], dev: dict[str, Sequence[Example]], *,
-                root: Path, seed: int, teacher_fingerprint: str) -> Optional[TransferSet]:
+def find_stored(
+    config: RunConfig,
+    task: Task,
+    train: Sequence[Example],
+    dev: dict[str, Sequence[Example]],
+    *,
+    root: Path,
+    seed: int,
+    teacher_fingerprint: str,
+) -> Optional[TransferSet]:
     """The run's transfer set if the store holds it already (nothing is built)."""
     dev_keys = {normalised((e.text_a, e.text_b)) for split in dev.values() for e in split}
     return _stored(root / "transfer" / transfer_key(config, task, train, dev_keys, seed, teacher_fingerprint))
 
 
-def _write_texts(directory: Path, config: RunConfig, registry: Registry, task: Task, teacher: Teacher,
-                 train: Sequence[Example], dev_keys: set[str], seed: int) -> dict[str, Any]:
+def _write_texts(
+    directory: Path,
+    config: RunConfig,
+    registry: Registry,
+    task: Task,
+    teacher: Teacher,
+    train: Sequence[Example],
+    dev_keys: set[str],
+    seed: int,
+) -> dict[str, Any]:
     counts = {"examples": 0, "dropped_dev_duplicates": 0, "from_files": 0, "augmented": 0}
     with open(directory / TEXTS_FILE, "w", encoding="utf-8") as handle:
+
         def emit(text: Text, origin: str) -> None:
             if normalised(text) in dev_keys:
                 counts["dropped_dev_duplicates"] += 1
@@ -277,6 +344,13 @@ def _write_texts(directory: Path, config: RunConfig, registry: Registry, task: T
                 augmenter.prepare([s for e in train for s in (e.text_a, e.text_b) if s is not None])
             for _, text in augmented(augmenter, train, config.augment_factor, seed):
                 emit(text, "augmented")
-    return {**counts, "version": FORMAT_VERSION, "files": list(config.transfer), "augment": config.augment,
-            "augment_factor": config.augment_factor if config.augment else None,
-            "augment_options": config.augment_options, "seed": seed, "training_examples": len(train)}
+    return {
+        **counts,
+        "version": FORMAT_VERSION,
+        "files": list(config.transfer),
+        "augment": config.augment,
+        "augment_factor": config.augment_factor if config.augment else None,
+        "augment_options": config.augment_options,
+        "seed": seed,
+        "training_examples": len(train),
+    }

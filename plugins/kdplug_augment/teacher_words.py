@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import torch
 
@@ -22,8 +23,10 @@ from kdplug.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-CITATION = ("Jiao, Yin, Shang, Jiang, Chen, Li, Wang, Liu. TinyBERT: Distilling BERT for Natural Language "
-            "Understanding. Findings of EMNLP 2020")
+CITATION = (
+    "Jiao, Yin, Shang, Jiang, Chen, Li, Wang, Liu. TinyBERT: Distilling BERT for Natural Language "
+    "Understanding. Findings of EMNLP 2020"
+)
 SOURCES = ("auto", "mlm", "embeddings")
 
 
@@ -56,16 +59,19 @@ class TeacherWordsAugmenter:
         self.tokenizer = teacher.tokenizer
         self.mlm = load_mlm(teacher.pretrained or teacher.source) if source != "embeddings" else None
         if source == "mlm" and self.mlm is None:
-            raise ConfigError(f"augment_options.source=mlm: the teacher's checkpoint {teacher.pretrained or teacher.source} "
-                              f"has no masked-language-model head here; use source=embeddings (or auto)")
+            raise ConfigError(
+                f"augment_options.source=mlm: the teacher's checkpoint {teacher.pretrained or teacher.source} "
+                f"has no masked-language-model head here; use source=embeddings (or auto)"
+            )
         self.source = "mlm" if self.mlm is not None else "embeddings"
         embeddings = teacher.model.get_input_embeddings().weight.detach().float().cpu()
         self.embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
         vocab = self.tokenizer.get_vocab()
         special = set(self.tokenizer.all_special_ids)
         # whole words only: no continuation pieces (##ing), no special or unused tokens, letters only
-        self.word_ids = torch.tensor(sorted(i for token, i in vocab.items() if i not in special and token.isalpha()
-                                            and i < len(embeddings)))
+        self.word_ids = torch.tensor(
+            sorted(i for token, i in vocab.items() if i not in special and token.isalpha() and i < len(embeddings))
+        )
         self.id_to_token = {i: token for token, i in vocab.items()}
         self._neighbours: dict[str, list[str]] = {}
         self._mlm_candidates: dict[str, list[Optional[list[str]]]] = {}
@@ -90,7 +96,7 @@ class TeacherWordsAugmenter:
                 vector = torch.nn.functional.normalize(self.embeddings[ids].mean(0), dim=0)
                 scores = self.embeddings[self.word_ids] @ vector
                 best = self.word_ids[scores.topk(min(self.k + len(ids), len(scores))).indices].tolist()
-                self._neighbours[word] = [self.id_to_token[i] for i in best if i not in ids][:self.k]
+                self._neighbours[word] = [self.id_to_token[i] for i in best if i not in ids][: self.k]
         return self._neighbours[word]
 
     @torch.no_grad()
@@ -118,7 +124,7 @@ class TeacherWordsAugmenter:
         special = set(self.tokenizer.all_special_ids)
         for row, (i, position) in enumerate(positions):
             ranked = logits[row, position].topk(self.k + 8).indices.tolist()
-            found[i] = [self.id_to_token[t] for t in ranked if t not in special and t != pieces[i][0]][:self.k]
+            found[i] = [self.id_to_token[t] for t in ranked if t not in special and t != pieces[i][0]][: self.k]
         return found
 
     def candidates(self, text: str) -> list[list[str]]:
@@ -131,11 +137,16 @@ class TeacherWordsAugmenter:
     def __call__(self, text: str, rng: random.Random) -> str:
         words = text.split()
         options = self.candidates(text)
-        return " ".join(rng.choice(choices) if choices and rng.random() < self.p_replace else word
-                        for word, choices in zip(words, options))
+        return " ".join(
+            rng.choice(choices) if choices and rng.random() < self.p_replace else word
+            for word, choices in zip(words, options)
+        )
 
 
 @kdplug.hookimpl
 def kdplug_register_augmenters(register):
-    register("teacher-words", TeacherWordsAugmenter,
-             description="TinyBERT-style: each word (p 0.4) -> one of 15 teacher MLM predictions or embedding neighbours")
+    register(
+        "teacher-words",
+        TeacherWordsAugmenter,
+        description="TinyBERT-style: each word (p 0.4) -> one of 15 teacher MLM predictions or embedding neighbours",
+    )

@@ -35,11 +35,18 @@ import kdplug
 from kdplug.errors import UsageError
 from kdplug.types import DistillInputs, ProjectedPairs, ProjectionRequest
 
-from .layers import (BucketSpec, attention_divisor, bucket_mask, check_inputs, common_width,
-                     intermediate_student_layers, resolve_buckets, width_adapter)
+from .layers import (
+    BucketSpec,
+    attention_divisor,
+    bucket_mask,
+    check_inputs,
+    common_width,
+    intermediate_student_layers,
+    resolve_buckets,
+    width_adapter,
+)
 
 AttentionTemperature = Union[float, str]
-
 
 
 ALP = """@inproceedings{passban2021alpkd,
@@ -48,6 +55,7 @@ ALP = """@inproceedings{passban2021alpkd,
   booktitle = {Proceedings of AAAI 2021},
   year = {2021}
 }"""
+
 
 class ALP(nn.Module):
     """ALP-KD with the attention over all n teacher layers (eq. 6): no buckets to choose."""
@@ -62,17 +70,24 @@ class ALP(nn.Module):
     default_weights = {"eta": 0.7, "lam": 0.2, "temperature": 20.0}
     citation = ALP
 
-    def __init__(self, request: ProjectionRequest, *, buckets: Optional[BucketSpec] = None,
-                 attention_temperature: Optional[AttentionTemperature] = None) -> None:
+    def __init__(
+        self,
+        request: ProjectionRequest,
+        *,
+        buckets: Optional[BucketSpec] = None,
+        attention_temperature: Optional[AttentionTemperature] = None,
+    ) -> None:
         super().__init__()
         students = intermediate_student_layers(request, self.name)
         self.n, self.m = len(request.teacher_layers), len(request.student_layers)
         self.width = common_width(request.teacher_layers, "teacher", self.name)
-        self.buckets = resolve_buckets(self.default_buckets if buckets is None else buckets,
-                                       self.n, len(students), self.name)
+        self.buckets = resolve_buckets(
+            self.default_buckets if buckets is None else buckets, self.n, len(students), self.name
+        )
         self.register_buffer("mask", bucket_mask(self.buckets, self.n), persistent=False)  # (m-1, n)
-        self.attention_temperature = (self.default_attention_temperature if attention_temperature is None
-                                      else attention_temperature)
+        self.attention_temperature = (
+            self.default_attention_temperature if attention_temperature is None else attention_temperature
+        )
         attention_divisor(self.attention_temperature, self.width, self.name)  # validate now, not mid-training
         self.adapters = nn.ModuleList(width_adapter(spec.width, self.width) for spec in students)
 
@@ -124,16 +139,24 @@ class ALPKeyQueryValue(ALP):
     default_heads = 1
     default_attention_temperature: AttentionTemperature = "sqrt-d"
 
-    def __init__(self, request: ProjectionRequest, *, heads: Optional[int] = None,
-                 buckets: Optional[BucketSpec] = None,
-                 attention_temperature: Optional[AttentionTemperature] = None) -> None:
+    def __init__(
+        self,
+        request: ProjectionRequest,
+        *,
+        heads: Optional[int] = None,
+        buckets: Optional[BucketSpec] = None,
+        attention_temperature: Optional[AttentionTemperature] = None,
+    ) -> None:
         super().__init__(request, buckets=buckets, attention_temperature=attention_temperature)
         self.heads = self.default_heads if heads is None else heads
         if isinstance(self.heads, bool) or not isinstance(self.heads, int) or self.heads < 1 or self.width % self.heads:
-            raise UsageError(f"projector {self.name!r}: heads must be a positive divisor of the teacher width "
-                             f"{self.width}, got {self.heads!r}")
+            raise UsageError(
+                f"projector {self.name!r}: heads must be a positive divisor of the teacher width "
+                f"{self.width}, got {self.heads!r}"
+            )
         self.query, self.key, self.value, self.output = (
-            nn.Linear(self.width, self.width, bias=False) for _ in range(4))
+            nn.Linear(self.width, self.width, bias=False) for _ in range(4)
+        )
 
     @property
     def score_width(self) -> int:

@@ -19,8 +19,6 @@ from kdplug.types import DistillInputs, ProjectedPairs, ProjectionRequest
 
 from .layers import BucketSpec, check_inputs, common_width, intermediate_student_layers, resolve_buckets
 
-
-
 CKD = """@inproceedings{wu2020skip,
   title = {Why Skip If You Can Combine: A Simple Knowledge Distillation Technique for Intermediate Layers},
   author = {Wu, Yimeng and Passban, Peyman and Rezagholizadeh, Mehdi and Liu, Qun},
@@ -28,6 +26,7 @@ CKD = """@inproceedings{wu2020skip,
   pages = {1016--1021},
   year = {2020}
 }"""
+
 
 class CKDNoOverlap(nn.Module):
     """CKD-NO: contiguous buckets sharing no layer (12→4: {1-4}, {5-8}, {9-12})."""
@@ -44,11 +43,13 @@ class CKDNoOverlap(nn.Module):
         super().__init__()
         students = intermediate_student_layers(request, self.name)
         self.n, self.m = len(request.teacher_layers), len(request.student_layers)
-        self.buckets = resolve_buckets(self.default_buckets if buckets is None else buckets,
-                                       self.n, len(students), self.name)
+        self.buckets = resolve_buckets(
+            self.default_buckets if buckets is None else buckets, self.n, len(students), self.name
+        )
         width = common_width(students, "student", self.name)
         self.projections = nn.ModuleList(
-            nn.Linear(sum(request.teacher_layers[k - 1].width for k in bucket), width) for bucket in self.buckets)
+            nn.Linear(sum(request.teacher_layers[k - 1].width for k in bucket), width) for bucket in self.buckets
+        )
 
     def forward(self, inputs: DistillInputs) -> ProjectedPairs:
         check_inputs(inputs, self.n, self.m, self.name)
@@ -72,7 +73,13 @@ class CKDPartialOverlap(CKDNoOverlap):
 
 @kdplug.hookimpl
 def kdplug_register_projectors(register):
-    register("ckd-no", CKDNoOverlap,
-             description="CKD, concat+Linear over buckets without overlap (Wu et al. 2020); option buckets")
-    register("ckd-po", CKDPartialOverlap,
-             description="CKD, concat+Linear over partially overlapping buckets (Wu et al. 2020); option buckets")
+    register(
+        "ckd-no",
+        CKDNoOverlap,
+        description="CKD, concat+Linear over buckets without overlap (Wu et al. 2020); option buckets",
+    )
+    register(
+        "ckd-po",
+        CKDPartialOverlap,
+        description="CKD, concat+Linear over partially overlapping buckets (Wu et al. 2020); option buckets",
+    )

@@ -17,7 +17,8 @@ Buckets (CKD and ALP-KD, ALP-KD §Experimental Study), for k = m−1 matched stu
 from __future__ import annotations
 
 import math
-from typing import Sequence, Union
+from collections.abc import Sequence
+from typing import Union
 
 import torch
 from torch import nn
@@ -36,7 +37,8 @@ def intermediate_student_layers(request: ProjectionRequest, method: str) -> tupl
         raise UsageError(
             f"projector {method!r} matches the student's intermediate layers h^1..h^(m-1), but the student "
             f"has m={m} matchable layer(s); use a student with at least 2 layers, or a logit-level method "
-            f"('rkd') or 'universal-cg', which distils into the output layer")
+            f"('rkd') or 'universal-cg', which distils into the output layer"
+        )
     return request.student_layers[:-1]
 
 
@@ -54,7 +56,8 @@ def check_teacher_layer(index: object, n: int, method: str, option: str) -> int:
     if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= n:
         raise UsageError(
             f"projector {method!r}: {option} holds {index!r}, but teacher layers are numbered 1..{n} "
-            f"(the matchable layers, the embedding output excluded)")
+            f"(the matchable layers, the embedding output excluded)"
+        )
     return index
 
 
@@ -64,21 +67,27 @@ def resolve_buckets(buckets: BucketSpec, n: int, k: int, method: str) -> Buckets
         if buckets == "all":
             return tuple(tuple(range(1, n + 1)) for _ in range(k))
         if buckets not in ("no", "po"):
-            raise UsageError(f"projector {method!r}: buckets must be 'all', 'no', 'po' or a list of {k} lists "
-                             f"of teacher layer numbers, got {buckets!r}")
+            raise UsageError(
+                f"projector {method!r}: buckets must be 'all', 'no', 'po' or a list of {k} lists "
+                f"of teacher layer numbers, got {buckets!r}"
+            )
         if n < k:
             raise UsageError(
                 f"projector {method!r}: {k} student layers cannot each get a bucket of the teacher's {n} "
-                f"layers; set buckets by hand (projector_options: {{buckets: [[1], [1, 2], ...]}})")
+                f"layers; set buckets by hand (projector_options: {{buckets: [[1], [1, 2], ...]}})"
+            )
         return no_overlap_buckets(n, k) if buckets == "no" else partial_overlap_buckets(n, k)
     if not isinstance(buckets, (list, tuple)):
-        raise UsageError(f"projector {method!r}: buckets must be 'all', 'no', 'po' or a list of {k} lists "
-                         f"of teacher layer numbers, got {buckets!r}")
+        raise UsageError(
+            f"projector {method!r}: buckets must be 'all', 'no', 'po' or a list of {k} lists "
+            f"of teacher layer numbers, got {buckets!r}"
+        )
     resolved = tuple(tuple(bucket) if isinstance(bucket, (list, tuple)) else bucket for bucket in buckets)
     if len(resolved) != k or any(not isinstance(bucket, tuple) or not bucket for bucket in resolved):
         raise UsageError(
             f"projector {method!r}: buckets must hold one non-empty list of teacher layer numbers per matched "
-            f"student layer ({k} lists for h^1..h^{k}), got {buckets!r}")
+            f"student layer ({k} lists for h^1..h^{k}), got {buckets!r}"
+        )
     return tuple(tuple(check_teacher_layer(i, n, method, "buckets") for i in bucket) for bucket in resolved)
 
 
@@ -94,8 +103,9 @@ def common_width(specs: Sequence[LayerSpec], side: str, method: str) -> int:
     """The one width all ``specs`` share (pairs are stacked into one ``(batch, P, D)`` tensor)."""
     widths = sorted({spec.width for spec in specs})
     if len(widths) != 1:
-        raise UsageError(f"projector {method!r} needs the {side}'s matched layers to share one width, "
-                         f"got widths {widths}")
+        raise UsageError(
+            f"projector {method!r} needs the {side}'s matched layers to share one width, got widths {widths}"
+        )
     return widths[0]
 
 
@@ -120,4 +130,5 @@ def check_inputs(inputs: DistillInputs, n: int, m: int, method: str) -> None:
         raise PluginError(
             f"projector {method!r} was built for {n} teacher and {m} student layers but got "
             f"{len(inputs.teacher_layers)} and {len(inputs.student_layers)}; pass the layers of the "
-            f"ProjectionRequest it was created with")
+            f"ProjectionRequest it was created with"
+        )

@@ -14,8 +14,6 @@ from torch import nn
 import kdplug
 from kdplug.types import DistillInputs, ProjectionRequest
 
-
-
 HINTON = """@article{hinton2015distilling,
   title = {Distilling the Knowledge in a Neural Network},
   author = {Hinton, Geoffrey and Vinyals, Oriol and Dean, Jeff},
@@ -23,11 +21,14 @@ HINTON = """@article{hinton2015distilling,
   year = {2015}
 }"""
 
+
 class NoKD(nn.Module):
     """CE only: the baseline every distillation method is measured against."""
 
     ild_loss = "mse"  # required by the contract, never used: forward returns no pairs
     needs_teacher_heads = False
+    #: a run with nkd alone needs no teacher outputs (nor a transfer set, which only teaches through them)
+    reads_teacher = False
     default_weights = {"eta": 0.0, "lam": 0.0, "temperature": 1.0}
 
     def __init__(self, request: ProjectionRequest) -> None:
@@ -40,6 +41,7 @@ class NoKD(nn.Module):
 class RegularKD(NoKD):
     """Logit KD only (Hinton et al. 2015)."""
 
+    reads_teacher = True
     default_weights = {"eta": 0.7, "lam": 0.0, "temperature": 10.0}
     citation = HINTON
 

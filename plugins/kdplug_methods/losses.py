@@ -32,10 +32,12 @@ def _as_pairs(student: Tensor, target: Tensor, weights: Optional[Tensor], loss: 
         raise PluginError(
             f"loss {loss!r} compares (batch, P, D) tensors of one shape, got student "
             f"{tuple(student.shape)} and target {tuple(target.shape)}; the projector that made "
-            f"these pairs must return ProjectedPairs with matching student and teacher shapes")
+            f"these pairs must return ProjectedPairs with matching student and teacher shapes"
+        )
     if weights is not None and weights.shape != student.shape[:2]:
         raise PluginError(
-            f"loss {loss!r}: weights must be (batch, P) = {tuple(student.shape[:2])}, got {tuple(weights.shape)}")
+            f"loss {loss!r}: weights must be (batch, P) = {tuple(student.shape[:2])}, got {tuple(weights.shape)}"
+        )
     return student, target, weights
 
 
@@ -64,19 +66,20 @@ class KDLoss(nn.Module):
     def __init__(self, temperature: float = 1.0) -> None:
         super().__init__()
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature <= 0:
-            raise UsageError(f"loss 'kd': temperature must be a positive number, got {temperature!r}; "
-                             f"set e.g. temperature: 5 in the run config")
+            raise UsageError(
+                f"loss 'kd': temperature must be a positive number, got {temperature!r}; "
+                f"set e.g. temperature: 5 in the run config"
+            )
         self.temperature = float(temperature)
 
-    def forward(self, student_logits: Tensor, teacher_logits: Tensor,
-                weights: Optional[Tensor] = None) -> Tensor:
+    def forward(self, student_logits: Tensor, teacher_logits: Tensor, weights: Optional[Tensor] = None) -> Tensor:
         tau = self.temperature
         log_student = F.log_softmax(student_logits / tau, dim=-1)  # (B, C)
         log_teacher = F.log_softmax(teacher_logits.detach() / tau, dim=-1)  # (B, C)
         terms = F.kl_div(log_student, log_teacher, reduction="none", log_target=True).sum(dim=-1)  # (B,)
         if weights is not None:
             terms = terms * weights
-        return tau ** 2 * terms.mean()
+        return tau**2 * terms.mean()
 
     def extra_repr(self) -> str:
         return f"temperature={self.temperature}"
@@ -104,8 +107,9 @@ class NormalizedMSELoss(nn.Module):
     def __init__(self, reduction: str = "sum") -> None:
         super().__init__()
         if reduction not in self.REDUCTIONS:
-            raise UsageError(f"loss 'normalized-mse': reduction must be 'sum' (PKD eq. 7) or 'mean' (PKD's code), "
-                             f"got {reduction!r}")
+            raise UsageError(
+                f"loss 'normalized-mse': reduction must be 'sum' (PKD eq. 7) or 'mean' (PKD's code), got {reduction!r}"
+            )
         self.reduction = reduction
 
     def forward(self, student: Tensor, target: Tensor, weights: Optional[Tensor] = None) -> Tensor:
@@ -138,6 +142,9 @@ def kdplug_register_losses(register):
     register("ce", CrossEntropy, description="cross-entropy on gold labels")
     register("kd", KDLoss, description="Hinton's KD: τ²·KL(σ(t/τ) ‖ σ(s/τ)), batchmean")
     register("mse", MSELoss, description="MSE per pair, mean over the batch, summed over pairs (CKD, ALP-KD)")
-    register("normalized-mse", NormalizedMSELoss,
-             description="squared distance of L2-normalised vectors per pair (PKD eq. 7)")
+    register(
+        "normalized-mse",
+        NormalizedMSELoss,
+        description="squared distance of L2-normalised vectors per pair (PKD eq. 7)",
+    )
     register("kl", KLLoss, description="KL(target ‖ student) of probability vectors per pair (Universal-KD)")

@@ -19,7 +19,8 @@ the default ``"sum"`` is eq. 7 as written, which ALP-KD's PKD rows weigh with λ
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import torch
 from torch import nn
@@ -30,8 +31,6 @@ from kdplug.types import DistillInputs, ProjectedPairs, ProjectionRequest
 
 from .layers import check_inputs, check_teacher_layer, common_width, intermediate_student_layers, width_adapter
 
-
-
 PKD = """@inproceedings{sun2019patient,
   title = {Patient Knowledge Distillation for {BERT} Model Compression},
   author = {Sun, Siqi and Cheng, Yu and Gan, Zhe and Liu, Jingjing},
@@ -39,6 +38,7 @@ PKD = """@inproceedings{sun2019patient,
   pages = {4314--4323},
   year = {2019}
 }"""
+
 
 class PKDSkip(nn.Module):
     """PKD-Skip: every (n/m)-th teacher layer, the paper's better strategy."""
@@ -51,12 +51,15 @@ class PKDSkip(nn.Module):
     default_weights = {"eta": 0.2, "lam": 0.7, "temperature": 5.0}
     citation = PKD
 
-    def __init__(self, request: ProjectionRequest, *, layer_map: Optional[Sequence[int]] = None,
-                 loss_reduction: str = "sum") -> None:
+    def __init__(
+        self, request: ProjectionRequest, *, layer_map: Optional[Sequence[int]] = None, loss_reduction: str = "sum"
+    ) -> None:
         super().__init__()
         if loss_reduction not in ("sum", "mean"):
-            raise UsageError(f"projector {self.name!r}: loss_reduction must be 'sum' (PKD eq. 7, the default) or "
-                             f"'mean' (PKD's reference code, for its beta of 10-1000), got {loss_reduction!r}")
+            raise UsageError(
+                f"projector {self.name!r}: loss_reduction must be 'sum' (PKD eq. 7, the default) or "
+                f"'mean' (PKD's reference code, for its beta of 10-1000), got {loss_reduction!r}"
+            )
         self.ild_loss_options = {"reduction": loss_reduction}
         students = intermediate_student_layers(request, self.name)
         self.n, self.m = len(request.teacher_layers), len(request.student_layers)
@@ -65,7 +68,8 @@ class PKDSkip(nn.Module):
         elif not isinstance(layer_map, (list, tuple)) or len(layer_map) != len(students):
             raise UsageError(
                 f"projector {self.name!r}: layer_map must list one teacher layer (1..{self.n}) per matched "
-                f"student layer h^1..h^{len(students)}, i.e. {len(students)} numbers; got {layer_map!r}")
+                f"student layer h^1..h^{len(students)}, i.e. {len(students)} numbers; got {layer_map!r}"
+            )
         self.layer_map = tuple(check_teacher_layer(i, self.n, self.name, "layer_map") for i in layer_map)
         width = common_width([request.teacher_layers[i - 1] for i in self.layer_map], "teacher", self.name)
         self.adapters = nn.ModuleList(width_adapter(spec.width, width) for spec in students)
@@ -93,8 +97,10 @@ class PKDLast(PKDSkip):
 
     def default_layer_map(self, n: int, m: int) -> tuple[int, ...]:
         if n < m:
-            raise UsageError(f"projector 'pkd-last': the teacher's {n} layers cannot supply {m - 1} distinct layers "
-                             f"below its last; set layer_map by hand (projector_options: {{layer_map: [...]}})")
+            raise UsageError(
+                f"projector 'pkd-last': the teacher's {n} layers cannot supply {m - 1} distinct layers "
+                f"below its last; set layer_map by hand (projector_options: {{layer_map: [...]}})"
+            )
         return tuple(n - m + j for j in range(1, m))
 
 

@@ -31,7 +31,6 @@ single stage of their default weights would never see a gold label.
 
 from __future__ import annotations
 
-
 import torch
 from torch import nn
 
@@ -41,14 +40,13 @@ from kdplug.types import DistillInputs, ProjectedPairs, ProjectionRequest
 
 from .layers import attention_divisor, check_inputs, intermediate_student_layers
 
-
-
 UNIVERSAL = """@inproceedings{wu2021universalkd,
   title = {Universal-{KD}: Attention-based Output-Grounded Intermediate Layer Knowledge Distillation},
   author = {Wu, Yimeng and Rezagholizadeh, Mehdi and Ghaddar, Abbas and Haidar, Md Akmal and Ghodsi, Ali},
   booktitle = {Proceedings of EMNLP 2021},
   year = {2021}
 }"""
+
 
 class UniversalIL(nn.Module):
     """Universal-KD^(IL): every intermediate student layer against the attention-weighted pseudo TAs."""
@@ -70,7 +68,8 @@ class UniversalIL(nn.Module):
             self.ild_loss = "mse"
         self.tau = attention_divisor(attention_temperature, None, self.name)
         self.classifiers = nn.ModuleList(
-            nn.Linear(spec.width, self.outputs) for spec in self.student_classified(request))
+            nn.Linear(spec.width, self.outputs) for spec in self.student_classified(request)
+        )
 
     def student_classified(self, request: ProjectionRequest):
         """The student layers that get a pseudo classifier of their own."""
@@ -89,7 +88,8 @@ class UniversalIL(nn.Module):
             raise UsageError(
                 f"projector {self.name!r} needs inputs.teacher_head_logits of shape (batch, n, C) = {expected}, "
                 f"got {got}: the logits of the teacher's warmed-up pseudo classifiers, which the engine "
-                f"supplies because needs_teacher_heads is True")
+                f"supplies because needs_teacher_heads is True"
+            )
         return self.outputs_of(heads.detach())  # (B, n, C)
 
     def student_outputs(self, inputs: DistillInputs) -> torch.Tensor:
@@ -142,17 +142,26 @@ class UniversalLossAttention(UniversalCG):
         student = self.student_outputs(inputs)  # (B, 1, C)
         lam = self.attention(teacher, student).squeeze(1)  # (B, n): λ_im
         # pair i is (f_m^s, f_i^t) with weight λ_im; its attention row puts λ_im on teacher layer i
-        return ProjectedPairs(student.expand_as(teacher), teacher, weights=lam,
-                              attention=torch.diag_embed(lam))  # (B, n, C), (B, n, C), (B, n), (B, n, n)
+        return ProjectedPairs(
+            student.expand_as(teacher), teacher, weights=lam, attention=torch.diag_embed(lam)
+        )  # (B, n, C), (B, n, C), (B, n), (B, n, n)
 
 
 @kdplug.hookimpl
 def kdplug_register_projectors(register):
-    register("universal-il", UniversalIL,
-             description="Universal-KD, intermediate layers in the output space (Wu et al. 2021, eq. 7)")
-    register("universal-cg", UniversalCG,
-             description="Universal-KD, output layer against attention-weighted pseudo TAs (eq. 8)")
-    register("universal-ca", UniversalCA,
-             description="Universal-KD, cross-architecture intermediate layers (eq. 9)")
-    register("universal-loss-att", UniversalLossAttention,
-             description="Universal-KD▲, attention on the losses instead of the logits (Table 6)")
+    register(
+        "universal-il",
+        UniversalIL,
+        description="Universal-KD, intermediate layers in the output space (Wu et al. 2021, eq. 7)",
+    )
+    register(
+        "universal-cg",
+        UniversalCG,
+        description="Universal-KD, output layer against attention-weighted pseudo TAs (eq. 8)",
+    )
+    register("universal-ca", UniversalCA, description="Universal-KD, cross-architecture intermediate layers (eq. 9)")
+    register(
+        "universal-loss-att",
+        UniversalLossAttention,
+        description="Universal-KD▲, attention on the losses instead of the logits (Table 6)",
+    )

@@ -16,28 +16,55 @@ from .pooling import PooledLayerExtractor, build_pooled_student
 MODEL = "modeling_bilstm:BiLSTMForSequenceClassification"
 
 
-def bilstm_student(task: Task, teacher: Teacher, *, embedding_dim: Optional[int] = None,
-                   hidden_size: Optional[int] = None, num_layers: int = 3, bidirectional: bool = True,
-                   dropout: float = 0.1, attention_dim: Optional[int] = None, tokenizer: Any = "teacher",
-                   init_embeddings_from_teacher: bool = False, source: Optional[str] = None,
-                   sentencepiece_vocab_size: int = 8000, sentencepiece_model_type: str = "unigram"):
+def bilstm_student(
+    task: Task,
+    teacher: Teacher,
+    *,
+    embedding_dim: Optional[int] = None,
+    hidden_size: Optional[int] = None,
+    num_layers: int = 3,
+    bidirectional: bool = True,
+    dropout: float = 0.1,
+    attention_dim: Optional[int] = None,
+    tokenizer: Any = "teacher",
+    init_embeddings_from_teacher: bool = False,
+    source: Optional[str] = None,
+    sentencepiece_vocab_size: int = 8000,
+    sentencepiece_model_type: str = "unigram",
+):
     """Build the BiLSTM student (``source``: a directory its ``save_pretrained`` wrote, to resume)."""
-    return build_pooled_student(MODEL, task, teacher, embedding_dim=embedding_dim, tokenizer=tokenizer,
-                                init_embeddings_from_teacher=init_embeddings_from_teacher, source=source,
-                                sentencepiece_vocab_size=sentencepiece_vocab_size,
-                                sentencepiece_model_type=sentencepiece_model_type,
-                                hidden_size=hidden_size, num_layers=num_layers, bidirectional=bidirectional,
-                                dropout=dropout, attention_dim=attention_dim)
+    return build_pooled_student(
+        MODEL,
+        task,
+        teacher,
+        embedding_dim=embedding_dim,
+        tokenizer=tokenizer,
+        init_embeddings_from_teacher=init_embeddings_from_teacher,
+        source=source,
+        sentencepiece_vocab_size=sentencepiece_vocab_size,
+        sentencepiece_model_type=sentencepiece_model_type,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        bidirectional=bidirectional,
+        dropout=dropout,
+        attention_dim=attention_dim,
+    )
 
 
 @kdplug.hookimpl
 def kdplug_register_students(register):
-    register("bilstm", bilstm_student,
-             description="3-layer BiLSTM, as wide as the teacher (768 under BERT-base), attention-sum pooling per "
-                         "layer (Universal-KD)")
+    register(
+        "bilstm",
+        bilstm_student,
+        description="3-layer BiLSTM, as wide as the teacher (768 under BERT-base), attention-sum pooling per "
+        "layer (Universal-KD)",
+    )
 
 
 @kdplug.hookimpl
 def kdplug_register_layer_extractors(register):
-    register("bilstm", PooledLayerExtractor(MODEL),
-             description="the attention-pooled vector of every BiLSTM layer (kind 'lstm')")
+    register(
+        "bilstm",
+        PooledLayerExtractor(MODEL),
+        description="the attention-pooled vector of every BiLSTM layer (kind 'lstm')",
+    )

@@ -13,9 +13,10 @@ are the numbers ``0 .. C-1``, say nothing about meaning: those are matched by po
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 from torch import nn
@@ -57,13 +58,18 @@ class LabelMatch:
         return self.order != tuple(range(len(self.order)))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"matched_by": self.how, "checkpoint_labels": list(self.checkpoint), "reordered": self.reordered,
-                "checkpoint_output_of_each_task_label": list(self.order)}
+        return {
+            "matched_by": self.how,
+            "checkpoint_labels": list(self.checkpoint),
+            "reordered": self.reordered,
+            "checkpoint_output_of_each_task_label": list(self.order),
+        }
 
 
 def _map_example(checkpoint: Sequence[str], task: Sequence[str]) -> str:
     """A ``label_map`` to show: each checkpoint label with the task label its name is closest to
     (``positive`` -> ``pos``) when that pairs them one to one, else with a placeholder."""
+
     def closeness(name: str, label: str) -> float:
         a, b = normalise(name), normalise(label)
         return 1.0 + min(len(a), len(b)) if a.startswith(b) or b.startswith(a) else SequenceMatcher(None, a, b).ratio()
@@ -74,8 +80,14 @@ def _map_example(checkpoint: Sequence[str], task: Sequence[str]) -> str:
     return "{" + ", ".join(f"{name}: {label}" for name, label in zip(checkpoint, guess)) + "}"
 
 
-def match_labels(id2label: Mapping[Any, Any], task_labels: Sequence[str], *, source: str, what: str,
-                 label_map: Optional[Mapping[Any, Any]] = None) -> LabelMatch:
+def match_labels(
+    id2label: Mapping[Any, Any],
+    task_labels: Sequence[str],
+    *,
+    source: str,
+    what: str,
+    label_map: Optional[Mapping[Any, Any]] = None,
+) -> LabelMatch:
     """Which checkpoint output means each task label (see the module docstring).
 
     ``label_map`` (``{checkpoint label or index: task label}``) says it explicitly. Names that
@@ -96,14 +108,18 @@ def match_labels(id2label: Mapping[Any, Any], task_labels: Sequence[str], *, sou
         f"labels are {list(task_labels)}: kdplug cannot tell which output means which class. If the checkpoint is "
         f"for this task, say how its labels map onto the task's (each checkpoint label, or output index, to a task "
         f"label; check that the pairs are right), e.g. --set '{option}={_map_example(checkpoint, task_labels)}'; if it "
-        f"was fine-tuned for another task, fine-tune it on this one with --set {what}_options.finetuned=false")
+        f"was fine-tuned for another task, fine-tune it on this one with --set {what}_options.finetuned=false"
+    )
 
 
-def _from_label_map(label_map: Mapping[Any, Any], checkpoint: Sequence[str], task_labels: Sequence[str],
-                    source: str, option: str) -> tuple[int, ...]:
+def _from_label_map(
+    label_map: Mapping[Any, Any], checkpoint: Sequence[str], task_labels: Sequence[str], source: str, option: str
+) -> tuple[int, ...]:
     if not isinstance(label_map, Mapping):
-        raise UsageError(f"{option} must be a mapping of checkpoint labels to task labels, e.g. "
-                         f"{_map_example(checkpoint, task_labels)}, got {label_map!r}")
+        raise UsageError(
+            f"{option} must be a mapping of checkpoint labels to task labels, e.g. "
+            f"{_map_example(checkpoint, task_labels)}, got {label_map!r}"
+        )
     outputs = {normalise(name): index for index, name in enumerate(checkpoint)}
     classes = {normalise(label): index for index, label in enumerate(task_labels)}
     order: dict[int, int] = {}  # task class -> checkpoint output
@@ -111,18 +127,23 @@ def _from_label_map(label_map: Mapping[Any, Any], checkpoint: Sequence[str], tas
         output = key if isinstance(key, int) and 0 <= key < len(checkpoint) else outputs.get(normalise(key))
         target = classes.get(normalise(value))
         if output is None:
-            raise UsageError(f"{option}: {key!r} is not a label (or output index) of {source}; its labels are "
-                             f"{list(checkpoint)}")
+            raise UsageError(
+                f"{option}: {key!r} is not a label (or output index) of {source}; its labels are {list(checkpoint)}"
+            )
         if target is None:
             raise UsageError(f"{option}: {value!r} is not a label of the task; its labels are {list(task_labels)}")
         if target in order:
-            raise UsageError(f"{option}: two checkpoint labels map to the task label {task_labels[target]!r}; "
-                             f"each task label needs exactly one")
+            raise UsageError(
+                f"{option}: two checkpoint labels map to the task label {task_labels[target]!r}; "
+                f"each task label needs exactly one"
+            )
         order[target] = output
     if len(order) != len(task_labels):
         missing = [label for index, label in enumerate(task_labels) if index not in order]
-        raise UsageError(f"{option} leaves the task label(s) {missing} without a checkpoint label; map all "
-                         f"{len(task_labels)} of them")
+        raise UsageError(
+            f"{option} leaves the task label(s) {missing} without a checkpoint label; map all "
+            f"{len(task_labels)} of them"
+        )
     return tuple(order[i] for i in range(len(task_labels)))
 
 
@@ -131,13 +152,19 @@ def classifier_output_layer(model: nn.Module, num_labels: int) -> nn.Linear:
     RoBERTa's ``classifier.out_proj``, ...): the one ``Linear`` outside the encoder with
     ``num_labels`` outputs."""
     prefix = getattr(model, "base_model_prefix", "")
-    found = [module for name, module in model.named_modules()
-             if isinstance(module, nn.Linear) and module.out_features == num_labels
-             and not (prefix and name.startswith(prefix + "."))]
+    found = [
+        module
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear)
+        and module.out_features == num_labels
+        and not (prefix and name.startswith(prefix + "."))
+    ]
     if len(found) != 1:
-        raise UsageError(f"kdplug cannot find the one output layer of this {type(model).__name__}'s classification "
-                         f"head ({len(found)} candidates) to put its labels in the task's order; use a checkpoint "
-                         f"whose labels are already in the task's order")
+        raise UsageError(
+            f"kdplug cannot find the one output layer of this {type(model).__name__}'s classification "
+            f"head ({len(found)} candidates) to put its labels in the task's order; use a checkpoint "
+            f"whose labels are already in the task's order"
+        )
     return found[0]
 
 

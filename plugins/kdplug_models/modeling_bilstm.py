@@ -20,8 +20,12 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import kdplug
 
-from .modeling_pooled import (PooledClassifierOutput, PooledStudentConfig, PooledStudentForSequenceClassification,
-                              register_auto_classes)
+from .modeling_pooled import (
+    PooledClassifierOutput,
+    PooledStudentConfig,
+    PooledStudentForSequenceClassification,
+    register_auto_classes,
+)
 
 
 class BiLSTMConfig(PooledStudentConfig):
@@ -38,10 +42,13 @@ class LSTMLayer(nn.Module):
     def __init__(self, input_dim: int, width: int, bidirectional: bool) -> None:
         super().__init__()
         if bidirectional and width % 2:
-            raise kdplug.UsageError(f"a bidirectional LSTM splits hidden_size over two directions; "
-                                    f"hidden_size={width} is odd, pick an even one")
-        self.lstm = nn.LSTM(input_dim, width // 2 if bidirectional else width,
-                            batch_first=True, bidirectional=bidirectional)
+            raise kdplug.UsageError(
+                f"a bidirectional LSTM splits hidden_size over two directions; "
+                f"hidden_size={width} is odd, pick an even one"
+            )
+        self.lstm = nn.LSTM(
+            input_dim, width // 2 if bidirectional else width, batch_first=True, bidirectional=bidirectional
+        )
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         lengths = mask.sum(dim=1).clamp(min=1).cpu()
@@ -60,8 +67,9 @@ class BiLSTMForSequenceClassification(PooledStudentForSequenceClassification):
     def build_layer(self, index: int, input_dim: int) -> nn.Module:
         return LSTMLayer(input_dim, self.config.hidden_size, self.config.bidirectional)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
-                **kwargs: Any) -> PooledClassifierOutput:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None, **kwargs: Any
+    ) -> PooledClassifierOutput:
         if attention_mask is not None and not torch.jit.is_tracing():
             _require_right_padding(attention_mask)
         return super().forward(input_ids, attention_mask, **kwargs)
@@ -71,8 +79,10 @@ def _require_right_padding(attention_mask: torch.Tensor) -> None:
     lengths = attention_mask.sum(dim=1, keepdim=True)
     positions = torch.arange(attention_mask.size(1), device=attention_mask.device)
     if not torch.equal(attention_mask.bool(), positions < lengths):
-        raise kdplug.UsageError("the bilstm student reads right-padded batches (each row's tokens first, then "
-                                "padding); set tokenizer.padding_side = 'right'")
+        raise kdplug.UsageError(
+            "the bilstm student reads right-padded batches (each row's tokens first, then "
+            "padding); set tokenizer.padding_side = 'right'"
+        )
 
 
 register_auto_classes(BiLSTMConfig, BiLSTMForSequenceClassification)

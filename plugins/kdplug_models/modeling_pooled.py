@@ -35,9 +35,17 @@ class PooledStudentConfig(PretrainedConfig):
     """The sizes of a pooled student. ``hidden_size`` is each layer's output width (both directions
     of a BiLSTM together); ``attention_dim`` the pooling's inner width (None: ``hidden_size``)."""
 
-    def __init__(self, vocab_size: int = 30522, embedding_dim: int = 384, hidden_size: int = 768,
-                 num_layers: int = 3, dropout: float = 0.1, attention_dim: Optional[int] = None,
-                 pad_token_id: int = 0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        vocab_size: int = 30522,
+        embedding_dim: int = 384,
+        hidden_size: int = 768,
+        num_layers: int = 3,
+        dropout: float = 0.1,
+        attention_dim: Optional[int] = None,
+        pad_token_id: int = 0,
+        **kwargs: Any,
+    ) -> None:
         self.vocab_size, self.embedding_dim, self.hidden_size = vocab_size, embedding_dim, hidden_size
         self.num_layers, self.dropout, self.attention_dim = num_layers, dropout, attention_dim
         super().__init__(pad_token_id=pad_token_id, **kwargs)
@@ -93,9 +101,11 @@ class PooledStudentForSequenceClassification(PreTrainedModel):
         self.dropout = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(
             self.build_layer(index, config.embedding_dim if index == 0 else config.hidden_size)
-            for index in range(config.num_layers))
-        self.poolers = nn.ModuleList(AttentionPooling(config.hidden_size, config.attention_dim)
-                                     for _ in range(config.num_layers))
+            for index in range(config.num_layers)
+        )
+        self.poolers = nn.ModuleList(
+            AttentionPooling(config.hidden_size, config.attention_dim) for _ in range(config.num_layers)
+        )
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.tokenizer: Any = None
         self.post_init()
@@ -116,8 +126,13 @@ class PooledStudentForSequenceClassification(PreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings = value
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
-                labels: Optional[torch.Tensor] = None, **unused: Any) -> PooledClassifierOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: Optional[torch.Tensor] = None,
+        labels: Optional[torch.Tensor] = None,
+        **unused: Any,
+    ) -> PooledClassifierOutput:
         # token_type_ids are ignored on purpose: a pair is one sequence to this encoder (Universal-KD, App. A.2).
         mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         x = self.dropout(self.embeddings(input_ids))  # (batch, seq, embedding_dim)
@@ -130,10 +145,14 @@ class PooledStudentForSequenceClassification(PreTrainedModel):
         logits = self.classifier(self.dropout(pooled[-1]))  # (batch, C)
         loss = None
         if labels is not None:
-            loss = (F.mse_loss(logits.squeeze(-1), labels.float()) if self.config.num_labels == 1
-                    else F.cross_entropy(logits, labels.long()))
-        return PooledClassifierOutput(loss=loss, logits=logits, hidden_states=tuple(pooled),
-                                      pooling_weights=tuple(weights))
+            loss = (
+                F.mse_loss(logits.squeeze(-1), labels.float())
+                if self.config.num_labels == 1
+                else F.cross_entropy(logits, labels.long())
+            )
+        return PooledClassifierOutput(
+            loss=loss, logits=logits, hidden_states=tuple(pooled), pooling_weights=tuple(weights)
+        )
 
     # -- the tokenizer travels with the weights (TAKD's stored assistants, --set student_options.source) --
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:

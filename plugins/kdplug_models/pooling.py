@@ -69,22 +69,35 @@ def student_vocabulary(teacher: Any, tokenizer: Any = None) -> tuple[Any, int, i
         from transformers import AutoTokenizer
 
         if not os.path.isdir(tokenizer):
-            raise kdplug.UsageError(f"student option tokenizer={tokenizer!r} is not a directory; pass "
-                                    f"{TEACHER_TOKENIZER!r}, {SENTENCEPIECE_TOKENIZER!r} or a directory written "
-                                    f"by a tokenizer's save_pretrained")
+            raise kdplug.UsageError(
+                f"student option tokenizer={tokenizer!r} is not a directory; pass "
+                f"{TEACHER_TOKENIZER!r}, {SENTENCEPIECE_TOKENIZER!r} or a directory written "
+                f"by a tokenizer's save_pretrained"
+            )
         tokenizer = AutoTokenizer.from_pretrained(tokenizer)
     tokenizer = tokenizer if tokenizer is not None else getattr(teacher, "tokenizer", None)
     if tokenizer is None:
-        raise kdplug.UsageError("this student needs a tokenizer: the teacher has none, so pass the student "
-                                "option tokenizer=/path/to/tokenizer_dir")
+        raise kdplug.UsageError(
+            "this student needs a tokenizer: the teacher has none, so pass the student "
+            "option tokenizer=/path/to/tokenizer_dir"
+        )
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return tokenizer, len(tokenizer), pad
 
 
-def build_pooled_student(model_path: str, task: Task, teacher: Any, *, embedding_dim: Optional[int],
-                         tokenizer: Any, init_embeddings_from_teacher: bool, source: Optional[str],
-                         sentencepiece_vocab_size: int = 8000, sentencepiece_model_type: str = "unigram",
-                         **architecture: Any):
+def build_pooled_student(
+    model_path: str,
+    task: Task,
+    teacher: Any,
+    *,
+    embedding_dim: Optional[int],
+    tokenizer: Any,
+    init_embeddings_from_teacher: bool,
+    source: Optional[str],
+    sentencepiece_vocab_size: int = 8000,
+    sentencepiece_model_type: str = "unigram",
+    **architecture: Any,
+):
     """The body of the BiLSTM and Gated-CNN student factories.
 
     ``source`` reloads a student its ``save_pretrained`` wrote; otherwise the vocabulary is the
@@ -103,19 +116,28 @@ def build_pooled_student(model_path: str, task: Task, teacher: Any, *, embedding
     if isinstance(tokenizer, str) and tokenizer == SENTENCEPIECE_TOKENIZER:
         from .sentencepiece_tokenizer import task_sentencepiece_tokenizer
 
-        tokenizer = task_sentencepiece_tokenizer(task, vocab_size=sentencepiece_vocab_size,
-                                                 model_type=sentencepiece_model_type)
+        tokenizer = task_sentencepiece_tokenizer(
+            task, vocab_size=sentencepiece_vocab_size, model_type=sentencepiece_model_type
+        )
     tokenizer, vocab_size, pad = student_vocabulary(teacher, tokenizer)
     if embedding_dim is None and init_embeddings_from_teacher:
         embedding_dim = teacher.model.get_input_embeddings().embedding_dim
     elif embedding_dim is None:
         embedding_dim = architecture["hidden_size"] // 2
-    labels = {} if task.is_regression else {"id2label": dict(enumerate(task.labels)),
-                                            "label2id": {label: i for i, label in enumerate(task.labels)}}
-    config = cls.config_class(vocab_size=vocab_size, embedding_dim=embedding_dim, pad_token_id=pad,
-                              num_labels=num_outputs(task), **labels,
-                              problem_type="regression" if task.is_regression else "single_label_classification",
-                              **architecture)
+    labels = (
+        {}
+        if task.is_regression
+        else {"id2label": dict(enumerate(task.labels)), "label2id": {label: i for i, label in enumerate(task.labels)}}
+    )
+    config = cls.config_class(
+        vocab_size=vocab_size,
+        embedding_dim=embedding_dim,
+        pad_token_id=pad,
+        num_labels=num_outputs(task),
+        **labels,
+        problem_type="regression" if task.is_regression else "single_label_classification",
+        **architecture,
+    )
     model = cls(config)
     if init_embeddings_from_teacher:
         copy_teacher_embeddings(model, teacher)
@@ -132,6 +154,7 @@ def copy_teacher_embeddings(student: Any, teacher: Any) -> None:
         raise kdplug.UsageError(
             f"init_embeddings_from_teacher needs the teacher's vocabulary and width: the teacher's "
             f"embeddings are {tuple(source.shape)}, the student's {tuple(target.shape)}. Use the teacher's "
-            f"tokenizer and embedding_dim={source.shape[1]}, or drop init_embeddings_from_teacher")
+            f"tokenizer and embedding_dim={source.shape[1]}, or drop init_embeddings_from_teacher"
+        )
     with torch.no_grad():
         target.copy_(source)

@@ -24,8 +24,9 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional
 
 import kdplug
 from kdplug import fingerprint
@@ -61,18 +62,26 @@ def task_texts(task: Any) -> list[str]:
     return texts
 
 
-def task_sentencepiece_tokenizer(task: Any, *, vocab_size: int = DEFAULT_VOCAB_SIZE, model_type: str = "unigram",
-                                 cache_root: Optional[Path] = None):
+def task_sentencepiece_tokenizer(
+    task: Any, *, vocab_size: int = DEFAULT_VOCAB_SIZE, model_type: str = "unigram", cache_root: Optional[Path] = None
+):
     """The SentencePiece tokenizer of ``task``'s training text (trained once, then reused)."""
     texts = task_texts(task)
     if not texts:
-        raise kdplug.DataError(f"task {getattr(task, 'name', task)!r} has no training text to train a SentencePiece "
-                               f"vocabulary on; use the teacher's tokenizer (student option tokenizer=teacher)")
+        raise kdplug.DataError(
+            f"task {getattr(task, 'name', task)!r} has no training text to train a SentencePiece "
+            f"vocabulary on; use the teacher's tokenizer (student option tokenizer=teacher)"
+        )
     return sentencepiece_tokenizer(texts, vocab_size=vocab_size, model_type=model_type, cache_root=cache_root)
 
 
-def sentencepiece_tokenizer(texts: Sequence[str], *, vocab_size: int = DEFAULT_VOCAB_SIZE,
-                            model_type: str = "unigram", cache_root: Optional[Path] = None):
+def sentencepiece_tokenizer(
+    texts: Sequence[str],
+    *,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    model_type: str = "unigram",
+    cache_root: Optional[Path] = None,
+):
     """A fast tokenizer over a SentencePiece model of ``texts``.
 
     ``vocab_size`` is an upper bound: a text too small for it gets the largest vocabulary it
@@ -82,8 +91,13 @@ def sentencepiece_tokenizer(texts: Sequence[str], *, vocab_size: int = DEFAULT_V
     return tokenizer_from_model(path.read_bytes(), model_type)
 
 
-def trained_model(texts: Sequence[str], *, vocab_size: int = DEFAULT_VOCAB_SIZE, model_type: str = "unigram",
-                  cache_root: Optional[Path] = None) -> Path:
+def trained_model(
+    texts: Sequence[str],
+    *,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    model_type: str = "unigram",
+    cache_root: Optional[Path] = None,
+) -> Path:
     """The path of the stored SentencePiece model of ``texts``, training it on first use."""
     import sentencepiece
 
@@ -93,8 +107,12 @@ def trained_model(texts: Sequence[str], *, vocab_size: int = DEFAULT_VOCAB_SIZE,
         raise kdplug.UsageError(f"sentencepiece_vocab_size={vocab_size!r} must be a positive integer")
     normalize = _normalizer().normalize_str
     texts = [normalize(text) for text in texts]  # what the fast tokenizer's own normaliser will read
-    settings = {"format": FORMAT_VERSION, "sentencepiece": sentencepiece.__version__, "vocab_size": vocab_size,
-                "model_type": model_type}
+    settings = {
+        "format": FORMAT_VERSION,
+        "sentencepiece": sentencepiece.__version__,
+        "vocab_size": vocab_size,
+        "model_type": model_type,
+    }
     key = fingerprint.of_values(settings, _digest(texts))
     directory = Path(cache_root or default_cache_root()) / "sentencepiece"
     path = directory / f"{key}.model"
@@ -112,11 +130,15 @@ def trained_model(texts: Sequence[str], *, vocab_size: int = DEFAULT_VOCAB_SIZE,
         except OSError as exc:
             raise_as_storage_error(exc, f"the SentencePiece model {path}", "nothing was stored")
     pieces = sentencepiece.SentencePieceProcessor(model_proto=model).get_piece_size()
-    log.info("sentencepiece: trained a %s vocabulary of %d pieces on %d texts -> %s", model_type, pieces,
-             len(texts), path)
+    log.info(
+        "sentencepiece: trained a %s vocabulary of %d pieces on %d texts -> %s", model_type, pieces, len(texts), path
+    )
     if pieces < vocab_size:
-        log.info("sentencepiece: the training text supports %d pieces, fewer than sentencepiece_vocab_size=%d",
-                 pieces, vocab_size)
+        log.info(
+            "sentencepiece: the training text supports %d pieces, fewer than sentencepiece_vocab_size=%d",
+            pieces,
+            vocab_size,
+        )
     return path
 
 
@@ -136,14 +158,32 @@ def _train(texts: Sequence[str], *, vocab_size: int, model_type: str) -> bytes:
     model = io.BytesIO()
     try:
         sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts), model_writer=model, model_type=model_type, vocab_size=vocab_size,
-            hard_vocab_limit=False, normalization_rule_name="identity", character_coverage=1.0,
-            pad_id=0, unk_id=1, bos_id=2, eos_id=3, pad_piece=PAD, unk_piece=UNK, bos_piece=BOS, eos_piece=EOS,
-            num_threads=1, input_sentence_size=0, shuffle_input_sentence=False, minloglevel=3)
+            sentence_iterator=iter(texts),
+            model_writer=model,
+            model_type=model_type,
+            vocab_size=vocab_size,
+            hard_vocab_limit=False,
+            normalization_rule_name="identity",
+            character_coverage=1.0,
+            pad_id=0,
+            unk_id=1,
+            bos_id=2,
+            eos_id=3,
+            pad_piece=PAD,
+            unk_piece=UNK,
+            bos_piece=BOS,
+            eos_piece=EOS,
+            num_threads=1,
+            input_sentence_size=0,
+            shuffle_input_sentence=False,
+            minloglevel=3,
+        )
     except RuntimeError as exc:
-        raise kdplug.UsageError(f"SentencePiece could not train a {model_type} vocabulary of {vocab_size} "
-                                f"pieces on {len(texts)} texts: {exc}. Raise sentencepiece_vocab_size "
-                                f"(it must at least hold every character of the text)") from None
+        raise kdplug.UsageError(
+            f"SentencePiece could not train a {model_type} vocabulary of {vocab_size} "
+            f"pieces on {len(texts)} texts: {exc}. Raise sentencepiece_vocab_size "
+            f"(it must at least hold every character of the text)"
+        ) from None
     return model.getvalue()
 
 
@@ -166,22 +206,34 @@ def tokenizer_from_model(model: bytes, model_type: str):
     backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always", split=True)
     eos_id = processor.eos_id()
     backend.post_processor = processors.TemplateProcessing(
-        single=f"$A {EOS}", pair=f"$A {EOS} $B {EOS}", special_tokens=[(EOS, eos_id)])
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=PAD, unk_token=UNK, bos_token=BOS,
-                                   eos_token=EOS, padding_side="right", truncation_side="right",
-                                   model_input_names=["input_ids", "attention_mask"])
+        single=f"$A {EOS}", pair=f"$A {EOS} $B {EOS}", special_tokens=[(EOS, eos_id)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token=PAD,
+        unk_token=UNK,
+        bos_token=BOS,
+        eos_token=EOS,
+        padding_side="right",
+        truncation_side="right",
+        model_input_names=["input_ids", "attention_mask"],
+    )
 
 
 def _bpe_merges(processor: Any, pieces: list[tuple[str, float]]) -> list[tuple[str, str]]:
     """The merges that reproduce SentencePiece's BPE: it joins the adjacent pair whose union
     scores highest, so every split of a piece into two pieces ranks by the union's score."""
     ids = {piece: index for index, (piece, _) in enumerate(pieces)}
-    normal = [index for index in range(len(pieces))
-              if not (processor.is_control(index) or processor.is_unknown(index) or processor.is_unused(index))]
+    normal = [
+        index
+        for index in range(len(pieces))
+        if not (processor.is_control(index) or processor.is_unknown(index) or processor.is_unused(index))
+    ]
     merges = []
     for index in sorted(normal, key=lambda i: (-pieces[i][1], i)):
         piece = pieces[index][0]
-        splits = [(piece[:cut], piece[cut:]) for cut in range(1, len(piece))
-                  if piece[:cut] in ids and piece[cut:] in ids]
+        splits = [
+            (piece[:cut], piece[cut:]) for cut in range(1, len(piece)) if piece[:cut] in ids and piece[cut:] in ids
+        ]
         merges.extend(sorted(splits, key=lambda pair: (ids[pair[0]], ids[pair[1]])))
     return merges

@@ -44,7 +44,6 @@ def annealing_multiplier(epoch: int, e1: int, tau_max: int) -> float:
     return min(t, tau_max) / tau_max
 
 
-
 ANNEALING = """@inproceedings{jafari2021annealing,
   title = {Annealing Knowledge Distillation},
   author = {Jafari, Aref and Rezagholizadeh, Mehdi and Sharma, Pranav and Ghodsi, Ali},
@@ -52,6 +51,7 @@ ANNEALING = """@inproceedings{jafari2021annealing,
   pages = {2493--2504},
   year = {2021}
 }"""
+
 
 class AnnealingObjective(nn.Module):
     """Phase 1: MSE(z_s, z_t · φ) on raw logits, φ set by the trainer at each epoch; no labels."""
@@ -80,6 +80,8 @@ class Annealing:
     """
 
     citation = ANNEALING
+    #: it trains with its own loss: the run's projector is not used (kdplug says so when one is set)
+    uses_projector = False
 
     def __init__(self, e1: int = 10, e2: int = 3, tau_max: int = 10, phase2_lr: float | None = None) -> None:
         for name, value, least in (("e1", e1, 1), ("e2", e2, 0), ("tau_max", tau_max, 1)):
@@ -88,20 +90,28 @@ class Annealing:
         self.e1, self.e2, self.tau_max, self.phase2_lr = e1, e2, tau_max, phase2_lr
 
     def run(self, ctx):
-        if ctx.config.projector != "rkd":
-            log.warning("recipe annealing trains with its own loss; projector %r is not used", ctx.config.projector)
         student = ctx.new_student()
-        objective = AnnealingObjective(tau_max=self.tau_max, loss=ctx.registry.create("loss", "mse"))
-        ctx.train_stage("phase1", student, None, objective=objective, epochs=self.e1,
-                        weights=ctx.weights(None, eta=1.0, lam=0.0, temperature=1.0))
-        ctx.stages["phase1"]["phi"] = [annealing_multiplier(e, self.e1, self.tau_max) for e in range(1, self.e1 + 1)]
+        objective = AnnealingObjective(tau_max=self.tau_max, loss=ctx.new_loss("mse"))
+        ctx.train_stage(
+            "phase1",
+            student,
+            None,
+            objective=objective,
+            epochs=self.e1,
+            weights=ctx.weights(None, eta=1.0, lam=0.0, temperature=1.0),
+        )
+        ctx.record("phase1", phi=[annealing_multiplier(e, self.e1, self.tau_max) for e in range(1, self.e1 + 1)])
         if self.e2:
-            ctx.train_stage("phase2", student, None, weights=ctx.weights(None, eta=0.0, lam=0.0),
-                            epochs=self.e2, lr=self.phase2_lr)
+            ctx.train_stage(
+                "phase2", student, None, weights=ctx.weights(None, eta=0.0, lam=0.0), epochs=self.e2, lr=self.phase2_lr
+            )
         return student
 
 
 @kdplug.hookimpl
 def kdplug_register_recipes(register):
-    register("annealing", Annealing, description="Annealing KD: MSE to teacher logits scaled up in steps, then CE "
-                                                 "(Jafari et al. 2021)")
+    register(
+        "annealing",
+        Annealing,
+        description="Annealing KD: MSE to teacher logits scaled up in steps, then CE (Jafari et al. 2021)",
+    )

@@ -12,6 +12,9 @@ log = logging.getLogger("kdplug.recipes.basic")
 class Standard:
     """One stage: L = ce·CE + eta·KD + lam·ILD (ce = 1 - eta - lam unless set) for ``epochs`` epochs."""
 
+    #: the recipe of a run whose projector names no default_recipe of its own
+    is_default = True
+
     def run(self, ctx):
         student = ctx.new_student()
         projector = ctx.new_projector(student)
@@ -20,7 +23,10 @@ class Standard:
             log.warning(
                 "the CE weight is 0 (eta %g, lam %g): this single stage never sees a gold label, so the student "
                 "learns only what the teacher's outputs say. Train in two stages (--recipe two-stage: stage 2 is CE "
-                "only), or give CE a weight (--set lam=0.2, or --set ce_weight=0.3).", weights.eta, weights.lam)
+                "only), or give CE a weight (--set lam=0.2, or --set ce_weight=0.3).",
+                weights.eta,
+                weights.lam,
+            )
         ctx.train_stage("distill", student, projector, weights=weights)
         return student
 
@@ -50,20 +56,30 @@ class TwoStage:
         beta = self.stage1_beta(ctx, projector)
         stage1 = ctx.weights(projector, eta=beta, lam=1.0 - beta, ce=0.0)
         ctx.train_stage("stage1", student, projector, weights=stage1)
-        ctx.train_stage("stage2", student, None, weights=ctx.weights(None, eta=0.0, lam=0.0),
-                        epochs=self.stage2_epochs, lr=self.stage2_lr)
+        ctx.train_stage(
+            "stage2",
+            student,
+            None,
+            weights=ctx.weights(None, eta=0.0, lam=0.0),
+            epochs=self.stage2_epochs,
+            lr=self.stage2_lr,
+        )
         return student
 
     def stage1_beta(self, ctx, projector) -> float:
         """beta: the recipe option, else the run's eta, else 1 - the run's lam, else the projector's eta."""
         if self.beta is not None:
             return float(self.beta)
-        config = ctx.config
+        config = ctx.settings
         if config.eta is not None:
             if config.lam is not None and abs(config.eta + config.lam - 1.0) > 1e-9:
-                log.warning("two-stage: stage 1 weighs KD by beta = eta = %g and the layer loss by 1 - beta = %g; "
-                            "the run's lam %g is not used (stage 1 has no CE term)", config.eta, 1 - config.eta,
-                            config.lam)
+                log.warning(
+                    "two-stage: stage 1 weighs KD by beta = eta = %g and the layer loss by 1 - beta = %g; "
+                    "the run's lam %g is not used (stage 1 has no CE term)",
+                    config.eta,
+                    1 - config.eta,
+                    config.lam,
+                )
             return float(config.eta)
         if config.lam is not None:
             return 1.0 - float(config.lam)

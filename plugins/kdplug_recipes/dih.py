@@ -20,7 +20,8 @@ place of CE).
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Optional
 
 import torch
 from torch import nn
@@ -32,13 +33,13 @@ from kdplug.types import StepState
 log = logging.getLogger("kdplug.recipes.dih")
 
 
-
 DIH = """@article{asadian2021dih,
   title = {Distilling Knowledge via Intermediate Classifier Heads},
   author = {Asadian, Aryan and Salehi-Abari, Amirali},
   journal = {arXiv preprint arXiv:2103.00497},
   year = {2021}
 }"""
+
 
 class DIHObjective(nn.Module):
     """The DIH student loss over the teacher's output and the heads at ``head_positions``.
@@ -49,8 +50,15 @@ class DIHObjective(nn.Module):
     needs_teacher = True
     needs_teacher_heads = True
 
-    def __init__(self, *, alpha: float, head_positions: Sequence[int], kd_loss: Callable, task_loss: Callable,
-                 regression: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        head_positions: Sequence[int],
+        kd_loss: Callable,
+        task_loss: Callable,
+        regression: bool = False,
+    ) -> None:
         super().__init__()
         self.alpha = alpha
         self.head_positions = list(head_positions)
@@ -83,8 +91,10 @@ def head_positions(specs: Sequence[kdplug.LayerSpec], layers: Optional[Sequence[
     if layers is None:
         layers = [available[position - 1] for position in default_head_layers(len(available))]
         if not layers:
-            raise ConfigError(f"recipe 'dih': the teacher has {len(available)} matchable layer(s), too few for a head "
-                              f"below its last layer; use another recipe (rkd) or a deeper teacher")
+            raise ConfigError(
+                f"recipe 'dih': the teacher has {len(available)} matchable layer(s), too few for a head "
+                f"below its last layer; use another recipe (rkd) or a deeper teacher"
+            )
     if isinstance(layers, int):
         layers = [layers]
     unknown = [layer for layer in layers if layer not in available]
@@ -92,7 +102,8 @@ def head_positions(specs: Sequence[kdplug.LayerSpec], layers: Optional[Sequence[
         raise ConfigError(
             f"recipe 'dih': layers={list(layers)!r} names no head of this teacher; its layers are "
             f"{available} (set e.g. --set 'recipe_options.layers=[{available[len(available) // 2]}, {available[-1]}]', "
-            f"or leave layers unset for n/4, n/2 and 3n/4)")
+            f"or leave layers unset for n/4, n/2 and 3n/4)"
+        )
     return [available.index(layer) for layer in dict.fromkeys(layers)]
 
 
@@ -105,6 +116,8 @@ class DIH:
     """
 
     citation = DIH
+    #: it trains with its own loss: the run's projector is not used (kdplug says so when one is set)
+    uses_projector = False
 
     def __init__(self, alpha: float = 0.1, temperature: float = 5.0, layers: Optional[Sequence[int]] = None) -> None:
         if not 0.0 <= alpha <= 1.0:
@@ -114,25 +127,29 @@ class DIH:
         self.alpha, self.temperature, self.layers = float(alpha), float(temperature), layers
 
     def run(self, ctx):
-        if ctx.config.projector != "rkd":
-            log.warning("recipe dih trains with its own loss; projector %r is not used", ctx.config.projector)
         student = ctx.new_student()
         ctx.teacher_heads()  # warm-up (or reuse), recorded as the stage "teacher_heads"
-        specs = ctx.teacher_cache()[0].specs
+        specs = ctx.teacher_layer_specs()
         positions = head_positions(specs, self.layers)
         regression = ctx.task.is_regression
         objective = DIHObjective(
-            alpha=self.alpha, head_positions=positions, regression=regression,
-            kd_loss=ctx.registry.create("loss", "mse") if regression else
-            ctx.registry.create("loss", "kd", temperature=self.temperature),
-            task_loss=ctx.registry.create("loss", "mse" if regression else "ce"))
+            alpha=self.alpha,
+            head_positions=positions,
+            regression=regression,
+            kd_loss=ctx.new_loss("mse") if regression else ctx.new_loss("kd", temperature=self.temperature),
+            task_loss=ctx.new_loss("mse" if regression else "ce"),
+        )
         weights = ctx.weights(None, eta=self.alpha, lam=0.0, temperature=self.temperature)
         ctx.train_stage("distill", student, None, weights=weights, objective=objective)
-        ctx.stages["distill"]["heads"] = [specs[i].index for i in positions]
+        ctx.record("distill", heads=[specs[i].index for i in positions])
         return student
 
 
 @kdplug.hookimpl
 def kdplug_register_recipes(register):
-    register("dih", DIH, description="DIH: CE-trained heads on teacher layers n/4, n/2, 3n/4, then KD from the "
-                                     "output and the heads (Asadian & Salehi-Abari 2021)")
+    register(
+        "dih",
+        DIH,
+        description="DIH: CE-trained heads on teacher layers n/4, n/2, 3n/4, then KD from the "
+        "output and the heads (Asadian & Salehi-Abari 2021)",
+    )

@@ -26,8 +26,8 @@ from torch import nn
 
 import kdplug
 from kdplug import fingerprint
+from kdplug.errors import ConfigError, UsageError
 from kdplug.storage import atomic_directory, complete_copy, file_lock, move_aside, verify
-from kdplug.errors import ConfigError, UnknownComponentError, UsageError
 from kdplug.types import Teacher
 
 log = logging.getLogger("kdplug.recipes.takd")
@@ -37,7 +37,8 @@ WEIGHTS, SUMMARY = "model.safetensors", "takd_link.json"
 
 TAKD = """@inproceedings{mirzadeh2020takd,
   title = {Improved Knowledge Distillation via Teacher Assistant},
-  author = {Mirzadeh, Seyed Iman and Farajtabar, Mehrdad and Li, Ang and Levine, Nir and Matsukawa, Akihiro and Ghasemzadeh, Hassan},
+  author = {Mirzadeh, Seyed Iman and Farajtabar, Mehrdad and Li, Ang and Levine, Nir and Matsukawa, Akihiro
+            and Ghasemzadeh, Hassan},
   booktitle = {Proceedings of AAAI 2020},
   pages = {5191--5198},
   year = {2020}
@@ -60,8 +61,9 @@ def plan_chain(ta: Any, student: str, student_options: Optional[dict] = None) ->
     """
     entries = ta if isinstance(ta, (list, tuple)) else [ta]
     if not entries:
-        raise ConfigError("recipe 'takd': ta is empty; name at least one teaching assistant, e.g. "
-                          "--set 'recipe_options.ta=[bert-4]'")
+        raise ConfigError(
+            "recipe 'takd': ta is empty; name at least one teaching assistant, e.g. --set 'recipe_options.ta=[bert-4]'"
+        )
     links = []
     for entry in entries:
         if isinstance(entry, str):
@@ -79,8 +81,9 @@ def default_ta(ctx) -> list[str]:
     from transformers import PreTrainedModel
 
     if not isinstance(ctx.teacher.model, PreTrainedModel):
-        raise UsageError("recipe 'takd' needs the option ta: the teaching assistant(s), e.g. "
-                         "--set 'recipe_options.ta=[bilstm]'")
+        raise UsageError(
+            "recipe 'takd' needs the option ta: the teaching assistant(s), e.g. --set 'recipe_options.ta=[bilstm]'"
+        )
     depth = ctx.teacher.model.config.num_hidden_layers
     return [f"bert-{max(1, depth // 2)}"]
 
@@ -95,43 +98,56 @@ class TAKD:
 
     Options: ``ta`` (a name, ``{name: .., option: ..}`` or a list of them; default ``bert-{n/2}``
     for an n-layer Hugging Face teacher), ``eta`` and ``temperature`` (default: the run's, else
-    RKD's 0.7 and 10), ``ta_epochs`` and ``ta_lr`` (default: the run's epochs and learning rate).
+    the link projector's: RKD's 0.7 and 10), ``ta_epochs`` and ``ta_lr`` (default: the run's epochs
+    and learning rate), ``link_projector`` (whose default weights each link uses: ``rkd``).
     """
 
     citation = TAKD
+    #: every link is logit KD: the run's projector is not used (kdplug says so when one is set)
+    uses_projector = False
 
-    def __init__(self, ta: Any = None, eta: Optional[float] = None, temperature: Optional[float] = None,
-                 ta_epochs: Optional[int] = None, ta_lr: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        ta: Any = None,
+        eta: Optional[float] = None,
+        temperature: Optional[float] = None,
+        ta_epochs: Optional[int] = None,
+        ta_lr: Optional[float] = None,
+        link_projector: str = "rkd",
+    ) -> None:
         self.ta, self.eta, self.temperature = ta, eta, temperature
-        self.ta_epochs, self.ta_lr = ta_epochs, ta_lr
+        self.ta_epochs, self.ta_lr, self.link_projector = ta_epochs, ta_lr, link_projector
         if ta is not None:
             plan_chain(ta, "student")  # malformed entries fail before any work
 
     def run(self, ctx):
-        if ctx.config.projector != "rkd":
-            log.warning("recipe takd trains every link with rkd; projector %r is not used", ctx.config.projector)
-        links = plan_chain(self.ta if self.ta is not None else default_ta(ctx), ctx.config.student,
-                           ctx.config.student_options)
-        data = fingerprint.of_values(fingerprint.of_token_ids(ctx.train.input_ids), ctx.train.labels,
-                                     {name: fingerprint.of_token_ids(split.input_ids) for name, split in ctx.dev.items()})
-        teaching, teacher_label = ctx, ctx.config.teacher
+        settings = ctx.settings
+        links = plan_chain(
+            self.ta if self.ta is not None else default_ta(ctx), settings.student, settings.student_options
+        )
+        data = ctx.data_fingerprint()
+        teaching, teacher_label = ctx, settings.teacher
         previous = teacher_fingerprint = fingerprint.of_module(ctx.teacher.model)
         for number, link in enumerate(links, start=1):
             stage = f"link{number}-{link.name}"
             model = self.build(ctx, link)
             weights = self.weights(teaching, model)
-            record = {"model": link.name, "options": link.options, "teacher": teacher_label,
-                      "teacher_fingerprint": teacher_fingerprint}
+            record = {
+                "model": link.name,
+                "options": link.options,
+                "teacher": teacher_label,
+                "teacher_fingerprint": teacher_fingerprint,
+            }
             if link.final:  # the run's student: always trained
                 teaching.train_stage(stage, model, None, weights=weights)
-                ctx.stages[stage].update(record)
+                ctx.record(stage, **record)
                 break
             key = link_key(previous, link, data, self.settings(ctx, weights))
             stored = self.train_or_reuse(ctx, teaching, stage, model, weights, key)
-            ctx.stages[stage].update(record, stored=str(stored))
+            ctx.record(stage, **record, stored=str(stored))
             tokenizer = getattr(model, "tokenizer", None) or ctx.tokenizer
+            # its outputs are computed now, before the next link seeds its run: the same whether stored or not
             teaching = ctx.with_teacher(Teacher(model=model, tokenizer=tokenizer, source=str(stored), finetuned=True))
-            teaching.teacher_cache()  # now, before the next link seeds its run: same result whether stored or not
             previous, teacher_label = key, f"{link.name} (link {number})"
             teacher_fingerprint = fingerprint.of_module(model)
         return model
@@ -141,43 +157,51 @@ class TAKD:
         """A fresh model for ``link``: the run's student, a registered student, or a teacher's model."""
         if link.final:
             return ctx.new_student()
-        try:
-            ctx.registry.resolve("student", link.name)
-        except UnknownComponentError:
-            pass
-        else:
+        if ctx.has("student", link.name):
             return ctx.new_student(link.name, **link.options)
-        try:
-            ctx.registry.resolve("teacher", link.name)
-        except UnknownComponentError:
-            raise UsageError(f"recipe 'takd': TA {link.name!r} is neither a registered student nor a teacher; "
-                             f"see 'kdplug plugins --kind student' and '--kind teacher'") from None
-        set_seed(ctx.config.seed)
-        ta = ctx.registry.create("teacher", link.name, ctx.task, **link.options)
+        if not ctx.has("teacher", link.name):
+            raise UsageError(
+                f"recipe 'takd': TA {link.name!r} is neither a registered student nor a teacher; "
+                f"see 'kdplug plugins --kind student' and '--kind teacher'"
+            )
+        set_seed(ctx.settings.seed)
+        ta = ctx.new_teacher(link.name, **link.options)
         if ta.tokenizer is not None and ta.tokenizer.get_vocab() != ctx.tokenizer.get_vocab():
             ta.model.tokenizer = ta.tokenizer  # it reads text its own way (see the student hook)
         return ta.model
 
     def weights(self, teaching, model: nn.Module):
-        rkd = teaching.new_projector(model, name="rkd")
+        rkd = teaching.new_projector(model, name=self.link_projector)
         return teaching.weights(rkd, eta=self.eta, lam=0.0, temperature=self.temperature)
 
     def settings(self, ctx, weights) -> dict:
-        config = ctx.config
-        return {"weights": weights.as_dict(), "epochs": self.ta_epochs or config.epochs, "lr": self.ta_lr or config.lr,
-                "batch_size": config.batch_size, "weight_decay": config.weight_decay,
-                "warmup_ratio": config.warmup_ratio, "best_checkpoint": config.best_checkpoint,
-                "max_length": ctx.train_max_length, "precision": config.precision, "seed": config.seed}
+        config = ctx.settings
+        return {
+            "weights": weights.as_dict(),
+            "epochs": self.ta_epochs or config.epochs,
+            "lr": self.ta_lr or config.lr,
+            "batch_size": config.batch_size,
+            "weight_decay": config.weight_decay,
+            "warmup_ratio": config.warmup_ratio,
+            "best_checkpoint": config.best_checkpoint,
+            "max_length": ctx.max_length,
+            "precision": config.precision,
+            "seed": config.seed,
+        }
 
     def train_or_reuse(self, ctx, teaching, stage: str, model: nn.Module, weights, key: str) -> Path:
         """Load the link's stored weights into ``model``, or train it and store them."""
-        directory = Path(ctx.cache_root) / "takd" / key
+        directory = ctx.store_directory("takd", key)
         with file_lock(directory.parent / f"{key}.lock"):
             found = complete_copy(directory, lambda path: (path / SUMMARY).is_file())
             problems = verify(found) if found is not None else []
             if problems:  # a damaged store: keep it aside for inspection, train again
-                log.warning("stored TA %s is damaged (%s); moved it to %s and training it again", found,
-                            "; ".join(problems), move_aside(found))
+                log.warning(
+                    "stored TA %s is damaged (%s); moved it to %s and training it again",
+                    found,
+                    "; ".join(problems),
+                    move_aside(found),
+                )
             elif found is not None:
                 directory = found
                 try:
@@ -187,10 +211,10 @@ class TAKD:
                     log.warning("stored TA %s is unreadable (%s); training it again", directory, exc)
                 else:
                     log.info("%s: reusing the trained TA %s", stage, directory)
-                    ctx.stages[stage] = {**summary, "reused": str(directory)}
+                    ctx.record(stage, **summary, reused=str(directory))
                     return directory
             teaching.train_stage(stage, model, None, weights=weights, epochs=self.ta_epochs, lr=self.ta_lr)
-            store(model, directory, ctx.stages[stage])
+            store(model, directory, dict(ctx.stage_record(stage)))
         return directory
 
 
@@ -203,5 +227,9 @@ def store(model: nn.Module, directory: Path, summary: dict) -> None:
 
 @kdplug.hookimpl
 def kdplug_register_recipes(register):
-    register("takd", TAKD, description="TAKD: teacher -> TA(s) -> student, each link RKD from the previous link's "
-                                       "best checkpoint (Mirzadeh et al. 2020)")
+    register(
+        "takd",
+        TAKD,
+        description="TAKD: teacher -> TA(s) -> student, each link RKD from the previous link's "
+        "best checkpoint (Mirzadeh et al. 2020)",
+    )

@@ -9,8 +9,9 @@ task module supplies a small spec and a reader.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 
@@ -74,6 +75,7 @@ class DataTask:
     max_dev_examples: Optional[int] = None
     source: str = ""
     text_columns: tuple[str, ...] = ()  # the input columns as the task's files name them
+    hub_dataset: Optional[str] = None  # the data set's hub id, for model cards ("nyu-mll/glue")
     _loaded: dict[str, list[Example]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -91,14 +93,14 @@ class DataTask:
 
     def load_split(self, split: str) -> list[Example]:
         if split not in self.splits:
-            raise UsageError(f"task {self.name!r} has no split {split!r}; its splits are "
-                             f"{', '.join(self.splits)}.")
+            raise UsageError(f"task {self.name!r} has no split {split!r}; its splits are {', '.join(self.splits)}.")
         if split not in self._loaded:
             limit = self.max_train_examples if split == "train" else self.max_dev_examples
             examples = self.reader(split, limit)
             if not examples:
-                raise DataError(f"split {split!r} of task {self.name!r} has no examples "
-                                f"(source: {self.source or 'unknown'}).")
+                raise DataError(
+                    f"split {split!r} of task {self.name!r} has no examples (source: {self.source or 'unknown'})."
+                )
             self._loaded[split] = examples
         return list(self._loaded[split])
 
@@ -106,8 +108,10 @@ class DataTask:
         """Every metric of the task; ``predictions`` are class indices, or floats for regression."""
         pred, ref = np.asarray(predictions), np.asarray(references)
         if pred.ndim != 1 or pred.shape != ref.shape or pred.size == 0:
-            raise ValueError(f"task {self.name!r}: expected two equally long non-empty 1-d sequences "
-                             f"(class indices: argmax the logits first), got shapes {pred.shape} and {ref.shape}")
+            raise ValueError(
+                f"task {self.name!r}: expected two equally long non-empty 1-d sequences "
+                f"(class indices: argmax the logits first), got shapes {pred.shape} and {ref.shape}"
+            )
         if self.is_regression:
             pred, ref = pred.astype(float), ref.astype(float)
         else:
@@ -136,18 +140,30 @@ def check_count(option: str, value: Any, *, allow_none: bool = True) -> Optional
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"option {option} must be a positive integer{' or null' if allow_none else ''}, "
-                          f"got {value!r}.")
+        raise ConfigError(
+            f"option {option} must be a positive integer{' or null' if allow_none else ''}, got {value!r}."
+        )
     return value
 
 
-def label_index(value: str, label_values: Sequence[str], *, column: str, path: str, line: int,
-                hint: str = "Fix the label, or check that this is the task's file.") -> int:
+def label_index(
+    value: str,
+    label_values: Sequence[str],
+    *,
+    column: str,
+    path: str,
+    line: int,
+    hint: str = "Fix the label, or check that this is the task's file.",
+) -> int:
     """The class index of a label as a file spells it."""
     if value in label_values:
         return label_values.index(value)
-    raise DataError(f"label {value!r} in column {column!r} is not in the label set "
-                    f"{', '.join(repr(label) for label in label_values)}. {hint}", path=path, line=line)
+    raise DataError(
+        f"label {value!r} in column {column!r} is not in the label set "
+        f"{', '.join(repr(label) for label in label_values)}. {hint}",
+        path=path,
+        line=line,
+    )
 
 
 def parse_score(value: str, *, column: str, path: str, line: int) -> float:
@@ -157,13 +173,15 @@ def parse_score(value: str, *, column: str, path: str, line: int) -> float:
     except (TypeError, ValueError):
         score = math.nan
     if not math.isfinite(score):
-        raise DataError(f"expected a number in column {column!r} (a regression target), found {value!r}.",
-                        path=path, line=line)
+        raise DataError(
+            f"expected a number in column {column!r} (a regression target), found {value!r}.", path=path, line=line
+        )
     return score
 
 
 def require_examples(examples: list, *, path: str) -> list:
     if not examples:
-        raise DataError("no examples: the file has no data lines after its header. Check that you "
-                        "passed the right file.", path=path)
+        raise DataError(
+            "no examples: the file has no data lines after its header. Check that you passed the right file.", path=path
+        )
     return examples

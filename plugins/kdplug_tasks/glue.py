@@ -62,41 +62,113 @@ BINARY = ("0", "1")
 NLI3 = ("entailment", "neutral", "contradiction")
 NLI2 = ("entailment", "not_entailment")
 
-SPECS: dict[str, GlueSpec] = {spec.name: spec for spec in [
-    GlueSpec("cola", "GLUE CoLA: linguistic acceptability; Matthews correlation", "CoLA",
-             text_columns=("sentence",), label_column="label", labels=("unacceptable", "acceptable"),
-             label_values=BINARY, metrics=("matthews", "accuracy"), main_metric="matthews",
-             hub_columns=("sentence",),
-             # no header line: source code, label, the author's original mark ("*" or empty), sentence
-             fieldnames=("source", "label", "author_label", "sentence")),
-    GlueSpec("sst2", "GLUE SST-2: movie review sentiment; accuracy", "SST-2",
-             text_columns=("sentence",), label_column="label", labels=("negative", "positive"),
-             label_values=BINARY, metrics=("accuracy",), main_metric="accuracy", hub_columns=("sentence",)),
-    GlueSpec("mrpc", "GLUE MRPC: paraphrase of news sentences; accuracy and F1", "MRPC",
-             text_columns=("#1 String", "#2 String"), label_column="Quality",
-             labels=("not_equivalent", "equivalent"), label_values=BINARY, metrics=("accuracy", "f1"),
-             main_metric="accuracy", hub_columns=("sentence1", "sentence2")),
-    GlueSpec("qqp", "GLUE QQP: duplicate Quora questions; accuracy and F1", "QQP",
-             text_columns=("question1", "question2"), label_column="is_duplicate",
-             labels=("not_duplicate", "duplicate"), label_values=BINARY, metrics=("accuracy", "f1"),
-             main_metric="accuracy", hub_columns=("question1", "question2"),
-             # the real train.tsv has lines broken by newlines inside questions; the hub copy
-             # drops them too
-             skip_malformed=True),
-    GlueSpec("stsb", "GLUE STS-B: sentence similarity 0-5 (regression); Pearson and Spearman", "STS-B",
-             text_columns=("sentence1", "sentence2"), label_column="score", labels=(), label_values=(),
-             metrics=("pearson", "spearman"), main_metric="pearson", hub_columns=("sentence1", "sentence2")),
-    GlueSpec("mnli", "GLUE MNLI: 3-way inference, matched and mismatched dev; accuracy", "MNLI",
-             text_columns=("sentence1", "sentence2"), label_column="gold_label", labels=NLI3,
-             label_values=NLI3, metrics=("accuracy",), main_metric="accuracy",
-             hub_columns=("premise", "hypothesis"), dev_splits=("dev_matched", "dev_mismatched")),
-    GlueSpec("qnli", "GLUE QNLI: does the sentence answer the question; accuracy", "QNLI",
-             text_columns=("question", "sentence"), label_column="label", labels=NLI2, label_values=NLI2,
-             metrics=("accuracy",), main_metric="accuracy", hub_columns=("question", "sentence")),
-    GlueSpec("rte", "GLUE RTE: textual entailment; accuracy", "RTE",
-             text_columns=("sentence1", "sentence2"), label_column="label", labels=NLI2, label_values=NLI2,
-             metrics=("accuracy",), main_metric="accuracy", hub_columns=("sentence1", "sentence2")),
-]}
+SPECS: dict[str, GlueSpec] = {
+    spec.name: spec
+    for spec in [
+        GlueSpec(
+            "cola",
+            "GLUE CoLA: linguistic acceptability; Matthews correlation",
+            "CoLA",
+            text_columns=("sentence",),
+            label_column="label",
+            labels=("unacceptable", "acceptable"),
+            label_values=BINARY,
+            metrics=("matthews", "accuracy"),
+            main_metric="matthews",
+            hub_columns=("sentence",),
+            # no header line: source code, label, the author's original mark ("*" or empty), sentence
+            fieldnames=("source", "label", "author_label", "sentence"),
+        ),
+        GlueSpec(
+            "sst2",
+            "GLUE SST-2: movie review sentiment; accuracy",
+            "SST-2",
+            text_columns=("sentence",),
+            label_column="label",
+            labels=("negative", "positive"),
+            label_values=BINARY,
+            metrics=("accuracy",),
+            main_metric="accuracy",
+            hub_columns=("sentence",),
+        ),
+        GlueSpec(
+            "mrpc",
+            "GLUE MRPC: paraphrase of news sentences; accuracy and F1",
+            "MRPC",
+            text_columns=("#1 String", "#2 String"),
+            label_column="Quality",
+            labels=("not_equivalent", "equivalent"),
+            label_values=BINARY,
+            metrics=("accuracy", "f1"),
+            main_metric="accuracy",
+            hub_columns=("sentence1", "sentence2"),
+        ),
+        GlueSpec(
+            "qqp",
+            "GLUE QQP: duplicate Quora questions; accuracy and F1",
+            "QQP",
+            text_columns=("question1", "question2"),
+            label_column="is_duplicate",
+            labels=("not_duplicate", "duplicate"),
+            label_values=BINARY,
+            metrics=("accuracy", "f1"),
+            main_metric="accuracy",
+            hub_columns=("question1", "question2"),
+            # the real train.tsv has lines broken by newlines inside questions; the hub copy
+            # drops them too
+            skip_malformed=True,
+        ),
+        GlueSpec(
+            "stsb",
+            "GLUE STS-B: sentence similarity 0-5 (regression); Pearson and Spearman",
+            "STS-B",
+            text_columns=("sentence1", "sentence2"),
+            label_column="score",
+            labels=(),
+            label_values=(),
+            metrics=("pearson", "spearman"),
+            main_metric="pearson",
+            hub_columns=("sentence1", "sentence2"),
+        ),
+        GlueSpec(
+            "mnli",
+            "GLUE MNLI: 3-way inference, matched and mismatched dev; accuracy",
+            "MNLI",
+            text_columns=("sentence1", "sentence2"),
+            label_column="gold_label",
+            labels=NLI3,
+            label_values=NLI3,
+            metrics=("accuracy",),
+            main_metric="accuracy",
+            hub_columns=("premise", "hypothesis"),
+            dev_splits=("dev_matched", "dev_mismatched"),
+        ),
+        GlueSpec(
+            "qnli",
+            "GLUE QNLI: does the sentence answer the question; accuracy",
+            "QNLI",
+            text_columns=("question", "sentence"),
+            label_column="label",
+            labels=NLI2,
+            label_values=NLI2,
+            metrics=("accuracy",),
+            main_metric="accuracy",
+            hub_columns=("question", "sentence"),
+        ),
+        GlueSpec(
+            "rte",
+            "GLUE RTE: textual entailment; accuracy",
+            "RTE",
+            text_columns=("sentence1", "sentence2"),
+            label_column="label",
+            labels=NLI2,
+            label_values=NLI2,
+            metrics=("accuracy",),
+            main_metric="accuracy",
+            hub_columns=("sentence1", "sentence2"),
+        ),
+    ]
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,29 +179,44 @@ SPECS: dict[str, GlueSpec] = {spec.name: spec for spec in [
 def task_directory(spec: GlueSpec, data_dir: str) -> str:
     """``data_dir/<Folder>`` when ``data_dir`` is the GLUE root, else ``data_dir`` itself."""
     if not os.path.isdir(data_dir):
-        raise DataError(f"the data directory does not exist; pass --data-dir with the GLUE download "
-                        f"(a directory holding {spec.folder}/) or with {spec.folder}'s own files.", path=data_dir)
+        raise DataError(
+            f"the data directory does not exist; pass --data-dir with the GLUE download "
+            f"(a directory holding {spec.folder}/) or with {spec.folder}'s own files.",
+            path=data_dir,
+        )
     nested = os.path.join(data_dir, spec.folder)
     return nested if os.path.isdir(nested) else data_dir
 
 
 def read_glue_file(spec: GlueSpec, path: str, limit: Optional[int], encoding: Optional[str] = None) -> list[Example]:
     if not os.path.isfile(path):
-        raise DataError(f"file not found. GLUE {spec.folder} needs "
-                        f"{', '.join(f'{split}.tsv' for split in ('train', *spec.dev_splits))} as in the "
-                        f"original GLUE download; pass --data-dir with the GLUE directory.", path=path)
-    columns = {"text_a": spec.text_columns[0], "label": spec.label_column,
-               "text_b": spec.text_columns[1] if spec.is_pair else None}
+        raise DataError(
+            f"file not found. GLUE {spec.folder} needs "
+            f"{', '.join(f'{split}.tsv' for split in ('train', *spec.dev_splits))} as in the "
+            f"original GLUE download; pass --data-dir with the GLUE directory.",
+            path=path,
+        )
+    columns = {
+        "text_a": spec.text_columns[0],
+        "label": spec.label_column,
+        "text_b": spec.text_columns[1] if spec.is_pair else None,
+    }
     skipped: list[int] = []
-    records = read_records(path, columns, fieldnames=spec.fieldnames, encoding=encoding,
-                           on_malformed=skipped.append if spec.skip_malformed else None)
+    records = read_records(
+        path,
+        columns,
+        fieldnames=spec.fieldnames,
+        encoding=encoding,
+        on_malformed=skipped.append if spec.skip_malformed else None,
+    )
     examples = []
     total = 0
     for line, record in records:
         total += 1
         if spec.labels:
-            label = label_index(record["label"].strip(), spec.label_values, column=spec.label_column,
-                                path=path, line=line)
+            label = label_index(
+                record["label"].strip(), spec.label_values, column=spec.label_column, path=path, line=line
+            )
         else:
             label = parse_score(record["label"], column=spec.label_column, path=path, line=line)
         examples.append(Example(text_a=record["text_a"], text_b=record.get("text_b"), label=label))
@@ -137,10 +224,17 @@ def read_glue_file(spec: GlueSpec, path: str, limit: Optional[int], encoding: Op
             break
     if skipped:
         if len(skipped) > MAX_SKIPPED_FRACTION * (total + len(skipped)):
-            raise DataError(f"{len(skipped)} of {total + len(skipped)} lines (first: line {skipped[0]}) do not "
-                            f"have the {spec.folder} layout's fields; is this the right file?", path=path)
-        logger.warning("%s: skipped %d malformed line(s) (%s), as the datasets copy of GLUE does",
-                       path, len(skipped), ", ".join(map(str, skipped[:5])) + (" ..." if len(skipped) > 5 else ""))
+            raise DataError(
+                f"{len(skipped)} of {total + len(skipped)} lines (first: line {skipped[0]}) do not "
+                f"have the {spec.folder} layout's fields; is this the right file?",
+                path=path,
+            )
+        logger.warning(
+            "%s: skipped %d malformed line(s) (%s), as the datasets copy of GLUE does",
+            path,
+            len(skipped),
+            ", ".join(map(str, skipped[:5])) + (" ..." if len(skipped) > 5 else ""),
+        )
     return require_examples(examples, path=path)
 
 
@@ -151,17 +245,23 @@ def read_glue_file(spec: GlueSpec, path: str, limit: Optional[int], encoding: Op
 
 def load_hub_copy(spec: GlueSpec) -> Any:
     """The ``datasets`` copy of one GLUE task (a DatasetDict), or OfflineError, fast."""
-    fix = (f"pass --data-dir with the GLUE files (the original download, holding {spec.folder}/), "
-           f"or set HF_HUB_OFFLINE=1 to use a copy already in the datasets cache")
+    fix = (
+        f"pass --data-dir with the GLUE files (the original download, holding {spec.folder}/), "
+        f"or set HF_HUB_OFFLINE=1 to use a copy already in the datasets cache"
+    )
     try:
         import datasets
         from huggingface_hub import constants
     except ImportError as error:
-        raise UsageError(f"GLUE task {spec.name!r} without --data-dir needs the datasets library "
-                         f"(pip install 'kdplug[glue]'); or {fix}.") from error
+        raise UsageError(
+            f"GLUE task {spec.name!r} without --data-dir needs the datasets library "
+            f"(pip install 'kdplug[glue]'); or {fix}."
+        ) from error
     if not datasets.config.HF_HUB_OFFLINE and not hub.reachable(constants.ENDPOINT):
-        raise OfflineError(f"GLUE task {spec.name!r}: the Hugging Face hub ({constants.ENDPOINT}) cannot be "
-                           f"reached to download {HUB_ID}; {fix}.")
+        raise OfflineError(
+            f"GLUE task {spec.name!r}: the Hugging Face hub ({constants.ENDPOINT}) cannot be "
+            f"reached to download {HUB_ID}; {fix}."
+        )
     try:
         return datasets.load_dataset(HUB_ID, spec.name)
     except (ConnectionError, FileNotFoundError) as error:
@@ -171,15 +271,20 @@ def load_hub_copy(spec: GlueSpec) -> Any:
 def hub_examples(spec: GlueSpec, dataset: Any, split: str, limit: Optional[int]) -> list[Example]:
     name = split.replace("dev", "validation")  # dev_matched -> validation_matched
     if name not in dataset:
-        raise DataError(f"the GLUE {spec.name} dataset has no split {name!r} (it has {', '.join(map(repr, dataset))}); "
-                        f"save the whole DatasetDict of load_dataset('nyu-mll/glue', '{spec.name}')",
-                        path=getattr(dataset, "cache_files", None) and spec.name)
+        raise DataError(
+            f"the GLUE {spec.name} dataset has no split {name!r} (it has {', '.join(map(repr, dataset))}); "
+            f"save the whole DatasetDict of load_dataset('nyu-mll/glue', '{spec.name}')",
+            path=getattr(dataset, "cache_files", None) and spec.name,
+        )
     rows = dataset[name]
-    missing = [c for c in (*spec.hub_columns[:2 if spec.is_pair else 1], "label") if c not in rows.column_names]
+    missing = [c for c in (*spec.hub_columns[: 2 if spec.is_pair else 1], "label") if c not in rows.column_names]
     if missing:
-        raise DataError(f"the {name} split has no column {', '.join(map(repr, missing))} (it has "
-                        f"{', '.join(map(repr, rows.column_names))}); a GLUE {spec.name} DatasetDict has "
-                        f"{', '.join(map(repr, (*spec.hub_columns, 'label')))}", path=spec.name)
+        raise DataError(
+            f"the {name} split has no column {', '.join(map(repr, missing))} (it has "
+            f"{', '.join(map(repr, rows.column_names))}); a GLUE {spec.name} DatasetDict has "
+            f"{', '.join(map(repr, (*spec.hub_columns, 'label')))}",
+            path=spec.name,
+        )
     if limit is not None:
         rows = rows.select(range(min(limit, len(rows))))
     texts_a = rows[spec.hub_columns[0]]
@@ -193,16 +298,25 @@ def hub_examples(spec: GlueSpec, dataset: Any, split: str, limit: Optional[int])
 # --------------------------------------------------------------------------------------------
 
 
-def glue_task(spec: GlueSpec, data_dir: Optional[str] = None, *, max_train_examples: Optional[int] = None,
-              max_dev_examples: Optional[int] = None, encoding: Optional[str] = None, **unknown: Any) -> DataTask:
+def glue_task(
+    spec: GlueSpec,
+    data_dir: Optional[str] = None,
+    *,
+    max_train_examples: Optional[int] = None,
+    max_dev_examples: Optional[int] = None,
+    encoding: Optional[str] = None,
+    **unknown: Any,
+) -> DataTask:
     """A GLUE task from the original files in ``data_dir``, or from the hub copy.
 
     ``max_train_examples`` / ``max_dev_examples`` keep the first N examples (quick runs);
     ``encoding`` reads files that are not UTF-8 (e.g. ``latin-1``).
     """
     reject_unknown_options(spec.name, unknown, ["max_train_examples", "max_dev_examples", "encoding"])
-    limits = dict(max_train_examples=check_count("max_train_examples", max_train_examples),
-                  max_dev_examples=check_count("max_dev_examples", max_dev_examples))
+    limits = dict(
+        max_train_examples=check_count("max_train_examples", max_train_examples),
+        max_dev_examples=check_count("max_dev_examples", max_dev_examples),
+    )
     if data_dir is not None and hfdatasets.is_dataset_dir(os.fspath(data_dir)):
         saved = hfdatasets.load_dataset_dict(os.fspath(data_dir))  # load_dataset("nyu-mll/glue", ...).save_to_disk
 
@@ -225,9 +339,18 @@ def glue_task(spec: GlueSpec, data_dir: Optional[str] = None, *, max_train_examp
 
         source = f"{HUB_ID}/{spec.name}"
     return DataTask(
-        name=spec.name, labels=spec.labels, is_pair=spec.is_pair, metrics=spec.metrics,
-        main_metric=spec.main_metric, reader=reader, is_regression=not spec.labels,
-        dev_splits=spec.dev_splits, source=source, text_columns=spec.text_columns, **limits,
+        name=spec.name,
+        labels=spec.labels,
+        is_pair=spec.is_pair,
+        metrics=spec.metrics,
+        main_metric=spec.main_metric,
+        reader=reader,
+        is_regression=not spec.labels,
+        dev_splits=spec.dev_splits,
+        source=source,
+        text_columns=spec.text_columns,
+        hub_dataset=HUB_ID,
+        **limits,
     )
 
 

@@ -8,7 +8,8 @@ so the tasks turn them into examples the same way (and their errors name the sam
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any, Optional
 
 from kdplug.errors import DataError, UsageError, close_matches
 
@@ -22,8 +23,10 @@ def _datasets():
     try:
         import datasets
     except ImportError:
-        raise UsageError("reading datasets directories, Parquet or Arrow files needs the datasets library: "
-                         "pip install 'kdplug[glue]'") from None
+        raise UsageError(
+            "reading datasets directories, Parquet or Arrow files needs the datasets library: "
+            "pip install 'kdplug[glue]'"
+        ) from None
     return datasets
 
 
@@ -50,8 +53,9 @@ def load_file(path: str) -> Any:
             return datasets.Dataset.from_parquet(path)
         return datasets.Dataset.from_file(path)
     except Exception as exc:  # pyarrow raises its own error types
-        raise DataError(f"could not read it as {DATASET_FORMATS[os.path.splitext(path)[1].lower()]} ({exc})",
-                        path=path) from None
+        raise DataError(
+            f"could not read it as {DATASET_FORMATS[os.path.splitext(path)[1].lower()]} ({exc})", path=path
+        ) from None
 
 
 def pick_split(dataset_dict: Any, split: str, where: str, given: Optional[str] = None) -> Any:
@@ -62,8 +66,11 @@ def pick_split(dataset_dict: Any, split: str, where: str, given: Optional[str] =
         if name in names:
             return dataset_dict[name]
     option = "train_split" if split == "train" else "dev_split"
-    raise DataError(f"the dataset has no {split!r} split (looked for {', '.join(map(repr, wanted))}); its splits "
-                    f"are {', '.join(map(repr, names))}: name one with --set task_options.{option}=NAME", path=where)
+    raise DataError(
+        f"the dataset has no {split!r} split (looked for {', '.join(map(repr, wanted))}); its splits "
+        f"are {', '.join(map(repr, names))}: name one with --set task_options.{option}=NAME",
+        path=where,
+    )
 
 
 def label_names(dataset: Any, column: str) -> Optional[tuple[str, ...]]:
@@ -73,8 +80,9 @@ def label_names(dataset: Any, column: str) -> Optional[tuple[str, ...]]:
     return tuple(names) if names else None
 
 
-def dataset_records(dataset: Any, columns: dict[str, Optional[str]], where: str,
-                    options: Optional[dict[str, str]] = None) -> Iterator[tuple[int, dict[str, Any]]]:
+def dataset_records(
+    dataset: Any, columns: dict[str, Optional[str]], where: str, options: Optional[dict[str, str]] = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """Rows of a ``datasets.Dataset`` as ``{role: value}``; row numbers count from 1."""
     options = options or {}
     available = list(dataset.column_names)
@@ -84,10 +92,13 @@ def dataset_records(dataset: Any, columns: dict[str, Optional[str]], where: str,
             suggestions = close_matches(column, available)
             hint = f" Did you mean {suggestions[0]!r}?" if suggestions else ""
             if role in options:
-                hint += f" Name the column with --set task_options.{options[role]}=" \
-                        f"{suggestions[0] if suggestions else 'NAME'}."
-            raise DataError(f"no column {column!r}; the dataset has columns {', '.join(map(repr, available))}.{hint}",
-                            path=where)
+                hint += (
+                    f" Name the column with --set task_options.{options[role]}="
+                    f"{suggestions[0] if suggestions else 'NAME'}."
+                )
+            raise DataError(
+                f"no column {column!r}; the dataset has columns {', '.join(map(repr, available))}.{hint}", path=where
+            )
     values = {role: dataset[column] for role, column in wanted.items()}
     for index in range(len(dataset)):
         yield index + 1, {role: column[index] for role, column in values.items()}

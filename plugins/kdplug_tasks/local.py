@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 import kdplug
 from kdplug.errors import ConfigError, DataError
@@ -26,8 +27,21 @@ from . import hfdatasets
 from .base import DataTask, check_count, label_index, parse_score, reject_unknown_options, require_examples
 from .tables import FORMATS, read_records
 
-OPTIONS = ("train_file", "dev_file", "text_column", "text_pair_column", "label_column", "labels", "regression",
-           "max_train_examples", "max_dev_examples", "encoding", "dataset", "train_split", "dev_split")
+OPTIONS = (
+    "train_file",
+    "dev_file",
+    "text_column",
+    "text_pair_column",
+    "label_column",
+    "labels",
+    "regression",
+    "max_train_examples",
+    "max_dev_examples",
+    "encoding",
+    "dataset",
+    "train_split",
+    "dev_split",
+)
 #: every extension a split file may have
 EXTENSIONS = (*FORMATS, *hfdatasets.DATASET_FORMATS)
 #: the option that names each role's column, for error messages
@@ -42,15 +56,22 @@ def label_text(value: Any) -> str:
 def find_split_file(data_dir: str, split: str) -> str:
     """``data_dir/<split>.{tsv,csv,jsonl,parquet,arrow}``: exactly one of them must exist."""
     if not os.path.isdir(data_dir):
-        raise DataError("the data directory does not exist; pass --data-dir with your train and dev "
-                        "files, or name them with train_file and dev_file.", path=data_dir)
-    found = [os.path.join(data_dir, split + ext) for ext in EXTENSIONS
-             if os.path.isfile(os.path.join(data_dir, split + ext))]
+        raise DataError(
+            "the data directory does not exist; pass --data-dir with your train and dev "
+            "files, or name them with train_file and dev_file.",
+            path=data_dir,
+        )
+    found = [
+        os.path.join(data_dir, split + ext) for ext in EXTENSIONS if os.path.isfile(os.path.join(data_dir, split + ext))
+    ]
     if len(found) != 1:
         problem = "several candidates: " + ", ".join(map(os.path.basename, found)) if found else "none found"
-        raise DataError(f"expected exactly one {split} file named {', '.join(split + ext for ext in EXTENSIONS)} "
-                        f"({problem}), or a directory written by DatasetDict.save_to_disk; or name the file with "
-                        f"the option {split}_file.", path=data_dir)
+        raise DataError(
+            f"expected exactly one {split} file named {', '.join(split + ext for ext in EXTENSIONS)} "
+            f"({problem}), or a directory written by DatasetDict.save_to_disk; or name the file with "
+            f"the option {split}_file.",
+            path=data_dir,
+        )
     return found[0]
 
 
@@ -59,17 +80,31 @@ def resolve_file(data_dir: Optional[str], given: Optional[str], split: str) -> s
         given = os.fspath(given)
         return os.path.join(data_dir, given) if data_dir is not None and not os.path.isabs(given) else given
     if data_dir is None:
-        raise ConfigError(f"the local task needs its files: pass --data-dir with train and dev files, or set "
-                          f"task_options.train_file and task_options.dev_file (missing: {split}_file).")
+        raise ConfigError(
+            f"the local task needs its files: pass --data-dir with train and dev files, or set "
+            f"task_options.train_file and task_options.dev_file (missing: {split}_file)."
+        )
     return find_split_file(os.fspath(data_dir), split)
 
 
-def local_task(data_dir: Optional[str] = None, *, train_file: Optional[str] = None, dev_file: Optional[str] = None,
-               text_column: str = "text", text_pair_column: Optional[str] = None, label_column: str = "label",
-               labels: Optional[Sequence[Any]] = None, regression: bool = False,
-               max_train_examples: Optional[int] = None, max_dev_examples: Optional[int] = None,
-               encoding: Optional[str] = None, dataset: Any = None, train_split: Optional[str] = None,
-               dev_split: Optional[str] = None, **unknown: Any) -> DataTask:
+def local_task(
+    data_dir: Optional[str] = None,
+    *,
+    train_file: Optional[str] = None,
+    dev_file: Optional[str] = None,
+    text_column: str = "text",
+    text_pair_column: Optional[str] = None,
+    label_column: str = "label",
+    labels: Optional[Sequence[Any]] = None,
+    regression: bool = False,
+    max_train_examples: Optional[int] = None,
+    max_dev_examples: Optional[int] = None,
+    encoding: Optional[str] = None,
+    dataset: Any = None,
+    train_split: Optional[str] = None,
+    dev_split: Optional[str] = None,
+    **unknown: Any,
+) -> DataTask:
     """The user's files as a task.
 
     ``labels`` fixes the label set and its order (class i = ``labels[i]``); without it the
@@ -80,23 +115,31 @@ def local_task(data_dir: Optional[str] = None, *, train_file: Optional[str] = No
     ``train_split`` / ``dev_split`` name its splits, or those of a saved one in ``data_dir``.
     """
     reject_unknown_options("local", unknown, OPTIONS)
-    limits = dict(max_train_examples=check_count("max_train_examples", max_train_examples),
-                  max_dev_examples=check_count("max_dev_examples", max_dev_examples))
+    limits = dict(
+        max_train_examples=check_count("max_train_examples", max_train_examples),
+        max_dev_examples=check_count("max_dev_examples", max_dev_examples),
+    )
     if regression and labels is not None:
         raise ConfigError("the local task got both regression=true and labels; a regression task has no label set.")
-    if labels is not None and (isinstance(labels, (str, bytes)) or len(set(map(label_text, labels))) != len(labels)
-                               or len(labels) < 2):
+    if labels is not None and (
+        isinstance(labels, (str, bytes)) or len(set(map(label_text, labels))) != len(labels) or len(labels) < 2
+    ):
         raise ConfigError(f"option labels must be a list of at least two distinct labels, got {labels!r}.")
     columns = {"text_a": text_column, "text_b": text_pair_column, "label": label_column}
     if dataset is not None or (data_dir is not None and train_file is None and hfdatasets.is_dataset_dir(data_dir)):
         where = "the dataset given in memory" if dataset is not None else os.fspath(data_dir)
         loaded = dataset if dataset is not None else hfdatasets.load_dataset_dict(where)
-        splits = {"train": hfdatasets.pick_split(loaded, "train", where, train_split),
-                  "dev": hfdatasets.pick_split(loaded, "dev", where, dev_split)}
+        splits = {
+            "train": hfdatasets.pick_split(loaded, "train", where, train_split),
+            "dev": hfdatasets.pick_split(loaded, "dev", where, dev_split),
+        }
         files = {split: f"{where} ({split})" for split in splits}
-        records = {split: require_examples(list(hfdatasets.dataset_records(data, columns, files[split],
-                                                                            COLUMN_OPTIONS)), path=files[split])
-                   for split, data in splits.items()}
+        records = {
+            split: require_examples(
+                list(hfdatasets.dataset_records(data, columns, files[split], COLUMN_OPTIONS)), path=files[split]
+            )
+            for split, data in splits.items()
+        }
         class_names = hfdatasets.label_names(splits["train"], label_column)
     else:
         files = {"train": resolve_file(data_dir, train_file, "train"), "dev": resolve_file(data_dir, dev_file, "dev")}
@@ -119,9 +162,11 @@ def local_task(data_dir: Optional[str] = None, *, train_file: Optional[str] = No
     else:
         label_set = tuple(sorted({label_text(record["label"]) for _, record in records["train"]}))
         if len(label_set) == 1:
-            raise DataError(f"every example has the label {label_set[0]!r} in column {label_column!r}; a "
-                            f"classification task needs at least two labels (or set regression=true).",
-                            path=files["train"])
+            raise DataError(
+                f"every example has the label {label_set[0]!r} in column {label_column!r}; a "
+                f"classification task needs at least two labels (or set regression=true).",
+                path=files["train"],
+            )
     declared = "declared by the option labels" if labels is not None else f"found in {files['train']}"
 
     def example(path: str, line: int, record: dict[str, Any]) -> Example:
@@ -130,13 +175,22 @@ def local_task(data_dir: Optional[str] = None, *, train_file: Optional[str] = No
             label: float | int = parse_score(value, column=label_column, path=path, line=line)
         elif class_names and labels is None and isinstance(value, int) and not isinstance(value, bool):
             if not 0 <= value < len(class_names):
-                raise DataError(f"label index {value} in column {label_column!r} is outside the dataset's "
-                                f"{len(class_names)} classes", path=path, line=line)
+                raise DataError(
+                    f"label index {value} in column {label_column!r} is outside the dataset's "
+                    f"{len(class_names)} classes",
+                    path=path,
+                    line=line,
+                )
             label = value
         else:
-            label = label_index(label_text(record["label"]), label_set, column=label_column, path=path, line=line,
-                                hint=f"The label set was {declared}; fix the label, or pass labels=[...] "
-                                     f"with every label.")
+            label = label_index(
+                label_text(record["label"]),
+                label_set,
+                column=label_column,
+                path=path,
+                line=line,
+                hint=f"The label set was {declared}; fix the label, or pass labels=[...] with every label.",
+            )
         text_b = str(record["text_b"]) if text_pair_column is not None else None
         return Example(text_a=str(record["text_a"]), text_b=text_b, label=label)
 
@@ -145,16 +199,25 @@ def local_task(data_dir: Optional[str] = None, *, train_file: Optional[str] = No
         return [example(files[split], line, record) for line, record in rows]
 
     return DataTask(
-        name="local", labels=label_set, is_pair=text_pair_column is not None,
+        name="local",
+        labels=label_set,
+        is_pair=text_pair_column is not None,
         metrics=("pearson", "spearman") if regression else ("accuracy", "macro_f1"),
-        main_metric="pearson" if regression else "accuracy", reader=reader, is_regression=regression,
+        main_metric="pearson" if regression else "accuracy",
+        reader=reader,
+        is_regression=regression,
         source=f"{files['train']} + {files['dev']}",
-        text_columns=(text_column,) if text_pair_column is None else (text_column, text_pair_column), **limits,
+        text_columns=(text_column,) if text_pair_column is None else (text_column, text_pair_column),
+        **limits,
     )
 
 
 @kdplug.hookimpl
 def kdplug_register_tasks(register):
-    register("local", local_task, description="your own TSV/CSV/JSONL/Parquet/Arrow files or a saved DatasetDict "
-                                              "(options: train_file, dev_file, text_column, text_pair_column, "
-                                              "label_column, labels, regression, encoding)")
+    register(
+        "local",
+        local_task,
+        description="your own TSV/CSV/JSONL/Parquet/Arrow files or a saved DatasetDict "
+        "(options: train_file, dev_file, text_column, text_pair_column, "
+        "label_column, labels, regression, encoding)",
+    )

@@ -10,7 +10,8 @@ from __future__ import annotations
 import csv
 import json
 import os
-from typing import Any, Callable, Iterator, Optional, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Optional
 
 from kdplug import textio
 from kdplug.errors import DataError, close_matches
@@ -55,8 +56,9 @@ def read_csv(path: str, encoding: Optional[str] = None) -> Iterator[tuple[int, l
                     yield start, fields
                 start = reader.line_num + 1
         except csv.Error as error:
-            raise DataError(f"malformed CSV ({error}); check the quoting of this record.",
-                            path=path, line=start) from error
+            raise DataError(
+                f"malformed CSV ({error}); check the quoting of this record.", path=path, line=start
+            ) from error
 
 
 def read_jsonl(path: str, encoding: Optional[str] = None) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -68,11 +70,18 @@ def read_jsonl(path: str, encoding: Optional[str] = None) -> Iterator[tuple[int,
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
-                raise DataError(f"not valid JSON ({error.msg} at column {error.colno}); each line of a "
-                                f".jsonl file must be one JSON object.", path=path, line=line_number) from error
+                raise DataError(
+                    f"not valid JSON ({error.msg} at column {error.colno}); each line of a "
+                    f".jsonl file must be one JSON object.",
+                    path=path,
+                    line=line_number,
+                ) from error
             if not isinstance(record, dict):
-                raise DataError(f"expected a JSON object such as {{\"text\": ..., \"label\": ...}}, "
-                                f"found {type(record).__name__}.", path=path, line=line_number)
+                raise DataError(
+                    f'expected a JSON object such as {{"text": ..., "label": ...}}, found {type(record).__name__}.',
+                    path=path,
+                    line=line_number,
+                )
             yield line_number, record
 
 
@@ -94,13 +103,23 @@ def column_index(header: Sequence[str], column: str, *, path: str, role: str, op
     hint = f" Did you mean {suggestions[0]!r}?" if suggestions else ""
     if option:
         hint += f" Name the column with --set task_options.{option}={suggestions[0] if suggestions else 'NAME'}."
-    raise DataError(f"no column {column!r} (expected to hold the {role}); the header has columns "
-                    f"{', '.join(repr(name) for name in names)}.{hint}", path=path, line=1)
+    raise DataError(
+        f"no column {column!r} (expected to hold the {role}); the header has columns "
+        f"{', '.join(repr(name) for name in names)}.{hint}",
+        path=path,
+        line=1,
+    )
 
 
-def read_records(path: str, columns: dict[str, Optional[str]], *, fieldnames: Optional[Sequence[str]] = None,
-                 on_malformed: Optional[Callable[[int], None]] = None, encoding: Optional[str] = None,
-                 options: Optional[dict[str, str]] = None) -> Iterator[tuple[int, dict[str, Any]]]:
+def read_records(
+    path: str,
+    columns: dict[str, Optional[str]],
+    *,
+    fieldnames: Optional[Sequence[str]] = None,
+    on_malformed: Optional[Callable[[int], None]] = None,
+    encoding: Optional[str] = None,
+    options: Optional[dict[str, str]] = None,
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """Records of a TSV/CSV/JSONL file (format from the extension) as ``{role: value}``.
 
     ``columns`` maps a role (``"text_a"``, ``"text_b"``, ``"label"``) to the column or JSON key
@@ -121,38 +140,52 @@ def read_records(path: str, columns: dict[str, Optional[str]], *, fieldnames: Op
             if missing:
                 named = [f"task_options.{options[role]}" for role in missing if role in options]
                 hint = f" Name the keys with --set {' / '.join(named)}=KEY." if named else ""
-                raise DataError(f"no value for {', '.join(repr(wanted[role]) for role in missing)}; this line has keys "
-                                f"{', '.join(repr(key) for key in record) or '(none)'}. Every line needs "
-                                f"{', '.join(repr(key) for key in wanted.values())}.{hint}", path=path,
-                                line=line_number)
+                raise DataError(
+                    f"no value for {', '.join(repr(wanted[role]) for role in missing)}; this line has keys "
+                    f"{', '.join(repr(key) for key in record) or '(none)'}. Every line needs "
+                    f"{', '.join(repr(key) for key in wanted.values())}.{hint}",
+                    path=path,
+                    line=line_number,
+                )
             yield line_number, {role: record[column] for role, column in wanted.items()}
         return
     rows = read_tsv(path, encoding) if fmt == "tsv" else read_csv(path, encoding)
     if fieldnames is None:
         header = next(rows, None)
         if header is None:
-            raise DataError("the file is empty; expected a header line naming the columns "
-                            f"{', '.join(repr(column) for column in wanted.values())}.", path=path)
+            raise DataError(
+                "the file is empty; expected a header line naming the columns "
+                f"{', '.join(repr(column) for column in wanted.values())}.",
+                path=path,
+            )
         fieldnames, layout = header[1], "the header (line 1)"
     else:
         layout = f"this file's layout ({', '.join(fieldnames)})"
-    positions = {role: column_index(fieldnames, column, path=path, role=ROLE_NAMES.get(role, role),
-                                    option=options.get(role)) for role, column in wanted.items()}
+    positions = {
+        role: column_index(fieldnames, column, path=path, role=ROLE_NAMES.get(role, role), option=options.get(role))
+        for role, column in wanted.items()
+    }
     for line_number, fields in rows:
         if len(fields) != len(fieldnames) and on_malformed is not None:
             on_malformed(line_number)
             continue
-        check_field_count(fields, len(fieldnames), path=path, line=line_number, layout=layout,
-                          hint=TSV_HINT if fmt == "tsv" else CSV_HINT)
+        check_field_count(
+            fields,
+            len(fieldnames),
+            path=path,
+            line=line_number,
+            layout=layout,
+            hint=TSV_HINT if fmt == "tsv" else CSV_HINT,
+        )
         yield line_number, {role: fields[position] for role, position in positions.items()}
 
 
 TSV_HINT = "A sentence probably contains a tab or a line break: remove it, or re-export the file."
-CSV_HINT = "A field that contains a comma or a line break must be quoted (\"...\")."
+CSV_HINT = 'A field that contains a comma or a line break must be quoted ("...").'
 
 
-def check_field_count(fields: Sequence[str], expected: int, *, path: str, line: int, layout: str,
-                      hint: str = TSV_HINT) -> None:
+def check_field_count(
+    fields: Sequence[str], expected: int, *, path: str, line: int, layout: str, hint: str = TSV_HINT
+) -> None:
     if len(fields) != expected:
-        raise DataError(f"expected {expected} fields as in {layout}, found {len(fields)}. {hint}",
-                        path=path, line=line)
+        raise DataError(f"expected {expected} fields as in {layout}, found {len(fields)}. {hint}", path=path, line=line)

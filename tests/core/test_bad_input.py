@@ -16,8 +16,22 @@ from kdplug.cli import main
 
 from ..conftest import write_sst2
 
-TINY = ["--student", "bilstm", "--projector", "rkd", "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
-        "--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16"]
+TINY = [
+    "--student",
+    "bilstm",
+    "--projector",
+    "rkd",
+    "--epochs",
+    "1",
+    "--set",
+    "teacher_epochs=1",
+    "--set",
+    "allow_weak_teacher=true",
+    "--set",
+    "student_options.embedding_dim=16",
+    "--set",
+    "student_options.hidden_size=16",
+]
 
 
 def sst2_with(tmp_path, train_text=None, dev_text=None):
@@ -34,20 +48,39 @@ def run(capsys, *argv):
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("case, extra, code, messages", [
-    ("unknown teacher", ["--teacher", "bert-bsae"], 2, ["unknown teacher 'bert-bsae'", "Did you mean 'bert-base'"]),
-    ("unknown student", ["--student", "bilstn"], 2, ["unknown student 'bilstn'", "Did you mean 'bilstm'"]),
-    ("unknown task", ["--task", "sst-2"], 2, ["unknown task 'sst-2'", "Did you mean 'sst2'"]),
-    ("unknown recipe", ["--recipe", "two_stage"], 2, ["unknown recipe 'two_stage'", "'two-stage'"]),
-    ("unknown option", ["--set", "projector_options.temprature=2"], 2, ["temprature", "Its options are"]),
-    ("unknown key", ["--set", "learning_rate=1e-5"], 2, ["unknown configuration key 'learning_rate'"]),
-    ("wrong type", ["--set", "batch_size=[32]"], 2, ["batch_size must be int"]),
-    ("bad precision", ["--precision", "fp8"], 2, ["invalid choice"]),
-    ("missing teacher directory", ["--teacher", "./no/such/checkpoint"], 2, ["./no/such/checkpoint", "does not exist"]),
-])
+@pytest.mark.parametrize(
+    "case, extra, code, messages",
+    [
+        ("unknown teacher", ["--teacher", "bert-bsae"], 2, ["unknown teacher 'bert-bsae'", "Did you mean 'bert-base'"]),
+        ("unknown student", ["--student", "bilstn"], 2, ["unknown student 'bilstn'", "Did you mean 'bilstm'"]),
+        ("unknown task", ["--task", "sst-2"], 2, ["unknown task 'sst-2'", "Did you mean 'sst2'"]),
+        ("unknown recipe", ["--recipe", "two_stage"], 2, ["unknown recipe 'two_stage'", "'two-stage'"]),
+        ("unknown option", ["--set", "projector_options.temprature=2"], 2, ["temprature", "Its options are"]),
+        ("unknown key", ["--set", "learning_rate=1e-5"], 2, ["unknown configuration key 'learning_rate'"]),
+        ("wrong type", ["--set", "batch_size=[32]"], 2, ["batch_size must be int"]),
+        ("bad precision", ["--precision", "fp8"], 2, ["invalid choice"]),
+        (
+            "missing teacher directory",
+            ["--teacher", "./no/such/checkpoint"],
+            2,
+            ["./no/such/checkpoint", "does not exist"],
+        ),
+    ],
+)
 def test_usage_errors(capsys, tmp_path, tiny_bert_dir, case, extra, code, messages):
-    argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(sst2_with(tmp_path)), *TINY,
-            *extra, "--output", str(tmp_path / "run")]
+    argv = [
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(sst2_with(tmp_path)),
+        *TINY,
+        *extra,
+        "--output",
+        str(tmp_path / "run"),
+    ]
     try:
         got, err = run(capsys, *argv)
     except SystemExit as exit_:  # argparse's own errors
@@ -58,16 +91,40 @@ def test_usage_errors(capsys, tmp_path, tiny_bert_dir, case, extra, code, messag
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
-@pytest.mark.parametrize("case, train, dev, messages", [
-    ("malformed line", "sentence\tlabel\ngood film\t1\na\tb\tc\n", None, ["train.tsv", "line 3", "expected 2 fields"]),
-    ("label outside the label set", "sentence\tlabel\ngood film\t1\nbad film\t7\n", None, ["train.tsv", "line 3", "'7'"]),
-    ("missing column", "text\tlabel\ngood film\t1\n", None, ["train.tsv", "sentence"]),
-    ("empty split", None, "sentence\tlabel\n", ["dev.tsv", "no examples"]),
-])
+@pytest.mark.parametrize(
+    "case, train, dev, messages",
+    [
+        (
+            "malformed line",
+            "sentence\tlabel\ngood film\t1\na\tb\tc\n",
+            None,
+            ["train.tsv", "line 3", "expected 2 fields"],
+        ),
+        (
+            "label outside the label set",
+            "sentence\tlabel\ngood film\t1\nbad film\t7\n",
+            None,
+            ["train.tsv", "line 3", "'7'"],
+        ),
+        ("missing column", "text\tlabel\ngood film\t1\n", None, ["train.tsv", "sentence"]),
+        ("empty split", None, "sentence\tlabel\n", ["dev.tsv", "no examples"]),
+    ],
+)
 def test_data_errors_name_the_file_and_line(capsys, tmp_path, tiny_bert_dir, case, train, dev, messages):
     data = sst2_with(tmp_path, train, dev)
-    code, err = run(capsys, "run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), *TINY,
-                    "--output", str(tmp_path / "run"))
+    code, err = run(
+        capsys,
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(data),
+        *TINY,
+        "--output",
+        str(tmp_path / "run"),
+    )
     assert code == 2, err
     for message in messages:
         assert message in err, (case, err)
@@ -77,8 +134,19 @@ def test_output_directory_with_another_run_is_left_intact(capsys, tmp_path, tiny
     output = tmp_path / "run"
     output.mkdir()
     (output / "metrics.json").write_text('{"earlier": "results"}')
-    code, err = run(capsys, "run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(sst2_with(tmp_path)),
-                    *TINY, "--output", str(output))
+    code, err = run(
+        capsys,
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(sst2_with(tmp_path)),
+        *TINY,
+        "--output",
+        str(output),
+    )
     assert code == 2 and "already holds a run" in err and "--overwrite" in err
     assert (output / "metrics.json").read_text() == '{"earlier": "results"}'
 
@@ -90,18 +158,31 @@ def kdplug_process(*argv, fault=None):
     env = {**os.environ}
     if fault:
         env["KDPLUG_FAULT_AT"] = fault
-    return subprocess.run([sys.executable, "-m", "kdplug.cli", *argv], env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "kdplug.cli", *argv], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def no_staging_left(root):
-    return not [p for p in Path(root).rglob(".staging-*")]
+    return not list(Path(root).rglob(".staging-*"))
 
 
 def test_a_failed_checkpoint_write_keeps_the_previous_checkpoint(tmp_path, tiny_bert_dir):
     output, data = tmp_path / "run", sst2_with(tmp_path)
-    argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), *TINY, "--epochs", "3",
-            "--output", str(output)]
+    argv = [
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(data),
+        *TINY,
+        "--epochs",
+        "3",
+        "--output",
+        str(output),
+    ]
     # checkpoint writes: 1 the teacher's, 2 distill epoch 1, 3 distill epoch 2 (fails: 1,000-byte file limit)
     failed = kdplug_process(*argv, fault="checkpoint-write:3:fsize=1000")
     assert failed.returncode == 1, failed.stderr
@@ -119,7 +200,18 @@ def test_a_failed_checkpoint_write_keeps_the_previous_checkpoint(tmp_path, tiny_
 
 def test_a_failed_teacher_cache_write_leaves_no_partial_cache(tmp_path, tiny_bert_dir):
     output, data = tmp_path / "run", sst2_with(tmp_path)
-    argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), *TINY, "--output", str(output)]
+    argv = [
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(data),
+        *TINY,
+        "--output",
+        str(output),
+    ]
     failed = kdplug_process(*argv, fault="cache-write:1:fsize=2000")  # dev (1 KiB) fits, train (3 KiB) does not
     assert failed.returncode == 1, failed.stderr
     assert "could not write the teacher cache" in failed.stderr and "size limit" in failed.stderr
@@ -134,8 +226,19 @@ def test_a_failed_teacher_cache_write_leaves_no_partial_cache(tmp_path, tiny_ber
 
 def test_a_failed_teacher_store_stores_nothing(tmp_path, tiny_bert_dir):
     output, data = tmp_path / "run", sst2_with(tmp_path)
-    failed = kdplug_process("run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), *TINY,
-                            "--output", str(output), fault="teacher-store:1:fsize=10000")
+    failed = kdplug_process(
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(data),
+        *TINY,
+        "--output",
+        str(output),
+        fault="teacher-store:1:fsize=10000",
+    )
     assert failed.returncode == 1, failed.stderr
     assert "could not write the fine-tuned teacher" in failed.stderr and "nothing was stored" in failed.stderr
     teachers = Path(os.environ["KDPLUG_CACHE"]) / "teachers"
@@ -144,8 +247,19 @@ def test_a_failed_teacher_store_stores_nothing(tmp_path, tiny_bert_dir):
 
 def test_a_failed_student_save_keeps_the_trained_student_for_resume(tmp_path, tiny_bert_dir):
     output, data = tmp_path / "run", sst2_with(tmp_path)
-    failed = kdplug_process("run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), *TINY,
-                            "--output", str(output), fault="run-results:1:fsize=1000")
+    failed = kdplug_process(
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(data),
+        *TINY,
+        "--output",
+        str(output),
+        fault="run-results:1:fsize=1000",
+    )
     assert failed.returncode == 1, failed.stderr
     assert "could not write the student package" in failed.stderr and "--resume" in failed.stderr
     assert (output / "checkpoints" / "distill" / "state.json").is_file()
@@ -169,13 +283,24 @@ def test_student_whose_vocabulary_does_not_match_the_tokenizer(capsys, tmp_path,
                 student = kdplug.create_student("bilstm", task, teacher, embedding_dim=8, hidden_size=8)
                 student.embeddings = torch.nn.Embedding(5, 8)  # too few rows for the teacher's vocabulary
                 return student
+
             register("small-vocab", factory)
 
     manager = PluginManager()
     manager.register(SmallVocabulary(), "small-vocab-test")
-    config = build_config(flags={"teacher": tiny_bert_dir, "task": "sst2", "data_dir": str(sst2_with(tmp_path)),
-                                 "student": "small-vocab", "projector": "rkd", "epochs": 1, "teacher_epochs": 1, "allow_weak_teacher": True,
-                                 "output": str(tmp_path / "run")})
+    config = build_config(
+        flags={
+            "teacher": tiny_bert_dir,
+            "task": "sst2",
+            "data_dir": str(sst2_with(tmp_path)),
+            "student": "small-vocab",
+            "projector": "rkd",
+            "epochs": 1,
+            "teacher_epochs": 1,
+            "allow_weak_teacher": True,
+            "output": str(tmp_path / "run"),
+        }
+    )
     with pytest.raises(UsageError) as error:
         run(config, manager.registry, echo=lambda text: None)
     assert "embedding table has 5 rows" in str(error.value) and "tokenizer" in str(error.value)
@@ -184,36 +309,69 @@ def test_student_whose_vocabulary_does_not_match_the_tokenizer(capsys, tmp_path,
 # -- every configuration value checked before any work -------------------------------------------
 
 
-@pytest.mark.parametrize("setting, message", [
-    ("lr=-1", "lr must be a positive finite number, e.g. 5e-5, got -1.0"),
-    ("lr=.nan", "lr must be a positive finite number, e.g. 5e-5, got nan"),
-    ("seed=-1", "seed must be 0 or more, got -1"),
-    ("num_workers=-2", "num_workers must be 0 or more, got -2"),
-    ("max_length=0", "max_length must be a positive number of tokens"),
-    ("warmup_ratio=1.5", "warmup_ratio must be between 0 and 1, got 1.5"),
-    ("weight_decay=-0.1", "weight_decay must be 0 or a positive finite number, got -0.1"),
-    ("batch_size=0", "batch_size must be at least 1, got 0"),
-    ("teacher_lr=0", "teacher_lr must be a positive finite number"),
-    ("eta=-0.2", "eta must be 0 or a positive finite number"),
-    ("temperature=0", "temperature must be a positive finite number"),
-])
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("lr=-1", "lr must be a positive finite number, e.g. 5e-5, got -1.0"),
+        ("lr=.nan", "lr must be a positive finite number, e.g. 5e-5, got nan"),
+        ("seed=-1", "seed must be 0 or more, got -1"),
+        ("num_workers=-2", "num_workers must be 0 or more, got -2"),
+        ("max_length=0", "max_length must be a positive number of tokens"),
+        ("warmup_ratio=1.5", "warmup_ratio must be between 0 and 1, got 1.5"),
+        ("weight_decay=-0.1", "weight_decay must be 0 or a positive finite number, got -0.1"),
+        ("batch_size=0", "batch_size must be at least 1, got 0"),
+        ("teacher_lr=0", "teacher_lr must be a positive finite number"),
+        ("eta=-0.2", "eta must be 0 or a positive finite number"),
+        ("temperature=0", "temperature must be a positive finite number"),
+    ],
+)
 def test_bad_values_are_usage_errors_naming_key_value_and_range(capsys, tmp_path, tiny_bert_dir, setting, message):
     output = tmp_path / "run"
-    code, err = run(capsys, "run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir",
-                    str(sst2_with(tmp_path)), *TINY, "--set", setting, "--output", str(output))
+    code, err = run(
+        capsys,
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(sst2_with(tmp_path)),
+        *TINY,
+        "--set",
+        setting,
+        "--output",
+        str(output),
+    )
     assert code == 2 and message in err, err
     assert not output.exists()  # checked before anything was created
 
 
-@pytest.mark.parametrize("setting, message", [
-    ("max_length=1", "max_length=1 leaves no room for text: the tokenizer adds 2 special tokens"),
-    ("max_length=100000", "max_length=100000 exceeds the teacher's 64 positions"),
-    ("student_options.hiden_size=8", "hiden_size"),
-])
-def test_values_that_need_the_models_fail_before_the_teacher_is_fine_tuned(capsys, tmp_path, tiny_bert_dir, setting,
-                                                                           message):
-    code, err = run(capsys, "run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir",
-                    str(sst2_with(tmp_path)), *TINY, "--set", setting, "--output", str(tmp_path / "run"))
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("max_length=1", "max_length=1 leaves no room for text: the tokenizer adds 2 special tokens"),
+        ("max_length=100000", "max_length=100000 exceeds the teacher's 64 positions"),
+        ("student_options.hiden_size=8", "hiden_size"),
+    ],
+)
+def test_values_that_need_the_models_fail_before_the_teacher_is_fine_tuned(
+    capsys, tmp_path, tiny_bert_dir, setting, message
+):
+    code, err = run(
+        capsys,
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(sst2_with(tmp_path)),
+        *TINY,
+        "--set",
+        setting,
+        "--output",
+        str(tmp_path / "run"),
+    )
     assert code == 2 and message in err, err
     teachers = Path(os.environ["KDPLUG_CACHE"]) / "teachers"
     assert not teachers.exists() or not any(teachers.iterdir())  # nothing was fine-tuned or stored
@@ -222,9 +380,22 @@ def test_values_that_need_the_models_fail_before_the_teacher_is_fine_tuned(capsy
 
 
 def test_a_bert_student_option_is_checked_against_the_teachers_config_first(capsys, tmp_path, tiny_bert_dir):
-    code, err = run(capsys, "run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir",
-                    str(sst2_with(tmp_path)), "--student", "bert-2", "--set", "student_options.hidden_dropout_prb=0.2",
-                    "--output", str(tmp_path / "run"))
+    code, err = run(
+        capsys,
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(sst2_with(tmp_path)),
+        "--student",
+        "bert-2",
+        "--set",
+        "student_options.hidden_dropout_prb=0.2",
+        "--output",
+        str(tmp_path / "run"),
+    )
     assert code == 2 and "hidden_dropout_prb" in err and "BertConfig" in err
     log = tmp_path / "run" / "log.txt"
     assert not log.exists() or "teacher epoch" not in log.read_text()
@@ -243,16 +414,30 @@ def test_a_yaml_key_given_twice_is_an_error(capsys, tmp_path):
 def local_files(tmp_path, encoding, *, bom=b""):
     data = tmp_path / "reviews"
     data.mkdir()
-    rows = "text,label\n" + "".join(f"{w} film à voir,{i % 2}\n" for i, w in enumerate(
-        ["great", "dull", "superb", "awful", "charming", "boring"]))
+    rows = "text,label\n" + "".join(
+        f"{w} film à voir,{i % 2}\n" for i, w in enumerate(["great", "dull", "superb", "awful", "charming", "boring"])
+    )
     for split in ("train", "dev"):
         (data / f"{split}.csv").write_bytes(bom + rows.encode(encoding))
     return data
 
 
 def local_run(capsys, tmp_path, tiny_bert_dir, data, *extra):
-    return run(capsys, "run", "--teacher", tiny_bert_dir, "--task", "local", "--data-dir", str(data), *TINY, *extra,
-               "--output", str(tmp_path / "run"), "--overwrite")
+    return run(
+        capsys,
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--task",
+        "local",
+        "--data-dir",
+        str(data),
+        *TINY,
+        *extra,
+        "--output",
+        str(tmp_path / "run"),
+        "--overwrite",
+    )
 
 
 @pytest.mark.parametrize("encoding", ["latin-1", "cp1252"])

@@ -17,6 +17,7 @@ N, C = 10, 2
 
 def fake_teacher(calls: list | None = None, batch: int = 4):
     """Deterministic 'teacher outputs' for N examples: row i holds the value i everywhere."""
+
     def compute():
         if calls is not None:
             calls.append(1)
@@ -24,12 +25,14 @@ def fake_teacher(calls: list | None = None, batch: int = 4):
             index = torch.arange(start, min(start + batch, N))
             rows = index.float()[:, None]
             yield index, rows.repeat(1, C), [rows.repeat(1, spec.width) * (spec.index + 1) for spec in SPECS]
+
     return compute
 
 
 def build(root, calls=None, key="k"):
-    return cache_module.open_or_build(root, key, num_examples=N, num_outputs=C, specs=SPECS,
-                                      compute=fake_teacher(calls), description={"test": True})
+    return cache_module.open_or_build(
+        root, key, num_examples=N, num_outputs=C, specs=SPECS, compute=fake_teacher(calls), description={"test": True}
+    )
 
 
 def test_build_then_fetch_by_index(tmp_path):
@@ -75,9 +78,11 @@ def test_incomplete_build_leaves_no_cache(tmp_path):
     def failing():
         yield torch.arange(2), torch.zeros(2, C), [torch.zeros(2, s.width) for s in SPECS]
         raise RuntimeError("killed mid-build")
+
     try:
-        cache_module.open_or_build(tmp_path, "k", num_examples=N, num_outputs=C, specs=SPECS, compute=failing,
-                                   description={})
+        cache_module.open_or_build(
+            tmp_path, "k", num_examples=N, num_outputs=C, specs=SPECS, compute=failing, description={}
+        )
     except RuntimeError:
         pass
     assert not (tmp_path / "k").exists()
@@ -110,10 +115,16 @@ def test_cache_key_changes_with_teacher_tokenizer_data_layers_and_precision():
     def split(ids):
         return EncodedSplit(input_ids=ids, token_type_ids=None, labels=[0] * len(ids), is_regression=False, pad_id=0)
 
-    base = dict(teacher_fingerprint="t", tokenizer_fingerprint="k", split=split([[1, 2], [3]]), specs=SPECS,
-                precision="auto")
+    base = dict(
+        teacher_fingerprint="t", tokenizer_fingerprint="k", split=split([[1, 2], [3]]), specs=SPECS, precision="auto"
+    )
     key = cache_key(**base)
     assert cache_key(**base) == key
-    for change in ({"teacher_fingerprint": "t2"}, {"tokenizer_fingerprint": "k2"}, {"split": split([[1, 2], [4]])},
-                   {"specs": SPECS[:1]}, {"precision": "fp32"}):
+    for change in (
+        {"teacher_fingerprint": "t2"},
+        {"tokenizer_fingerprint": "k2"},
+        {"split": split([[1, 2], [4]])},
+        {"specs": SPECS[:1]},
+        {"precision": "fp32"},
+    ):
         assert cache_key(**{**base, **change}) != key, change

@@ -51,12 +51,15 @@ def test_unknown_projector_exits_2_with_the_closest_name(capsys, tmp_path):
     assert not (tmp_path / "run").exists()  # nothing is started before the names are checked
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--set", "epochz=3"], "Did you mean 'epochs'"),
-    (["--set", "epochs=three"], "epochs must be int"),
-    (["--set", "novalue"], "--set expects KEY=VALUE"),
-    (["--set", "eta=0.8", "--set", "lam=0.5"], "eta + lam = 1.3 exceeds 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--set", "epochz=3"], "Did you mean 'epochs'"),
+        (["--set", "epochs=three"], "epochs must be int"),
+        (["--set", "novalue"], "--set expects KEY=VALUE"),
+        (["--set", "eta=0.8", "--set", "lam=0.5"], "eta + lam = 1.3 exceeds 1"),
+    ],
+)
 def test_bad_options_exit_2_and_say_why(capsys, tmp_path, argv, message):
     code, _, err = run_cli(capsys, "run", "--task", "sst2", *argv, "--output", str(tmp_path / "run"))
     assert code == 2 and message in err
@@ -71,15 +74,46 @@ def test_malformed_config_file_names_the_line(capsys, tmp_path):
 
 def test_missing_data_directory_exits_2_naming_it(capsys, tmp_path, tiny_bert_dir):
     missing = tmp_path / "no-such-dir"
-    code, _, err = run_cli(capsys, "run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(missing),
-                           "--output", str(tmp_path / "run"))
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(missing),
+        "--output",
+        str(tmp_path / "run"),
+    )
     assert code == 2 and str(missing) in err
 
 
 def test_tiny_run_writes_the_run_directory_and_reuses_the_teacher(capsys, tmp_path, tiny_bert_dir, sst2_dir):
-    argv = ["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "pkd-skip", "--task", "sst2",
-            "--data-dir", str(sst2_dir), "--epochs", "2", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", "--baseline", "nkd",
-            "--set", "eta=0.3", *TINY_STUDENT]
+    argv = [
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--student",
+        "bilstm",
+        "--projector",
+        "pkd-skip",
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(sst2_dir),
+        "--epochs",
+        "2",
+        "--set",
+        "teacher_epochs=1",
+        "--set",
+        "allow_weak_teacher=true",
+        "--baseline",
+        "nkd",
+        "--set",
+        "eta=0.3",
+        *TINY_STUDENT,
+    ]
     code, out, _ = run_cli(capsys, *argv, "--output", str(tmp_path / "first"))
     assert code == 0, out
     run_dir = tmp_path / "first"
@@ -144,9 +178,29 @@ def test_every_doc_page_is_named_by_kdplug_help_and_every_run_option_documented(
 
 
 def test_the_log_reads_well(capsys, tmp_path, tiny_bert_dir, sst2_dir):
-    code, _, _ = run_cli(capsys, "run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "rkd",
-                         "--task", "sst2", "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
-                         *TINY_STUDENT, "--output", str(tmp_path / "run"))
+    code, _, _ = run_cli(
+        capsys,
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--student",
+        "bilstm",
+        "--projector",
+        "rkd",
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(sst2_dir),
+        "--epochs",
+        "1",
+        "--set",
+        "teacher_epochs=1",
+        "--set",
+        "allow_weak_teacher=true",
+        *TINY_STUDENT,
+        "--output",
+        str(tmp_path / "run"),
+    )
     assert code == 0
     log = (tmp_path / "run" / "log.txt").read_text()
     assert "dev accuracy" in log and "dev dev" not in log
@@ -156,9 +210,29 @@ def test_the_log_reads_well(capsys, tmp_path, tiny_bert_dir, sst2_dir):
 
 
 def test_run_directory_holds_dev_predictions(capsys, tmp_path, tiny_bert_dir, sst2_dir):
-    code, _, _ = run_cli(capsys, "run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "rkd",
-                         "--task", "sst2", "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
-                         *TINY_STUDENT, "--output", str(tmp_path / "run"))
+    code, _, _ = run_cli(
+        capsys,
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--student",
+        "bilstm",
+        "--projector",
+        "rkd",
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(sst2_dir),
+        "--epochs",
+        "1",
+        "--set",
+        "teacher_epochs=1",
+        "--set",
+        "allow_weak_teacher=true",
+        *TINY_STUDENT,
+        "--output",
+        str(tmp_path / "run"),
+    )
     assert code == 0
     predictions = json.loads((tmp_path / "run" / "predictions.json").read_text())
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
@@ -170,9 +244,35 @@ def test_run_directory_holds_dev_predictions(capsys, tmp_path, tiny_bert_dir, ss
 
 def test_cache_list_and_clear(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     cache = tmp_path / "cache"
-    assert main(["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "rkd", "--task", "sst2",
-                 "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", *TINY_STUDENT,
-                 "--cache-dir", str(cache), "--output", str(tmp_path / "run")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--teacher",
+                tiny_bert_dir,
+                "--student",
+                "bilstm",
+                "--projector",
+                "rkd",
+                "--task",
+                "sst2",
+                "--data-dir",
+                str(sst2_dir),
+                "--epochs",
+                "1",
+                "--set",
+                "teacher_epochs=1",
+                "--set",
+                "allow_weak_teacher=true",
+                *TINY_STUDENT,
+                "--cache-dir",
+                str(cache),
+                "--output",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     code, out, _ = run_cli(capsys, "cache", "list", "--cache-dir", str(cache))
     assert code == 0

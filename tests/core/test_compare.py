@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 import yaml
-from kdplug_tasks.base import METRICS
 
 from kdplug import compare
 from kdplug.cli import main
 from kdplug.report import write_report
+from kdplug_tasks.base import METRICS
 
 T_3_975 = 3.182446  # Student's t, 3 degrees of freedom, 97.5th percentile (any statistics table)
 
@@ -37,8 +37,9 @@ def test_t_interval_matches_the_hand_computation():
 
 def test_t_interval_covers_the_true_difference_95_percent_of_the_time():
     rng = np.random.default_rng(1)
-    covered = [low <= 0.3 <= high for low, high in
-               (compare.t_interval(rng.normal(0.3, 1.0, size=4)) for _ in range(2000))]
+    covered = [
+        low <= 0.3 <= high for low, high in (compare.t_interval(rng.normal(0.3, 1.0, size=4)) for _ in range(2000))
+    ]
     assert 0.935 <= np.mean(covered) <= 0.965
 
 
@@ -50,8 +51,9 @@ def test_a_clear_gap_is_better_and_reversed_worse():
     assert result.verdict == "better" and result.seeds == [1, 2, 3, 4, 5]
     assert result.t_interval[0] > 0 and result.bootstrap[0] > 0
     assert 0.10 < result.mean < 0.20 and result.t_interval[0] < result.mean < result.t_interval[1]
-    assert result.differences == pytest.approx([strong[s].scores["accuracy"] - weak[s].scores["accuracy"]
-                                                for s in range(1, 6)])
+    assert result.differences == pytest.approx(
+        [strong[s].scores["accuracy"] - weak[s].scores["accuracy"] for s in range(1, 6)]
+    )
     assert compare.compare(weak, strong, "accuracy").verdict == "worse"
 
 
@@ -145,8 +147,11 @@ def test_verdict_and_the_papers_ordering():
     assert compare.verdict([(0.01, 0.03), (-0.002, 0.04)], 3) == "not resolved at 3 seeds"
     assert compare.verdict([(-0.03, -0.01)], 2) == "worse"
     assert compare.verdict([(0.01, 0.03)], 1) == "not resolved at 1 seed"
-    result = compare.compare({s: compare.SeedResult(s, {"m": 0.9 + s / 1000}) for s in (1, 2, 3)},
-                             {s: compare.SeedResult(s, {"m": 0.8}) for s in (1, 2, 3)}, "m")
+    result = compare.compare(
+        {s: compare.SeedResult(s, {"m": 0.9 + s / 1000}) for s in (1, 2, 3)},
+        {s: compare.SeedResult(s, {"m": 0.8}) for s in (1, 2, 3)},
+        "m",
+    )
     assert result.verdict == "better"
     assert compare.ordering(90.4, 90.1, result) == "reproduced"
     assert compare.ordering(88.0, 90.1, result) == "contradicted"
@@ -156,34 +161,72 @@ def test_verdict_and_the_papers_ordering():
 
 # -- the report ---------------------------------------------------------------------------------
 
-def write_run(directory, *, projector: str, seed: int, accuracy: float, labels: np.ndarray, rng, zoo=None,
-              best_checkpoint="best", lr=None, trained_lr=1e-3):
+
+def write_run(
+    directory,
+    *,
+    projector: str,
+    seed: int,
+    accuracy: float,
+    labels: np.ndarray,
+    rng,
+    zoo=None,
+    best_checkpoint="best",
+    lr=None,
+    trained_lr=1e-3,
+):
     """A finished run directory as the engine writes it, with predictions right at ``accuracy``;
     ``lr`` as configured (None: the family's default), ``trained_lr`` as its stage recorded it."""
     directory.mkdir(parents=True)
     right = rng.random(len(labels)) < accuracy
     predictions = np.where(right, labels, 1 - labels).tolist()
-    config = {"teacher": "bert-base", "student": "bert-4", "projector": projector, "task": "sst2",
-              "recipe": "standard", "seed": seed, "best_checkpoint": best_checkpoint, "zoo": zoo, "epochs": 3,
-              "lr": lr}
+    config = {
+        "teacher": "bert-base",
+        "student": "bert-4",
+        "projector": projector,
+        "task": "sst2",
+        "recipe": "standard",
+        "seed": seed,
+        "best_checkpoint": best_checkpoint,
+        "zoo": zoo,
+        "epochs": 3,
+        "lr": lr,
+    }
     (directory / "config.yaml").write_text(yaml.safe_dump(config))
     dev = {"dev": {"accuracy": float(right.mean())}}
-    stage = {"lr": lr or trained_lr, "epochs": 3, "history": [],
-             "weights": {"ce": 0.3, "eta": 0.7, "lam": 0.0, "temperature": 10.0}}
-    (directory / "metrics.json").write_text(json.dumps({
-        "task": "sst2", "main_metric": "accuracy", "config": config, "teacher": {"dev": {"dev": {"accuracy": 0.9}}},
-        "stages": {"distill": stage}, "student": {"dev": dev, "parameters": 1000}, "wall_seconds": 1.0}))
-    (directory / "predictions.json").write_text(json.dumps({"dev": {"predictions": predictions,
-                                                                    "labels": labels.tolist()}}))
+    stage = {
+        "lr": lr or trained_lr,
+        "epochs": 3,
+        "history": [],
+        "weights": {"ce": 0.3, "eta": 0.7, "lam": 0.0, "temperature": 10.0},
+    }
+    (directory / "metrics.json").write_text(
+        json.dumps(
+            {
+                "task": "sst2",
+                "main_metric": "accuracy",
+                "config": config,
+                "teacher": {"dev": {"dev": {"accuracy": 0.9}}},
+                "stages": {"distill": stage},
+                "student": {"dev": dev, "parameters": 1000},
+                "wall_seconds": 1.0,
+            }
+        )
+    )
+    (directory / "predictions.json").write_text(
+        json.dumps({"dev": {"predictions": predictions, "labels": labels.tolist()}})
+    )
     return directory
 
 
 def test_report_compares_methods_on_common_seeds(tmp_path):
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 400)
-    runs = [write_run(tmp_path / name / f"seed-{seed}", projector=name, seed=seed, accuracy=acc, labels=labels,
-                      rng=rng)
-            for name, acc in (("nkd", 0.70), ("alp", 0.88), ("rkd", 0.70)) for seed in (1, 2, 3)]
+    runs = [
+        write_run(tmp_path / name / f"seed-{seed}", projector=name, seed=seed, accuracy=acc, labels=labels, rng=rng)
+        for name, acc in (("nkd", 0.70), ("alp", 0.88), ("rkd", 0.70))
+        for seed in (1, 2, 3)
+    ]
     (tmp_path / "nkd" / "seeds.json").write_text("{}")  # a 'kdplug run --seeds' output stands for its runs
     files = write_report([tmp_path / "nkd", *runs[3:]], tmp_path / "report", resamples=500)
     markdown = files["markdown"].read_text()
@@ -199,22 +242,44 @@ def test_report_compares_methods_on_common_seeds(tmp_path):
 def test_report_keeps_setups_apart(tmp_path):
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 100)
-    runs = [write_run(tmp_path / f"{name}-{policy}", projector=name, seed=1, accuracy=0.8, labels=labels, rng=rng,
-                      best_checkpoint=policy) for name in ("nkd", "rkd") for policy in ("best", "last")]
+    runs = [
+        write_run(
+            tmp_path / f"{name}-{policy}",
+            projector=name,
+            seed=1,
+            accuracy=0.8,
+            labels=labels,
+            rng=rng,
+            best_checkpoint=policy,
+        )
+        for name in ("nkd", "rkd")
+        for policy in ("best", "last")
+    ]
     records = json.loads(write_report(runs, tmp_path / "report", resamples=0)["comparisons"].read_text())
     assert sorted(r["best_checkpoint"] for r in records) == ["best", "last"]  # never best against last
     assert all(r["verdict"] == "not resolved at 1 seed" and r["bootstrap"] is None for r in records)
 
 
-@pytest.mark.parametrize("alp, pkd, expected", [(0.92, 0.80, "reproduced"), (0.80, 0.92, "contradicted"),
-                                                (0.85, 0.85, "not resolved")])
+@pytest.mark.parametrize(
+    "alp, pkd, expected", [(0.92, 0.80, "reproduced"), (0.80, 0.92, "contradicted"), (0.85, 0.85, "not resolved")]
+)
 def test_report_checks_the_papers_ordering_of_zoo_rows(tmp_path, alp, pkd, expected, capsys):
     # ALP-KD Table 1, SST-2: S_ALP 90.37 above S_PKD 90.14
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 400)
-    runs = [write_run(tmp_path / row / str(seed), projector=row, seed=seed, accuracy=acc, labels=labels, rng=rng,
-                      zoo=f"alp-kd/table1-sst2-{row}")
-            for row, acc in (("alp", alp), ("pkd", pkd)) for seed in (1, 2, 3, 4)]
+    runs = [
+        write_run(
+            tmp_path / row / str(seed),
+            projector=row,
+            seed=seed,
+            accuracy=acc,
+            labels=labels,
+            rng=rng,
+            zoo=f"alp-kd/table1-sst2-{row}",
+        )
+        for row, acc in (("alp", alp), ("pkd", pkd))
+        for seed in (1, 2, 3, 4)
+    ]
     assert main(["report", *map(str, runs), "--output", str(tmp_path / "report"), "--resamples", "300"]) == 0
     markdown = (tmp_path / "report" / "report.md").read_text()
     assert "The paper's ordering (alp-kd Table 1, sst2)" in markdown
@@ -227,12 +292,18 @@ def test_methods_are_told_apart_and_labelled_by_the_values_that_ran(tmp_path):
     labelled with its value, never 'lr=None'."""
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 200)
-    runs = [write_run(tmp_path / f"default-{seed}", projector="rkd", seed=seed, accuracy=0.8, labels=labels, rng=rng)
-            for seed in (1, 2)]
-    runs += [write_run(tmp_path / f"set-{seed}", projector="rkd", seed=seed, accuracy=0.8, labels=labels, rng=rng,
-                       lr=1e-3) for seed in (3, 4)]
-    runs += [write_run(tmp_path / f"other-{seed}", projector="rkd", seed=seed, accuracy=0.8, labels=labels, rng=rng,
-                       lr=2e-3) for seed in (1, 2, 3, 4)]
+    runs = [
+        write_run(tmp_path / f"default-{seed}", projector="rkd", seed=seed, accuracy=0.8, labels=labels, rng=rng)
+        for seed in (1, 2)
+    ]
+    runs += [
+        write_run(tmp_path / f"set-{seed}", projector="rkd", seed=seed, accuracy=0.8, labels=labels, rng=rng, lr=1e-3)
+        for seed in (3, 4)
+    ]
+    runs += [
+        write_run(tmp_path / f"other-{seed}", projector="rkd", seed=seed, accuracy=0.8, labels=labels, rng=rng, lr=2e-3)
+        for seed in (1, 2, 3, 4)
+    ]
     files = write_report(runs, tmp_path / "report", resamples=0)
     [record] = json.loads(files["comparisons"].read_text())
     assert {record["a"], record["b"]} == {"rkd (lr=0.001)", "rkd (lr=0.002)"}
@@ -243,18 +314,45 @@ def test_methods_are_told_apart_and_labelled_by_the_values_that_ran(tmp_path):
 def test_a_note_shared_by_every_comparison_is_said_once(tmp_path):
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 200)
-    runs = [write_run(tmp_path / name, projector=name, seed=1, accuracy=0.8, labels=labels, rng=rng)
-            for name in ("nkd", "rkd", "alp", "pkd-skip")]
+    runs = [
+        write_run(tmp_path / name, projector=name, seed=1, accuracy=0.8, labels=labels, rng=rng)
+        for name in ("nkd", "rkd", "alp", "pkd-skip")
+    ]
     markdown = write_report(runs, tmp_path / "report", resamples=0)["markdown"].read_text()
     assert markdown.count("one seed: the seed-to-seed spread is unknown") == 1
     assert "nothing can be resolved (every comparison above)" in markdown
 
 
 def test_a_baseline_student_keeps_its_predictions_for_the_bootstrap(capsys, tmp_path, tiny_bert_dir, sst2_dir):
-    argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(sst2_dir), "--student", "bilstm",
-            "--projector", "rkd", "--baseline", "nkd", "--seeds", "1,2", "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
-            "--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16",
-            "--output", str(tmp_path / "runs")]
+    argv = [
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(sst2_dir),
+        "--student",
+        "bilstm",
+        "--projector",
+        "rkd",
+        "--baseline",
+        "nkd",
+        "--seeds",
+        "1,2",
+        "--epochs",
+        "1",
+        "--set",
+        "teacher_epochs=1",
+        "--set",
+        "allow_weak_teacher=true",
+        "--set",
+        "student_options.embedding_dim=16",
+        "--set",
+        "student_options.hidden_size=16",
+        "--output",
+        str(tmp_path / "runs"),
+    ]
     assert main(argv) == 0
     run = tmp_path / "runs" / "seed-1"
     baseline = json.loads((run / "baseline_predictions.json").read_text())

@@ -15,8 +15,22 @@ from safetensors.torch import load_file
 from kdplug.cli import main
 from kdplug.engine import health
 
-TINY = ["--student", "bilstm", "--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16",
-        "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", "--set", "head_epochs=2", "--epochs", "2"]
+TINY = [
+    "--student",
+    "bilstm",
+    "--set",
+    "student_options.embedding_dim=16",
+    "--set",
+    "student_options.hidden_size=16",
+    "--set",
+    "teacher_epochs=1",
+    "--set",
+    "allow_weak_teacher=true",
+    "--set",
+    "head_epochs=2",
+    "--epochs",
+    "2",
+]
 
 
 def cache_files(pattern):
@@ -24,16 +38,30 @@ def cache_files(pattern):
 
 
 def tiny_run(capsys, tmp_path, teacher, data, *extra, output="run"):
-    code = main(["run", "--teacher", teacher, "--task", "sst2", "--data-dir", str(data), *TINY, *extra,
-                 "--output", str(tmp_path / output)])
+    code = main(
+        [
+            "run",
+            "--teacher",
+            teacher,
+            "--task",
+            "sst2",
+            "--data-dir",
+            str(data),
+            *TINY,
+            *extra,
+            "--output",
+            str(tmp_path / output),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     return out, json.loads((tmp_path / output / "metrics.json").read_text())
 
 
 def test_universal_kd_runs_two_stages_by_default_and_says_so(capsys, tmp_path, tiny_bert_dir, sst2_dir):
-    out, metrics = tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, "--projector", "universal-ca",
-                            "--set", "keep_checkpoints=true")
+    out, metrics = tiny_run(
+        capsys, tmp_path, tiny_bert_dir, sst2_dir, "--projector", "universal-ca", "--set", "keep_checkpoints=true"
+    )
     assert out.splitlines()[0].startswith("recipe two-stage: the default of projector 'universal-ca'")
     assert list(metrics["stages"]) == ["teacher_heads", "stage1", "stage2"]
     assert metrics["config"]["recipe"] == "two-stage" and metrics["student"]["recipe"] == "two-stage"
@@ -57,8 +85,9 @@ def test_universal_kd_runs_two_stages_by_default_and_says_so(capsys, tmp_path, t
 
 def test_an_explicit_recipe_wins_and_a_zero_ce_weight_is_a_warning(capsys, caplog, tmp_path, tiny_bert_dir, sst2_dir):
     with caplog.at_level(logging.WARNING, logger="kdplug"):
-        out, metrics = tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, "--projector", "universal-ca",
-                                "--recipe", "standard")
+        out, metrics = tiny_run(
+            capsys, tmp_path, tiny_bert_dir, sst2_dir, "--projector", "universal-ca", "--recipe", "standard"
+        )
     assert "recipe two-stage" not in out and list(metrics["stages"]) == ["teacher_heads", "distill"]
     warning = next(r.message for r in caplog.records if "CE weight is 0" in r.message)
     assert "eta 0.5, lam 0.5" in warning and "--recipe two-stage" in warning
@@ -75,8 +104,18 @@ def test_a_student_that_learns_nothing_is_reported(capsys, caplog, tmp_path, tin
 
 def test_a_student_as_large_as_its_teacher_is_reported(capsys, caplog, tmp_path, tiny_bert_dir, sst2_dir):
     with caplog.at_level(logging.WARNING, logger="kdplug"):
-        tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, "--projector", "nkd",
-                 "--set", "student_options.hidden_size=64", "--set", "student_options.embedding_dim=64")
+        tiny_run(
+            capsys,
+            tmp_path,
+            tiny_bert_dir,
+            sst2_dir,
+            "--projector",
+            "nkd",
+            "--set",
+            "student_options.hidden_size=64",
+            "--set",
+            "student_options.embedding_dim=64",
+        )
     assert any("as many as the teacher" in r.message for r in caplog.records)
 
 
@@ -90,8 +129,11 @@ LABELS = ("negative", "positive")
 def test_health_single_class_waits_for_a_third_of_the_stage():
     one_class = [1, 1, 1]
     losses = [{"loss": 0.6}, {"loss": 0.5}, {"loss": 0.4}, {"loss": 0.3}]
-    check = lambda n, epochs, **kw: health.check_epoch(  # noqa: E731
-        "distill", history(*losses[:n], **kw), epochs=epochs, lr=1e-3, labels=LABELS, predictions=one_class)
+    check = (
+        lambda n, epochs, **kw: health.check_epoch(  # noqa: E731
+            "distill", history(*losses[:n], **kw), epochs=epochs, lr=1e-3, labels=LABELS, predictions=one_class
+        )
+    )
     assert check(1, 6, classes=1) == []  # one epoch of six proves little
     findings = check(2, 6, classes=1)
     assert [f.code for f in findings] == ["single-class"] and "'positive'" in findings[0].message
@@ -107,8 +149,9 @@ def test_health_single_class_waits_for_a_third_of_the_stage():
 def test_health_flat_loss_only_at_chance_level():
     chance = torch.log(torch.tensor(2.0)).item()
     flat = history({"ce": chance, "loss": chance}, {"ce": chance * 0.999, "loss": chance * 0.999})
-    assert [f.code for f in health.check_epoch("teacher", flat, epochs=3, lr=5e-5, labels=LABELS, predictions=None)] \
-        == ["flat-loss"]
+    assert [
+        f.code for f in health.check_epoch("teacher", flat, epochs=3, lr=5e-5, labels=LABELS, predictions=None)
+    ] == ["flat-loss"]
     learned = history({"ce": 0.05, "loss": 0.05}, {"ce": 0.0499, "loss": 0.0499})  # flat, but far below chance
     assert health.check_epoch("teacher", learned, epochs=3, lr=5e-5, labels=LABELS, predictions=None) == []
 

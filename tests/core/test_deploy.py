@@ -34,9 +34,31 @@ def runs(tmp_path_factory, tiny_bert_dir, data):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KDPLUG_CACHE", str(tmp_path_factory.mktemp("deploy-cache")))
         for family in FAMILIES:
-            argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), "--student", family,
-                    "--projector", projectors[family], "--epochs", "2", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
-                    "--set", "head_epochs=1", "--set", "lr=0.01", "--output", str(root / family)]
+            argv = [
+                "run",
+                "--teacher",
+                tiny_bert_dir,
+                "--task",
+                "sst2",
+                "--data-dir",
+                str(data),
+                "--student",
+                family,
+                "--projector",
+                projectors[family],
+                "--epochs",
+                "2",
+                "--set",
+                "teacher_epochs=1",
+                "--set",
+                "allow_weak_teacher=true",
+                "--set",
+                "head_epochs=1",
+                "--set",
+                "lr=0.01",
+                "--output",
+                str(root / family),
+            ]
             if family != "bert-2":
                 argv += ["--set", "student_options.hidden_size=16", "--set", "student_options.embedding_dim=16"]
             assert main(argv) == 0
@@ -57,8 +79,14 @@ def run_predictions(run):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_student_directory_stands_alone(runs, family, tiny_bert_dir):
     student = runs[family] / "student"
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                 "kdplug_student.json", "README.md"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "kdplug_student.json",
+        "README.md",
+    ):
         assert (student / name).is_file(), name
     config = json.loads((student / "config.json").read_text())
     assert config["id2label"] == {"0": "negative", "1": "positive"} and not config.get("output_hidden_states")
@@ -117,8 +145,12 @@ print(json.dumps({{"argmax": logits.argmax(-1).tolist(), "probabilities": logits
 
 def load_in_fresh_process(directory, import_kdplug):
     script = LOAD.format(import_kdplug="import kdplug" if import_kdplug else "")
-    result = subprocess.run([sys.executable, "-c", script, str(directory), json.dumps(dev_texts())],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(directory), json.dumps(dev_texts())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -135,8 +167,10 @@ def test_students_load_with_transformers_and_predict_what_kdplug_predicted(runs,
 
 
 def test_pooled_students_need_kdplug_imported_and_say_so(runs):
-    script = ("from transformers import AutoModelForSequenceClassification\n"
-              f"AutoModelForSequenceClassification.from_pretrained({str(runs['bilstm'] / 'student')!r})")
+    script = (
+        "from transformers import AutoModelForSequenceClassification\n"
+        f"AutoModelForSequenceClassification.from_pretrained({str(runs['bilstm'] / 'student')!r})"
+    )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "kdplug-bilstm" in result.stderr
 
@@ -149,8 +183,9 @@ def test_load_student_returns_model_tokenizer_and_labels_in_eval_mode(runs):
     assert not student.model.training and student.labels == ("negative", "positive")
     assert type(student.model).__name__ == "BiLSTMForSequenceClassification"
     predictions = kdplug.predict(student, ["the movie was good", "the plot was dull"], batch_size=1)
-    assert [p.label for p in predictions] == [p.label for p in student.predict(["the movie was good",
-                                                                                  "the plot was dull"])]
+    assert [p.label for p in predictions] == [
+        p.label for p in student.predict(["the movie was good", "the plot was dull"])
+    ]
     assert all(sum(p.probabilities.values()) == pytest.approx(1.0) for p in predictions)
     with pytest.raises(kdplug.UsageError, match="single texts"):
         student.predict([("a", "b")])
@@ -167,14 +202,44 @@ def test_load_student_names_what_is_missing(tmp_path):
 def test_predict_on_regression_gives_scores(tmp_path, tiny_bert_dir):
     data = tmp_path / "sts"
     data.mkdir()
-    rows = ["text,other,score"] + [f"the movie {w},the film {w},{i % 5}.0" for i, w in
-                                   enumerate(["was good", "was bad", "is fine", "is dull", "was fun", "was poor"])]
+    rows = ["text,other,score"] + [
+        f"the movie {w},the film {w},{i % 5}.0"
+        for i, w in enumerate(["was good", "was bad", "is fine", "is dull", "was fun", "was poor"])
+    ]
     for split in ("train", "dev"):
         (data / f"{split}.csv").write_text("\n".join(rows) + "\n")
-    assert main(["run", "--teacher", tiny_bert_dir, "--task", "local", "--data-dir", str(data), "--student", "bert-2",
-                 "--projector", "rkd", "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
-                 "--set", "task_options.text_pair_column=other", "--set", "task_options.label_column=score",
-                 "--set", "task_options.regression=true", "--output", str(tmp_path / "run")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--teacher",
+                tiny_bert_dir,
+                "--task",
+                "local",
+                "--data-dir",
+                str(data),
+                "--student",
+                "bert-2",
+                "--projector",
+                "rkd",
+                "--epochs",
+                "1",
+                "--set",
+                "teacher_epochs=1",
+                "--set",
+                "allow_weak_teacher=true",
+                "--set",
+                "task_options.text_pair_column=other",
+                "--set",
+                "task_options.label_column=score",
+                "--set",
+                "task_options.regression=true",
+                "--output",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 0
+    )
     predictions = kdplug.predict(tmp_path / "run", [("the movie was good", "the film was bad")])
     assert predictions[0].score is not None and predictions[0].label is None
     with pytest.raises(kdplug.UsageError, match="sentence pairs"):
@@ -190,12 +255,15 @@ def predict_cli(capsys, *argv):
     return code, captured.out, captured.err
 
 
-@pytest.mark.parametrize("suffix, content", [
-    (".tsv", "sentence\tid\n{0}\t1\n{1}\t2\n"),
-    (".csv", 'id,sentence\n1,"{0}"\n2,"{1}"\n'),
-    (".jsonl", '{{"sentence": "{0}", "id": 1}}\n{{"text": "ignored", "sentence": "{1}"}}\n'),
-    (".txt", "{0}\n\n{1}\n"),
-])
+@pytest.mark.parametrize(
+    "suffix, content",
+    [
+        (".tsv", "sentence\tid\n{0}\t1\n{1}\t2\n"),
+        (".csv", 'id,sentence\n1,"{0}"\n2,"{1}"\n'),
+        (".jsonl", '{{"sentence": "{0}", "id": 1}}\n{{"text": "ignored", "sentence": "{1}"}}\n'),
+        (".txt", "{0}\n\n{1}\n"),
+    ],
+)
 def test_predict_reads_every_format_and_keeps_the_rows(capsys, tmp_path, runs, suffix, content):
     texts = dev_texts()[:2]
     source = tmp_path / f"input{suffix}"
@@ -228,12 +296,15 @@ def test_predict_from_stdin_to_stdout_and_counts_truncation(capsys, runs, monkey
     assert "1 longer than the student's 64 tokens were truncated" in err
 
 
-@pytest.mark.parametrize("case, content, message", [
-    ("wrong columns", "review\tid\ngood\t1\n", ["input.tsv", "line 1", "'sentence'", "--text-column"]),
-    ("empty", "", ["input.tsv is empty"]),
-    ("header only", "sentence\tid\n", ["holds no texts"]),
-    ("malformed", "sentence\tid\ngood\t1\t3\n", ["input.tsv", "line 2", "expected 2 fields"]),
-])
+@pytest.mark.parametrize(
+    "case, content, message",
+    [
+        ("wrong columns", "review\tid\ngood\t1\n", ["input.tsv", "line 1", "'sentence'", "--text-column"]),
+        ("empty", "", ["input.tsv is empty"]),
+        ("header only", "sentence\tid\n", ["holds no texts"]),
+        ("malformed", "sentence\tid\ngood\t1\t3\n", ["input.tsv", "line 2", "expected 2 fields"]),
+    ],
+)
 def test_predict_bad_input_is_a_clear_usage_error(capsys, tmp_path, runs, case, content, message):
     source = tmp_path / "input.tsv"
     source.write_text(content)
@@ -291,8 +362,9 @@ def test_onnx_export_computes_what_the_student_computes(capsys, tmp_path, runs, 
 def test_hf_export_copies_the_package_and_refuses_foreign_directories(capsys, tmp_path, runs):
     output = tmp_path / "hf"
     assert main(["export", str(runs["bilstm"]), "--format", "hf", "--output", str(output)]) == 0
-    assert [p.label for p in kdplug.predict(output, dev_texts())] == \
-        [p.label for p in kdplug.predict(runs["bilstm"], dev_texts())]
+    assert [p.label for p in kdplug.predict(output, dev_texts())] == [
+        p.label for p in kdplug.predict(runs["bilstm"], dev_texts())
+    ]
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")

@@ -13,19 +13,53 @@ from safetensors.torch import load_file
 from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
 
 # Dropout off everywhere: with it, each rank draws its own masks and the runs differ by chance.
-OPTIONS = ["--student", "bilstm", "--projector", "pkd-skip", "--task", "sst2", "--epochs", "2",
-           "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", "--set", "batch_size=8", "--set", "teacher_batch_size=8",
-           "--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16",
-           "--set", "student_options.dropout=0.0", "--set", "teacher_options.hidden_dropout_prob=0.0",
-           "--set", "teacher_options.attention_probs_dropout_prob=0.0"]
+OPTIONS = [
+    "--student",
+    "bilstm",
+    "--projector",
+    "pkd-skip",
+    "--task",
+    "sst2",
+    "--epochs",
+    "2",
+    "--set",
+    "teacher_epochs=1",
+    "--set",
+    "allow_weak_teacher=true",
+    "--set",
+    "batch_size=8",
+    "--set",
+    "teacher_batch_size=8",
+    "--set",
+    "student_options.embedding_dim=16",
+    "--set",
+    "student_options.hidden_size=16",
+    "--set",
+    "student_options.dropout=0.0",
+    "--set",
+    "teacher_options.hidden_dropout_prob=0.0",
+    "--set",
+    "teacher_options.attention_probs_dropout_prob=0.0",
+]
 #: float sums are reduced in another order across two processes; nothing else may differ
 TOLERANCE = 1e-5
 
 
 def run(launcher, tiny_bert_dir, data, output, cache):
     env = {**os.environ, "KDPLUG_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
-    argv = [*launcher, "-m", "kdplug.cli", "run", "--teacher", tiny_bert_dir, "--data-dir", str(data), *OPTIONS,
-            "--output", str(output)]
+    argv = [
+        *launcher,
+        "-m",
+        "kdplug.cli",
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--data-dir",
+        str(data),
+        *OPTIONS,
+        "--output",
+        str(output),
+    ]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads((output / "metrics.json").read_text()), done.stdout + done.stderr

@@ -31,7 +31,7 @@ def shell_blocks():
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
         for found in SHELL.finditer(text):
-            yield pytest.param(found.group(2), id=f"{page.name}:{text[:found.start()].count(chr(10)) + 1}")
+            yield pytest.param(found.group(2), id=f"{page.name}:{text[: found.start()].count(chr(10)) + 1}")
 
 
 @pytest.mark.parametrize("block", list(shell_blocks()))
@@ -45,16 +45,19 @@ def documented_runs():
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
         for found in SHELL.finditer(text):
-            line = text[:found.start()].count("\n") + 1
+            line = text[: found.start()].count("\n") + 1
             body = re.sub(r"\\\n", " ", found.group(2))
             for command in body.splitlines():
                 for part in re.split(r"&&|;|\|", command):
                     words = shlex.split(part, comments=True)
                     # kdplug run ..., or under a launcher: accelerate launch ... -m kdplug.cli run ...
-                    starts = [i + 2 for i in range(len(words) - 1)
-                              if words[i] in ("kdplug", "kdplug.cli") and words[i + 1] == "run"]
+                    starts = [
+                        i + 2
+                        for i in range(len(words) - 1)
+                        if words[i] in ("kdplug", "kdplug.cli") and words[i + 1] == "run"
+                    ]
                     if starts and "..." not in words:
-                        args = words[starts[0]:]
+                        args = words[starts[0] :]
                         yield pytest.param(args, id=f"{page.name}:{line}:{' '.join(args)[:60]}")
 
 
@@ -64,7 +67,9 @@ def option(words, flag):
 
 
 def set_values(words):
-    return dict(words[i + 1].split("=", 1) for i, word in enumerate(words[:-1]) if word == "--set" and "=" in words[i + 1])
+    return dict(
+        words[i + 1].split("=", 1) for i, word in enumerate(words[:-1]) if word == "--set" and "=" in words[i + 1]
+    )
 
 
 def model_stand_in(name: str, hub_cache: Path) -> None:
@@ -75,8 +80,9 @@ def model_stand_in(name: str, hub_cache: Path) -> None:
         if not path.exists():
             make(path, num_layers=4, hidden=32)
     elif "/" in name or name.endswith(("-uncased", "-cased", "-base", "-large")):
-        cache_as_hub_model(make(hub_cache.parent / "made" / name.replace("/", "--"), num_layers=4, hidden=32), name,
-                           hub_cache)
+        cache_as_hub_model(
+            make(hub_cache.parent / "made" / name.replace("/", "--"), num_layers=4, hidden=32), name, hub_cache
+        )
 
 
 def data_stand_in(words, settings) -> None:
@@ -88,9 +94,22 @@ def data_stand_in(words, settings) -> None:
         Path(data_dir).parent.mkdir(parents=True, exist_ok=True)
         Path(made).rename(data_dir)
     if task == "local":
-        text, label = settings.get("task_options.text_column", "text"), settings.get("task_options.label_column", "label")
-        rows = "\n".join([f"{text},{label}", "a great film,positive", "a dull film,negative", "i loved it,positive",
-                          "i hated it,negative"]) + "\n"
+        text, label = (
+            settings.get("task_options.text_column", "text"),
+            settings.get("task_options.label_column", "label"),
+        )
+        rows = (
+            "\n".join(
+                [
+                    f"{text},{label}",
+                    "a great film,positive",
+                    "a dull film,negative",
+                    "i loved it,positive",
+                    "i hated it,negative",
+                ]
+            )
+            + "\n"
+        )
         files = [settings.get("task_options.train_file", "train.csv"), settings.get("task_options.dev_file", "dev.csv")]
         for file in files:
             path = Path(data_dir or ".") / file
@@ -106,15 +125,19 @@ def file_stand_ins(words) -> None:
     transfer = []
     for i, word in enumerate(words):
         if word == "--transfer":  # one or more paths, up to the next option
-            for value in words[i + 1:]:
+            for value in words[i + 1 :]:
                 if value.startswith("-"):
                     break
                 transfer.append(value)
     for path in map(Path, transfer):
         if not path.exists():
             texts = ["what a film", "a lifeless plot", "the acting shines"]
-            path.write_text("\n".join(json.dumps({"text": t}) for t in texts) + "\n" if path.suffix == ".jsonl"
-                            else "\n".join(texts) + "\n", encoding="utf-8")
+            path.write_text(
+                "\n".join(json.dumps({"text": t}) for t in texts) + "\n"
+                if path.suffix == ".jsonl"
+                else "\n".join(texts) + "\n",
+                encoding="utf-8",
+            )
 
 
 @pytest.mark.parametrize("words", list(documented_runs()))

@@ -41,6 +41,9 @@ def test_hook_is_exercised_by_a_test(hook):
     kind = next(kind for kind, name in KINDS.items() if name == hook)
     needles = (hook, f"create_{kind}", f"list_{kind}", f'"{kind}"')
     this = Path(__file__).resolve()
-    found = [path for path in (ROOT / "tests").rglob("test_*.py")
-             if path.resolve() != this and any(n in path.read_text(encoding="utf-8") for n in needles)]
+    found = [
+        path
+        for path in (ROOT / "tests").rglob("test_*.py")
+        if path.resolve() != this and any(n in path.read_text(encoding="utf-8") for n in needles)
+    ]
     assert found, f"no test exercises {hook}"

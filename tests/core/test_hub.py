@@ -13,8 +13,14 @@ from kdplug.errors import OfflineError
 
 @pytest.fixture
 def no_proxy(monkeypatch):
-    for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy",
-                     "https_proxy"):
+    for variable in (
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
+    ):
         monkeypatch.delenv(variable, raising=False)
 
 

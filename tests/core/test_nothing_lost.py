@@ -17,8 +17,22 @@ from kdplug.cli import main
 
 from ..conftest import write_sst2
 
-TINY = ["--student", "bilstm", "--projector", "rkd", "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
-        "--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16"]
+TINY = [
+    "--student",
+    "bilstm",
+    "--projector",
+    "rkd",
+    "--epochs",
+    "1",
+    "--set",
+    "teacher_epochs=1",
+    "--set",
+    "allow_weak_teacher=true",
+    "--set",
+    "student_options.embedding_dim=16",
+    "--set",
+    "student_options.hidden_size=16",
+]
 
 
 def run(capsys, *argv):
@@ -97,7 +111,9 @@ def test_an_unwritable_directory_is_a_usage_error_before_any_work(capsys, tmp_pa
 # -- what kdplug stores ------------------------------------------------------------------------
 
 
-def test_a_damaged_stored_teacher_is_reported_moved_aside_and_rebuilt(capsys, caplog, tmp_path, tiny_bert_dir, sst2_dir):
+def test_a_damaged_stored_teacher_is_reported_moved_aside_and_rebuilt(
+    capsys, caplog, tmp_path, tiny_bert_dir, sst2_dir
+):
     assert run(capsys, *tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / "first"))[0] == 0
     stored = next(p for p in (cache_root() / "teachers").iterdir() if p.is_dir())
     weights = stored / "model.safetensors"
@@ -105,16 +121,19 @@ def test_a_damaged_stored_teacher_is_reported_moved_aside_and_rebuilt(capsys, ca
     code, out, err = run(capsys, *tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / "second"))
     assert code == 0, err
     assert "fine-tuning" in out  # not "reusing": the damaged copy is not trusted
-    assert any("is damaged" in r.message and "model.safetensors fails its checksum" in r.message
-               for r in caplog.records)
+    assert any(
+        "is damaged" in r.message and "model.safetensors fails its checksum" in r.message for r in caplog.records
+    )
     aside = [p for p in (cache_root() / "teachers").iterdir() if ".damaged-" in p.name]
     assert len(aside) == 1 and (aside[0] / "model.safetensors").is_file()  # kept for inspection
     assert run(capsys, *tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / "third"))[1].count("reusing") == 1
 
 
 def test_stored_files_follow_the_users_umask(tmp_path, tiny_bert_dir, sst2_dir):
-    script = (f"import os, sys; os.umask(0o002); from kdplug.cli import main; "
-              f"sys.exit(main({[str(a) for a in tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / 'run')]!r}))")
+    script = (
+        f"import os, sys; os.umask(0o002); from kdplug.cli import main; "
+        f"sys.exit(main({[str(a) for a in tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / 'run')]!r}))"
+    )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     checked = 0
@@ -126,11 +145,14 @@ def test_stored_files_follow_the_users_umask(tmp_path, tiny_bert_dir, sst2_dir):
 
 
 def test_two_runs_at_once_fine_tune_the_teacher_once(tmp_path, tiny_bert_dir, sst2_dir):
-    commands = [[sys.executable, "-m", "kdplug.cli", *map(str, tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / name))]
-                for name in ("one", "two")]
+    commands = [
+        [sys.executable, "-m", "kdplug.cli", *map(str, tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / name))]
+        for name in ("one", "two")
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    processes = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for c in commands]
+    processes = [
+        subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands
+    ]
     outputs = [p.communicate(timeout=300) for p in processes]
     assert all(p.returncode == 0 for p in processes), [err for _, err in outputs]
     said = [out for out, _ in outputs]
@@ -141,8 +163,13 @@ def test_two_runs_at_once_fine_tune_the_teacher_once(tmp_path, tiny_bert_dir, ss
 
 def test_cache_list_and_clear_find_what_killed_runs_left(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     argv = [sys.executable, "-m", "kdplug.cli", *map(str, tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / "run"))]
-    killed = subprocess.run(argv, env={**os.environ, "KDPLUG_FAULT_AT": "cache-write:1:SIGKILL"},
-                            capture_output=True, text=True, timeout=300)
+    killed = subprocess.run(
+        argv,
+        env={**os.environ, "KDPLUG_FAULT_AT": "cache-write:1:SIGKILL"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert killed.returncode == -9
     staging = [p for p in (cache_root() / "teacher-cache").iterdir() if p.name.startswith(".staging-")]
     assert len(staging) == 1

@@ -15,7 +15,7 @@ import torch
 import kdplug
 from kdplug.config import RunConfig
 from kdplug.engine.objective import WeightedObjective
-from kdplug.engine.recipe import RecipeContext
+from kdplug.engine.recipe import EngineContext
 from kdplug.errors import ConfigError, UsageError
 from kdplug.types import ProjectedPairs, StepState
 
@@ -37,7 +37,7 @@ def kd_reference(tau):
     for s, t in zip(STUDENT, TEACHER):
         p_t, p_s = softmax(t, tau), softmax(s, tau)
         total += sum(a * math.log(a / b) for a, b in zip(p_t, p_s))
-    return tau ** 2 * total / len(STUDENT)
+    return tau**2 * total / len(STUDENT)
 
 
 def pkd_reference():
@@ -49,17 +49,27 @@ def pkd_reference():
 
 
 def state(labelled=None):
-    return StepState(student_logits=torch.tensor(STUDENT, dtype=torch.float64), student_layers=[],
-                     labels=torch.tensor(LABELS), teacher_logits=torch.tensor(TEACHER, dtype=torch.float64),
-                     teacher_layers=None, teacher_head_logits=None,
-                     pairs=ProjectedPairs(torch.tensor(PAIR_S, dtype=torch.float64), torch.tensor(PAIR_T, dtype=torch.float64)),
-                     labelled=labelled)
+    return StepState(
+        student_logits=torch.tensor(STUDENT, dtype=torch.float64),
+        student_layers=[],
+        labels=torch.tensor(LABELS),
+        teacher_logits=torch.tensor(TEACHER, dtype=torch.float64),
+        teacher_layers=None,
+        teacher_head_logits=None,
+        pairs=ProjectedPairs(torch.tensor(PAIR_S, dtype=torch.float64), torch.tensor(PAIR_T, dtype=torch.float64)),
+        labelled=labelled,
+    )
 
 
 def objective(eta, lam, ce=None, tau=2.0):
-    return WeightedObjective(eta=eta, lam=lam, ce=ce, task_loss=kdplug.create_loss("ce"),
-                             kd_loss=kdplug.create_loss("kd", temperature=tau),
-                             ild_loss=kdplug.create_loss("normalized-mse"))
+    return WeightedObjective(
+        eta=eta,
+        lam=lam,
+        ce=ce,
+        task_loss=kdplug.create_loss("ce"),
+        kd_loss=kdplug.create_loss("kd", temperature=tau),
+        ild_loss=kdplug.create_loss("normalized-mse"),
+    )
 
 
 def test_ce_weight_is_one_minus_eta_minus_lam_unless_set():
@@ -89,8 +99,18 @@ def test_ce_counts_only_labelled_rows():
 
 
 def context(**settings):
-    return RecipeContext(config=RunConfig(**settings), registry=None, task=None, teacher=SimpleNamespace(tokenizer=None),
-                         trainer=None, train=None, dev={}, caches=None, cache_root=None)
+    return EngineContext(
+        config=RunConfig(**settings),
+        registry=None,
+        task=None,
+        teacher=SimpleNamespace(tokenizer=None),
+        trainer=None,
+        train=None,
+        dev={},
+        caches=None,
+        cache_root=None,
+        max_length=64,
+    )
 
 
 def projector(**weights):

@@ -20,10 +20,22 @@ from kdplug.engine import health
 from kdplug.engine.trainer import stop_early
 from kdplug.testing.tiny import TinyTask, cache_as_hub_model, make_tiny_bert, make_tiny_classifier
 
-from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
+from ..conftest import SST2_TRAIN, write_sst2
 
-TINY = ["--student", "bilstm", "--projector", "rkd", "--epochs", "2", "--set", "student_options.embedding_dim=16",
-        "--set", "student_options.hidden_size=16", "--set", "batch_size=4"]
+TINY = [
+    "--student",
+    "bilstm",
+    "--projector",
+    "rkd",
+    "--epochs",
+    "2",
+    "--set",
+    "student_options.embedding_dim=16",
+    "--set",
+    "student_options.hidden_size=16",
+    "--set",
+    "batch_size=4",
+]
 
 
 def run_cli(capsys, *argv):
@@ -43,8 +55,10 @@ def classifiers(tmp_path_factory):
     """The same tiny classifier saved by plain transformers with its labels in the task's order and
     in the opposite order, as a user's checkpoints fine-tuned elsewhere would be."""
     root = tmp_path_factory.mktemp("classifiers")
-    return {"ordered": make_tiny_classifier(root / "ordered"),
-            "reversed": make_tiny_classifier(root / "reversed", order=[1, 0])}
+    return {
+        "ordered": make_tiny_classifier(root / "ordered"),
+        "reversed": make_tiny_classifier(root / "reversed", order=[1, 0]),
+    }
 
 
 # -- labels matched by name ------------------------------------------------------------------------
@@ -66,11 +80,17 @@ def test_a_checkpoint_with_its_labels_in_another_order_is_reordered(classifiers)
 
 def test_names_are_matched_ignoring_case_and_spacing(tmp_path):
     task = TinyTask(labels=("not_entailment", "entailment"))
-    path = make_tiny_classifier(tmp_path / "nli", labels=("not_entailment", "entailment"), order=[1, 0],
-                                label_names=["ENTAILMENT", "Not Entailment"])
+    path = make_tiny_classifier(
+        tmp_path / "nli",
+        labels=("not_entailment", "entailment"),
+        order=[1, 0],
+        label_names=["ENTAILMENT", "Not Entailment"],
+    )
     reference = make_tiny_classifier(tmp_path / "reference", labels=("not_entailment", "entailment"))
-    torch.testing.assert_close(logits(kdplug.create_teacher("hf", task, source=path)),
-                               logits(kdplug.create_teacher("hf", task, source=reference)))
+    torch.testing.assert_close(
+        logits(kdplug.create_teacher("hf", task, source=path)),
+        logits(kdplug.create_teacher("hf", task, source=reference)),
+    )
 
 
 def test_names_that_do_not_match_are_a_usage_error_with_both_sides_and_the_fix(tmp_path):
@@ -98,8 +118,9 @@ def test_positional_names_and_numbered_task_labels_are_matched_by_position(tmp_p
     assert "label_map" in " ".join(teacher.notes)  # the user is told how to say otherwise
 
 
-def test_finetuned_false_fine_tunes_a_fitting_checkpoint_and_its_base_model_is_found(classifiers, tmp_path,
-                                                                                         monkeypatch):
+def test_finetuned_false_fine_tunes_a_fitting_checkpoint_and_its_base_model_is_found(
+    classifiers, tmp_path, monkeypatch
+):
     again = kdplug.create_teacher("hf", TinyTask(), source=classifiers["ordered"], finetuned=False)
     assert not again.finetuned and again.pretrained is None
     # a model card that names its base model, available in the local hub cache: that is the pre-trained one
@@ -119,8 +140,18 @@ def test_finetuned_false_fine_tunes_a_fitting_checkpoint_and_its_base_model_is_f
 
 def test_an_uncached_hub_id_fails_in_seconds_offline_with_what_to_do(capsys, tmp_path, sst2_dir):
     start = time.monotonic()
-    code, _, err = run_cli(capsys, "run", "--teacher", "textattack/bert-base-uncased-SST-2", "--task", "sst2",
-                           "--data-dir", sst2_dir, "--output", tmp_path / "run")
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--teacher",
+        "textattack/bert-base-uncased-SST-2",
+        "--task",
+        "sst2",
+        "--data-dir",
+        sst2_dir,
+        "--output",
+        tmp_path / "run",
+    )
     assert code == 2 and time.monotonic() - start < 10
     assert "cannot load teacher 'textattack/bert-base-uncased-SST-2'" in err and "switched off" in err
     assert "hf download textattack/bert-base-uncased-SST-2" in err and "--teacher DIR" in err
@@ -132,8 +163,18 @@ def test_an_unreachable_hub_fails_in_seconds(capsys, tmp_path, sst2_dir, monkeyp
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
     start = time.monotonic()
-    code, _, err = run_cli(capsys, "run", "--student", "someone/some-student", "--task", "sst2", "--data-dir",
-                           sst2_dir, "--output", tmp_path / "run")
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--student",
+        "someone/some-student",
+        "--task",
+        "sst2",
+        "--data-dir",
+        sst2_dir,
+        "--output",
+        tmp_path / "run",
+    )
     assert code == 2 and time.monotonic() - start < 15
     assert "cannot load student 'someone/some-student'" in err and "cannot be reached" in err
     assert "HF_HUB_OFFLINE=1" in err
@@ -151,9 +192,23 @@ def test_a_cached_hub_id_reaches_the_hf_plugin_for_teacher_and_student(capsys, t
     cache_as_hub_model(make_tiny_bert(tmp_path / "tiny", num_layers=2, hidden=32), "bert-base-uncased", hub_cache)
     cache_as_hub_model(make_tiny_bert(tmp_path / "small", num_layers=1, hidden=32), "org/small-student", hub_cache)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(hub_cache))
-    code, out, err = run_cli(capsys, "run", "--teacher", "bert-base-uncased", "--student", "org/small-student",
-                             "--projector", "rkd", "--task", "sst2", "--data-dir", sst2_dir, "--dry-run",
-                             "--output", tmp_path / "run")
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        "--teacher",
+        "bert-base-uncased",
+        "--student",
+        "org/small-student",
+        "--projector",
+        "rkd",
+        "--task",
+        "sst2",
+        "--data-dir",
+        sst2_dir,
+        "--dry-run",
+        "--output",
+        tmp_path / "run",
+    )
     assert code == 0, err
     assert "teacher     bert-base-uncased: BertForSequenceClassification" in out and "from bert-base-uncased" in out
     assert "student     org/small-student: BertForSequenceClassification" in out and "pretrained from org/small" in out
@@ -179,8 +234,21 @@ def test_check_teacher_against_the_majority_class():
 def test_a_teacher_that_predicts_one_class_stops_the_run_before_any_student_training(capsys, tmp_path, sst2_dir):
     teacher = make_tiny_classifier(tmp_path / "stuck", class_bias=[0.0, 50.0])  # always "positive"
     output = tmp_path / "run"
-    code, out, err = run_cli(capsys, "run", "--teacher", teacher, "--task", "sst2", "--data-dir", sst2_dir, *TINY,
-                             "--baseline", "nkd", "--output", output)
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        "--teacher",
+        teacher,
+        "--task",
+        "sst2",
+        "--data-dir",
+        sst2_dir,
+        *TINY,
+        "--baseline",
+        "nkd",
+        "--output",
+        output,
+    )
     assert code == 2
     assert "predicts 'positive' for every dev example" in err and "allow_weak_teacher=true" in err
     assert "majority class scores 50.00" in err and "label_map" in err
@@ -189,8 +257,22 @@ def test_a_teacher_that_predicts_one_class_stops_the_run_before_any_student_trai
     assert metrics["teacher"]["check"]["predicted_classes"] == ["positive"]
     assert "stages" not in metrics and not (output / "checkpoints").exists()  # no student was trained
 
-    code, out, err = run_cli(capsys, "run", "--teacher", teacher, "--task", "sst2", "--data-dir", sst2_dir, *TINY,
-                             "--set", "allow_weak_teacher=true", "--output", output, "--overwrite")
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        "--teacher",
+        teacher,
+        "--task",
+        "sst2",
+        "--data-dir",
+        sst2_dir,
+        *TINY,
+        "--set",
+        "allow_weak_teacher=true",
+        "--output",
+        output,
+        "--overwrite",
+    )
     assert code == 0, err
     metrics = json.loads((output / "metrics.json").read_text())
     assert metrics["teacher"]["check"]["allowed"] is True and "WARNING" in out
@@ -200,12 +282,27 @@ def test_a_reversed_checkpoint_distils_the_same_student_and_mismatched_names_exi
     data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN * 2)
     runs = {}
     for name, checkpoint in classifiers.items():
-        code, out, err = run_cli(capsys, "run", "--teacher", checkpoint, "--task", "sst2", "--data-dir", data, *TINY,
-                                 "--set", "allow_weak_teacher=true", "--output", tmp_path / name)
+        code, out, err = run_cli(
+            capsys,
+            "run",
+            "--teacher",
+            checkpoint,
+            "--task",
+            "sst2",
+            "--data-dir",
+            data,
+            *TINY,
+            "--set",
+            "allow_weak_teacher=true",
+            "--output",
+            tmp_path / name,
+        )
         assert code == 0, err
         assert "teacher: fine-tuning" not in out  # used as it is: never fine-tuned again
-        runs[name] = (json.loads((tmp_path / name / "metrics.json").read_text()),
-                      load_file(str(tmp_path / name / "student" / "model.safetensors")))
+        runs[name] = (
+            json.loads((tmp_path / name / "metrics.json").read_text()),
+            load_file(str(tmp_path / name / "student" / "model.safetensors")),
+        )
     (ordered, ordered_weights), (reversed_, reversed_weights) = runs["ordered"], runs["reversed"]
     assert "finetuned" in ordered["teacher"] and ordered["teacher"]["finetuned"] == {"given": True}
     assert reversed_["teacher"]["labels"]["reordered"] and not ordered["teacher"]["labels"]["reordered"]
@@ -215,21 +312,35 @@ def test_a_reversed_checkpoint_distils_the_same_student_and_mismatched_names_exi
         torch.testing.assert_close(reversed_weights[key], tensor, rtol=0, atol=1e-6, msg=key)
 
     mismatched = make_tiny_classifier(tmp_path / "mismatched", label_names=["bad", "good"])
-    code, _, err = run_cli(capsys, "run", "--teacher", mismatched, "--task", "sst2", "--data-dir", data, *TINY,
-                           "--output", tmp_path / "mismatched-run")
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--teacher",
+        mismatched,
+        "--task",
+        "sst2",
+        "--data-dir",
+        data,
+        *TINY,
+        "--output",
+        tmp_path / "mismatched-run",
+    )
     assert code == 2 and "['bad', 'good']" in err and "teacher_options.label_map" in err
 
 
 # -- early stopping ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scores, patience, baseline, stop", [
-    ([0.6, 0.7, 0.7, 0.7], 2, 0.5, True),     # the best, epoch 2, is two epochs old
-    ([0.6, 0.7, 0.7, 0.8], 2, 0.5, False),    # still improving
-    ([0.6, 0.7, 0.65], 2, 0.5, False),        # one epoch without improvement is not two
-    ([0.5, 0.5, 0.5, 0.5, 0.5], 2, 0.5, False),  # at the majority class since epoch 1: a slow start, not a plateau
-    ([0.9, 0.5, 0.4], 2, None, True),
-])
+@pytest.mark.parametrize(
+    "scores, patience, baseline, stop",
+    [
+        ([0.6, 0.7, 0.7, 0.7], 2, 0.5, True),  # the best, epoch 2, is two epochs old
+        ([0.6, 0.7, 0.7, 0.8], 2, 0.5, False),  # still improving
+        ([0.6, 0.7, 0.65], 2, 0.5, False),  # one epoch without improvement is not two
+        ([0.5, 0.5, 0.5, 0.5, 0.5], 2, 0.5, False),  # at the majority class since epoch 1: a slow start, not a plateau
+        ([0.9, 0.5, 0.4], 2, None, True),
+    ],
+)
 def test_stop_early(scores, patience, baseline, stop):
     assert stop_early(scores, patience, baseline) is stop
 
@@ -249,8 +360,23 @@ def test_patience_defaults_on_only_where_kdplug_chose_the_epochs():
 def test_dry_run_prints_the_plan_and_writes_nothing(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     output, cache = tmp_path / "run", Path(os.environ["KDPLUG_CACHE"])
     before = sorted(cache.rglob("*"))
-    code, out, err = run_cli(capsys, "run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", sst2_dir,
-                             "--student", "bilstm", "--projector", "universal-ca", "--output", output, "--dry-run")
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--task",
+        "sst2",
+        "--data-dir",
+        sst2_dir,
+        "--student",
+        "bilstm",
+        "--projector",
+        "universal-ca",
+        "--output",
+        output,
+        "--dry-run",
+    )
     assert code == 0, err
     assert "task        sst2: 2 labels (negative, positive); train 12, dev 4" in out
     assert "fine-tuning: 30 epochs at lr 5e-05, batch 32, early stopping after 3 (not stored yet)" in out
@@ -262,8 +388,21 @@ def test_dry_run_prints_the_plan_and_writes_nothing(capsys, tmp_path, tiny_bert_
 
 
 def test_dry_run_exits_2_with_the_first_problem(capsys, tmp_path, tiny_bert_dir, sst2_dir):
-    code, _, err = run_cli(capsys, "run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", sst2_dir,
-                           "--student", "bert-9", "--output", tmp_path / "run", "--dry-run")
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--task",
+        "sst2",
+        "--data-dir",
+        sst2_dir,
+        "--student",
+        "bert-9",
+        "--output",
+        tmp_path / "run",
+        "--dry-run",
+    )
     assert code == 2 and "ask for 1 to 4 layers" in err
 
 
@@ -273,9 +412,26 @@ def test_dry_run_exits_2_with_the_first_problem(capsys, tmp_path, tiny_bert_dir,
 def test_the_student_package_holds_no_absolute_path(capsys, tmp_path, classifiers):
     data = write_sst2(tmp_path / "SST-2")
     output = tmp_path / "run"
-    code, _, err = run_cli(capsys, "run", "--teacher", classifiers["ordered"], "--student", "bert-1", "--projector",
-                           "rkd", "--task", "sst2", "--data-dir", data, "--epochs", "1",
-                           "--set", "allow_weak_teacher=true", "--output", output)
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--teacher",
+        classifiers["ordered"],
+        "--student",
+        "bert-1",
+        "--projector",
+        "rkd",
+        "--task",
+        "sst2",
+        "--data-dir",
+        data,
+        "--epochs",
+        "1",
+        "--set",
+        "allow_weak_teacher=true",
+        "--output",
+        output,
+    )
     assert code == 0, err
     metrics = json.loads((output / "metrics.json").read_text())
     # the teacher came fine-tuned and names no base model: the student starts from its layers, and says so
@@ -290,8 +446,9 @@ def test_the_student_package_holds_no_absolute_path(capsys, tmp_path, classifier
 
 
 def test_a_listing_piped_into_head_ends_quietly():
-    listing = subprocess.Popen([sys.executable, "-m", "kdplug.cli", "zoo", "list"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
+    listing = subprocess.Popen(
+        [sys.executable, "-m", "kdplug.cli", "zoo", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     listing.stdout.readline()
     listing.stdout.close()  # what `| head -1` does once it has its line
     _, err = listing.communicate(timeout=60)

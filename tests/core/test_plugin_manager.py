@@ -10,7 +10,7 @@ import pytest
 from kdplug.errors import PluginError
 from kdplug.plugins import PluginManager
 
-GOOD = '''
+GOOD = """
 import kdplug
 from torch import nn
 
@@ -22,30 +22,30 @@ class Cosine(nn.Module):
 @kdplug.hookimpl
 def kdplug_register_projectors(register):
     register("cosine-test", Cosine, description="a third-party projector")
-'''
+"""
 BROKEN = "raise RuntimeError('this plugin is broken on purpose')\n"
-DUPLICATE = '''
+DUPLICATE = """
 import kdplug
 
 @kdplug.hookimpl
 def kdplug_register_projectors(register):
     register("rkd", lambda request, **kw: None)
     register("dup-own-name", lambda request, **kw: None)
-'''
-RIVAL = '''
+"""
+RIVAL = """
 import kdplug
 
 @kdplug.hookimpl
 def kdplug_register_projectors(register):
     register("dup-own-name", lambda request, **kw: None)
-'''
-RAISES_IN_HOOK = '''
+"""
+RAISES_IN_HOOK = """
 import kdplug
 
 @kdplug.hookimpl
 def kdplug_register_losses(register):
     raise ValueError("registration failed on purpose")
-'''
+"""
 
 
 def install(site, dist: str, module: str, source: str, *, requires: str = "") -> None:
@@ -112,7 +112,9 @@ def test_a_plugin_that_reuses_a_built_in_name_is_skipped_and_the_rest_keeps_work
     assert "dup-own-name" in registry.names("projector")  # the plugin's other names still work
     failure = next(f for f in manager.failures if f.name == "kdplug-dup-test")
     assert failure.stage == "duplicate name"
-    assert "'rkd'" in failure.message() and "kdplug-dup-test" in failure.message() and "kdplug 0.1.0" in failure.message()
+    assert (
+        "'rkd'" in failure.message() and "kdplug-dup-test" in failure.message() and "kdplug 0.1.0" in failure.message()
+    )
 
 
 def test_two_plugins_with_one_name_fail_only_the_runs_that_ask_for_it(site):

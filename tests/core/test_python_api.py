@@ -34,12 +34,43 @@ def test_distill_with_names_is_what_kdplug_run_runs(tmp_path, tiny_bert_dir, sst
     from kdplug.cli import main
 
     common = dict(teacher=tiny_bert_dir, student="bilstm", projector="rkd", task="sst2", data_dir=str(sst2_dir))
-    settings = {"epochs": 1, "teacher_epochs": 1, "allow_weak_teacher": True, "student_options": {"hidden_size": 16, "embedding_dim": 16}}
+    settings = {
+        "epochs": 1,
+        "teacher_epochs": 1,
+        "allow_weak_teacher": True,
+        "student_options": {"hidden_size": 16, "embedding_dim": 16},
+    }
     result = kdplug.distill(**common, **settings, output=str(tmp_path / "api"), echo=None)
-    assert main(["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "rkd", "--task", "sst2",
-                 "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
-                 "--set", "student_options.hidden_size=16", "--set", "student_options.embedding_dim=16",
-                 "--output", str(tmp_path / "cli")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--teacher",
+                tiny_bert_dir,
+                "--student",
+                "bilstm",
+                "--projector",
+                "rkd",
+                "--task",
+                "sst2",
+                "--data-dir",
+                str(sst2_dir),
+                "--epochs",
+                "1",
+                "--set",
+                "teacher_epochs=1",
+                "--set",
+                "allow_weak_teacher=true",
+                "--set",
+                "student_options.hidden_size=16",
+                "--set",
+                "student_options.embedding_dim=16",
+                "--output",
+                str(tmp_path / "cli"),
+            ]
+        )
+        == 0
+    )
     cli = json.loads((tmp_path / "cli" / "metrics.json").read_text())
     assert result.dev == cli["student"]["dev"]
     assert result.metrics["stages"]["distill"]["history"] == cli["stages"]["distill"]["history"]
@@ -47,8 +78,9 @@ def test_distill_with_names_is_what_kdplug_run_runs(tmp_path, tiny_bert_dir, sst
 
 def test_distill_reports_bad_settings_like_the_command_line(tmp_path):
     with pytest.raises(kdplug.UsageError, match="lr must be a positive finite number"):
-        kdplug.distill(teacher="minilm", student="bilstm", projector="rkd", task="demo", lr=-1,
-                       output=str(tmp_path / "run"))
+        kdplug.distill(
+            teacher="minilm", student="bilstm", projector="rkd", task="demo", lr=-1, output=str(tmp_path / "run")
+        )
     with pytest.raises(kdplug.UsageError, match="unknown configuration key 'epoch'"):
         kdplug.distill(task="demo", epoch=3)
     assert not (tmp_path / "run").exists()
@@ -59,5 +91,11 @@ def test_an_in_memory_teacher_needs_a_head_of_the_tasks_size(tmp_path, tiny_bert
 
     model = AutoModelForSequenceClassification.from_pretrained(tiny_bert_dir, num_labels=3)
     with pytest.raises(kdplug.UsageError, match="3 outputs but the task has 2.*num_labels=2"):
-        kdplug.distill(teacher=(model, AutoTokenizer.from_pretrained(tiny_bert_dir)), task="sst2",
-                       data_dir=str(sst2_dir), student="bilstm", output=str(tmp_path / "run"), echo=None)
+        kdplug.distill(
+            teacher=(model, AutoTokenizer.from_pretrained(tiny_bert_dir)),
+            task="sst2",
+            data_dir=str(sst2_dir),
+            student="bilstm",
+            output=str(tmp_path / "run"),
+            echo=None,
+        )

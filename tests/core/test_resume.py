@@ -20,10 +20,35 @@ from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, tiny_bert_dir):
     data = write_sst2(tmp_path_factory.mktemp("data") / "SST-2", train=SST2_TRAIN * 4, dev=SST2_DEV * 2)
-    argv = ["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "pkd-skip", "--task", "sst2",
-            "--data-dir", str(data), "--epochs", "3", "--set", "teacher_epochs=2", "--set", "allow_weak_teacher=true", "--set", "batch_size=4",
-            "--set", "checkpoint_every=5", "--set", "teacher_batch_size=8", "--set", "student_options.embedding_dim=16",
-            "--set", "student_options.hidden_size=16"]
+    argv = [
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--student",
+        "bilstm",
+        "--projector",
+        "pkd-skip",
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(data),
+        "--epochs",
+        "3",
+        "--set",
+        "teacher_epochs=2",
+        "--set",
+        "allow_weak_teacher=true",
+        "--set",
+        "batch_size=4",
+        "--set",
+        "checkpoint_every=5",
+        "--set",
+        "teacher_batch_size=8",
+        "--set",
+        "student_options.embedding_dim=16",
+        "--set",
+        "student_options.hidden_size=16",
+    ]
     return argv
 
 
@@ -42,16 +67,24 @@ def reference(setup, tmp_path_factory):
     return finished(run_dir)
 
 
-@pytest.mark.parametrize("stage, epoch, step, signame", [
-    ("distill", 2, 8, "SIGKILL"),   # mid-epoch, 3 steps after the last checkpoint
-    ("teacher", 2, 3, "SIGKILL"),   # during teacher fine-tuning, before the teacher is stored
-    ("distill", 1, 6, "SIGTERM"),   # a polite stop: checkpoint, then a clean exit
-])
+@pytest.mark.parametrize(
+    "stage, epoch, step, signame",
+    [
+        ("distill", 2, 8, "SIGKILL"),  # mid-epoch, 3 steps after the last checkpoint
+        ("teacher", 2, 3, "SIGKILL"),  # during teacher fine-tuning, before the teacher is stored
+        ("distill", 1, 6, "SIGTERM"),  # a polite stop: checkpoint, then a clean exit
+    ],
+)
 def test_killed_run_resumes_to_the_same_result(setup, reference, tmp_path, monkeypatch, stage, epoch, step, signame):
     run_dir = tmp_path / "run"
     env = {**os.environ, "KDPLUG_SIGNAL_AT": f"{stage}:{epoch}:{step}:{signame}"}
-    killed = subprocess.run([sys.executable, "-m", "kdplug.cli", *setup, "--output", str(run_dir)], env=env,
-                            capture_output=True, text=True, timeout=300)
+    killed = subprocess.run(
+        [sys.executable, "-m", "kdplug.cli", *setup, "--output", str(run_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     signum = getattr(signal, signame)
     if signum == signal.SIGKILL:
         assert killed.returncode == -signum, killed.stderr
@@ -79,8 +112,13 @@ def test_a_kill_between_the_checkpoint_renames_resumes_from_the_previous_checkpo
     # checkpoint swaps: three in the teacher's stage, the 4th replaces distill's step-5 checkpoint
     run_dir = tmp_path / "run"
     env = {**os.environ, "KDPLUG_FAULT_AT": "checkpoint-swap:4:SIGKILL"}
-    killed = subprocess.run([sys.executable, "-m", "kdplug.cli", *setup, "--output", str(run_dir)], env=env,
-                            capture_output=True, text=True, timeout=300)
+    killed = subprocess.run(
+        [sys.executable, "-m", "kdplug.cli", *setup, "--output", str(run_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     checkpoints = run_dir / "checkpoints"
     assert not (checkpoints / "distill").exists() and (checkpoints / "distill.previous" / "state.json").is_file()
@@ -122,15 +160,22 @@ def test_early_stopping_resumes_exactly_after_a_kill(setup, tmp_path, monkeypatc
 
     run_dir = tmp_path / "run"
     env = {**os.environ, "KDPLUG_SIGNAL_AT": f"distill:{stopped - 1}:8:SIGKILL"}  # in the epoch before the stop
-    killed = subprocess.run([sys.executable, "-m", "kdplug.cli", *argv, "--output", str(run_dir)], env=env,
-                            capture_output=True, text=True, timeout=300)
+    killed = subprocess.run(
+        [sys.executable, "-m", "kdplug.cli", *argv, "--output", str(run_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert main(["run", "--resume", str(run_dir)]) == 0
     metrics, weights = finished(run_dir)
     assert metrics["stages"]["distill"]["stopped_early"] == stopped
     resumed = metrics["stages"]["distill"]["history"]
     assert [h["dev"] for h in resumed] == [h["dev"] for h in stage["history"]]
-    assert [h["train"]["loss"] for h in resumed] == pytest.approx([h["train"]["loss"] for h in stage["history"]], abs=1e-6)
+    assert [h["train"]["loss"] for h in resumed] == pytest.approx(
+        [h["train"]["loss"] for h in stage["history"]], abs=1e-6
+    )
     assert metrics["student"]["dev"] == expected_metrics["student"]["dev"]
     for name, tensor in weights.items():
         torch.testing.assert_close(tensor, expected_weights[name], atol=1e-6, rtol=0)

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from kdplug.cli import main
-from kdplug.commands.run import parse_seeds
 from kdplug.errors import ConfigError
+from kdplug.seeds import parse_seeds
 from kdplug.sweep import Sweep
 
 TINY_STUDENT = ["--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16"]
@@ -32,9 +32,34 @@ def test_a_sweeps_seed_axis_keeps_one_teacher(tmp_path):
 
 
 def test_seeds_share_the_teacher_and_summarise(capsys, tmp_path, tiny_bert_dir, sst2_dir):
-    argv = ["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "rkd", "--task", "sst2",
-            "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", "--baseline", "nkd",
-            *TINY_STUDENT, "--seed", "7", "--seeds", "2", "--output", str(tmp_path / "rkd")]
+    argv = [
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--student",
+        "bilstm",
+        "--projector",
+        "rkd",
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(sst2_dir),
+        "--epochs",
+        "1",
+        "--set",
+        "teacher_epochs=1",
+        "--set",
+        "allow_weak_teacher=true",
+        "--baseline",
+        "nkd",
+        *TINY_STUDENT,
+        "--seed",
+        "7",
+        "--seeds",
+        "2",
+        "--output",
+        str(tmp_path / "rkd"),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     runs = {seed: tmp_path / "rkd" / f"seed-{seed}" for seed in (7, 8)}
@@ -66,5 +91,8 @@ def test_seeds_share_the_teacher_and_summarise(capsys, tmp_path, tiny_bert_dir, 
     record = next(r for r in records if r["metric"] == "accuracy")
     assert (record["a"], record["b"], record["seeds"]) == ("rkd", "nkd", [7, 8]) and record["bootstrap"] is not None
     assert record["differences"] == pytest.approx(
-        [metrics[s]["student"]["dev"]["dev"]["accuracy"] - metrics[s]["baseline"]["dev"]["dev"]["accuracy"]
-         for s in (7, 8)])
+        [
+            metrics[s]["student"]["dev"]["dev"]["accuracy"] - metrics[s]["baseline"]["dev"]["dev"]["accuracy"]
+            for s in (7, 8)
+        ]
+    )

@@ -9,23 +9,53 @@ import os
 import pytest
 
 from kdplug.cli import main
-from kdplug.errors import ConfigError
 from kdplug.engine.tracking import parse_report_to
+from kdplug.errors import ConfigError
 
-TINY = ["--student", "bilstm", "--projector", "alp", "--set", "student_options.embedding_dim=16",
-        "--set", "student_options.hidden_size=16", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", "--epochs", "2"]
+TINY = [
+    "--student",
+    "bilstm",
+    "--projector",
+    "alp",
+    "--set",
+    "student_options.embedding_dim=16",
+    "--set",
+    "student_options.hidden_size=16",
+    "--set",
+    "teacher_epochs=1",
+    "--set",
+    "allow_weak_teacher=true",
+    "--epochs",
+    "2",
+]
 
 
 def tiny_run(capsys, tmp_path, teacher, data, report_to, *extra):
     run = tmp_path / "run"
-    code = main(["run", "--teacher", teacher, "--task", "sst2", "--data-dir", str(data), *TINY,
-                 "--report-to", report_to, "--output", str(run), *extra])
+    code = main(
+        [
+            "run",
+            "--teacher",
+            teacher,
+            "--task",
+            "sst2",
+            "--data-dir",
+            str(data),
+            *TINY,
+            "--report-to",
+            report_to,
+            "--output",
+            str(run),
+            *extra,
+        ]
+    )
     assert code == 0, capsys.readouterr().out
     return run, json.loads((run / "metrics.json").read_text())
 
 
 def test_tensorboard_gets_every_loss_term_each_step_the_dev_metrics_each_epoch_and_the_attention(
-        capsys, tmp_path, tiny_bert_dir, sst2_dir, monkeypatch):
+    capsys, tmp_path, tiny_bert_dir, sst2_dir, monkeypatch
+):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -52,16 +82,16 @@ def test_tensorboard_gets_every_loss_term_each_step_the_dev_metrics_each_epoch_a
     assert sum(first_epoch) / per_epoch == pytest.approx(history[0]["train"]["loss"], rel=1e-4)
 
     dev = events.Scalars("distill/dev/dev/accuracy")
-    assert [point.value for point in dev] == pytest.approx([epoch["dev"]["dev"]["accuracy"]
-                                                            for epoch in history])
+    assert [point.value for point in dev] == pytest.approx([epoch["dev"]["dev"]["accuracy"] for epoch in history])
     assert [point.step for point in dev] == [per_epoch * epoch for epoch in range(1, len(history) + 1)]
     assert len(events.Scalars("teacher/train/loss")) > 0 and "distill/lr" in tags["scalars"]
     assert "distill/attention" in tags["images"]  # ALP's attention heatmap
     assert not list(tmp_path.glob("mlflow.db")) and not (tmp_path / "runs").exists()  # nothing in the cwd
 
 
-def test_mlflow_keeps_its_store_in_the_run_and_gets_params_and_metrics(capsys, tmp_path, tiny_bert_dir, sst2_dir,
-                                                                      monkeypatch):
+def test_mlflow_keeps_its_store_in_the_run_and_gets_params_and_metrics(
+    capsys, tmp_path, tiny_bert_dir, sst2_dir, monkeypatch
+):
     mlflow = pytest.importorskip("mlflow")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -75,11 +105,11 @@ def test_mlflow_keeps_its_store_in_the_run_and_gets_params_and_metrics(capsys, t
     assert logged.data.params["projector"] == "alp" and logged.data.params["student"] == "bilstm"
     history = client.get_metric_history(logged.info.run_id, "distill/dev/dev/accuracy")
     assert [point.value for point in history] == pytest.approx(
-        [epoch["dev"]["dev"]["accuracy"] for epoch in metrics["stages"]["distill"]["history"]])
+        [epoch["dev"]["dev"]["accuracy"] for epoch in metrics["stages"]["distill"]["history"]]
+    )
 
 
-def test_wandb_offline_writes_the_run_inside_the_run_directory(capsys, tmp_path, tiny_bert_dir, sst2_dir,
-                                                              monkeypatch):
+def test_wandb_offline_writes_the_run_inside_the_run_directory(capsys, tmp_path, tiny_bert_dir, sst2_dir, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -100,7 +130,18 @@ def test_report_to_is_checked_before_any_work(capsys, tmp_path, monkeypatch):
         with pytest.raises(ConfigError, match="wandb login"):
             parse_report_to("tensorboard,wandb")
     # on the command line: exit 2 with the message, and no run directory
-    code = main(["run", "--teacher", "minilm", "--student", "bilstm", "--report-to", "tensorbored",
-                 "--output", str(tmp_path / "run")])
+    code = main(
+        [
+            "run",
+            "--teacher",
+            "minilm",
+            "--student",
+            "bilstm",
+            "--report-to",
+            "tensorbored",
+            "--output",
+            str(tmp_path / "run"),
+        ]
+    )
     assert code == 2 and "report_to must be" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()

@@ -21,13 +21,30 @@ from kdplug.types import Example
 
 from ..conftest import SST2_DEV
 
-TINY = {"student": "bilstm", "projector": "rkd", "task": "sst2", "epochs": 1, "teacher_epochs": 1, "allow_weak_teacher": True,
-        "batch_size": 8, "student_options": {"embedding_dim": 16, "hidden_size": 16}, "measure_speed": False}
+TINY = {
+    "student": "bilstm",
+    "projector": "rkd",
+    "task": "sst2",
+    "epochs": 1,
+    "teacher_epochs": 1,
+    "allow_weak_teacher": True,
+    "batch_size": 8,
+    "student_options": {"embedding_dim": 16, "hidden_size": 16},
+    "measure_speed": False,
+}
 
 
 def config(tmp_path, tiny_bert_dir, sst2_dir, name="run", **settings):
-    return RunConfig(**{**TINY, "teacher": tiny_bert_dir, "data_dir": str(sst2_dir), "cache_dir": str(tmp_path / "cache"),
-                        "output": str(tmp_path / name), **settings}).validate()
+    return RunConfig(
+        **{
+            **TINY,
+            "teacher": tiny_bert_dir,
+            "data_dir": str(sst2_dir),
+            "cache_dir": str(tmp_path / "cache"),
+            "output": str(tmp_path / name),
+            **settings,
+        }
+    ).validate()
 
 
 def registry():
@@ -41,10 +58,13 @@ def write_lines(path, lines):
 
 # -- building ------------------------------------------------------------------------------------
 
+
 def test_dev_sentences_never_enter_the_transfer_set(tmp_path, tiny_bert_dir, sst2_dir):
     dev_sentence = SST2_DEV[0][0]
-    unlabelled = write_lines(tmp_path / "extra.txt", [
-        "the cat sat .", dev_sentence.upper(), "  " + dev_sentence.replace(" ", "   ") + " ", "the dog ran ."])
+    unlabelled = write_lines(
+        tmp_path / "extra.txt",
+        ["the cat sat .", dev_sentence.upper(), "  " + dev_sentence.replace(" ", "   ") + " ", "the dog ran ."],
+    )
     result = run(config(tmp_path, tiny_bert_dir, sst2_dir, transfer=[str(unlabelled)]), registry(), echo=lambda _: None)
     meta = result.metrics["transfer"]
     assert meta["dropped_dev_duplicates"] == 2 and meta["examples"] == 2
@@ -62,8 +82,11 @@ def test_a_transfer_set_is_built_once_and_its_teacher_outputs_reused(tmp_path, t
     caplog.clear()
     lines = []
     with caplog.at_level(logging.INFO, logger="kdplug"):
-        second = run(config(tmp_path, tiny_bert_dir, sst2_dir, "second", seed=43, teacher_seed=42, **settings),
-                     registry(), echo=lines.append)
+        second = run(
+            config(tmp_path, tiny_bert_dir, sst2_dir, "second", seed=43, teacher_seed=42, **settings),
+            registry(),
+            echo=lines.append,
+        )
     assert any(line.startswith("transfer set: reusing") for line in lines)
     assert second.metrics["transfer"]["teacher_cache"]["reused"] is True
     assert not [r for r in caplog.records if "building the teacher cache" in r.getMessage()]  # no teacher forward
@@ -95,26 +118,36 @@ def test_transfer_files_of_every_format_read_the_tasks_text_columns(tmp_path, ss
     (tmp_path / "b.csv").write_text('sentence,other\n"the dog, it ran",x\n', encoding="utf-8")
     (tmp_path / "c.jsonl").write_text(json.dumps({"text": "a nice film"}) + "\n", encoding="utf-8")
     write_lines(tmp_path / "d.txt", ["the plot was dull", ""])
-    texts = [t for name in ("a.tsv", "b.csv", "c.jsonl", "d.txt")
-             for t in transfer_module.read_transfer_file(str(tmp_path / name), task)]
-    assert texts == [("the cat sat .", None), ("the dog, it ran", None), ("a nice film", None),
-                     ("the plot was dull", None)]
+    texts = [
+        t
+        for name in ("a.tsv", "b.csv", "c.jsonl", "d.txt")
+        for t in transfer_module.read_transfer_file(str(tmp_path / name), task)
+    ]
+    assert texts == [
+        ("the cat sat .", None),
+        ("the dog, it ran", None),
+        ("a nice film", None),
+        ("the plot was dull", None),
+    ]
     (tmp_path / "e.tsv").write_text("id\treview\n1\tthe cat sat .\n", encoding="utf-8")
     with pytest.raises(kdplug.errors.DataError, match="a transfer set for task 'sst2' reads 'sentence'"):
         list(transfer_module.read_transfer_file(str(tmp_path / "e.tsv"), task))
 
 
 def test_a_missing_transfer_file_and_an_unknown_augmenter_fail_before_any_work(tmp_path, tiny_bert_dir, sst2_dir):
-    for settings, message in (({"transfer": [str(tmp_path / "nope.txt")]}, "no such file"),
-                              ({"augment": "nope"}, "unknown augmenter"),
-                              ({"augment": "tang", "augment_options": {"p_ng": 2}}, "p_ng"),
-                              ({"augment": "tang", "projector": "nkd"}, "nkd learns from gold labels alone")):
+    for settings, message in (
+        ({"transfer": [str(tmp_path / "nope.txt")]}, "no such file"),
+        ({"augment": "nope"}, "unknown augmenter"),
+        ({"augment": "tang", "augment_options": {"p_ng": 2}}, "p_ng"),
+        ({"augment": "tang", "projector": "nkd"}, "nkd learns from gold labels alone"),
+    ):
         with pytest.raises(kdplug.errors.KdplugError, match=message):
             run(config(tmp_path, tiny_bert_dir, sst2_dir, **settings), registry(), echo=lambda _: None)
         assert not (tmp_path / "cache" / "teachers").exists()  # nothing was fine-tuned
 
 
 # -- storage and sampling -------------------------------------------------------------------------
+
 
 def stored_set(tmp_path, texts):
     directory = tmp_path / "set"
@@ -139,12 +172,18 @@ def test_the_stored_encoding_equals_the_tokenizers_own(tmp_path, monkeypatch):
 def test_an_epoch_visits_every_labelled_example_and_the_next_share_of_the_transfer_set():
     tokenizer = wordpiece_tokenizer()
     labelled = encode([Example("the movie", 1), Example("bad", 0)] * 5, tokenizer, 16, is_regression=False)
-    transfer = encode([Example(f"the {w}", 0) for w in ("cat", "dog", "plot", "film", "book", "story", "music")] * 3,
-                      tokenizer, 16, is_regression=False)
+    transfer = encode(
+        [Example(f"the {w}", 0) for w in ("cat", "dog", "plot", "film", "book", "story", "music")] * 3,
+        tokenizer,
+        16,
+        is_regression=False,
+    )
     mixed = WithTransfer(labelled, transfer, per_epoch=5)  # 21 transfer examples, 5 per epoch
     seen = []
     for epoch in range(1, 5):
-        sampler = LengthGroupedBatchSampler(mixed.lengths, 4, seed=3, pool=mixed.epoch_pool, epoch_size=mixed.epoch_size)
+        sampler = LengthGroupedBatchSampler(
+            mixed.lengths, 4, seed=3, pool=mixed.epoch_pool, epoch_size=mixed.epoch_size
+        )
         sampler.set_epoch(epoch)
         indices = [i for batch in sampler for i in batch]
         assert len(sampler) == 4 and len(indices) == 15
@@ -156,8 +195,9 @@ def test_an_epoch_visits_every_labelled_example_and_the_next_share_of_the_transf
 def test_batches_mark_transfer_rows_unlabelled_and_the_cache_serves_both_parts(tmp_path):
     tokenizer = wordpiece_tokenizer()
     labelled = encode([Example("the movie", 1), Example("bad", 0)], tokenizer, 16, is_regression=False)
-    transfer = encode([Example("the cat", 0), Example("a dog", 0), Example("the plot", 0)], tokenizer, 16,
-                      is_regression=False)
+    transfer = encode(
+        [Example("the cat", 0), Example("a dog", 0), Example("the plot", 0)], tokenizer, 16, is_regression=False
+    )
     mixed = WithTransfer(labelled, transfer)
     batch = Collator(mixed.pad_id, False)([mixed[i] for i in (4, 0, 3, 1)])
     assert batch["labelled"].tolist() == [False, True, False, True]
@@ -169,9 +209,21 @@ def test_batches_mark_transfer_rows_unlabelled_and_the_cache_serves_both_parts(t
     def cache(name, n, offset):
         def compute():
             index = torch.arange(n)
-            yield index, (index.float()[:, None] + offset).repeat(1, 2), [(index.float()[:, None] + offset).repeat(1, 3)]
-        return cache_module.open_or_build(tmp_path, name, num_examples=n, num_outputs=2,
-                                          specs=[LayerSpec(1, 3, "transformer")], compute=compute, description={})
+            yield (
+                index,
+                (index.float()[:, None] + offset).repeat(1, 2),
+                [(index.float()[:, None] + offset).repeat(1, 3)],
+            )
+
+        return cache_module.open_or_build(
+            tmp_path,
+            name,
+            num_examples=n,
+            num_outputs=2,
+            specs=[LayerSpec(1, 3, "transformer")],
+            compute=compute,
+            description={},
+        )
 
     both = ConcatCache(cache("train", 2, 0.0), cache("transfer", 3, 100.0))
     logits, layers = both.fetch(batch["index"])
@@ -187,11 +239,25 @@ def test_an_unlabelled_batch_trains_on_the_teachers_outputs_alone():
 
     logits = torch.randn(4, 2, requires_grad=True)
     teacher = torch.randn(4, 2)
-    objective = WeightedObjective(eta=0.5, lam=0.0, task_loss=torch.nn.functional.cross_entropy,
-                                  kd_loss=lambda s, t: ((s - t) ** 2).mean(), ild_loss=None)
-    terms = objective(StepState(student_logits=logits, student_layers=[], labels=torch.tensor([1, 0, 0, 0]),
-                                teacher_logits=teacher, teacher_layers=None, teacher_head_logits=None, pairs=None,
-                                labelled=torch.tensor([True, False, False, False])))
+    objective = WeightedObjective(
+        eta=0.5,
+        lam=0.0,
+        task_loss=torch.nn.functional.cross_entropy,
+        kd_loss=lambda s, t: ((s - t) ** 2).mean(),
+        ild_loss=None,
+    )
+    terms = objective(
+        StepState(
+            student_logits=logits,
+            student_layers=[],
+            labels=torch.tensor([1, 0, 0, 0]),
+            teacher_logits=teacher,
+            teacher_layers=None,
+            teacher_head_logits=None,
+            pairs=None,
+            labelled=torch.tensor([True, False, False, False]),
+        )
+    )
     expected_ce = torch.nn.functional.cross_entropy(logits[:1], torch.tensor([1]))
     assert torch.allclose(terms["ce"], expected_ce)
     terms["ce"].backward()
@@ -200,7 +266,7 @@ def test_an_unlabelled_batch_trains_on_the_teachers_outputs_alone():
 
 def test_agreement_is_the_share_of_examples_where_student_and_teacher_classes_match(tmp_path):
     from kdplug.engine import cache as cache_module
-    from kdplug.engine.pipeline import agreement
+    from kdplug.engine.results import agreement
     from kdplug.types import LayerSpec
 
     logits = torch.tensor([[2.0, 1.0], [0.0, 3.0], [1.0, 0.5], [-1.0, 1.0]])  # teacher classes 0, 1, 0, 1
@@ -208,7 +274,14 @@ def test_agreement_is_the_share_of_examples_where_student_and_teacher_classes_ma
     def compute():
         yield torch.arange(4), logits, [torch.zeros(4, 2)]
 
-    cache = cache_module.open_or_build(tmp_path, "dev", num_examples=4, num_outputs=2,
-                                       specs=[LayerSpec(1, 2, "transformer")], compute=compute, description={})
+    cache = cache_module.open_or_build(
+        tmp_path,
+        "dev",
+        num_examples=4,
+        num_outputs=2,
+        specs=[LayerSpec(1, 2, "transformer")],
+        compute=compute,
+        description={},
+    )
     assert agreement([0, 1, 1, 0], cache) == 0.5
     assert agreement([0, 1, 0, 1], cache) == 1.0

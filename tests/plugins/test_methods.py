@@ -17,15 +17,32 @@ import kdplug
 from kdplug.errors import PluginError, UsageError
 from kdplug.types import DistillInputs, LayerSpec, ProjectionRequest
 
-METHODS = ("nkd", "rkd", "pkd-skip", "pkd-last", "ckd-no", "ckd-po", "alp", "alp-no", "alp-po",
-           "alp-kqv1", "alp-kqv4", "universal-il", "universal-cg", "universal-ca", "universal-loss-att")
+METHODS = (
+    "nkd",
+    "rkd",
+    "pkd-skip",
+    "pkd-last",
+    "ckd-no",
+    "ckd-po",
+    "alp",
+    "alp-no",
+    "alp-po",
+    "alp-kqv1",
+    "alp-kqv4",
+    "universal-il",
+    "universal-cg",
+    "universal-ca",
+    "universal-loss-att",
+)
 
 
 def request_for(n, teacher_width, m, student_width, *, outputs=3, regression=False, student_kind="transformer"):
     return ProjectionRequest(
         teacher_layers=tuple(LayerSpec(i, teacher_width, "transformer") for i in range(1, n + 1)),
         student_layers=tuple(LayerSpec(i, student_width, student_kind) for i in range(1, m + 1)),
-        num_outputs=outputs, is_regression=regression)
+        num_outputs=outputs,
+        is_regression=regression,
+    )
 
 
 def make_inputs(request, batch=3, *, seed=0, dtype=torch.float32):
@@ -39,8 +56,10 @@ def make_inputs(request, batch=3, *, seed=0, dtype=torch.float32):
     return DistillInputs(
         teacher_layers=[leaf(batch, spec.width) for spec in request.teacher_layers],
         student_layers=[leaf(batch, spec.width) for spec in request.student_layers],
-        teacher_logits=leaf(batch, c), student_logits=leaf(batch, c),
-        teacher_head_logits=leaf(batch, n, c))
+        teacher_logits=leaf(batch, c),
+        student_logits=leaf(batch, c),
+        teacher_head_logits=leaf(batch, n, c),
+    )
 
 
 def ild_value(projector, inputs):
@@ -59,16 +78,22 @@ def np_softmax(x):
 
 def literal_inputs(teacher, student, teacher_heads=None, student_logits=None):
     """DistillInputs from nested lists: teacher[i][b] is h_t^(i+1) of example b."""
+
     def layers(values):
         return [torch.tensor(layer, dtype=torch.float64, requires_grad=True) for layer in values]
 
     batch = len(teacher[0])
     return DistillInputs(
-        teacher_layers=layers(teacher), student_layers=layers(student),
+        teacher_layers=layers(teacher),
+        student_layers=layers(student),
         teacher_logits=torch.zeros(batch, 2, dtype=torch.float64),
-        student_logits=(torch.zeros(batch, 2, dtype=torch.float64) if student_logits is None
-                        else torch.tensor(student_logits, dtype=torch.float64, requires_grad=True)),
-        teacher_head_logits=None if teacher_heads is None else torch.tensor(teacher_heads, dtype=torch.float64))
+        student_logits=(
+            torch.zeros(batch, 2, dtype=torch.float64)
+            if student_logits is None
+            else torch.tensor(student_logits, dtype=torch.float64, requires_grad=True)
+        ),
+        teacher_head_logits=None if teacher_heads is None else torch.tensor(teacher_heads, dtype=torch.float64),
+    )
 
 
 # Three teacher layers and three student layers of width 2, batch of two (teacher[i][b]).
@@ -83,6 +108,7 @@ LOGITS = [[0.4, -0.4], [1.0, 2.0]]
 # registration
 # --------------------------------------------------------------------------------------------
 
+
 def test_every_method_and_loss_is_registered():
     assert set(METHODS) <= set(kdplug.list_projectors())
     assert {"ce", "kd", "mse", "normalized-mse", "kl"} <= set(kdplug.list_losses())
@@ -91,6 +117,7 @@ def test_every_method_and_loss_is_registered():
 # --------------------------------------------------------------------------------------------
 # losses
 # --------------------------------------------------------------------------------------------
+
 
 def test_ce_matches_its_formula():
     logits = [[2.0, 0.5, -1.0], [0.1, 0.2, 0.3]]
@@ -105,15 +132,16 @@ def kd_reference(student, teacher, tau):
     for s, t in zip(student, teacher):
         p_t, p_s = np_softmax(np.array(t) / tau), np_softmax(np.array(s) / tau)
         total += sum(pt * math.log(pt / ps) for pt, ps in zip(p_t, p_s))
-    return tau ** 2 * total / len(student)
+    return tau**2 * total / len(student)
 
 
 @pytest.mark.parametrize("tau", [1.0, 2.0, 5.0])
 def test_kd_matches_its_formula(tau):
     student = [[1.0, -0.5, 0.3], [0.0, 2.0, -1.0]]
     teacher = [[2.0, 0.1, -0.7], [-1.0, 1.5, 0.5]]
-    got = kdplug.create_loss("kd", temperature=tau)(torch.tensor(student, dtype=torch.float64),
-                                                     torch.tensor(teacher, dtype=torch.float64))
+    got = kdplug.create_loss("kd", temperature=tau)(
+        torch.tensor(student, dtype=torch.float64), torch.tensor(teacher, dtype=torch.float64)
+    )
     assert got.item() == pytest.approx(kd_reference(student, teacher, tau), rel=1e-12)
 
 
@@ -136,8 +164,9 @@ def test_kd_carries_tau_squared():
     p_s = [math.exp(v / tau) for v in student]
     p_s = [v / sum(p_s) for v in p_s]
     expected = 16.0 * sum(a * math.log(a / b) for a, b in zip(p_t, p_s))
-    got = kdplug.create_loss("kd", temperature=tau)(torch.tensor([student], dtype=torch.float64),
-                                                   torch.tensor([teacher], dtype=torch.float64))
+    got = kdplug.create_loss("kd", temperature=tau)(
+        torch.tensor([student], dtype=torch.float64), torch.tensor([teacher], dtype=torch.float64)
+    )
     assert got.item() == pytest.approx(expected, rel=1e-12)
     # without the tau^2 factor the value would be 16 times smaller
     assert got.item() > 10 * sum(a * math.log(a / b) for a, b in zip(p_t, p_s))
@@ -159,8 +188,12 @@ def pair_reference(term, weights=None):
     """Σ_p mean_b w[b][p]·term(s, t)."""
     total = 0.0
     for p in range(2):
-        total += np.mean([(1.0 if weights is None else weights[b][p]) * term(np.array(PAIR_S[b][p]), np.array(PAIR_T[b][p]))
-                          for b in range(2)])
+        total += np.mean(
+            [
+                (1.0 if weights is None else weights[b][p]) * term(np.array(PAIR_S[b][p]), np.array(PAIR_T[b][p]))
+                for b in range(2)
+            ]
+        )
     return total
 
 
@@ -194,7 +227,9 @@ def test_normalized_mse_matches_pkd_eq7(weights):
         ns, nt = math.sqrt(sum(x * x for x in s)), math.sqrt(sum(x * x for x in t))
         return sum((a / ns - b / nt) ** 2 for a, b in zip(s, t))
 
-    got = kdplug.create_loss("normalized-mse")(tensor(PAIR_S), tensor(PAIR_T), None if weights is None else tensor(weights))
+    got = kdplug.create_loss("normalized-mse")(
+        tensor(PAIR_S), tensor(PAIR_T), None if weights is None else tensor(weights)
+    )
     assert got.item() == pytest.approx(pair_reference(term, weights), rel=1e-12)
 
 
@@ -206,7 +241,8 @@ def test_normalized_mse_mean_reduction_is_pkds_code(weights):
         return sum((a / ns - b / nt) ** 2 for a, b in zip(s, t)) / len(s)
 
     got = kdplug.create_loss("normalized-mse", reduction="mean")(
-        tensor(PAIR_S), tensor(PAIR_T), None if weights is None else tensor(weights))
+        tensor(PAIR_S), tensor(PAIR_T), None if weights is None else tensor(weights)
+    )
     assert got.item() == pytest.approx(pair_reference(term, weights) / 2, rel=1e-12)  # 2 pairs averaged
     with pytest.raises(UsageError, match="reduction"):
         kdplug.create_loss("normalized-mse", reduction="max")
@@ -223,7 +259,8 @@ def test_pkd_loss_reduction_option_reaches_its_loss():
 def test_normalized_mse_ignores_the_scale_of_either_side():
     loss = kdplug.create_loss("normalized-mse")
     assert loss(tensor(PAIR_S) * 7.0, tensor(PAIR_T) * 0.1).item() == pytest.approx(
-        loss(tensor(PAIR_S), tensor(PAIR_T)).item(), rel=1e-12)
+        loss(tensor(PAIR_S), tensor(PAIR_T)).item(), rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("weights", [None, PAIR_W])
@@ -232,8 +269,13 @@ def test_kl_matches_its_formula(weights):
     target = [[np_softmax(p).tolist() for p in example] for example in PAIR_T]
     expected = 0.0
     for p in range(2):
-        expected += np.mean([(1.0 if weights is None else weights[b][p])
-                             * sum(q * math.log(q / s) for q, s in zip(target[b][p], student[b][p])) for b in range(2)])
+        expected += np.mean(
+            [
+                (1.0 if weights is None else weights[b][p])
+                * sum(q * math.log(q / s) for q, s in zip(target[b][p], student[b][p]))
+                for b in range(2)
+            ]
+        )
     got = kdplug.create_loss("kl")(tensor(student), tensor(target), None if weights is None else tensor(weights))
     assert got.item() == pytest.approx(expected, rel=1e-12)
 
@@ -259,14 +301,18 @@ def test_pair_losses_reject_mismatched_shapes():
 # layer maps
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, n, m, expected", [
-    ("pkd-skip", 12, 6, (2, 4, 6, 8, 10)),   # PKD §3.2
-    ("pkd-last", 12, 6, (7, 8, 9, 10, 11)),  # PKD §3.2
-    ("pkd-skip", 12, 3, (4, 8)),
-    ("pkd-last", 12, 3, (10, 11)),
-    ("pkd-skip", 24, 6, (4, 8, 12, 16, 20)),
-    ("pkd-skip", 4, 2, (2,)),
-])
+
+@pytest.mark.parametrize(
+    "name, n, m, expected",
+    [
+        ("pkd-skip", 12, 6, (2, 4, 6, 8, 10)),  # PKD §3.2
+        ("pkd-last", 12, 6, (7, 8, 9, 10, 11)),  # PKD §3.2
+        ("pkd-skip", 12, 3, (4, 8)),
+        ("pkd-last", 12, 3, (10, 11)),
+        ("pkd-skip", 24, 6, (4, 8, 12, 16, 20)),
+        ("pkd-skip", 4, 2, (2,)),
+    ],
+)
 def test_pkd_layer_maps(name, n, m, expected):
     assert kdplug.create_projector(name, request_for(n, 8, m, 8)).layer_map == expected
 
@@ -287,12 +333,25 @@ def test_pkd_rejects_a_bad_layer_map(layer_map):
 
 
 @pytest.mark.parametrize("method", ["ckd", "alp"])
-@pytest.mark.parametrize("n, m, no, po", [
-    (12, 4, [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]], [[1, 2, 3, 4, 5], [5, 6, 7, 8, 9], [9, 10, 11, 12]]),  # ALP-KD
-    (12, 2, [list(range(1, 13))], [list(range(1, 13))]),  # ALP-KD Table 3: all layers into h_s^1
-    (12, 6, [[1, 2], [3, 4], [5, 6, 7], [8, 9], [10, 11, 12]], [[1, 2, 3], [3, 4, 5], [5, 6, 7, 8], [8, 9, 10], [10, 11, 12]]),
-    (6, 3, [[1, 2, 3], [4, 5, 6]], [[1, 2, 3, 4], [4, 5, 6]]),
-])
+@pytest.mark.parametrize(
+    "n, m, no, po",
+    [
+        (
+            12,
+            4,
+            [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]],
+            [[1, 2, 3, 4, 5], [5, 6, 7, 8, 9], [9, 10, 11, 12]],
+        ),  # ALP-KD
+        (12, 2, [list(range(1, 13))], [list(range(1, 13))]),  # ALP-KD Table 3: all layers into h_s^1
+        (
+            12,
+            6,
+            [[1, 2], [3, 4], [5, 6, 7], [8, 9], [10, 11, 12]],
+            [[1, 2, 3], [3, 4, 5], [5, 6, 7, 8], [8, 9, 10], [10, 11, 12]],
+        ),
+        (6, 3, [[1, 2, 3], [4, 5, 6]], [[1, 2, 3, 4], [4, 5, 6]]),
+    ],
+)
 def test_bucket_rules(method, n, m, no, po):
     request = request_for(n, 8, m, 8)
     assert [list(b) for b in kdplug.create_projector(f"{method}-no", request).buckets] == no
@@ -325,6 +384,7 @@ def test_bucketed_attention_is_zero_outside_the_bucket():
 # --------------------------------------------------------------------------------------------
 # each method against its equation
 # --------------------------------------------------------------------------------------------
+
 
 def test_pkd_loss_matches_eq7():
     request = request_for(3, 2, 3, 2)
@@ -378,8 +438,9 @@ def alp_reference(buckets, divisor=1.0):
     return total
 
 
-@pytest.mark.parametrize("name, buckets", [("alp", [[1, 2, 3], [1, 2, 3]]), ("alp-no", [[1], [2, 3]]),
-                                           ("alp-po", [[1, 2], [2, 3]])])
+@pytest.mark.parametrize(
+    "name, buckets", [("alp", [[1, 2, 3], [1, 2, 3]]), ("alp-no", [[1], [2, 3]]), ("alp-po", [[1, 2], [2, 3]])]
+)
 def test_alp_loss_matches_eq5_to_7(name, buckets):
     projector = kdplug.create_projector(name, request_for(3, 2, 3, 2))
     value = ild_value(projector, literal_inputs(TEACHER, STUDENT))
@@ -452,8 +513,22 @@ def test_alp_key_query_value_matches_pytorchs_multi_head_attention(name, heads):
     queries = torch.stack([h.detach() for h in inputs.student_layers[:-1]], dim=0)  # (m-1, B, D)
     in_proj = torch.cat([projector.query.weight, projector.key.weight, projector.value.weight]).detach()
     combined, _ = torch.nn.functional.multi_head_attention_forward(
-        queries, keys, keys, width, heads, in_proj, None, None, None, False, 0.0,
-        projector.output.weight.detach(), None, training=False, need_weights=False)
+        queries,
+        keys,
+        keys,
+        width,
+        heads,
+        in_proj,
+        None,
+        None,
+        None,
+        False,
+        0.0,
+        projector.output.weight.detach(),
+        None,
+        training=False,
+        need_weights=False,
+    )
     expected = ((queries - combined) ** 2).mean(dim=-1).mean(dim=1).sum()  # MSE per pair, batch mean, pair sum
     assert ild_value(projector, inputs).item() == pytest.approx(expected.item(), rel=1e-10)
 
@@ -467,7 +542,7 @@ def universal_terms(student_out, b):
     """Teacher distributions f_i^t, λ_i over i and the aggregated F^t for one student output."""
     teacher = [np_softmax(HEADS[b][i]) for i in range(3)]
     lam = np_softmax([t @ student_out for t in teacher])
-    return teacher, lam, sum(l * t for l, t in zip(lam, teacher))
+    return teacher, lam, sum(weight * t for weight, t in zip(lam, teacher))
 
 
 def kl(p, q):
@@ -508,7 +583,7 @@ def test_universal_loss_attention_matches_table6_variant():
     for b in range(2):
         f_s = np_softmax(LOGITS[b])
         teacher, lam, _ = universal_terms(f_s, b)
-        expected += sum(l * kl(t, f_s) for l, t in zip(lam, teacher)) / 2
+        expected += sum(weight * kl(t, f_s) for weight, t in zip(lam, teacher)) / 2
     inputs = literal_inputs(TEACHER, STUDENT, teacher_heads=HEADS, student_logits=LOGITS)
     pairs = projector(inputs)
     assert ild_value(projector, inputs).item() == pytest.approx(expected, rel=1e-12)
@@ -521,7 +596,9 @@ def test_universal_attention_temperature_divides_the_scores():
     inputs = literal_inputs(TEACHER, STUDENT, teacher_heads=HEADS, student_logits=LOGITS)
     f_s = np_softmax(LOGITS[0])
     teacher = [np_softmax(HEADS[0][i]) for i in range(3)]
-    assert as_np(sharp(inputs).attention[0, 0]) == pytest.approx(np_softmax([t @ f_s / 0.1 for t in teacher]), rel=1e-12)
+    assert as_np(sharp(inputs).attention[0, 0]) == pytest.approx(
+        np_softmax([t @ f_s / 0.1 for t in teacher]), rel=1e-12
+    )
     assert not torch.allclose(plain(inputs).attention, sharp(inputs).attention)
     with pytest.raises(UsageError, match="attention_temperature"):
         kdplug.create_projector("universal-cg", request_for(3, 2, 3, 2), attention_temperature="sqrt-d")
@@ -530,9 +607,8 @@ def test_universal_attention_temperature_divides_the_scores():
 def test_universal_regression_attends_to_the_nearest_teacher_head():
     # METHODS.md: lambda_i = softmax_i(-(f_i^t - f^s)^2 / tau_att); heads 2.0, 3.0, 4.5, student 3.0
     projector = kdplug.create_projector("universal-cg", request_for(3, 2, 3, 2, outputs=1, regression=True))
-    inputs = literal_inputs(TEACHER, STUDENT, teacher_heads=[[[2.0], [3.0], [4.5]]] * 2,
-                            student_logits=[[3.0], [3.0]])
-    scores = [-(2.0 - 3.0) ** 2, 0.0, -(4.5 - 3.0) ** 2]
+    inputs = literal_inputs(TEACHER, STUDENT, teacher_heads=[[[2.0], [3.0], [4.5]]] * 2, student_logits=[[3.0], [3.0]])
+    scores = [-((2.0 - 3.0) ** 2), 0.0, -((4.5 - 3.0) ** 2)]
     expected = [math.exp(v) / sum(math.exp(w) for w in scores) for v in scores]  # .2497, .6788, .0715
     attention = projector(inputs).attention[0, 0]
     assert as_np(attention) == pytest.approx(expected, rel=1e-12)
@@ -551,8 +627,8 @@ def test_universal_regression_uses_raw_predictions_and_mse():
             classifier = projector.classifiers[j]
             f_s = (as_np(classifier.weight) @ np.array(STUDENT[j][b]) + as_np(classifier.bias)).item()
             f_t = [heads[b][i][0] for i in range(3)]
-            lam = np_softmax([-(t - f_s) ** 2 for t in f_t])
-            expected += (f_s - sum(l * t for l, t in zip(lam, f_t))) ** 2 / 2
+            lam = np_softmax([-((t - f_s) ** 2) for t in f_t])
+            expected += (f_s - sum(weight * t for weight, t in zip(lam, f_t))) ** 2 / 2
     inputs = literal_inputs(TEACHER, STUDENT, teacher_heads=heads, student_logits=[[0.3], [0.1]])
     assert ild_value(projector, inputs).item() == pytest.approx(expected, rel=1e-12)
 
@@ -592,10 +668,19 @@ def test_hidden_layer_methods_need_an_intermediate_student_layer(name):
 
 
 STUDENT_INPUTS_READ = {  # which student tensors each method distils into
-    "pkd-skip": "intermediate", "pkd-last": "intermediate", "ckd-no": "intermediate", "ckd-po": "intermediate",
-    "alp": "intermediate", "alp-no": "intermediate", "alp-po": "intermediate", "alp-kqv1": "intermediate",
-    "alp-kqv4": "intermediate", "universal-il": "intermediate", "universal-ca": "intermediate",
-    "universal-cg": "logits", "universal-loss-att": "logits",
+    "pkd-skip": "intermediate",
+    "pkd-last": "intermediate",
+    "ckd-no": "intermediate",
+    "ckd-po": "intermediate",
+    "alp": "intermediate",
+    "alp-no": "intermediate",
+    "alp-po": "intermediate",
+    "alp-kqv1": "intermediate",
+    "alp-kqv4": "intermediate",
+    "universal-il": "intermediate",
+    "universal-ca": "intermediate",
+    "universal-cg": "logits",
+    "universal-loss-att": "logits",
 }
 
 
@@ -605,8 +690,12 @@ def test_gradient_reaches_exactly_the_matched_student_tensors(name, regression):
     request = request_for(6, 16, 3, 16, outputs=1 if regression else 3, regression=regression)
     inputs = make_inputs(request)
     ild_value(kdplug.create_projector(name, request), inputs).backward()
-    reached = [h.grad is not None and bool(h.grad.abs().sum() > 0) for h in [*inputs.student_layers, inputs.student_logits]]
-    expected = [True, True, False, False] if STUDENT_INPUTS_READ[name] == "intermediate" else [False, False, False, True]
+    reached = [
+        h.grad is not None and bool(h.grad.abs().sum() > 0) for h in [*inputs.student_layers, inputs.student_logits]
+    ]
+    expected = (
+        [True, True, False, False] if STUDENT_INPUTS_READ[name] == "intermediate" else [False, False, False, True]
+    )
     assert reached == expected
 
 
@@ -616,7 +705,9 @@ def test_universal_works_across_architectures_and_regression(name):
     request = ProjectionRequest(
         teacher_layers=tuple(LayerSpec(i, 768, "transformer") for i in range(1, 13)),
         student_layers=(LayerSpec(0, 1536, "lstm"), LayerSpec(1, 1536, "lstm"), LayerSpec(2, 768, "lstm")),
-        num_outputs=1, is_regression=True)
+        num_outputs=1,
+        is_regression=True,
+    )
     projector = kdplug.create_projector(name, request)
     assert projector.ild_loss == "mse" and projector.needs_teacher_heads
     loss = ild_value(projector, make_inputs(request))

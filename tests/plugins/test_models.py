@@ -10,9 +10,9 @@ import torch
 
 import kdplug
 from kdplug.testing.tiny import TinyTask, make_tiny_bert, make_tiny_roberta
+from kdplug_models.hf import FINETUNED_MARKER
 from kdplug_models.modeling_bilstm import BiLSTMConfig, BiLSTMForSequenceClassification
 from kdplug_models.modeling_gated_cnn import GatedCNNConfig, GatedCNNForSequenceClassification
-from kdplug_models.hf import FINETUNED_MARKER
 
 TINY_LAYERS, TINY_WIDTH = 4, 32
 BERT_VOCAB = 30522  # bert-base-uncased, the teacher of Universal-KD's cross-architecture runs
@@ -21,8 +21,10 @@ BERT_VOCAB = 30522  # bert-base-uncased, the teacher of Universal-KD's cross-arc
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
-    return {"bert": make_tiny_bert(root / "bert", num_layers=TINY_LAYERS, hidden=TINY_WIDTH),
-            "roberta": make_tiny_roberta(root / "roberta", num_layers=TINY_LAYERS, hidden=TINY_WIDTH)}
+    return {
+        "bert": make_tiny_bert(root / "bert", num_layers=TINY_LAYERS, hidden=TINY_WIDTH),
+        "roberta": make_tiny_roberta(root / "roberta", num_layers=TINY_LAYERS, hidden=TINY_WIDTH),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +52,8 @@ def small(name, task, teacher, **options):
 
 def test_components_come_through_the_entry_points():
     assert {"hf", "minilm", "bert-base", "bert-large", "roberta-base", "roberta-large", "distilroberta"} <= set(
-        kdplug.list_teachers())
+        kdplug.list_teachers()
+    )
     assert {"bert-{layers}", "distilroberta", "bilstm", "gated-cnn"} <= set(kdplug.list_students())
     assert {"hf-encoder", "bilstm", "gated-cnn"} <= set(kdplug.list_layer_extractors())
 
@@ -176,9 +179,14 @@ def test_bert_k_starts_from_the_pretrained_model_not_the_finetuned_teacher(check
     assert student.config.num_hidden_layers == layers
     assert [spec.index for spec in kdplug.find_layer_extractor(student).layer_specs(student)] == list(range(layers + 1))
     assert_body_equals(student, pretrained.state_dict(), layers)
-    assert not torch.equal(student.bert.encoder.layer[0].output.dense.weight,
-                           teacher.model.bert.encoder.layer[0].output.dense.weight)
-    assert student.kdplug_init == {"init": "pretrained", "from": checkpoints["bert"], "layers": list(range(1, layers + 1))}
+    assert not torch.equal(
+        student.bert.encoder.layer[0].output.dense.weight, teacher.model.bert.encoder.layer[0].output.dense.weight
+    )
+    assert student.kdplug_init == {
+        "init": "pretrained",
+        "from": checkpoints["bert"],
+        "layers": list(range(1, layers + 1)),
+    }
     # ...so the student computes exactly the pre-trained model's first k layers
     inputs = batch(teacher.tokenizer, ["i loved this book", "the cat sat"])
     for mine, theirs in zip(student(**inputs).hidden_states, pretrained.eval()(**inputs).hidden_states[: layers + 1]):
@@ -240,11 +248,13 @@ def test_distilroberta_from_teacher_needs_a_roberta_teacher(checkpoints, task):
     pretrained = kdplug.create_teacher("hf", task, source=checkpoints["roberta"]).model
     student = kdplug.create_student("distilroberta", task, roberta, from_teacher=True, layers=2)
     assert student.config.model_type == "roberta" and student.config.num_hidden_layers == 2
-    assert torch.equal(student.roberta.encoder.layer[1].output.dense.weight,
-                       pretrained.roberta.encoder.layer[1].output.dense.weight)
+    assert torch.equal(
+        student.roberta.encoder.layer[1].output.dense.weight, pretrained.roberta.encoder.layer[1].output.dense.weight
+    )
     copied = kdplug.create_student("distilroberta", task, roberta, from_teacher=True, layers=2, init="teacher")
-    assert torch.equal(copied.roberta.encoder.layer[1].output.dense.weight,
-                       roberta.model.roberta.encoder.layer[1].output.dense.weight)
+    assert torch.equal(
+        copied.roberta.encoder.layer[1].output.dense.weight, roberta.model.roberta.encoder.layer[1].output.dense.weight
+    )
     bert = kdplug.create_teacher("hf", task, source=checkpoints["bert"])
     with pytest.raises(kdplug.UsageError, match="RoBERTa teacher"):
         kdplug.create_student("distilroberta", task, bert, from_teacher=True, layers=2)
@@ -332,8 +342,12 @@ def pooling_and_head_parameters(width, layers, classes=2):
 def test_bilstm_has_the_papers_size():
     model = BiLSTMForSequenceClassification(BiLSTMConfig(vocab_size=BERT_VOCAB, num_labels=2))
     count = sum(p.numel() for p in model.parameters())
-    expected = (BERT_VOCAB * 384 + lstm_parameters(384, 384, 2) + 2 * lstm_parameters(768, 384, 2)
-                + pooling_and_head_parameters(768, 3))
+    expected = (
+        BERT_VOCAB * 384
+        + lstm_parameters(384, 384, 2)
+        + 2 * lstm_parameters(768, 384, 2)
+        + pooling_and_head_parameters(768, 3)
+    )
     assert count == expected
     assert 22e6 < count < 27e6  # "around 25M trainable parameters" (Universal-KD, Sec. 5.3)
 

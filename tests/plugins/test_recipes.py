@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from kdplug_recipes.annealing import AnnealingObjective, annealing_multiplier
-from kdplug_recipes.dih import DIHObjective, default_head_layers, head_positions
-from kdplug_recipes.takd import Link, link_key, plan_chain
 from safetensors.torch import load_model
 
 import kdplug
-from kdplug.cli import main
 from kdplug import fingerprint
+from kdplug.cli import main
 from kdplug.errors import ConfigError
 from kdplug.types import LayerSpec, StepState
+from kdplug_recipes.annealing import AnnealingObjective, annealing_multiplier
+from kdplug_recipes.dih import DIHObjective, default_head_layers, head_positions
+from kdplug_recipes.takd import Link, link_key, plan_chain
 
 TINY_STUDENT = ["--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16"]
 
@@ -38,17 +38,27 @@ def kl(p, q):
 
 
 def state(student, labels, teacher=None, heads=None):
-    return StepState(student_logits=torch.tensor(student), student_layers=[], labels=torch.tensor(labels),
-                     teacher_logits=None if teacher is None else torch.tensor(teacher), teacher_layers=None,
-                     teacher_head_logits=None if heads is None else torch.tensor(heads), pairs=None)
+    return StepState(
+        student_logits=torch.tensor(student),
+        student_layers=[],
+        labels=torch.tensor(labels),
+        teacher_logits=None if teacher is None else torch.tensor(teacher),
+        teacher_layers=None,
+        teacher_head_logits=None if heads is None else torch.tensor(heads),
+        pairs=None,
+    )
 
 
 # -- DIH --------------------------------------------------------------------------------------
 
 
 def dih_objective(alpha, tau, positions):
-    return DIHObjective(alpha=alpha, head_positions=positions, kd_loss=kdplug.create_loss("kd", temperature=tau),
-                        task_loss=kdplug.create_loss("ce"))
+    return DIHObjective(
+        alpha=alpha,
+        head_positions=positions,
+        kd_loss=kdplug.create_loss("kd", temperature=tau),
+        task_loss=kdplug.create_loss("ce"),
+    )
 
 
 def test_dih_loss_keeps_the_references_kd_to_ce_ratio():
@@ -58,8 +68,9 @@ def test_dih_loss_keeps_the_references_kd_to_ce_ratio():
     heads = [[[0.0, 1.0], [1.0, 1.0]], [[3.0, 0.0], [0.0, 0.0]]]  # (B=2, n=2, C=2)
     alpha, tau = 0.1, 5.0
     targets = [[teacher[b]] + heads[b] for b in range(2)]  # final output, head 1, head 2
-    kd_terms = [tau ** 2 * sum(kl(softmax(targets[b][h], tau), softmax(student[b], tau)) for b in range(2)) / 2
-                for h in range(3)]
+    kd_terms = [
+        tau**2 * sum(kl(softmax(targets[b][h], tau), softmax(student[b], tau)) for b in range(2)) / 2 for h in range(3)
+    ]
     ce = sum(-math.log(softmax(student[b])[labels[b]]) for b in range(2)) / 2
     reference = sum(alpha * kd_h + (1 - alpha) * ce for kd_h in kd_terms)
     terms = dih_objective(alpha, tau, [0, 1])(state(student, labels, teacher, heads))
@@ -80,8 +91,9 @@ def test_dih_kd_to_ce_ratio_does_not_grow_with_the_number_of_heads():
     assert many["loss"].item() == pytest.approx(few["loss"].item(), abs=1e-6)  # CE keeps weight 0.9 either way
 
 
-@pytest.mark.parametrize("n, expected", [(12, [3, 6, 9]), (24, [6, 12, 18]), (6, [2, 3, 5]), (4, [1, 2, 3]),
-                                         (2, [1]), (1, [])])
+@pytest.mark.parametrize(
+    "n, expected", [(12, [3, 6, 9]), (24, [6, 12, 18]), (6, [2, 3, 5]), (4, [1, 2, 3]), (2, [1]), (1, [])]
+)
 def test_dih_default_heads_sit_at_a_quarter_half_and_three_quarters(n, expected):
     assert default_head_layers(n) == expected
     assert n not in default_head_layers(n)  # never the last layer: its head would repeat the teacher's output
@@ -99,13 +111,16 @@ def test_dih_layers_select_heads_by_teacher_layer_index():
 # -- Annealing KD -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("e1, tau_max, expected", [
-    (10, 10, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]),  # the GLUE defaults: one step per epoch
-    (6, 3, [1 / 3, 1 / 3, 2 / 3, 2 / 3, 1.0, 1.0]),  # ⌊6/3⌋ = 2 epochs per step
-    (10, 3, [1 / 3] * 3 + [2 / 3] * 3 + [1.0] * 4),  # t stops at τ_max
-    (2, 10, [0.5, 1.0]),  # E1 < τ_max: t = ⌈e·τ_max/E1⌉, still ending on the full logits
-    (3, 10, [0.4, 0.7, 1.0]),
-])
+@pytest.mark.parametrize(
+    "e1, tau_max, expected",
+    [
+        (10, 10, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]),  # the GLUE defaults: one step per epoch
+        (6, 3, [1 / 3, 1 / 3, 2 / 3, 2 / 3, 1.0, 1.0]),  # ⌊6/3⌋ = 2 epochs per step
+        (10, 3, [1 / 3] * 3 + [2 / 3] * 3 + [1.0] * 4),  # t stops at τ_max
+        (2, 10, [0.5, 1.0]),  # E1 < τ_max: t = ⌈e·τ_max/E1⌉, still ending on the full logits
+        (3, 10, [0.4, 0.7, 1.0]),
+    ],
+)
 def test_annealing_multiplier_per_epoch(e1, tau_max, expected):
     assert [annealing_multiplier(epoch, e1, tau_max) for epoch in range(1, e1 + 1)] == pytest.approx(expected)
 
@@ -126,7 +141,11 @@ def test_annealing_phase1_is_mse_to_scaled_teacher_logits_without_labels():
 
 def test_takd_chain_runs_teacher_side_first_and_ends_with_the_student():
     chain = plan_chain(["bert-4", {"name": "bilstm", "hidden_size": 8}], "gated-cnn", {"hidden_size": 16})
-    assert chain == [Link("bert-4"), Link("bilstm", {"hidden_size": 8}), Link("gated-cnn", {"hidden_size": 16}, final=True)]
+    assert chain == [
+        Link("bert-4"),
+        Link("bilstm", {"hidden_size": 8}),
+        Link("gated-cnn", {"hidden_size": 16}, final=True),
+    ]
     assert plan_chain("roberta-base", "distilroberta") == [Link("roberta-base"), Link("distilroberta", final=True)]
     with pytest.raises(ConfigError, match="ta is empty"):
         plan_chain([], "bilstm")
@@ -149,9 +168,31 @@ def test_takd_link_key_chains_through_the_previous_link():
 
 
 def tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, recipe, *extra, output="run"):
-    argv = ["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--task", "sst2", "--data-dir", str(sst2_dir),
-            "--recipe", recipe, "--epochs", "2", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", "--set", "head_epochs=2",
-            *TINY_STUDENT, *extra, "--output", str(tmp_path / output)]
+    argv = [
+        "run",
+        "--teacher",
+        tiny_bert_dir,
+        "--student",
+        "bilstm",
+        "--task",
+        "sst2",
+        "--data-dir",
+        str(sst2_dir),
+        "--recipe",
+        recipe,
+        "--epochs",
+        "2",
+        "--set",
+        "teacher_epochs=1",
+        "--set",
+        "allow_weak_teacher=true",
+        "--set",
+        "head_epochs=2",
+        *TINY_STUDENT,
+        *extra,
+        "--output",
+        str(tmp_path / output),
+    ]
     code = main(argv)
     out = capsys.readouterr().out
     assert code == 0, out
@@ -181,8 +222,19 @@ def test_dih_run_warms_up_heads_then_distils_from_the_selected_ones(capsys, tmp_
 
 
 def test_annealing_run_scales_the_teacher_up_then_fine_tunes(capsys, tmp_path, tiny_bert_dir, sst2_dir):
-    metrics = tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, "annealing", "--set", "recipe_options.e1=3",
-                       "--set", "recipe_options.e2=1", "--set", "recipe_options.tau_max=3")
+    metrics = tiny_run(
+        capsys,
+        tmp_path,
+        tiny_bert_dir,
+        sst2_dir,
+        "annealing",
+        "--set",
+        "recipe_options.e1=3",
+        "--set",
+        "recipe_options.e2=1",
+        "--set",
+        "recipe_options.tau_max=3",
+    )
     phase1, phase2 = metrics["stages"]["phase1"], metrics["stages"]["phase2"]
     assert [h["train"]["phi"] for h in phase1["history"]] == pytest.approx([1 / 3, 2 / 3, 1.0])
     assert "ce" not in phase1["history"][0]["train"]  # phase 1 sees no labels
@@ -204,8 +256,13 @@ def test_takd_run_trains_each_link_from_the_last_and_reuses_the_ta(capsys, tmp_p
     ta_model = kdplug.create_student("bert-2", task, kdplug.create_teacher("hf", task, source=tiny_bert_dir))
     load_model(ta_model, f"{link1['stored']}/model.safetensors")
     assert link2["teacher_fingerprint"] == fingerprint.of_module(ta_model) != link1["teacher_fingerprint"]
-    metas = [json.loads(path.read_text()) for path in Path(os.environ["KDPLUG_CACHE"]).glob("teacher-cache/*/meta.json")]
-    assert {m["description"]["split"] for m in metas if m["description"]["teacher"] == link1["stored"]} == {"train", "dev"}
+    metas = [
+        json.loads(path.read_text()) for path in Path(os.environ["KDPLUG_CACHE"]).glob("teacher-cache/*/meta.json")
+    ]
+    assert {m["description"]["split"] for m in metas if m["description"]["teacher"] == link1["stored"]} == {
+        "train",
+        "dev",
+    }
 
     again = tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, "takd", *ta, output="again")
     assert again["stages"]["link1-bert-2"]["reused"] == link1["stored"]
@@ -214,14 +271,42 @@ def test_takd_run_trains_each_link_from_the_last_and_reuses_the_ta(capsys, tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe, options", [
-    ("dih", []), ("annealing", ["--set", "recipe_options.e1=2", "--set", "recipe_options.e2=1"]),
-    ("takd", ["--set", "recipe_options.ta=[bert-3]"]),
-])
+@pytest.mark.parametrize(
+    "recipe, options",
+    [
+        ("dih", []),
+        ("annealing", ["--set", "recipe_options.e1=2", "--set", "recipe_options.e2=1"]),
+        ("takd", ["--set", "recipe_options.ta=[bert-3]"]),
+    ],
+)
 def test_recipe_with_the_minilm_teacher_on_the_demo_task(capsys, tmp_path, recipe, options):
-    argv = ["run", "--teacher", "minilm", "--student", "bilstm", "--task", "demo", "--recipe", recipe, "--epochs", "1",
-            "--set", "task_options.num_train=64", "--set", "task_options.num_dev=32", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
-            "--set", "head_epochs=1", *TINY_STUDENT, *options, "--output", str(tmp_path / "run")]
+    argv = [
+        "run",
+        "--teacher",
+        "minilm",
+        "--student",
+        "bilstm",
+        "--task",
+        "demo",
+        "--recipe",
+        recipe,
+        "--epochs",
+        "1",
+        "--set",
+        "task_options.num_train=64",
+        "--set",
+        "task_options.num_dev=32",
+        "--set",
+        "teacher_epochs=1",
+        "--set",
+        "allow_weak_teacher=true",
+        "--set",
+        "head_epochs=1",
+        *TINY_STUDENT,
+        *options,
+        "--output",
+        str(tmp_path / "run"),
+    ]
     assert main(argv) == 0, capsys.readouterr().out
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["stages"] and 0.0 <= metrics["student"]["dev"]["dev"]["accuracy"] <= 1.0
@@ -231,12 +316,22 @@ class _RecordingContext:
     """Runs a recipe's schedule without training: the real weight resolution, stages recorded."""
 
     def __init__(self, config):
-        from kdplug.engine.recipe import RecipeContext
-        from kdplug.types import Teacher
+        from kdplug.engine.recipe import EngineContext
+        from kdplug.types import Settings, Teacher
 
-        self.config = config
-        self._real = RecipeContext(config=config, registry=None, task=None, teacher=Teacher(None, None, "t"),
-                                   trainer=None, train=None, dev={}, caches=None, cache_root=None)
+        self.settings = Settings(config.to_dict())
+        self._real = EngineContext(
+            config=config,
+            registry=None,
+            task=None,
+            teacher=Teacher(None, None, "t"),
+            trainer=None,
+            train=None,
+            dev={},
+            caches=None,
+            cache_root=None,
+            max_length=64,
+        )
         self.stages = {}
 
     def new_student(self):

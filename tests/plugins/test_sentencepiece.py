@@ -20,8 +20,10 @@ PAIR_TASK = TinyTask(is_pair=True)
 #: made-up words, so that a 300-piece vocabulary is neither the whole text's nor more than it supports
 _rng = random.Random(0)
 WORDS = ["".join(_rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(_rng.randint(2, 9))) for _ in range(400)]
-CORPUS = [" ".join(_rng.choice(WORDS) for _ in range(_rng.randint(3, 12))) + _rng.choice([" .", " !", ","])
-          for _ in range(600)]
+CORPUS = [
+    " ".join(_rng.choice(WORDS) for _ in range(_rng.randint(3, 12))) + _rng.choice([" .", " !", ","])
+    for _ in range(600)
+]
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +33,10 @@ def spm_root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tokenizers(spm_root):
-    return {model_type: spt.sentencepiece_tokenizer(CORPUS, vocab_size=300, model_type=model_type, cache_root=spm_root)
-            for model_type in spt.MODEL_TYPES}
+    return {
+        model_type: spt.sentencepiece_tokenizer(CORPUS, vocab_size=300, model_type=model_type, cache_root=spm_root)
+        for model_type in spt.MODEL_TYPES
+    }
 
 
 @pytest.fixture
@@ -41,8 +45,9 @@ def teacher(tiny_bert_dir):
 
 
 def small(name, task, teacher, **options):
-    return kdplug.create_student(name, task, teacher, embedding_dim=12, hidden_size=16, attention_dim=8,
-                                 tokenizer="sentencepiece", **options).eval()
+    return kdplug.create_student(
+        name, task, teacher, embedding_dim=12, hidden_size=16, attention_dim=8, tokenizer="sentencepiece", **options
+    ).eval()
 
 
 def body(ids):
@@ -137,11 +142,14 @@ def test_vocab_size_is_capped_by_what_the_text_supports(tmp_path, caplog):
     assert f"supports {len(tokenizer)} pieces, fewer than sentencepiece_vocab_size=8000" in caplog.text
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"vocab_size": 8}, "Raise sentencepiece_vocab_size"),
-    ({"model_type": "word"}, "sentencepiece_model_type='word' is not supported"),
-    ({"vocab_size": 0}, "must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"vocab_size": 8}, "Raise sentencepiece_vocab_size"),
+        ({"model_type": "word"}, "sentencepiece_model_type='word' is not supported"),
+        ({"vocab_size": 0}, "must be a positive integer"),
+    ],
+)
 def test_bad_settings_are_usage_errors(tmp_path, options, message):
     with pytest.raises(kdplug.UsageError, match=message):
         spt.trained_model(CORPUS, cache_root=tmp_path, **options)
@@ -196,10 +204,35 @@ def test_saved_student_reloads_with_the_same_tokenizer(teacher, tmp_path, name):
 def test_cli_run_distils_into_a_sentencepiece_student(tmp_path, tiny_bert_dir, sst2_dir, capsys):
     from kdplug.cli import main
 
-    code = main(["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--projector", "universal-ca",
-                 "--task", "sst2", "--data-dir", str(sst2_dir), "--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
-                 "--set", "student_options.tokenizer=sentencepiece", "--set", "student_options.embedding_dim=16",
-                 "--set", "student_options.hidden_size=16", "--output", str(tmp_path / "run")])
+    code = main(
+        [
+            "run",
+            "--teacher",
+            tiny_bert_dir,
+            "--student",
+            "bilstm",
+            "--projector",
+            "universal-ca",
+            "--task",
+            "sst2",
+            "--data-dir",
+            str(sst2_dir),
+            "--epochs",
+            "1",
+            "--set",
+            "teacher_epochs=1",
+            "--set",
+            "allow_weak_teacher=true",
+            "--set",
+            "student_options.tokenizer=sentencepiece",
+            "--set",
+            "student_options.embedding_dim=16",
+            "--set",
+            "student_options.hidden_size=16",
+            "--output",
+            str(tmp_path / "run"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     student_dir = tmp_path / "run" / "student"

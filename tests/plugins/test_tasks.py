@@ -22,37 +22,98 @@ from kdplug_tasks import demo, glue
 # GLUE files, written in each task's layout of the original GLUE download
 # --------------------------------------------------------------------------------------------
 
-MNLI_TRAIN_HEADER = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
-                     "sentence1_parse", "sentence2_parse", "sentence1", "sentence2", "label1", "gold_label"]
+MNLI_TRAIN_HEADER = [
+    "index",
+    "promptID",
+    "pairID",
+    "genre",
+    "sentence1_binary_parse",
+    "sentence2_binary_parse",
+    "sentence1_parse",
+    "sentence2_parse",
+    "sentence1",
+    "sentence2",
+    "label1",
+    "gold_label",
+]
 MNLI_DEV_HEADER = MNLI_TRAIN_HEADER[:-1] + ["label2", "label3", "label4", "label5", "gold_label"]
-STSB_HEADER = ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2",
-               "score"]
+STSB_HEADER = [
+    "index",
+    "genre",
+    "filename",
+    "year",
+    "old_index",
+    "source1",
+    "source2",
+    "sentence1",
+    "sentence2",
+    "score",
+]
 
 # task -> (folder, header per file (None: no header line), row(index, text_a, text_b, label) -> fields,
 #          the label values as the files spell them, in GLUE's label order)
 LAYOUTS = {
     "cola": ("CoLA", None, lambda i, a, b, y: ["gj04", y, "" if y == "1" else "*", a], ["0", "1"]),
     "sst2": ("SST-2", ["sentence", "label"], lambda i, a, b, y: [a, y], ["0", "1"]),
-    "mrpc": ("MRPC", ["\ufeffQuality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
-             lambda i, a, b, y: [y, str(1000 + i), str(2000 + i), a, b], ["0", "1"]),
-    "qqp": ("QQP", ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
-            lambda i, a, b, y: [str(i), str(2 * i), str(2 * i + 1), a, b, y], ["0", "1"]),
-    "stsb": ("STS-B", STSB_HEADER,
-             lambda i, a, b, y: [str(i), "main-captions", "MSRvid", "2012test", f"{i:04d}", "none", "none", a, b, y],
-             ["0.000", "1.250", "3.800", "5.000"]),
-    "mnli": ("MNLI", MNLI_TRAIN_HEADER,
-             lambda i, a, b, y: [str(i), "31193", f"{i}n", "government", f"( {a} )", f"( {b} )", f"(ROOT {a})",
-                                 f"(ROOT {b})", a, b, y, y], ["entailment", "neutral", "contradiction"]),
-    "qnli": ("QNLI", ["index", "question", "sentence", "label"], lambda i, a, b, y: [str(i), a, b, y],
-             ["entailment", "not_entailment"]),
-    "rte": ("RTE", ["index", "sentence1", "sentence2", "label"], lambda i, a, b, y: [str(i), a, b, y],
-            ["entailment", "not_entailment"]),
+    "mrpc": (
+        "MRPC",
+        ["\ufeffQuality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
+        lambda i, a, b, y: [y, str(1000 + i), str(2000 + i), a, b],
+        ["0", "1"],
+    ),
+    "qqp": (
+        "QQP",
+        ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
+        lambda i, a, b, y: [str(i), str(2 * i), str(2 * i + 1), a, b, y],
+        ["0", "1"],
+    ),
+    "stsb": (
+        "STS-B",
+        STSB_HEADER,
+        lambda i, a, b, y: [str(i), "main-captions", "MSRvid", "2012test", f"{i:04d}", "none", "none", a, b, y],
+        ["0.000", "1.250", "3.800", "5.000"],
+    ),
+    "mnli": (
+        "MNLI",
+        MNLI_TRAIN_HEADER,
+        lambda i, a, b, y: [
+            str(i),
+            "31193",
+            f"{i}n",
+            "government",
+            f"( {a} )",
+            f"( {b} )",
+            f"(ROOT {a})",
+            f"(ROOT {b})",
+            a,
+            b,
+            y,
+            y,
+        ],
+        ["entailment", "neutral", "contradiction"],
+    ),
+    "qnli": (
+        "QNLI",
+        ["index", "question", "sentence", "label"],
+        lambda i, a, b, y: [str(i), a, b, y],
+        ["entailment", "not_entailment"],
+    ),
+    "rte": (
+        "RTE",
+        ["index", "sentence1", "sentence2", "label"],
+        lambda i, a, b, y: [str(i), a, b, y],
+        ["entailment", "not_entailment"],
+    ),
 }
 
 GLUE_LABELS = {  # GLUE's label order, from the GLUE benchmark's own definitions
-    "cola": ("unacceptable", "acceptable"), "sst2": ("negative", "positive"),
-    "mrpc": ("not_equivalent", "equivalent"), "qqp": ("not_duplicate", "duplicate"), "stsb": (),
-    "mnli": ("entailment", "neutral", "contradiction"), "qnli": ("entailment", "not_entailment"),
+    "cola": ("unacceptable", "acceptable"),
+    "sst2": ("negative", "positive"),
+    "mrpc": ("not_equivalent", "equivalent"),
+    "qqp": ("not_duplicate", "duplicate"),
+    "stsb": (),
+    "mnli": ("entailment", "neutral", "contradiction"),
+    "qnli": ("entailment", "not_entailment"),
     "rte": ("entailment", "not_entailment"),
 }
 
@@ -60,8 +121,14 @@ GLUE_LABELS = {  # GLUE's label order, from the GLUE benchmark's own definitions
 def glue_rows(task, split, n):
     """``n`` rows for a split: texts with GLUE's stray quotes, labels cycling through the label set."""
     _, _, _, values = LAYOUTS[task]
-    return [(f'{split} sentence {i} , said " the {task} witness', f"{split} other sentence {i} ' s",
-             values[i % len(values)]) for i in range(n)]
+    return [
+        (
+            f'{split} sentence {i} , said " the {task} witness',
+            f"{split} other sentence {i} ' s",
+            values[i % len(values)],
+        )
+        for i in range(n)
+    ]
 
 
 def write_glue_file(path, task, rows, header=None):
@@ -81,7 +148,7 @@ def write_glue_task(root, task, sizes=None):
     folder = root / LAYOUTS[task][0]
     folder.mkdir(parents=True, exist_ok=True)
     written = {}
-    for split, n in (sizes or {"train": 7, **{dev: 5 for dev in glue.SPECS[task].dev_splits}}).items():
+    for split, n in (sizes or {"train": 7, **dict.fromkeys(glue.SPECS[task].dev_splits, 5)}).items():
         header = MNLI_DEV_HEADER if task == "mnli" and split != "train" else None
         written[split] = glue_rows(task, split, n)
         write_glue_file(folder / f"{split}.tsv", task, written[split], header)
@@ -122,13 +189,16 @@ def test_mnli_has_both_dev_files_and_the_glue_label_order(tmp_path):
 
 
 def test_cola_is_headerless_and_data_dir_may_be_the_task_folder(tmp_path):
-    (tmp_path / "train.tsv").write_text("gj04\t1\t\tOur friends won't buy this analysis.\n"
-                                        "gj04\t0\t*\tThey drank the pub.\n", encoding="utf-8")
+    (tmp_path / "train.tsv").write_text(
+        "gj04\t1\t\tOur friends won't buy this analysis.\ngj04\t0\t*\tThey drank the pub.\n", encoding="utf-8"
+    )
     (tmp_path / "dev.tsv").write_text("bc01\t1\t\tThe sailors rode the breeze clear of the rocks.\n", encoding="utf-8")
     task = kdplug.create_task("cola", data_dir=str(tmp_path))
     train = task.load_split("train")
-    assert [(e.text_a, e.label) for e in train] == [("Our friends won't buy this analysis.", 1),
-                                                    ("They drank the pub.", 0)]
+    assert [(e.text_a, e.label) for e in train] == [
+        ("Our friends won't buy this analysis.", 1),
+        ("They drank the pub.", 0),
+    ]
     assert task.main_metric == "matthews"
 
 
@@ -153,15 +223,21 @@ REFERENCE_METRICS = {
     "pearson": lambda p, r: stats.pearsonr(p, r)[0],
     "spearman": lambda p, r: stats.spearmanr(p, r)[0],
 }
-MAIN_METRICS = {"cola": ("matthews", {"matthews", "accuracy"}), "sst2": ("accuracy", {"accuracy"}),
-                "mrpc": ("accuracy", {"accuracy", "f1"}), "qqp": ("accuracy", {"accuracy", "f1"}),
-                "stsb": ("pearson", {"pearson", "spearman"}), "mnli": ("accuracy", {"accuracy"}),
-                "qnli": ("accuracy", {"accuracy"}), "rte": ("accuracy", {"accuracy"})}
+MAIN_METRICS = {
+    "cola": ("matthews", {"matthews", "accuracy"}),
+    "sst2": ("accuracy", {"accuracy"}),
+    "mrpc": ("accuracy", {"accuracy", "f1"}),
+    "qqp": ("accuracy", {"accuracy", "f1"}),
+    "stsb": ("pearson", {"pearson", "spearman"}),
+    "mnli": ("accuracy", {"accuracy"}),
+    "qnli": ("accuracy", {"accuracy"}),
+    "rte": ("accuracy", {"accuracy"}),
+}
 
 
 @pytest.mark.parametrize("task_name", list(LAYOUTS))
 def test_glue_metrics_agree_with_sklearn_and_scipy(tmp_path, task_name):
-    write_glue_task(tmp_path, task_name, {"train": 2, **{d: 2 for d in glue.SPECS[task_name].dev_splits}})
+    write_glue_task(tmp_path, task_name, {"train": 2, **dict.fromkeys(glue.SPECS[task_name].dev_splits, 2)})
     task = kdplug.create_task(task_name, data_dir=str(tmp_path))
     rng = np.random.default_rng(len(task_name))
     if task.is_regression:
@@ -294,12 +370,16 @@ def test_qqp_with_many_malformed_lines_is_the_wrong_file(tmp_path):
 def test_hub_copy_is_converted_in_glue_label_order(monkeypatch):
     datasets = pytest.importorskip("datasets")
     rows = {"premise": ["p0", "p1", "p2"], "hypothesis": ["h0", "h1", "h2"], "label": [2, 0, 1], "idx": [0, 1, 2]}
-    fake = datasets.DatasetDict({split: datasets.Dataset.from_dict(rows)
-                                 for split in ("train", "validation_matched", "validation_mismatched")})
+    fake = datasets.DatasetDict(
+        {split: datasets.Dataset.from_dict(rows) for split in ("train", "validation_matched", "validation_mismatched")}
+    )
     monkeypatch.setattr(glue, "load_hub_copy", lambda spec: fake)
     task = kdplug.create_task("mnli", max_dev_examples=2)
     assert [(e.text_a, e.text_b, e.label) for e in task.load_split("train")] == [
-        ("p0", "h0", 2), ("p1", "h1", 0), ("p2", "h2", 1)]
+        ("p0", "h0", 2),
+        ("p1", "h1", 0),
+        ("p2", "h2", 1),
+    ]
     assert len(task.load_split("dev_mismatched")) == 2
 
 
@@ -322,6 +402,7 @@ def test_hub_offline_mode_without_a_cached_copy_raises_offline_error(monkeypatch
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path))
     import huggingface_hub.constants
+
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     start = time.monotonic()
     with pytest.raises(OfflineError, match="--data-dir"):
@@ -353,8 +434,13 @@ def test_unknown_option_suggests_the_close_name(tmp_path):
 # The local task
 # --------------------------------------------------------------------------------------------
 
-TRAIN = [("a lovely day", "pos"), ("a dreadful day", "neg"), ("fine weather", "pos"), ("cold rain", "neg"),
-         ("warm sun", "pos")]
+TRAIN = [
+    ("a lovely day", "pos"),
+    ("a dreadful day", "neg"),
+    ("fine weather", "pos"),
+    ("cold rain", "neg"),
+    ("warm sun", "pos"),
+]
 DEV = [("a fine day", "pos"), ("grey fog", "neg")]
 
 
@@ -363,9 +449,14 @@ def write_local(path, rows, fmt, columns=("text", "label")):
         path.write_text("".join(json.dumps(dict(zip(columns, row))) + "\n" for row in rows), encoding="utf-8")
     else:
         import csv
+
         with open(path, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle, delimiter="\t" if fmt == "tsv" else ",", lineterminator="\n",
-                                quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL)
+            writer = csv.writer(
+                handle,
+                delimiter="\t" if fmt == "tsv" else ",",
+                lineterminator="\n",
+                quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL,
+            )
             writer.writerow(columns)
             writer.writerows(rows)
 
@@ -384,11 +475,14 @@ def test_local_classification_in_every_format(tmp_path, fmt):
 def test_local_csv_with_quoted_commas_and_declared_labels(tmp_path):
     write_local(tmp_path / "a.csv", [("well, that was great", "pos"), ('she said "no", twice', "neg")], "csv")
     write_local(tmp_path / "b.csv", [("meh, fine", "pos")], "csv")
-    task = kdplug.create_task("local", train_file=str(tmp_path / "a.csv"), dev_file=str(tmp_path / "b.csv"),
-                              labels=["pos", "neg"])
+    task = kdplug.create_task(
+        "local", train_file=str(tmp_path / "a.csv"), dev_file=str(tmp_path / "b.csv"), labels=["pos", "neg"]
+    )
     assert task.labels == ("pos", "neg")
-    assert [(e.text_a, e.label) for e in task.load_split("train")] == [("well, that was great", 0),
-                                                                      ('she said "no", twice', 1)]
+    assert [(e.text_a, e.label) for e in task.load_split("train")] == [
+        ("well, that was great", 0),
+        ('she said "no", twice', 1),
+    ]
 
 
 @pytest.mark.parametrize("fmt", ["tsv", "jsonl"])
@@ -397,8 +491,14 @@ def test_local_regression_pairs(tmp_path, fmt):
     rows = [("a cat", "a kitten", 4.5), ("a car", "the sea", 0.25), ("rain", "drizzle", 3.0)]
     write_local(tmp_path / f"train.{fmt}", rows, fmt, columns)
     write_local(tmp_path / f"dev.{fmt}", rows[:2], fmt, columns)
-    task = kdplug.create_task("local", data_dir=str(tmp_path), text_column="first", text_pair_column="second",
-                              label_column="similarity", regression=True)
+    task = kdplug.create_task(
+        "local",
+        data_dir=str(tmp_path),
+        text_column="first",
+        text_pair_column="second",
+        label_column="similarity",
+        regression=True,
+    )
     assert task.is_regression and task.is_pair and task.labels == () and kdplug.num_outputs(task) == 1
     assert [(e.text_a, e.text_b, e.label) for e in task.load_split("train")] == rows
     scores = task.compute_metrics([4.0, 1.0], [4.5, 0.25])
@@ -536,16 +636,23 @@ def review_dataset(class_label=True):
     label = datasets.ClassLabel(names=["negative", "positive"]) if class_label else datasets.Value("int64")
     features = datasets.Features({"review": datasets.Value("string"), "label": label})
     rows = {"train": (["good film", "bad plot", "fine music"], [1, 0, 1]), "validation": (["great", "awful"], [1, 0])}
-    return datasets.DatasetDict({split: datasets.Dataset.from_dict({"review": texts, "label": labels}, features=features)
-                                 for split, (texts, labels) in rows.items()})
+    return datasets.DatasetDict(
+        {
+            split: datasets.Dataset.from_dict({"review": texts, "label": labels}, features=features)
+            for split, (texts, labels) in rows.items()
+        }
+    )
 
 
 def test_local_reads_a_saved_dataset_dict_with_its_label_names(tmp_path):
     review_dataset().save_to_disk(str(tmp_path / "saved"))
     task = kdplug.create_task("local", str(tmp_path / "saved"), text_column="review")
     assert task.labels == ("negative", "positive")  # from the ClassLabel feature, in its order
-    assert [(e.text_a, e.label) for e in task.load_split("train")] == [("good film", 1), ("bad plot", 0),
-                                                                       ("fine music", 1)]
+    assert [(e.text_a, e.label) for e in task.load_split("train")] == [
+        ("good film", 1),
+        ("bad plot", 0),
+        ("fine music", 1),
+    ]
     assert [e.text_a for e in task.load_split("dev")] == ["great", "awful"]  # the validation split
 
 
@@ -574,12 +681,21 @@ def test_dataset_columns_that_do_not_match_are_clear_errors(tmp_path):
 def test_glue_reads_a_saved_copy_of_the_hub_dataset(tmp_path):
     import datasets
 
-    features = datasets.Features({"sentence": datasets.Value("string"),
-                                  "label": datasets.ClassLabel(names=["negative", "positive"]),
-                                  "idx": datasets.Value("int32")})
-    glue = datasets.DatasetDict({split: datasets.Dataset.from_dict(
-        {"sentence": ["a fine film", "a dull film"], "label": [1, 0], "idx": [0, 1]}, features=features)
-        for split in ("train", "validation", "test")})
+    features = datasets.Features(
+        {
+            "sentence": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=["negative", "positive"]),
+            "idx": datasets.Value("int32"),
+        }
+    )
+    glue = datasets.DatasetDict(
+        {
+            split: datasets.Dataset.from_dict(
+                {"sentence": ["a fine film", "a dull film"], "label": [1, 0], "idx": [0, 1]}, features=features
+            )
+            for split in ("train", "validation", "test")
+        }
+    )
     glue.save_to_disk(str(tmp_path / "sst2"))
     task = kdplug.create_task("sst2", str(tmp_path / "sst2"))
     assert [(e.text_a, e.label) for e in task.load_split("dev")] == [("a fine film", 1), ("a dull film", 0)]

@@ -7,7 +7,18 @@ import pytest
 from kdplug.cli import main
 
 #: every zoo run in these tests: the tiny teacher, one short epoch, small batches
-TINY = ["--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", "--set", "epochs=1", "--set", "batch_size=4", "--set", "teacher_batch_size=4"]
+TINY = [
+    "--set",
+    "teacher_epochs=1",
+    "--set",
+    "allow_weak_teacher=true",
+    "--set",
+    "epochs=1",
+    "--set",
+    "batch_size=4",
+    "--set",
+    "teacher_batch_size=4",
+]
 
 
 def tiny_overrides(teacher: str, data_dir) -> list[str]:
@@ -21,8 +32,19 @@ def tiny_sweep(tmp_path_factory, tiny_bert_dir):
 
     root = tmp_path_factory.mktemp("sweep")
     data = write_sst2(root / "SST-2")
-    argv = ["sweep", "--zoo", "alp-kd/table1-sst2-alp", *tiny_overrides(tiny_bert_dir, data),
-            "--set", "student=bert-2", "--set", f"cache_dir={root / 'cache'}",
-            "--grid", "projector=alp,pkd-skip", "--output", str(root / "sweep")]
+    argv = [
+        "sweep",
+        "--zoo",
+        "alp-kd/table1-sst2-alp",
+        *tiny_overrides(tiny_bert_dir, data),
+        "--set",
+        "student=bert-2",
+        "--set",
+        f"cache_dir={root / 'cache'}",
+        "--grid",
+        "projector=alp,pkd-skip",
+        "--output",
+        str(root / "sweep"),
+    ]
     assert main(argv) == 0
     return root / "sweep", argv

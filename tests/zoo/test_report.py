@@ -44,8 +44,9 @@ def test_each_method_gets_its_curves_attention_and_pairs(tiny_sweep, tmp_path):
         metrics = json.loads((run / "metrics.json").read_text())
         metrics["config"]["zoo"] = None
         (run / "metrics.json").write_text(json.dumps(metrics))
-        (run / "config.yaml").write_text((run / "config.yaml").read_text().replace("zoo: alp-kd/table1-sst2-alp",
-                                                                                   "zoo: null"))
+        (run / "config.yaml").write_text(
+            (run / "config.yaml").read_text().replace("zoo: alp-kd/table1-sst2-alp", "zoo: null")
+        )
         runs.append(str(run))
     out = tmp_path / "report"
     assert main(["report", *runs, "--output", str(out)]) == 0
@@ -74,8 +75,8 @@ def test_the_recorded_pairs_are_what_each_method_compared(tiny_sweep):
     attention = json.loads((run / "attention.json").read_text())
     alpha = np.asarray(attention["examples"])  # (examples, P, n)
     teacher = np.stack([tensors[f"teacher.{i}"] for i in attention["teacher_layers"]], axis=1)  # (N, n, D)
-    mix = np.einsum("en,end->ed", alpha[:, 0], teacher[:len(alpha)])
-    np.testing.assert_allclose(tensors["pair.0.teacher"][:len(alpha)], mix, rtol=1e-4, atol=1e-5)
+    mix = np.einsum("en,end->ed", alpha[:, 0], teacher[: len(alpha)])
+    np.testing.assert_allclose(tensors["pair.0.teacher"][: len(alpha)], mix, rtol=1e-4, atol=1e-5)
     # ALP's ILD term per example: the MSE of student layer 1 and its mix, averaged over the vector
     expected = ((tensors["pair.0.student"] - tensors["pair.0.teacher"]) ** 2).mean(axis=1)
     np.testing.assert_allclose(tensors["pair.0.loss"], expected, rtol=1e-4, atol=1e-7)

@@ -25,9 +25,15 @@ def test_grid_values_are_yaml_and_keep_bracketed_commas():
 
 
 def test_seeds_are_averaged_and_the_best_group_marked(tmp_path):
-    points = [Point(point_id(v), v, tmp_path, score, {}) for v, score in [
-        ({"lr": 1, "seed": 1}, 0.80), ({"lr": 1, "seed": 2}, 0.90),
-        ({"lr": 2, "seed": 1}, 0.70), ({"lr": 2, "seed": 2}, 0.74)]]
+    points = [
+        Point(point_id(v), v, tmp_path, score, {})
+        for v, score in [
+            ({"lr": 1, "seed": 1}, 0.80),
+            ({"lr": 1, "seed": 2}, 0.90),
+            ({"lr": 2, "seed": 1}, 0.70),
+            ({"lr": 2, "seed": 2}, 0.74),
+        ]
+    ]
     results = Results(["lr", "seed"], "accuracy", "dev", points)
     groups = {g["values"]["lr"]: g for g in results.groups()}
     assert groups[1]["mean"] == pytest.approx(0.85) and groups[1]["std"] == pytest.approx(0.0707107, rel=1e-5)
@@ -76,10 +82,31 @@ def test_a_stop_request_ends_the_sweep_and_the_next_run_continues_it(tmp_path, t
     from tests.conftest import write_sst2
 
     data = write_sst2(tmp_path / "SST-2")
-    argv = ["sweep", "--set", f"teacher={tiny_bert_dir}", "--set", f"data_dir={data}", "--set", "task=sst2",
-            "--set", "student=bilstm", "--set", "student_options.embedding_dim=16",
-            "--set", "student_options.hidden_size=16", "--set", "epochs=2", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true",
-            "--grid", "projector=rkd,nkd", "--output", str(tmp_path / "sweep")]
+    argv = [
+        "sweep",
+        "--set",
+        f"teacher={tiny_bert_dir}",
+        "--set",
+        f"data_dir={data}",
+        "--set",
+        "task=sst2",
+        "--set",
+        "student=bilstm",
+        "--set",
+        "student_options.embedding_dim=16",
+        "--set",
+        "student_options.hidden_size=16",
+        "--set",
+        "epochs=2",
+        "--set",
+        "teacher_epochs=1",
+        "--set",
+        "allow_weak_teacher=true",
+        "--grid",
+        "projector=rkd,nkd",
+        "--output",
+        str(tmp_path / "sweep"),
+    ]
     # SIGTERM right after the first distillation step of the first point
     monkeypatch.setenv("KDPLUG_SIGNAL_AT", "distill:1:1:SIGTERM")
     assert main(argv) == 143
@@ -101,9 +128,26 @@ def test_a_submitit_sweep_warms_one_teacher_then_runs_its_points_as_jobs(tmp_pat
     from tests.zoo.conftest import tiny_overrides
 
     cache = tmp_path / "cache"
-    argv = ["sweep", "--zoo", "alp-kd/table1-sst2-alp", *tiny_overrides(tiny_bert_dir, write_sst2(tmp_path / "SST-2")),
-            "--set", "student=bert-2", "--set", f"cache_dir={cache}", "--grid", "projector=alp,pkd-skip",
-            "--output", str(tmp_path / "sweep"), "--launcher", "submitit", "--cluster", "local", "--jobs", "2"]
+    argv = [
+        "sweep",
+        "--zoo",
+        "alp-kd/table1-sst2-alp",
+        *tiny_overrides(tiny_bert_dir, write_sst2(tmp_path / "SST-2")),
+        "--set",
+        "student=bert-2",
+        "--set",
+        f"cache_dir={cache}",
+        "--grid",
+        "projector=alp,pkd-skip",
+        "--output",
+        str(tmp_path / "sweep"),
+        "--launcher",
+        "submitit",
+        "--cluster",
+        "local",
+        "--jobs",
+        "2",
+    ]
     assert main(argv) == 0, capsys.readouterr()
     out = capsys.readouterr().out
     assert "2 points to run as 2 local jobs" in out and "1 teacher(s) fine-tuned or found" in out
@@ -125,12 +169,15 @@ def test_a_submitit_sweep_warms_one_teacher_then_runs_its_points_as_jobs(tmp_pat
     assert main(argv) == 0 and "every point is done already" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--launcher", "submitit", "--cluster", "local", "--executor", "slurm_partitionx=gpu"], "Unknown argument"),
-    (["--launcher", "submitit", "--shard", "1/2"], "--shard is for workers you start yourself"),
-    (["--jobs", "2"], "add --launcher submitit"),
-    (["--launcher", "submitit", "--cluster", "slurm"], "srun"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--launcher", "submitit", "--cluster", "local", "--executor", "slurm_partitionx=gpu"], "Unknown argument"),
+        (["--launcher", "submitit", "--shard", "1/2"], "--shard is for workers you start yourself"),
+        (["--jobs", "2"], "add --launcher submitit"),
+        (["--launcher", "submitit", "--cluster", "slurm"], "srun"),
+    ],
+)
 def test_bad_launcher_options_exit_2_before_any_work(tmp_path, capsys, extra, message):
     pytest.importorskip("submitit")
     code = main(["sweep", "--grid", "lr=1e-3,2e-3", "--output", str(tmp_path / "sweep"), *extra])
@@ -143,9 +190,22 @@ def test_prepare_teachers_fine_tunes_and_caches_then_stops(tmp_path, tiny_bert_d
     from tests.zoo.conftest import tiny_overrides
 
     cache = tmp_path / "cache"
-    argv = ["sweep", "--zoo", "alp-kd/table1-sst2-alp", *tiny_overrides(tiny_bert_dir, write_sst2(tmp_path / "SST-2")),
-            "--set", "student=bert-2", "--set", f"cache_dir={cache}", "--grid", "projector=alp,pkd-skip",
-            "--grid", "seed=1,2", "--output", str(tmp_path / "sweep")]
+    argv = [
+        "sweep",
+        "--zoo",
+        "alp-kd/table1-sst2-alp",
+        *tiny_overrides(tiny_bert_dir, write_sst2(tmp_path / "SST-2")),
+        "--set",
+        "student=bert-2",
+        "--set",
+        f"cache_dir={cache}",
+        "--grid",
+        "projector=alp,pkd-skip",
+        "--grid",
+        "seed=1,2",
+        "--output",
+        str(tmp_path / "sweep"),
+    ]
     assert main([*argv, "--prepare-teachers"]) == 0
     assert "1 teacher(s) fine-tuned or found" in capsys.readouterr().out
     assert len(list((cache / "teachers").glob("*/model.safetensors"))) == 1  # four points, one teacher
@@ -153,6 +213,6 @@ def test_prepare_teachers_fine_tunes_and_caches_then_stops(tmp_path, tiny_bert_d
     assert not (tmp_path / "sweep" / "points").exists()
     # a worker then only reads them
     assert main([*argv, "--shard", "1/4"]) == 0
-    [point] = [p for p in (tmp_path / "sweep" / "points").iterdir()]
+    [point] = list((tmp_path / "sweep" / "points").iterdir())
     assert "reused" in json.loads((point / "metrics.json").read_text())["teacher"]["finetuned"]
     assert "building the teacher cache" not in (point / "log.txt").read_text()

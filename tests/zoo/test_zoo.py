@@ -18,8 +18,14 @@ ENTRIES = list(Zoo([ZOO_DIR]).entries())
 
 #: the rows of every reproduced table (issue 7), and the tasks of each table
 TABLE_ROWS = {
-    ("alp-kd", 1): 9, ("alp-kd", 2): 9, ("alp-kd", 3): 8, ("alp-kd", 4): 6,
-    ("universal-kd", 2): 7, ("universal-kd", 4): 7, ("universal-kd", 5): 7, ("universal-kd", 6): 3,
+    ("alp-kd", 1): 9,
+    ("alp-kd", 2): 9,
+    ("alp-kd", 3): 8,
+    ("alp-kd", 4): 6,
+    ("universal-kd", 2): 7,
+    ("universal-kd", 4): 7,
+    ("universal-kd", 5): 7,
+    ("universal-kd", 6): 3,
     ("pkd", 1): 8,
 }
 TABLE_TASKS = {("universal-kd", 6): 4, ("pkd", 1): 6}
@@ -32,8 +38,12 @@ def registry():
 
 #: entries beyond a fully transcribed table: Tang et al.'s SST-2 rows, and Universal-KD Table 5's
 #: SST-2 Bi-LSTM rows with a transfer set (issue 17)
-TRANSFER_ENTRIES = {"tang-2019/table1-sst2-nkd", "tang-2019/table1-sst2-rkd-tang20",
-                    "universal-kd/table5-sst2-bilstm-rkd-transfer", "universal-kd/table5-sst2-bilstm-universal-ca-transfer"}
+TRANSFER_ENTRIES = {
+    "tang-2019/table1-sst2-nkd",
+    "tang-2019/table1-sst2-rkd-tang20",
+    "universal-kd/table5-sst2-bilstm-rkd-transfer",
+    "universal-kd/table5-sst2-bilstm-universal-ca-transfer",
+}
 
 
 def test_every_table_row_has_an_entry_per_task():
@@ -86,8 +96,12 @@ def test_paper_hyper_parameters_were_transcribed():
     assert pkd["projector_options"] == {"layer_map": [1, 5, 9]} and pkd["epochs"] == 50
     assert get("alp-kd/table3-stsb-pkd-12").config["projector_options"] == {"layer_map": [12]}
     ukd = get("universal-kd/table5-cola-gated-cnn-universal-ca").config  # Table 9
-    assert (ukd["lr"], ukd["batch_size"], ukd["student_options"], ukd["recipe_options"]["beta"]) == \
-        (2e-4, 64, {"num_layers": 4, "hidden_size": 768, "dropout": 0.4}, 0.5)
+    assert (ukd["lr"], ukd["batch_size"], ukd["student_options"], ukd["recipe_options"]["beta"]) == (
+        2e-4,
+        64,
+        {"num_layers": 4, "hidden_size": 768, "dropout": 0.4},
+        0.5,
+    )
     assert ukd["weight_decay"] == 0.0 and ukd["temperature"] == 1.0  # App. A.2: Adam; A.1: T = 1
     assert get("universal-kd/table4-rte-universal-cg").scores == {"dev": {"accuracy": 74.0}}
     mnli = get("pkd/table1-mnli-bert-3-pkd")
@@ -146,25 +160,32 @@ def test_files_are_what_the_generator_writes_and_the_index_lists_them():
     generate = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generate)
     expected = generate.expected_files()
-    on_disk = {p for p in ZOO_DIR.rglob("*.yaml")}
+    on_disk = set(ZOO_DIR.rglob("*.yaml"))
     assert on_disk == set(expected), "run: python zoo/generate.py"
     for path, text in expected.items():
         assert path.read_text(encoding="utf-8") == text, f"{path} is stale; run: python zoo/generate.py"
     assert sorted(Zoo([ZOO_DIR]).names()) == sorted(e.name for e in ENTRIES)
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"tabel": 1}, "Did you mean 'table'"),
-    ({"measure": "both"}, "measure must be one of"),
-    ({"reported": {"set": "val", "scores": {"dev": {"accuracy": 1.0}}}}, "reported.set"),
-    ({"seeds": []}, "seeds must be"),
-    ({"config": {"teacher": "bert-base", "student": "bert-4", "projector": "alp", "task": "sst2", "lrr": 1}},
-     "Did you mean 'lr'"),
-    ({"config": {"teacher": "bert-base", "student": "bert-4", "projector": "alp", "task": "sst2", "eta": 2}},
-     "exceeds 1, so the CE weight"),
-    ({"config": {"teacher": "bert-base", "student": "bert-4", "task": "sst2"}}, "must name the projector"),
-    ({"search": {"lr": []}}, "search.lr must be a non-empty list"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"tabel": 1}, "Did you mean 'table'"),
+        ({"measure": "both"}, "measure must be one of"),
+        ({"reported": {"set": "val", "scores": {"dev": {"accuracy": 1.0}}}}, "reported.set"),
+        ({"seeds": []}, "seeds must be"),
+        (
+            {"config": {"teacher": "bert-base", "student": "bert-4", "projector": "alp", "task": "sst2", "lrr": 1}},
+            "Did you mean 'lr'",
+        ),
+        (
+            {"config": {"teacher": "bert-base", "student": "bert-4", "projector": "alp", "task": "sst2", "eta": 2}},
+            "exceeds 1, so the CE weight",
+        ),
+        ({"config": {"teacher": "bert-base", "student": "bert-4", "task": "sst2"}}, "must name the projector"),
+        ({"search": {"lr": []}}, "search.lr must be a non-empty list"),
+    ],
+)
 def test_malformed_entries_are_rejected_with_the_reason(change, message):
     data = yaml.safe_load((ZOO_DIR / "alp-kd" / "table1-sst2-alp.yaml").read_text())
     data.update(change)
@@ -225,15 +246,30 @@ def test_zoo_run_end_to_end_with_tiny_models(capsys, tmp_path, tiny_bert_dir, ss
     from tests.zoo.conftest import tiny_overrides
 
     output = tmp_path / "run"
-    code = main(["zoo", "run", "alp-kd/table1-sst2-alp", *tiny_overrides(tiny_bert_dir, sst2_dir),
-                 "--set", "student=bert-2", "--output", str(output)])
+    code = main(
+        [
+            "zoo",
+            "run",
+            "alp-kd/table1-sst2-alp",
+            *tiny_overrides(tiny_bert_dir, sst2_dir),
+            "--set",
+            "student=bert-2",
+            "--output",
+            str(output),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     metrics = json.loads((output / "metrics.json").read_text())
     config = yaml.safe_load((output / "config.yaml").read_text())
     assert config["zoo"] == metrics["config"]["zoo"] == "alp-kd/table1-sst2-alp"
     # the entry's hyper-parameters reached the run; the overrides replaced only what they name
-    assert (config["projector"], config["lr"], config["temperature"], config["eta"], config["lam"]) == \
-        ("alp", 5e-5, 20.0, 0.2, 0.7)
+    assert (config["projector"], config["lr"], config["temperature"], config["eta"], config["lam"]) == (
+        "alp",
+        5e-5,
+        20.0,
+        0.2,
+        0.7,
+    )
     assert config["student"] == "bert-2" and config["epochs"] == 1
     assert metrics["stages"]["distill"]["weights"]["lam"] == pytest.approx(0.7)
     assert 0.0 <= metrics["student"]["dev"]["dev"]["accuracy"] <= 1.0

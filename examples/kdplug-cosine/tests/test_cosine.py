@@ -58,4 +58,6 @@ def test_the_loss_ignores_scale(kdplug_plugin_manager):
 @pytest.mark.parametrize("layers", [0, 5, "2", True])
 def test_layers_out_of_range_is_a_usage_error(kdplug_plugin_manager, layers):
     with pytest.raises(UsageError, match="layers must be an integer from 1 to 4"):
-        kdplug_plugin_manager.registry.create("projector", "cosine", LayerShapes(12, 32, 4, 16).request(), layers=layers)
+        kdplug_plugin_manager.registry.create(
+            "projector", "cosine", LayerShapes(12, 32, 4, 16).request(), layers=layers
+        )

@@ -37,8 +37,10 @@ class CosineDistance(nn.Module):
             student, target = student.unsqueeze(1), target.unsqueeze(1)  # (B, C) -> (B, 1, C)
             weights = weights.unsqueeze(1) if weights is not None and weights.dim() == 1 else weights
         if student.shape != target.shape or student.dim() != 3:
-            raise kdplug.PluginError(f"loss 'cosine-distance' compares (batch, P, D) tensors of one shape, got "
-                                     f"{tuple(student.shape)} and {tuple(target.shape)}")
+            raise kdplug.PluginError(
+                f"loss 'cosine-distance' compares (batch, P, D) tensors of one shape, got "
+                f"{tuple(student.shape)} and {tuple(target.shape)}"
+            )
         terms = 1.0 - F.cosine_similarity(student, target, dim=-1, eps=1e-8)  # (B, P)
         if weights is not None:
             terms = terms * weights
@@ -60,32 +62,41 @@ class CosineTopLayers(nn.Module):
         if layers is None:
             layers = min(n, m)
         if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= min(n, m):
-            raise kdplug.UsageError(f"projector 'cosine': layers must be an integer from 1 to {min(n, m)} (the "
-                                    f"student has {m} layers, the teacher {n}); got {layers!r}. Set it with "
-                                    f"--set projector_options.layers=N")
+            raise kdplug.UsageError(
+                f"projector 'cosine': layers must be an integer from 1 to {min(n, m)} (the "
+                f"student has {m} layers, the teacher {n}); got {layers!r}. Set it with "
+                f"--set projector_options.layers=N"
+            )
         # pair k: student layer m-k with teacher layer n-k (1-based), top layers first
         self.pairs = tuple((m - k, n - k) for k in range(layers))
         widths = {request.teacher_layers[t - 1].width for _, t in self.pairs}
         if len(widths) != 1:
-            raise kdplug.UsageError(f"projector 'cosine': the matched teacher layers have different widths "
-                                    f"{sorted(widths)}; lower layers=")
+            raise kdplug.UsageError(
+                f"projector 'cosine': the matched teacher layers have different widths {sorted(widths)}; lower layers="
+            )
         self.width = widths.pop()
         self.maps = nn.ModuleList(
-            nn.Identity() if request.student_layers[s - 1].width == self.width
+            nn.Identity()
+            if request.student_layers[s - 1].width == self.width
             else nn.Linear(request.student_layers[s - 1].width, self.width, bias=False)
-            for s, _ in self.pairs)
+            for s, _ in self.pairs
+        )
 
     def forward(self, inputs: DistillInputs) -> ProjectedPairs:
-        student = torch.stack([project(inputs.student_layers[s - 1])
-                               for project, (s, _) in zip(self.maps, self.pairs)], dim=1)  # (B, K, D_t)
+        student = torch.stack(
+            [project(inputs.student_layers[s - 1]) for project, (s, _) in zip(self.maps, self.pairs)], dim=1
+        )  # (B, K, D_t)
         teacher = torch.stack([inputs.teacher_layers[t - 1].detach() for _, t in self.pairs], dim=1)  # (B, K, D_t)
         return ProjectedPairs(student=student, teacher=teacher)
 
 
 @kdplug.hookimpl
 def kdplug_register_projectors(register):
-    register("cosine", CosineTopLayers,
-             description="cosine alignment of the top layers (DistilBERT, Sanh et al. 2019); option layers")
+    register(
+        "cosine",
+        CosineTopLayers,
+        description="cosine alignment of the top layers (DistilBERT, Sanh et al. 2019); option layers",
+    )
 
 
 @kdplug.hookimpl

@@ -1,0 +1,89 @@
+"""Components by name, from the process's plugin manager: ``list_projectors("alp*")``,
+``create_projector(name, request)`` (timm's registry helpers).
+
+This module is the only place that reads the process-wide plugin manager
+(:func:`kdplug.plugins.get_plugin_manager`): it serves users at a prompt and plugin tests. The
+engine never does: a run looks components up in the registry it was given, so ``kdplug.distill``
+with its own manager, or the testing kit's isolated one, sees exactly the plugins it was meant to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .plugins import get_plugin_manager
+from .types import LayerExtractor, ProjectionRequest, Task, Teacher
+
+
+def _registry():
+    return get_plugin_manager().registry
+
+
+def list_components(kind: str, pattern: str = "*") -> list[str]:
+    """Registered names of ``kind`` (``"projector"``, ``"student"`` ...) matching a glob."""
+    return _registry().names(kind, pattern)
+
+
+def list_teachers(pattern: str = "*") -> list[str]:
+    return list_components("teacher", pattern)
+
+
+def list_students(pattern: str = "*") -> list[str]:
+    return list_components("student", pattern)
+
+
+def list_projectors(pattern: str = "*") -> list[str]:
+    return list_components("projector", pattern)
+
+
+def list_losses(pattern: str = "*") -> list[str]:
+    return list_components("loss", pattern)
+
+
+def list_tasks(pattern: str = "*") -> list[str]:
+    return list_components("task", pattern)
+
+
+def list_recipes(pattern: str = "*") -> list[str]:
+    return list_components("recipe", pattern)
+
+
+def list_layer_extractors(pattern: str = "*") -> list[str]:
+    return list_components("layer_extractor", pattern)
+
+
+def list_augmenters(pattern: str = "*") -> list[str]:
+    return list_components("augmenter", pattern)
+
+
+def create_teacher(name: str, task: Task, **options: Any) -> Teacher:
+    return _registry().create("teacher", name, task, **options)
+
+
+def create_student(name: str, task: Task, teacher: Teacher, **options: Any):
+    return _registry().create("student", name, task, teacher, **options)
+
+
+def create_projector(name: str, request: ProjectionRequest, **options: Any):
+    return _registry().create("projector", name, request, **options)
+
+
+def create_loss(name: str, **options: Any):
+    return _registry().create("loss", name, **options)
+
+
+def create_task(name: str, data_dir: str | None = None, **options: Any) -> Task:
+    return _registry().create("task", name, data_dir=data_dir, **options)
+
+
+def create_recipe(name: str, **options: Any):
+    return _registry().create("recipe", name, **options)
+
+
+def create_augmenter(name: str, teacher: Teacher, **options: Any):
+    return _registry().create("augmenter", name, teacher, **options)
+
+
+def find_layer_extractor(model: Any) -> LayerExtractor:
+    """The first registered layer extractor that supports ``model``."""
+    return _registry().find_layer_extractor(model)

@@ -1,0 +1,324 @@
+"""The run's inputs, before any student trains: the task, the teacher (loaded; fine-tuned once and
+stored, or reused; checked against the majority class), its cached outputs and the transfer set."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from accelerate.utils import set_seed
+
+from .. import fingerprint
+from ..config import RunConfig
+from ..errors import UsageError
+from ..registry import Registry
+from ..storage import default_cache_root, file_lock
+from ..types import Task, Teacher
+from . import health, preflight
+from . import teacher as teacher_stage
+from .cache import TeacherCache
+from .checkpoint import Checkpointer
+from .data import EncodedSplit, encode
+from .recipe import EngineContext, default_epochs, resolve_patience
+from .tracking import Tracking
+from .trainer import Trainer, build_accelerator, predictions_from_logits, process_state
+
+log = logging.getLogger("kdplug")
+
+
+def create_teacher(config: RunConfig, registry: Registry, task: Task, **extra: Any) -> Teacher:
+    """The teacher ``config`` names: a registered name, a checkpoint directory or a hub id."""
+    name, source = registry.model_reference("teacher", config.teacher)
+    return registry.create("teacher", name, task, **{**config.teacher_options, **source, **extra})
+
+
+def broadcast_object(value):
+    """The main process's ``value`` on every rank (e.g. a time-stamped default output path)."""
+    if process_state().num_processes == 1:
+        return value
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([value])[0]
+
+
+def prepare_teacher(
+    config: RunConfig,
+    registry: Registry,
+    task: Task,
+    teacher: Teacher,
+    train,
+    dev,
+    *,
+    accelerator,
+    cache_root: Path,
+    checkpoints: Checkpointer,
+    seed: int,
+    main_process: bool,
+    max_length: int,
+    echo: Callable[[str], None],
+    tracker: Optional[Tracking] = None,
+) -> tuple[Teacher, dict[str, Any]]:
+    """The teacher fine-tuned on the task: as given, reused from the store, or fine-tuned now and stored.
+
+    Fine-tuning runs under a lock on its key, so a second run that needs the same teacher waits
+    for the first and reuses what it stored instead of fine-tuning again.
+    """
+    info: dict[str, Any] = {
+        "name": config.teacher,
+        "source": teacher.source,
+        "pretrained": teacher.pretrained,
+        **teacher.extra,
+    }
+    for note in teacher.notes:
+        echo(note)
+    if teacher.finetuned:
+        info["finetuned"] = {"given": True}
+        return teacher, info
+    settings = finetune_settings(config, teacher, train, max_length, seed)
+    epochs, patience = settings["epochs"], settings.get("patience", 0)
+    key = teacher_stage.finetune_key(teacher, task, train, dev, settings)
+    lock = file_lock(teacher_stage.teacher_store(cache_root) / f"{key}.lock") if main_process else nullcontext()
+    with lock:  # the other ranks of a multi-process run follow the main one's decision
+        stored = broadcast_object(teacher_stage.stored_teacher_dir(cache_root, key) if main_process else None)
+        if stored is not None:
+            echo(f"teacher: reusing the fine-tuned teacher {stored}")
+            summary = teacher_stage.stored_summary(stored)
+            info["finetuned"] = {
+                "reused": str(stored),
+                **{k: summary[k] for k in ("best_epoch", "dev", "history", "seconds") if k in summary},
+            }
+            reloaded = create_teacher(config, registry, task, source=str(stored))
+            reloaded.pretrained = teacher.pretrained
+            return reloaded, info
+        stopping = f", early stopping after {patience} epochs without a dev improvement" if patience else ""
+        echo(
+            f"teacher: fine-tuning {teacher.source} on {task.name} ({epochs} epochs at lr {config.teacher_lr:g}"
+            f"{stopping})"
+        )
+        trainer = Trainer(
+            accelerator,
+            task,
+            batch_size=config.teacher_batch_size,
+            seed=seed,
+            weight_decay=config.weight_decay,
+            warmup_ratio=config.warmup_ratio,
+        )
+        trainer.tracking = tracker
+        summary = teacher_stage.finetune(
+            teacher,
+            registry.find_layer_extractor(teacher.model),
+            trainer,
+            task,
+            train,
+            dev,
+            epochs=epochs,
+            lr=config.teacher_lr,
+            task_loss=registry.create("loss", "mse" if task.is_regression else "ce"),
+            regression=task.is_regression,
+            checkpoints=checkpoints,
+            patience=patience,
+        )
+        if main_process:
+            teacher_stage.store(teacher, cache_root, key, summary)
+        accelerator.wait_for_everyone()
+    info["finetuned"] = {**summary, "stored": str(teacher_stage.teacher_store(cache_root) / key)}
+    return teacher, info
+
+
+def finetune_settings(
+    config: RunConfig, teacher: Teacher, train: EncodedSplit, max_length: int, seed: int
+) -> dict[str, Any]:
+    """How the teacher is fine-tuned (part of the stored teacher's key): epochs (the run's, else
+    enough for 300 steps), lr, batch size, length, seed, and early stopping where kdplug chose the
+    epochs."""
+    epochs = (
+        default_epochs(teacher.model, len(train), config.teacher_batch_size)
+        if config.teacher_epochs is None
+        else config.teacher_epochs
+    )
+    patience = resolve_patience(config.patience, config.teacher_epochs is None)
+    return {
+        "epochs": epochs,
+        "lr": config.teacher_lr,
+        "batch_size": config.teacher_batch_size,
+        "max_length": max_length,
+        "seed": seed,
+        **({"patience": patience} if patience else {}),
+    }
+
+
+def load_task_and_teacher(
+    config: RunConfig, registry: Registry
+) -> tuple[Task, Teacher, int, EncodedSplit, dict[str, EncodedSplit]]:
+    """The task, the teacher as configured, the sequence length and the tokenised train and dev splits."""
+    task = registry.create("task", config.task, data_dir=config.data_dir, **config.task_options)
+    teacher = create_teacher(config, registry, task)
+    max_length = preflight.sequence_length(config, task, teacher)
+    preflight.check_component_options(config, registry, task, teacher)
+    train = encode(task.load_split("train"), teacher.tokenizer, max_length, is_regression=task.is_regression)
+    dev = {
+        name: encode(task.load_split(name), teacher.tokenizer, max_length, is_regression=task.is_regression)
+        for name in task.dev_splits
+    }
+    for name, split in [("train", train), *dev.items()]:
+        if len(split) == 0:
+            raise UsageError(f"task {task.name!r}: the {name} split is empty; check --data-dir and the task options")
+    return task, teacher, max_length, train, dev
+
+
+def teacher_caches(
+    config: RunConfig,
+    registry: Registry,
+    teacher: Teacher,
+    trainer: Trainer,
+    task: Task,
+    train: EncodedSplit,
+    dev: dict[str, EncodedSplit],
+    cache_root: Path,
+) -> teacher_stage.TeacherOutputs:
+    """The teacher's outputs on train and every dev split, opened (or computed and stored) on first use."""
+    return teacher_stage.TeacherOutputs(
+        teacher,
+        registry.find_layer_extractor(teacher.model),
+        trainer,
+        task,
+        train,
+        dev,
+        root=cache_root,
+        precision=config.precision,
+    )
+
+
+def check_teacher(
+    config: RunConfig,
+    task: Task,
+    dev: dict[str, EncodedSplit],
+    dev_caches: dict[str, TeacherCache],
+    info: dict[str, Any],
+    echo: Callable[[str], None],
+) -> None:
+    """The teacher's dev metrics beside the majority class's, recorded in ``info``; a teacher that is
+    not clearly better (or predicts one class) stops the run before any distillation, unless
+    ``allow_weak_teacher``: distilling it would teach the student its mistakes."""
+    first = task.dev_splits[0]
+    predictions = {
+        name: predictions_from_logits(torch.from_numpy(cache.logits[:].copy()), task.is_regression).tolist()
+        for name, cache in dev_caches.items()
+    }
+    info["dev"] = {name: task.compute_metrics(predictions[name], dev[name].labels) for name in dev_caches}
+    check = health.check_teacher(task, predictions[first], dev[first].labels, info["dev"][first][task.main_metric])
+    info["check"] = {**check, "allowed": bool(config.allow_weak_teacher) and not check["passed"]}
+    what = "majority class" if task.labels else "constant prediction"
+    figures = (
+        f"teacher: dev {task.main_metric} {check['teacher'] * 100:.2f} on {first} ({len(dev[first])} examples); "
+        f"the {what} scores {check['majority_class'] * 100:.2f}"
+    )
+    log.info("%s", figures)
+    if check["passed"]:
+        echo(figures)
+        return
+    problems = "; ".join(check["problems"])
+    if config.allow_weak_teacher:
+        echo(f"{figures}. WARNING: {problems}; going on because allow_weak_teacher is set")
+        log.warning("the teacher is weak (%s); allow_weak_teacher is set, distilling it anyway", problems)
+        return
+    kept = (
+        "The fine-tuned teacher and its outputs are kept in the cache. "
+        if "finetuned" in info and "given" not in info["finetuned"]
+        else "Its dev outputs are kept in the cache. "
+    )
+    raise WeakTeacherError(
+        f"{figures}. The teacher is not worth distilling: {problems}. Likely causes: "
+        f"{health.weak_teacher_causes(task, check)}. {kept}"
+        f"To distil it anyway: --set allow_weak_teacher=true"
+    )
+
+
+class WeakTeacherError(UsageError):
+    """The teacher does not beat the majority class on dev: distilling it would not help."""
+
+
+def build_transfer_set(
+    config: RunConfig,
+    registry: Registry,
+    task: Task,
+    teacher: Teacher,
+    cache_root: Path,
+    seed: int,
+    echo: Callable[[str], None],
+):
+    """The run's transfer set (engine/transfer.py), or None when it has none. Its teacher outputs
+    are cached by the first stage that distils."""
+    if not (config.transfer or config.augment):
+        return None
+    from . import transfer
+
+    # built under a lock: the ranks of a multi-process run (and parallel runs) build it once
+    return transfer.build_or_load(
+        config,
+        registry,
+        task,
+        teacher,
+        task.load_split("train"),
+        {name: task.load_split(name) for name in task.dev_splits},
+        root=cache_root,
+        seed=seed,
+        teacher_fingerprint=fingerprint.of_module(teacher.model),
+        echo=echo,
+    )
+
+
+def warm_teacher(config: RunConfig, registry: Registry, *, echo: Callable[[str], None] = print) -> None:
+    """Fine-tune (or find) the teacher that a run of ``config`` needs and store its outputs, training
+    no student: what a sweep does once before its jobs fan out, so they all reuse the two."""
+    import tempfile
+
+    preflight.resolve_components(config, registry)
+    cache_root = Path(config.cache_dir).expanduser() if config.cache_dir else default_cache_root()
+    cache_root.mkdir(parents=True, exist_ok=True)
+    teacher_seed = config.seed if config.teacher_seed is None else config.teacher_seed
+    set_seed(teacher_seed)
+    accelerator = build_accelerator(config.precision)
+    task, teacher, max_length, train, dev = load_task_and_teacher(config, registry)
+    # the fine-tuning's own checkpoints are scratch here: the fine-tuned teacher lands in the store
+    with tempfile.TemporaryDirectory(prefix=".warm-", dir=cache_root) as scratch:
+        teacher, _ = prepare_teacher(
+            config,
+            registry,
+            task,
+            teacher,
+            train,
+            dev,
+            accelerator=accelerator,
+            cache_root=cache_root,
+            checkpoints=Checkpointer(Path(scratch)),
+            seed=teacher_seed,
+            main_process=True,
+            max_length=max_length,
+            echo=echo,
+        )
+    teacher_stage.freeze(teacher)
+    if preflight.reads_teacher(config, registry):
+        trainer = Trainer(accelerator, task, batch_size=config.batch_size, seed=config.seed)
+        teacher_caches(config, registry, teacher, trainer, task, train, dev, cache_root)()
+        echo(f"teacher outputs cached for train and {', '.join(dev)}")
+        transfer_set = build_transfer_set(config, registry, task, teacher, cache_root, teacher_seed, echo)
+        if transfer_set is not None:
+            EngineContext(
+                config=config,
+                registry=registry,
+                task=task,
+                teacher=teacher,
+                trainer=trainer,
+                train=train,
+                dev=dev,
+                caches=None,
+                cache_root=cache_root,
+                max_length=max_length,
+                transfer=transfer_set,
+            ).transfer_cache()
+            echo(f"teacher outputs cached for the transfer set ({len(transfer_set)} examples)")

@@ -1,0 +1,53 @@
+"""The names of what a run directory holds: one home for them, read by the engine that writes
+them and by every command that reads runs (report, sweep, seeds, predict).
+
+A run directory (``kdplug run --output DIR``)::
+
+    kdplug_run.json            the marker: status (running, completed, failed, interrupted)
+    config.yaml                the resolved configuration
+    metrics.json               every stage, every epoch, the teacher's check, the student's scores
+    log.txt                    the run's log
+    predictions.json           the student's dev predictions and the gold labels
+    baseline_predictions.json  the --baseline student's
+    student/                   the student package (weights, config, tokenizer, model card)
+    checkpoints/               while the run goes on (and with keep_checkpoints)
+    attention.json, attention.png, layers_dev.safetensors   what the last distillation compared
+    tracking/                  --report-to's stores
+
+Groups of runs: ``seeds.json`` beside ``seed-<s>/`` run directories (``kdplug run --seeds``);
+``sweep.yaml`` beside ``points/<id>/`` (``kdplug sweep``).
+"""
+
+MARKER_FILE = "kdplug_run.json"
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.json"
+LOG_FILE = "log.txt"
+PREDICTIONS_FILE = "predictions.json"
+BASELINE_PREDICTIONS_FILE = "baseline_predictions.json"
+STUDENT_DIR = "student"
+CHECKPOINT_DIR = "checkpoints"
+ATTENTION_FILE = "attention.json"
+ATTENTION_PLOT = "attention.png"
+LAYERS_FILE = "layers_dev.safetensors"
+TRACKING_DIR = "tracking"
+
+#: everything a run writes at the top of its directory; nothing else is ever removed from it
+RUN_ENTRIES = (
+    MARKER_FILE,
+    CONFIG_FILE,
+    METRICS_FILE,
+    LOG_FILE,
+    PREDICTIONS_FILE,
+    BASELINE_PREDICTIONS_FILE,
+    STUDENT_DIR,
+    CHECKPOINT_DIR,
+    ATTENTION_FILE,
+    ATTENTION_PLOT,
+    LAYERS_FILE,
+    TRACKING_DIR,
+)
+
+SEEDS_FILE = "seeds.json"
+SEED_DIR_PREFIX = "seed-"
+SWEEP_FILE = "sweep.yaml"
+POINTS_DIR = "points"

@@ -1,0 +1,334 @@
+"""Comparing methods across runs: runs grouped into comparable setups, pairs of methods chosen,
+and every pair's difference computed on the seeds both ran (:mod:`kdplug.compare`). Numbers only:
+the report's prose is written by :mod:`kdplug.report.sections` from what this returns."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from .. import compare
+from ..layout import BASELINE_PREDICTIONS_FILE
+from ..zoo import ZooEntry
+from .runs import RESOLVED_FROM_WEIGHTS, Run, resolved_config
+
+#: configuration keys that make two runs a different setup (not comparable); keys in neither
+#: tuple (projector, recipe, their options, eta, lam, temperature, lr, epochs ...) are the method
+SETUP_KEYS = (
+    "task",
+    "task_options",
+    "data_dir",
+    "teacher",
+    "teacher_options",
+    "student",
+    "student_options",
+    "max_length",
+    "teacher_epochs",
+    "teacher_lr",
+    "teacher_batch_size",
+    "best_checkpoint",
+)
+#: keys that change neither the setup nor the method
+IGNORED_KEYS = (
+    "seed",
+    "teacher_seed",
+    "output",
+    "cache_dir",
+    "num_workers",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "precision",
+    "zoo",
+    "baseline",
+    "report_to",
+    "measure_speed",
+)
+#: with more methods than this in a group, each is compared with the best one only
+ALL_PAIRS_UP_TO = 4
+#: the default recipe of runs recorded before metrics.json named it (student.default_recipe)
+DEFAULT_RECIPE = "standard"
+
+
+#: re-creates a run's task from its configuration (for metrics kdplug has no weighted form of)
+TaskFactory = Callable[[dict[str, Any]], Any]
+
+
+@dataclass
+class Method:
+    label: str
+    values: dict[str, Any]  # the method's configuration keys (zoo: the entry's row)
+    results: dict[str, dict[int, compare.SeedResult]] = field(default_factory=dict)  # split -> seed -> result
+    entry: Optional[ZooEntry] = None
+    notes: list[str] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)  # its run directories (a baseline student has none of its own)
+    reference: bool = False  # a --baseline student: the method others are measured against
+
+    @property
+    def representative(self) -> Optional[Run]:
+        """The run the report's figures show for this method: its lowest seed."""
+        return min(self.runs, key=lambda run: run.seed if run.seed is not None else math.inf, default=None)
+
+    def add(
+        self, seed: int, dev: dict[str, dict[str, float]], predictions: dict[str, dict[str, list]], where: str
+    ) -> None:
+        for split, scores in dev.items():
+            seeds = self.results.setdefault(split, {})
+            if seed in seeds:
+                self.notes.append(f"{self.label}: seed {seed} appears twice; {where} is left out")
+                return
+            record = predictions.get(split) or {}
+            seeds[seed] = compare.SeedResult(
+                seed,
+                scores,
+                np.asarray(record["predictions"]) if "predictions" in record else None,
+                np.asarray(record["labels"]) if "labels" in record else None,
+            )
+
+    def mean(self, split: str, metric: str) -> Optional[float]:
+        values = [r.scores[metric] for r in self.results.get(split, {}).values() if metric in r.scores]
+        return statistics.fmean(values) if values else None
+
+
+@dataclass
+class Group:
+    title: str
+    main_metric: str
+    best_checkpoint: str
+    setup: dict[str, Any]
+    methods: dict[str, Method] = field(default_factory=dict)  # key -> method, in order of appearance
+    zoo: Optional[tuple[str, int, str]] = None  # (paper, table, task)
+    config: dict[str, Any] = field(default_factory=dict)  # one run's configuration: to re-create the task
+
+
+def _key(values: Any) -> str:
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+def _method_label(values: dict[str, Any], default_recipe: str) -> str:
+    label = str(values.get("projector", "?"))
+    recipe = values.get("recipe")
+    return label + (f" / {recipe}" if recipe not in (None, default_recipe) else "")
+
+
+def _distinguish(labels: dict[str, str], values: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Labels made unique by the keys in which same-labelled items differ: ``rkd (lr=0.001)``."""
+    result = dict(labels)
+    for label in set(labels.values()):
+        same = [k for k, v in labels.items() if v == label]
+        if len(same) < 2:
+            continue
+        keys = sorted({key for k in same for key in values[k]})
+        differing = [key for key in keys if len({_key(values[k].get(key)) for k in same}) > 1]
+        for k in same:
+            result[k] = label + " (" + ", ".join(f"{key}={values[k].get(key)}" for key in differing) + ")"
+    return result
+
+
+def comparison_groups(runs: list[Run]) -> list[Group]:
+    """Runs grouped into comparable sets: zoo runs by paper table and task column (methods = the
+    paper's rows), others by setup (methods = the remaining keys); a run's ``--baseline`` student
+    counts as one more method (its metrics, and its predictions from ``baseline_predictions.json``)."""
+    groups: dict[str, Group] = {}
+    for run in runs:
+        seed = run.seed
+        student_dev = run.metrics.get("student", {}).get("dev")
+        if seed is None or not student_dev:
+            continue
+        config = resolved_config(run)
+        policy = str(config.get("best_checkpoint", "best"))
+        setup = {k: config.get(k) for k in SETUP_KEYS}
+        if run.entry is not None:
+            if run.entry.measure != "student":
+                continue  # teacher rows: the teacher's score, not a method's
+            zoo_key = (run.entry.paper, run.entry.table, run.entry.task)
+            title = f"{run.entry.paper} Table {run.entry.table}, {run.entry.task}"
+            group = groups.setdefault(
+                _key(["zoo", zoo_key, setup]),
+                Group(title, run.metrics.get("main_metric", "accuracy"), policy, setup, zoo=zoo_key, config=config),
+            )
+            method = group.methods.setdefault(
+                run.entry.row, Method(run.entry.row, {"row": run.entry.row}, entry=run.entry)
+            )
+            method.add(seed, student_dev, run.predictions(), run.label)
+            method.runs.append(run)
+            continue
+        values = {k: v for k, v in config.items() if k not in SETUP_KEYS and k not in IGNORED_KEYS}
+        teacher = Path(str(setup["teacher"])).name
+        group = groups.setdefault(
+            _key(["setup", setup]),
+            Group(
+                f"{run.task}: {teacher} → {setup['student']}",
+                run.metrics.get("main_metric", "accuracy"),
+                policy,
+                setup,
+                config=config,
+            ),
+        )
+        default_recipe = run.metrics.get("student", {}).get("default_recipe", DEFAULT_RECIPE)
+        method = group.methods.setdefault(_key(values), Method(_method_label(values, default_recipe), values))
+        method.add(seed, student_dev, run.predictions(), run.label)
+        method.runs.append(run)
+        baseline = run.metrics.get("baseline")
+        if baseline and baseline.get("dev"):
+            stage = run.metrics.get("stages", {}).get(f"baseline-{baseline['projector']}", {})
+            weights = stage.get("weights") or {}
+            base_values = {
+                **values,
+                "projector": baseline["projector"],
+                "projector_options": {},
+                "recipe": default_recipe,
+                "recipe_options": {},
+                "lr": stage.get("lr", values.get("lr")),
+                "epochs": stage.get("epochs", values.get("epochs")),
+                **{key: weights.get(weight) for key, weight in RESOLVED_FROM_WEIGHTS.items()},
+            }
+            key = _key(base_values)
+            existing = group.methods.get(key)
+            if existing is None:
+                existing = group.methods[key] = Method(
+                    _method_label(base_values, default_recipe), base_values, reference=True
+                )
+            if all(seed not in seeds for seeds in existing.results.values()):
+                existing.add(
+                    seed, baseline["dev"], run.predictions(BASELINE_PREDICTIONS_FILE), f"{run.label} (baseline)"
+                )
+    result = list(groups.values())
+    titles = _distinguish(
+        {str(i): g.title for i, g in enumerate(result)}, {str(i): g.setup for i, g in enumerate(result)}
+    )
+    for i, group in enumerate(result):
+        group.title = titles[str(i)]
+        labels = _distinguish(
+            {k: m.label for k, m in group.methods.items()}, {k: m.values for k, m in group.methods.items()}
+        )
+        for key, method in group.methods.items():
+            method.label = labels[key]
+    return result
+
+
+def method_pairs(group: Group) -> list[tuple[Method, Method]]:
+    """(A, B) pairs to compare as A − B. Zoo: A is the row the paper scores higher. Otherwise B is
+    the reference: a method that reads no teacher (the run's --baseline, e.g. nkd) if present, else
+    the one listed first; with many methods, A is the best."""
+    methods = list(group.methods.values())
+    split = next(iter(methods[0].results), "dev") if methods else "dev"
+    if group.zoo is None and len(methods) > ALL_PAIRS_UP_TO:
+        best = max(methods, key=lambda m: _or(m.mean(split, group.main_metric), -math.inf))
+        return [(best, m) for m in methods if m is not best]
+    pairs = []
+    for i, earlier in enumerate(methods):
+        for later in methods[i + 1 :]:
+            if group.zoo is not None:
+                higher = earlier.entry.main_score()[2] >= later.entry.main_score()[2]
+                pairs.append((earlier, later) if higher else (later, earlier))
+            elif later.reference and not earlier.reference:
+                pairs.append((earlier, later))
+            else:
+                pairs.append((later, earlier))
+    return pairs
+
+
+def _or(value: Optional[float], default: float) -> float:
+    return default if value is None else value
+
+
+def _metric_function(
+    group: Group, metric: str, notes: list[str], task_factory: Optional[TaskFactory]
+) -> Optional[compare.WeightedMetric]:
+    """The weighted form of ``metric``; for a metric kdplug does not know, the task's own
+    ``compute_metrics`` (re-created from a run's configuration), resample by resample."""
+    if metric in compare.WEIGHTED_METRICS:
+        return compare.WEIGHTED_METRICS[metric]
+    if task_factory is None:
+        notes.append(f"{metric}: kdplug has no weighted form of it and no task to compute it; t-interval only")
+        return None
+    try:
+        task = task_factory(group.config)
+    except Exception as exc:  # noqa: BLE001 - a task that cannot be re-created here: no bootstrap
+        notes.append(f"{metric}: the task could not be re-created here ({exc}); t-interval only")
+        return None
+    return compare.weighted_metric(lambda pred, ref: float(task.compute_metrics(list(pred), list(ref))[metric]))
+
+
+@dataclass
+class PairComparison:
+    """One pair of methods on one dev metric; ``paper`` the paper's two scores (zoo groups)."""
+
+    a: Method
+    b: Method
+    split: str
+    metric: str
+    result: compare.Comparison
+    paper: Optional[tuple[float, float]] = None
+
+    def record(self, group: Group) -> dict[str, Any]:
+        record = {
+            "group": group.title,
+            "split": self.split,
+            "best_checkpoint": group.best_checkpoint,
+            **self.result.to_dict(),
+        }
+        if self.paper is not None:
+            record["paper"] = {
+                "a": self.paper[0],
+                "b": self.paper[1],
+                "ordering": compare.ordering(*self.paper, self.result),
+            }
+        return record
+
+
+@dataclass
+class GroupComparison:
+    group: Group
+    pairs: list[PairComparison] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def compare_group(
+    group: Group, *, resamples: int = 2000, level: float = 0.95, task_factory: Optional[TaskFactory] = None
+) -> GroupComparison:
+    """Every pair of ``group``'s methods (:func:`method_pairs`) on every dev metric both have:
+    per-seed differences, intervals, verdict, seeds needed; for zoo groups, the paper's scores."""
+    out = GroupComparison(group)
+    functions: dict[str, Optional[compare.WeightedMetric]] = {}
+    for a, b in method_pairs(group):
+        for split in a.results:
+            if split not in b.results:
+                continue
+            metrics = [
+                m
+                for m in next(iter(a.results[split].values())).scores
+                if any(m in r.scores for r in b.results[split].values())
+            ]
+            metrics.sort(key=lambda m: m != group.main_metric)
+            for metric in metrics:
+                if metric not in functions:
+                    functions[metric] = _metric_function(group, metric, out.notes, task_factory) if resamples else None
+                try:
+                    result = compare.compare(
+                        a.results[split],
+                        b.results[split],
+                        metric,
+                        name_a=a.label,
+                        name_b=b.label,
+                        metric_fn=functions[metric],
+                        level=level,
+                        resamples=resamples if functions[metric] else 0,
+                    )
+                except ValueError:
+                    out.notes.append(f"{a.label} and {b.label} share no seed on {split}; not compared")
+                    continue
+                paper = None
+                if group.zoo is not None and (split, metric) == a.entry.main_score()[:2]:
+                    paper = (a.entry.main_score()[2], b.entry.main_score()[2])
+                out.pairs.append(PairComparison(a, b, split, metric, result, paper))
+    for method in group.methods.values():
+        out.notes += method.notes
+    return out

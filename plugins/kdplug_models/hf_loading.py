@@ -1,0 +1,150 @@
+"""Loading a Hugging Face checkpoint as a sequence classifier for a task: through :mod:`kdplug.hub`
+(a hub id is looked up in the local cache first, and an offline machine gets an
+:class:`~kdplug.errors.OfflineError` at once rather than ``transformers``' retries), its own head
+kept where it fits the task with the outputs in the task's label order (:mod:`.labels`), and
+where a fine-tuned checkpoint says its pre-trained weights came from."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from kdplug import hub
+from kdplug.errors import UsageError
+from kdplug.types import Task, num_outputs
+
+from .labels import LabelMatch, match_labels, reorder_outputs
+
+# --------------------------------------------------------------------------------------------
+# Loading: local directory, cache, or hub (kdplug.hub fails fast offline)
+# --------------------------------------------------------------------------------------------
+
+
+def load_pretrained(loader: Any, source: str, what: str, **kwargs: Any) -> Any:
+    """``loader.from_pretrained`` through :func:`kdplug.hub.load_pretrained`; a teacher is passed as
+    ``--teacher DIR``."""
+    local = "--teacher /path/to/dir or --set teacher_options.source=/path/to/dir" if what == "teacher" else None
+    return hub.load_pretrained(loader, source, what, local_option=local, **kwargs)
+
+
+@dataclass
+class Loaded:
+    """A checkpoint loaded as a sequence classifier for a task."""
+
+    model: Any
+    tokenizer: Any
+    #: the checkpoint is a sequence classifier (fine-tuned for some task)
+    is_classifier: bool
+    #: ... and its head has the task's number of outputs
+    head_fits: bool
+    #: how its outputs were matched to the task's labels (None: a new head, or regression)
+    labels: Optional[LabelMatch] = None
+
+
+CHECKPOINT_OPTIONS = ("source", "finetuned", "label_map", "num_labels", "trust_remote_code", "revision")
+
+
+def _config_for_task(
+    source: str, task: Task, num_labels: Optional[int], what: str, overrides: dict[str, Any], **load_options: Any
+):
+    """The checkpoint's config sized for ``task``, whether it is a sequence classifier, and whether
+    that head already fits the task (then its own ``id2label`` is kept, to be matched by name)."""
+    from transformers import AutoConfig
+
+    config = load_pretrained(AutoConfig, source, what, **load_options)
+    unknown = sorted(key for key in overrides if not hasattr(config, key))
+    if unknown:
+        raise UsageError(
+            f"unknown {what} option(s) {', '.join(unknown)} for {source!r}: options are "
+            f"{', '.join(CHECKPOINT_OPTIONS)}, or attributes of its {type(config).__name__}"
+        )
+    wanted = num_labels if num_labels is not None else num_outputs(task)
+    is_classifier = any(name.endswith("ForSequenceClassification") for name in config.architectures or ())
+    head_fits = is_classifier and config.num_labels == wanted
+    config.update(overrides)
+    if not head_fits:
+        config.num_labels = wanted
+        if not task.is_regression and len(task.labels) == wanted:
+            config.id2label = dict(enumerate(task.labels))
+            config.label2id = {label: index for index, label in enumerate(task.labels)}
+    config.output_hidden_states = True
+    config.problem_type = "regression" if task.is_regression else "single_label_classification"
+    return config, is_classifier, head_fits
+
+
+def _load_classifier(
+    source: str,
+    task: Task,
+    *,
+    what: str,
+    num_labels: Optional[int] = None,
+    label_map: Optional[dict] = None,
+    trust_remote_code: bool = False,
+    revision: Optional[str] = None,
+    **overrides: Any,
+) -> Loaded:
+    """``source`` as a sequence classifier for ``task``: its own head where it fits the task, with
+    the outputs put in the task's label order (:mod:`kdplug_models.labels`), else a new head."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    load_options = {"trust_remote_code": trust_remote_code, **({"revision": revision} if revision else {})}
+    config, is_classifier, head_fits = _config_for_task(source, task, num_labels, what, overrides, **load_options)
+    if label_map is not None and not (head_fits and task.labels):
+        raise UsageError(
+            f"{what}_options.label_map maps a fine-tuned head's labels onto the task's, but {source} "
+            f"has no classification head with the task's {len(task.labels) or 1} output(s); drop it"
+        )
+    checkpoint_labels = dict(config.id2label or {}) if head_fits else None
+    model = load_pretrained(
+        AutoModelForSequenceClassification,
+        source,
+        what,
+        config=config,
+        ignore_mismatched_sizes=not head_fits,
+        **load_options,
+    )
+    tokenizer = load_pretrained(AutoTokenizer, source, what, **load_options)
+    match = None
+    if head_fits and task.labels:
+        match = match_labels(checkpoint_labels, task.labels, source=source, what=what, label_map=label_map)
+        reorder_outputs(model, match.order, task.labels)
+    return Loaded(model, tokenizer, is_classifier, head_fits, match)
+
+
+def declared_base_model(source: str) -> Optional[str]:
+    """The pre-trained checkpoint a fine-tuned ``source`` says it came from: its model card's
+    ``base_model``, else the ``_name_or_path`` its config.json was saved with (when that names
+    another checkpoint). None when it says nothing."""
+
+    def read(filename: str) -> Optional[str]:
+        if os.path.isdir(source):
+            path = os.path.join(source, filename)
+            return path if os.path.isfile(path) else None
+        return hub.cached_file(source, filename)
+
+    card = read("README.md")
+    if card:
+        with open(card, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+        found = re.search(r"^base_model:\s*\n?\s*-?\s*['\"]?([^\s'\"]+)", text.split("\n---", 1)[0], re.MULTILINE)
+        if text.startswith("---") and found:
+            return found.group(1)
+    config = read("config.json")
+    if config:
+        with open(config, encoding="utf-8") as handle:
+            named = json.load(handle).get("_name_or_path") or None
+        if named and os.path.abspath(os.path.expanduser(named)) != os.path.abspath(source) and named != source:
+            return named
+    return None
+
+
+def available(checkpoint: str) -> bool:
+    """``checkpoint`` can be loaded now: an existing directory, a cached hub id, or the hub is up."""
+    if os.path.isdir(os.path.expanduser(checkpoint)):
+        return True
+    if not hub.HUB_ID.fullmatch(checkpoint) or checkpoint.startswith((".", "/", "~")):
+        return False
+    return hub.cached_file(checkpoint, "config.json") is not None or hub.unreachable_reason() is None
