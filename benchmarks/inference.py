@@ -1,6 +1,16 @@
-"""Inference speed of the teacher and every student family at the papers' sizes, PyTorch and ONNX Runtime.
+"""Inference speed of the teacher and every student family at the papers' sizes, PyTorch and ONNX Runtime;
+or, with --run, of a trained run's own teacher and student in every deployable form.
 
     python benchmarks/inference.py [--length 64] [--repeats 20] [--device cpu|cuda] [--threads N]
+    python benchmarks/inference.py --run RUN_DIR [--repeats 20]
+
+--run: the run's fine-tuned teacher and its student, each as fp32 PyTorch, fp32 ONNX Runtime,
+int8 PyTorch and int8 ONNX Runtime (dynamic quantization, kdplug/quantize.py), and the student
+also int8 in ONNX Runtime with its vocabulary trimmed to the task (kdplug/vocab.py): size, dev
+accuracy (the task's main metric), ms per example at batch 1 and examples/s at batch 32, each with
+1 thread and with all threads, on the run's own dev texts (tokenised once: the model's time), the
+ratios against the fp32 PyTorch teacher and against the int8 ONNX Runtime teacher measured in this
+one run. Every variant is built with ``kdplug export``'s code and checked as it checks it.
 
 Models (random weights: speed does not depend on them): BERT-base (the teacher, 12 x 768), its
 BERT-6 and BERT-4 students (PKD, ALP-KD, Universal-KD), the BiLSTM (3 x 768) and the Gated-CNN
@@ -19,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -108,8 +119,115 @@ def time_onnx(
     return median_seconds(lambda: session.run(["logits"], feed), repeats)
 
 
+def run_variants(run: Path, repeats: int) -> int:
+    """The table of --run (see the module docstring)."""
+    import json
+    import shutil
+
+    import kdplug  # noqa: F401  (registers the pooled students' model types)
+    from kdplug.config import build_config
+    from kdplug.export import DevSet, _encode, export_student
+    from kdplug.inference import INFO_FILE, load_student
+    from kdplug.plugins import PluginManager
+
+    metrics = json.loads((run / "metrics.json").read_text())
+    finetuned = metrics["teacher"].get("finetuned", {})
+    teacher_dir = Path(finetuned.get("stored") or finetuned.get("reused") or metrics["teacher"]["source"])
+    config = build_config(file=str(run / "config.yaml"))
+    task = PluginManager().registry.create("task", config.task, data_dir=config.data_dir, **config.task_options)
+    examples = task.load_split(task.dev_splits[0])
+    texts = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in examples]
+    labels = [e.label for e in examples]
+    dev = DevSet(texts, labels, task.compute_metrics, task.main_metric, task.is_regression)
+    train = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in task.load_split("train")]
+    info = json.loads((run / "student" / INFO_FILE).read_text())
+    rows: list[tuple[str, str, Any, dict]] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        teacher_pkg = Path(scratch) / "teacher"  # the teacher as a package, so that export builds its forms too
+        shutil.copytree(teacher_dir, teacher_pkg)
+        (teacher_pkg / INFO_FILE).write_text(json.dumps({**info, "student": "teacher"}))
+        for who, source in (("teacher", teacher_pkg), ("student", run / "student")):
+            rows.append((who, "fp32 PyTorch", source, {"runtime": "torch"}))
+            for name, fmt, quantize, trim in (
+                ("fp32 ONNX Runtime", "onnx", None, False),
+                ("int8 PyTorch", "hf", "int8", False),
+                ("int8 ONNX Runtime", "onnx", "int8", False),
+                ("int8 ONNX Runtime, trimmed vocab", "onnx", "int8", True),
+            ):
+                if trim and who == "teacher":
+                    continue
+                target = Path(scratch) / f"{who}-{fmt}-{quantize}-{trim}"
+                export_student(
+                    source,
+                    target,
+                    fmt=fmt,
+                    dev=dev,
+                    quantize=quantize,
+                    trim_texts=train if trim else None,
+                    allow_drop=True,
+                    measure=False,
+                )
+                rows.append((who, name, target, {"runtime": "onnx" if fmt == "onnx" else "torch"}))
+        table = []
+        for who, name, path, options in rows:
+            student = load_student(path, device="cpu", **options)
+            predictions = student.predict(texts)
+            predicted = [p.score if dev.is_regression else student.labels.index(p.label) for p in predictions]
+            score = task.compute_metrics(predicted, labels)[task.main_metric]
+            size = sum(f.stat().st_size for f in Path(path).iterdir() if f.suffix in (".safetensors", ".onnx")) / 1e6
+            cells = {"size": size, "score": score}
+            single = [_encode(student, [t]) for t in texts[:repeats]]
+            batch = _encode(student, (texts * 32)[:32])
+            for threads in (1, torch.get_num_threads()):
+                _threads(student, threads)
+                with torch.inference_mode():
+                    b1 = statistics.median(median_seconds(lambda s=s, m=student: m.logits(s), 3) for s in single)
+                    b32 = median_seconds(lambda m=student, b=batch: m.logits(b), repeats)
+                cells[f"ms b=1 t={threads}"], cells[f"ex/s b=32 t={threads}"] = b1 * 1000, 32 / b32
+            table.append((f"{who}: {name}", cells))
+    all_threads = torch.get_num_threads()
+    fp32_teacher, int8_teacher = table[0][1], next(c for n, c in table if n == "teacher: int8 ONNX Runtime")
+    print(
+        f"run {run}: {task.name}, {len(texts)} dev texts, {info['max_length']} tokens at most; median of "
+        f"{repeats} runs; threads 1 and {all_threads}; torch {torch.__version__}"
+    )
+    header = (
+        f"{'model':<42}{'MB':>7}{task.main_metric[:8]:>9}"
+        + "".join(f"{'ms b=1 t=' + str(t):>13}{'ex/s b=32 t=' + str(t):>16}" for t in (1, all_threads))
+        + f"{'x fp32 teacher':>16}{'x int8 teacher':>16}"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, cells in table:
+        speeds = "".join(f"{cells[f'ms b=1 t={t}']:>13.2f}{cells[f'ex/s b=32 t={t}']:>16.0f}" for t in (1, all_threads))
+        key = f"ex/s b=32 t={all_threads}"
+        print(
+            f"{name:<42}{cells['size']:>7.1f}{cells['score'] * 100:>9.2f}{speeds}"
+            f"{cells[key] / fp32_teacher[key]:>15.2f}x{cells[key] / int8_teacher[key]:>15.2f}x"
+        )
+    print(
+        f"x = examples/s at batch 32 with {all_threads} threads over the fp32 PyTorch teacher's, and over the int8 "
+        f"ONNX Runtime teacher's, both measured in this run"
+    )
+    return 0
+
+
+def _threads(student: Any, threads: int) -> None:
+    """Run ``student`` on ``threads`` threads (PyTorch's pool; a new ONNX Runtime session)."""
+    torch.set_num_threads(threads)
+    if student.session is not None:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        student.session = onnxruntime.InferenceSession(
+            student.session._model_path, options, providers=["CPUExecutionProvider"]
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, help="a trained run directory: its teacher and student in every form")
     parser.add_argument(
         "--length", type=int, default=64, help="tokens per example (the papers' single-sentence length)"
     )
@@ -118,6 +236,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--no-onnx", action="store_true", help="PyTorch only")
     args = parser.parse_args()
+    if args.run is not None:
+        return run_variants(args.run, args.repeats)
     torch.set_num_threads(args.threads)
     import warnings
 

@@ -68,6 +68,7 @@ class RunConfig:
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     max_length: Optional[int] = None  # None = 64 for single sentences, 128 for pairs
+    trim_vocab: bool = False  # the student keeps only the vocabulary the task's texts use (kdplug/vocab.py)
     best_checkpoint: str = "best"  # "best": the best dev epoch (as the papers report); "last"
     # early stopping: end a stage after this many epochs without a dev improvement; None: 3 where
     # kdplug chose the epoch count (epochs / teacher_epochs unset), off where you set it; 0: off

@@ -1,39 +1,63 @@
-"""Export a trained student: ONNX (checked against PyTorch before it is kept) or the Hugging Face
-package as it is; either can then be pushed to a Hugging Face hub repository.
+"""Export a trained student: its Hugging Face package or ONNX, optionally int8 and with a vocabulary
+trimmed to the task; each checked against the fp32 student before it is kept, and timed. Either
+can then be pushed to a Hugging Face hub repository.
 
 ONNX goes through ``torch.onnx.export`` with the TorchScript exporter: the newer
 ``torch.export``-based one cannot trace the BiLSTM's packed sequences, which the TorchScript
 exporter turns into ONNX's own ``LSTM`` with sequence lengths. Batch and sequence axes are
-dynamic. The export is checked with ONNX Runtime against PyTorch on a sample of the run's dev
+dynamic. The fp32 export is checked with ONNX Runtime against PyTorch on a sample of the run's dev
 set; above ``tolerance`` (largest absolute difference of the logits) nothing is written.
+
+What changes the model is checked on the whole dev split against the fp32 student: a trimmed
+vocabulary must leave every prediction unchanged (kdplug/vocab.py says why it does), and an int8
+student may lose at most ``max_drop`` points of the task's main metric (agreement with the fp32
+student is printed beside it; without gold labels, ``--sample``, the share of changed predictions
+counts instead).
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import shutil
+import statistics
+import time
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import nn
 
+from .engine.package import redact_loading_paths
 from .errors import KdplugError, UsageError
-from .inference import INFO_FILE, LoadedStudent, Text, load_student
+from .inference import INFO_FILE, ONNX_FILE, LoadedStudent, Text, load_student, student_directory
+from .quantize import INT8, TORCH_RECIPE, quantize_onnx
 from .storage import atomic_directory
 
-ONNX_FILE = "model.onnx"
 OPSET = 17
 TOLERANCE = 1e-4
 SAMPLE_SIZE = 64
+MAX_DROP = 1.0  # points of the main metric an int8 student may lose
+FORMATS = ("hf", "onnx")
 
 
 class ExportMismatchError(KdplugError):
     """The exported model does not compute what the student computes."""
+
+
+@dataclass
+class DevSet:
+    """What an export is checked on: texts, their gold labels (None: unknown) and the task's metric."""
+
+    texts: list[Text]
+    labels: Optional[list] = None
+    metrics: Optional[Callable[[list, list], dict[str, float]]] = None
+    main_metric: Optional[str] = None
+    is_regression: bool = False
 
 
 @dataclass
@@ -42,6 +66,39 @@ class ExportReport:
     max_abs_diff: Optional[float] = None
     sample_size: int = 0
     inputs: tuple[str, ...] = ()
+    #: fp32 student and export on the dev texts: main metric (or None), agreement
+    reference_metric: Optional[float] = None
+    export_metric: Optional[float] = None
+    agreement: Optional[float] = None
+    vocabulary: Optional[str] = None  # what trimming did, in words
+    size_mb: dict[str, float] = field(default_factory=dict)  # "fp32", "export"
+    speed: dict[str, dict[str, float]] = field(default_factory=dict)  # "fp32", "export" -> ms_b1, per_s_b32
+
+    def lines(self) -> list[str]:
+        """What ``kdplug export`` prints."""
+        out = []
+        if self.max_abs_diff is not None:
+            out.append(
+                f"ONNX Runtime vs PyTorch on {self.sample_size} examples: largest absolute difference of the "
+                f"logits {self.max_abs_diff:.2e} (tolerance {TOLERANCE:g})"
+            )
+        if self.vocabulary:
+            out.append(f"trimmed: {self.vocabulary}; every dev prediction unchanged")
+        if self.agreement is not None:
+            scores = ""
+            if self.export_metric is not None:
+                scores = f"{self.reference_metric * 100:.2f} fp32 -> {self.export_metric * 100:.2f} exported; "
+            out.append(f"on the dev texts: {scores}agreement with the fp32 student {self.agreement * 100:.2f}%")
+        if self.size_mb:
+            out.append(f"size {self.size_mb['fp32']:.1f} MB fp32 -> {self.size_mb['export']:.1f} MB exported")
+        if self.speed:
+            fp32, new = self.speed["fp32"], self.speed["export"]
+            out.append(
+                f"speed (this machine, varies from run to run): {fp32['ms_b1']:.2f} -> {new['ms_b1']:.2f} ms/example "
+                f"at batch 1, {fp32['per_s_b32']:.0f} -> {new['per_s_b32']:.0f} examples/s at batch 32 "
+                f"({new['per_s_b32'] / fp32['per_s_b32']:.2f}x)"
+            )
+        return out
 
 
 class _LogitsOnly(nn.Module):
@@ -71,19 +128,236 @@ def check_output(output: Union[str, Path], overwrite: bool) -> Path:
 def _encode(student: LoadedStudent, texts: Sequence[Text]) -> dict[str, torch.Tensor]:
     first = [t[0] if isinstance(t, tuple) else t for t in texts]
     second = [t[1] for t in texts] if student.is_pair else None
-    return dict(
-        student.tokenizer(
-            first, second, truncation=True, max_length=student.max_length, padding=True, return_tensors="pt"
-        )
+    encoded = student.tokenizer(
+        first, second, truncation=True, max_length=student.max_length, padding=True, return_tensors="pt"
     )
+    return {k: v for k, v in encoded.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
 
 
-def _input_names(student: LoadedStudent, encoded: dict) -> list[str]:
-    accepted = inspect.signature(student.model.forward).parameters
+def _input_names(model: nn.Module, encoded: dict) -> list[str]:
+    accepted = inspect.signature(model.forward).parameters
     names = ["input_ids", "attention_mask"]
     if "token_type_ids" in encoded and "token_type_ids" in accepted:
         names.append("token_type_ids")
     return names
+
+
+def _require_onnx() -> Any:
+    try:
+        import onnx  # noqa: F401  (the exporter writes through it)
+        import onnxruntime
+    except ImportError:
+        raise UsageError("ONNX export needs the onnx and onnxruntime packages: pip install 'kdplug[deploy]'") from None
+    return onnxruntime
+
+
+def export_student(
+    path: Union[str, Path],
+    output: Union[str, Path],
+    *,
+    fmt: str,
+    dev: DevSet,
+    quantize: Optional[str] = None,
+    trim_texts: Optional[Sequence[Text]] = None,
+    tolerance: float = TOLERANCE,
+    max_drop: float = MAX_DROP,
+    allow_drop: bool = False,
+    measure: bool = True,
+    overwrite: bool = False,
+) -> ExportReport:
+    """Export the student in ``path`` to ``output`` as ``fmt`` (``hf``: its package; ``onnx``), int8
+    with ``quantize="int8"``, its vocabulary trimmed to ``trim_texts`` (the task's texts) when
+    given; checked on ``dev`` (see the module docstring), timed when ``measure``."""
+    if fmt not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if quantize not in (None, INT8):
+        raise UsageError(f"--quantize takes {INT8}, got {quantize!r}")
+    if fmt == "onnx":
+        onnxruntime = _require_onnx()
+    if not dev.texts:
+        raise UsageError("the export needs texts to check the student on; none were given")
+    output = check_output(output, overwrite)
+    reference = load_student(path, device="cpu", runtime="torch")
+    report = ExportReport(output)
+    with atomic_directory(output, f"the export {output}") as staging:
+        _copy_package(reference.directory, staging)
+        if trim_texts is not None:
+            report.vocabulary = _trim(reference, staging, trim_texts, dev.texts)
+        if fmt == "onnx":
+            base = load_student(staging, device="cpu", runtime="torch")
+            report.inputs, report.max_abs_diff, report.sample_size = _write_onnx(
+                base, staging, dev.texts[:SAMPLE_SIZE], tolerance, onnxruntime
+            )
+            for weights in staging.glob("*.safetensors"):
+                weights.unlink()  # the ONNX export is its own weights
+            if quantize == INT8:
+                quantize_onnx(staging / ONNX_FILE, staging / f"int8-{ONNX_FILE}")
+                (staging / f"int8-{ONNX_FILE}").replace(staging / ONNX_FILE)
+        if quantize == INT8:
+            _record(
+                staging,
+                quantization=TORCH_RECIPE if fmt == "hf" else {"method": "onnxruntime-dynamic", "weights": "int8"},
+            )
+            exported = load_student(staging, device="cpu", runtime="onnx" if fmt == "onnx" else "torch")
+            _check_drop(report, reference, exported, dev, max_drop, allow_drop)
+            _record(
+                staging,
+                check={
+                    "metric": dev.main_metric,
+                    "fp32": report.reference_metric,
+                    "int8": report.export_metric,
+                    "agreement": report.agreement,
+                },
+            )
+        report.size_mb = {"fp32": _size_mb(reference.directory), "export": _size_mb(staging)}
+        if measure:
+            exported = load_student(staging, device="cpu", runtime="onnx" if fmt == "onnx" else "torch")
+            report.speed = {"fp32": speed(reference, dev.texts), "export": speed(exported, dev.texts)}
+    return report
+
+
+def _record(directory: Path, **facts: Any) -> None:
+    info = json.loads((directory / INFO_FILE).read_text())
+    info.update(facts)
+    (directory / INFO_FILE).write_text(json.dumps(info, indent=2))
+
+
+def _trim(reference: LoadedStudent, staging: Path, texts: Sequence[Text], dev_texts: Sequence[Text]) -> str:
+    """Rewrite the package in ``staging`` with the vocabulary the task's texts use; every dev
+    prediction must be what the full student predicts (else nothing is kept)."""
+    from .vocab import trim
+
+    model = copy.deepcopy(reference.model)
+    tokenizer, trimmed = trim(model, reference.tokenizer, list(texts) + list(dev_texts))
+    for old in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "spiece.model"):
+        (staging / old).unlink(missing_ok=True)
+    if hasattr(model, "tokenizer"):
+        model.tokenizer = tokenizer  # a pooled student saves the tokenizer it carries
+    tokenizer.model_max_length = reference.max_length  # truncation=True cuts where training cut
+    model.save_pretrained(str(staging))
+    tokenizer.save_pretrained(str(staging))
+    redact_loading_paths(staging)
+    _record(staging, vocabulary={"before": trimmed.vocab_before, "after": trimmed.vocab_after})
+    after = load_student(staging, device="cpu", runtime="torch")
+    changed = sum(
+        a.label != b.label or a.score != b.score
+        for a, b in zip(reference.predict(list(dev_texts)), after.predict(list(dev_texts)))
+    )
+    if changed:
+        raise ExportMismatchError(
+            f"with the trimmed vocabulary {changed} of {len(dev_texts)} dev predictions changed; nothing was written"
+        )
+    return trimmed.describe()
+
+
+def _write_onnx(
+    student: LoadedStudent, staging: Path, sample: Sequence[Text], tolerance: float, onnxruntime: Any
+) -> tuple[tuple[str, ...], float, int]:
+    """``staging/model.onnx`` from ``student``, checked with ONNX Runtime against PyTorch on ``sample``."""
+    encoded = _encode(student, list(sample[:8]))
+    names = _input_names(student.model, encoded)
+    wrapper = _LogitsOnly(student.model, names).eval()
+    axes = {name: {0: "batch", 1: "sequence"} for name in names}
+    axes["logits"] = {0: "batch"}
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exporter's advice about LSTMs: the check below is the proof
+        torch.onnx.export(
+            wrapper,
+            tuple(encoded[name] for name in names),
+            str(staging / ONNX_FILE),
+            input_names=names,
+            output_names=["logits"],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
+    session = onnxruntime.InferenceSession(str(staging / ONNX_FILE), providers=["CPUExecutionProvider"])
+    worst = 0.0
+    # batches of 16 and single examples: other batch sizes and lengths than the traced ones
+    chunks = [list(sample[start : start + 16]) for start in range(0, len(sample), 16)]
+    chunks += [[text] for text in sample[:4]]
+    for chunk in chunks:
+        batch = _encode(student, chunk)
+        with torch.inference_mode():
+            expected = wrapper(*(batch[name] for name in names)).numpy()
+        got = session.run(["logits"], {name: batch[name].numpy() for name in names})[0]
+        worst = max(worst, float(abs(got - expected).max()))
+    if worst > tolerance:
+        raise ExportMismatchError(
+            f"the ONNX model differs from the student by up to {worst:.2e} in its logits "
+            f"on {len(sample)} examples (tolerance {tolerance:g}); nothing was written"
+        )
+    _record(
+        staging,
+        onnx={
+            "file": ONNX_FILE,
+            "opset": OPSET,
+            "inputs": names,
+            "outputs": ["logits"],
+            "checked_on": len(sample),
+            "max_abs_diff": worst,
+        },
+    )
+    return tuple(names), worst, len(sample)
+
+
+def _predicted(student: LoadedStudent, texts: Sequence[Text], regression: bool) -> list:
+    return [p.score if regression else student.labels.index(p.label) for p in student.predict(list(texts))]
+
+
+def _check_drop(
+    report: ExportReport,
+    reference: LoadedStudent,
+    exported: LoadedStudent,
+    dev: DevSet,
+    max_drop: float,
+    allow_drop: bool,
+) -> None:
+    """The int8 student against the fp32 one on the dev texts: the main metric of both and their
+    agreement; a loss of more than ``max_drop`` points stops the export unless ``allow_drop``."""
+    before = _predicted(reference, dev.texts, dev.is_regression)
+    after = _predicted(exported, dev.texts, dev.is_regression)
+    if dev.is_regression:
+        report.agreement = None
+    else:
+        report.agreement = sum(a == b for a, b in zip(before, after)) / len(before)
+    if dev.labels is not None and dev.metrics is not None:
+        report.reference_metric = dev.metrics(before, dev.labels)[dev.main_metric]
+        report.export_metric = dev.metrics(after, dev.labels)[dev.main_metric]
+        lost, what = (report.reference_metric - report.export_metric) * 100, f"dev {dev.main_metric}"
+    else:
+        lost, what = (1.0 - (report.agreement or 0.0)) * 100, "agreement with the fp32 student (no gold labels)"
+    if lost > max_drop and not allow_drop:
+        raise ExportMismatchError(
+            f"the int8 student loses {lost:.2f} points of {what} (--max-drop {max_drop:g}); nothing was written. "
+            f"Keep it anyway with --allow-drop, or export without --quantize"
+        )
+
+
+def speed(student: LoadedStudent, texts: Sequence[Text], repeats: int = 10) -> dict[str, float]:
+    """Milliseconds per example at batch 1 and examples per second at batch 32, on ``texts``
+    tokenised once (the model's time alone): medians over ``repeats`` after a warm-up."""
+    single = [_encode(student, [text]) for text in list(texts)[:repeats]]
+    batch = _encode(student, (list(texts) * 32)[:32])
+
+    def median(call: Callable[[], Any], times: int) -> float:
+        call()
+        samples = []
+        for _ in range(times):
+            start = time.perf_counter()
+            call()
+            samples.append(time.perf_counter() - start)
+        return statistics.median(samples)
+
+    with torch.inference_mode():
+        latency = statistics.median(median(lambda s=s: student.logits(s), 3) for s in single)
+        batch_seconds = median(lambda: student.logits(batch), repeats)
+    return {"ms_b1": latency * 1000, "per_s_b32": 32 / batch_seconds}
+
+
+def _size_mb(directory: Path) -> float:
+    weights = [p for p in directory.iterdir() if p.suffix in (".safetensors", ".onnx")]
+    return sum(p.stat().st_size for p in weights) / 1e6
 
 
 def export_onnx(
@@ -95,72 +369,16 @@ def export_onnx(
     overwrite: bool = False,
 ) -> ExportReport:
     """``output/model.onnx`` plus the tokenizer, config and kdplug's record, checked on ``sample``."""
-    try:
-        import onnx  # noqa: F401  (the exporter writes through it)
-        import onnxruntime
-    except ImportError:
-        raise UsageError("ONNX export needs the onnx and onnxruntime packages: pip install 'kdplug[deploy]'") from None
-
-    output = check_output(output, overwrite)
-    student = load_student(path, device="cpu")
-    if not sample:
-        raise UsageError("the export needs texts to check the ONNX model on; none were given")
-    encoded = _encode(student, list(sample[:8]))
-    names = _input_names(student, encoded)
-    wrapper = _LogitsOnly(student.model, names).eval()
-    axes = {name: {0: "batch", 1: "sequence"} for name in names}
-    axes["logits"] = {0: "batch"}
-    with atomic_directory(output, f"the ONNX export {output}") as staging:
-        with torch.inference_mode(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the exporter's advice about LSTMs: the check below is the proof
-            torch.onnx.export(
-                wrapper,
-                tuple(encoded[name] for name in names),
-                str(staging / ONNX_FILE),
-                input_names=names,
-                output_names=["logits"],
-                dynamic_axes=axes,
-                opset_version=OPSET,
-                dynamo=False,
-            )
-        session = onnxruntime.InferenceSession(str(staging / ONNX_FILE), providers=["CPUExecutionProvider"])
-        worst = 0.0
-        # batches of 16 and single examples: other batch sizes and lengths than the traced ones
-        chunks = [list(sample[start : start + 16]) for start in range(0, len(sample), 16)]
-        chunks += [[text] for text in sample[:4]]
-        for chunk in chunks:
-            batch = _encode(student, chunk)
-            with torch.inference_mode():
-                expected = wrapper(*(batch[name] for name in names)).numpy()
-            got = session.run(["logits"], {name: batch[name].numpy() for name in names})[0]
-            worst = max(worst, float(abs(got - expected).max()))
-        if worst > tolerance:
-            raise ExportMismatchError(
-                f"the ONNX model differs from the student by up to {worst:.2e} in its logits "
-                f"on {len(sample)} examples (tolerance {tolerance:g}); nothing was written"
-            )
-        _copy_package(student.directory, staging, skip=("model.safetensors",))
-        info = json.loads((staging / INFO_FILE).read_text())
-        info["onnx"] = {
-            "file": ONNX_FILE,
-            "opset": OPSET,
-            "inputs": names,
-            "outputs": ["logits"],
-            "checked_on": len(sample),
-            "max_abs_diff": worst,
-        }
-        (staging / INFO_FILE).write_text(json.dumps(info, indent=2))
-    return ExportReport(output, worst, len(sample), tuple(names))
+    return export_student(
+        path, output, fmt="onnx", dev=DevSet(list(sample)), tolerance=tolerance, measure=False, overwrite=overwrite
+    )
 
 
 def export_hf(path: Union[str, Path], output: Union[str, Path], *, overwrite: bool = False) -> ExportReport:
     """A copy of the standalone student package (the Hugging Face format)."""
-    from .inference import student_directory
-
     output = check_output(output, overwrite)
-    source = student_directory(path)
     with atomic_directory(output, f"the export {output}") as staging:
-        _copy_package(source, staging)
+        _copy_package(student_directory(path), staging)
     return ExportReport(output)
 
 

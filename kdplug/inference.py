@@ -2,8 +2,10 @@
 ``kdplug.predict``; ``kdplug predict`` and ``kdplug export`` are built on these).
 
 They read only the student package a run writes (``<run>/student``, see
-:mod:`kdplug.engine.package`): weights and config through transformers' Auto classes, the
-tokenizer it was trained with, its label names and maximum length.
+:mod:`kdplug.engine.package`), or an ONNX export of it (``kdplug export --format onnx``): weights
+and config through transformers' Auto classes, or ``model.onnx`` through ONNX Runtime, the
+tokenizer it was trained with, its label names and maximum length. Both runtimes give the same
+:class:`Prediction` objects and check their input the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from .errors import UsageError
 
 INFO_FILE = "kdplug_student.json"
 STUDENT_DIR = "student"
+ONNX_FILE = "model.onnx"
+RUNTIMES = ("auto", "torch", "onnx")
 #: what a student directory must hold, and what each file is
 REQUIRED = {
     "config.json": "the model's config",
@@ -47,9 +51,10 @@ class Prediction:
 
 @dataclass
 class LoadedStudent:
-    """A loaded student: the model (eval mode), its tokenizer and what it predicts."""
+    """A loaded student: the model (eval mode; or an ONNX Runtime session), its tokenizer and what it
+    predicts. ``runtime`` is ``torch`` or ``onnx``."""
 
-    model: torch.nn.Module
+    model: Optional[torch.nn.Module]
     tokenizer: Any
     labels: tuple[str, ...]
     is_regression: bool
@@ -58,10 +63,23 @@ class LoadedStudent:
     text_columns: tuple[str, ...]
     directory: Path
     info: dict[str, Any]
+    runtime: str = "torch"
+    session: Any = None  # onnxruntime.InferenceSession, for runtime "onnx"
 
     @property
     def device(self) -> torch.device:
+        if self.model is None:
+            return torch.device("cpu")  # ONNX Runtime takes and gives host arrays
         return next(self.model.parameters()).device
+
+    def logits(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The logits for a tokenised batch (``input_ids``, ``attention_mask`` ...), on the CPU, float."""
+        if self.session is not None:
+            names = [i.name for i in self.session.get_inputs()]
+            return torch.from_numpy(self.session.run(["logits"], {n: inputs[n].cpu().numpy() for n in names})[0])
+        if "token_type_ids" in inputs and not _takes_token_types(self.model):
+            inputs = {k: v for k, v in inputs.items() if k != "token_type_ids"}
+        return self.model(**{k: v.to(self.device) for k, v in inputs.items()}).logits.float().cpu()
 
     def predict(
         self, texts: Union[Text, Sequence[Text]], *, batch_size: int = 32, progress: bool = False
@@ -110,14 +128,9 @@ class LoadedStudent:
         encoded = self.tokenizer(
             first, second, truncation=True, max_length=self.max_length, padding=True, return_tensors="pt"
         )
-        inputs = {
-            key: value.to(self.device)
-            for key, value in encoded.items()
-            if key in ("input_ids", "attention_mask", "token_type_ids")
-        }
-        if "token_type_ids" in inputs and not _takes_token_types(self.model):
-            inputs.pop("token_type_ids")
-        logits = self.model(**inputs).logits.float().cpu()
+        logits = self.logits(
+            {key: value for key, value in encoded.items() if key in ("input_ids", "attention_mask", "token_type_ids")}
+        )
         for row, ids in zip(logits, full):
             truncated = len(ids) > self.max_length
             if self.is_regression:
@@ -138,7 +151,8 @@ def _takes_token_types(model: torch.nn.Module) -> bool:
 
 
 def student_directory(path: Union[str, Path]) -> Path:
-    """The student package in ``path``: a run directory (its ``student/``) or the package itself."""
+    """The student package in ``path``: a run directory (its ``student/``), the package itself, or an
+    ONNX export of it."""
     path = Path(path).expanduser()
     if not path.exists():
         raise UsageError(f"{path} does not exist; pass a run directory or its student/ directory")
@@ -155,28 +169,36 @@ def student_directory(path: Union[str, Path]) -> Path:
     return directory
 
 
-def load_student(path: Union[str, Path], *, device: Union[str, torch.device, None] = None) -> LoadedStudent:
-    """The student in ``path`` (a run directory or its ``student/``), in eval mode on ``device``
-    (default: CUDA when available), with its tokenizer, label names and maximum length."""
-    from . import model_types
-
+def load_student(
+    path: Union[str, Path], *, device: Union[str, torch.device, None] = None, runtime: str = "auto"
+) -> LoadedStudent:
+    """The student in ``path`` (a run directory, its ``student/``, or an ONNX export of it), in eval
+    mode on ``device`` (default: CUDA when available), with its tokenizer, label names and maximum
+    length. ``runtime``: ``torch`` (the package's weights; a quantized package is rebuilt in int8 on
+    the CPU), ``onnx`` (an export's ``model.onnx`` through ONNX Runtime) or ``auto`` (ONNX where
+    ``path`` is an ONNX export, else PyTorch)."""
+    if runtime not in RUNTIMES:
+        raise UsageError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
     directory = student_directory(path)
     info = json.loads((directory / INFO_FILE).read_text(encoding="utf-8"))
-    model_types.register_model_types()
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(str(directory))
-    except (KeyError, ValueError) as exc:
+    has_onnx, has_weights = (directory / ONNX_FILE).is_file(), any(directory.glob("*.safetensors"))
+    if runtime == "auto":
+        runtime = "onnx" if has_onnx and not has_weights else "torch"
+    if runtime == "onnx" and not has_onnx:
         raise UsageError(
-            f"{directory} holds a model type transformers does not know ({exc}); install the kdplug "
-            f"plugin that provides the {info.get('student')!r} student"
-        ) from None
+            f"{directory} holds no {ONNX_FILE}: export it first (kdplug export {path} --format onnx --output DIR) "
+            f"and load DIR with runtime onnx, or use the PyTorch runtime"
+        )
+    if runtime == "torch" and not has_weights:
+        raise UsageError(f"{directory} is an ONNX export (no PyTorch weights): use the onnx runtime")
+    from transformers import AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
-    device = (
-        torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    )
-    model.to(device).eval()
+    model, session = None, None
+    if runtime == "onnx":
+        session = _onnx_session(directory / ONNX_FILE, device)
+    else:
+        model = _torch_model(directory, info, device)
     columns = tuple(info.get("text_columns") or (("text", "text_pair") if info.get("is_pair") else ("text",)))
     return LoadedStudent(
         model=model,
@@ -188,7 +210,47 @@ def load_student(path: Union[str, Path], *, device: Union[str, torch.device, Non
         text_columns=columns,
         directory=directory,
         info=info,
+        runtime=runtime,
+        session=session,
     )
+
+
+def _torch_model(directory: Path, info: dict[str, Any], device: Union[str, torch.device, None]) -> torch.nn.Module:
+    from . import model_types
+    from .quantize import apply_recipe
+
+    model_types.register_model_types()
+    from transformers import AutoModelForSequenceClassification
+
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(str(directory))
+    except (KeyError, ValueError) as exc:
+        raise UsageError(
+            f"{directory} holds a model type transformers does not know ({exc}); install the kdplug "
+            f"plugin that provides the {info.get('student')!r} student"
+        ) from None
+    recipe = info.get("quantization")
+    if recipe:
+        if device is not None and torch.device(device).type != "cpu":
+            raise UsageError(f"{directory} is an int8 student (dynamic quantization), which runs on the CPU only")
+        return apply_recipe(model.eval(), recipe).eval()
+    device = (
+        torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    )
+    return model.to(device).eval()
+
+
+def _onnx_session(path: Path, device: Union[str, torch.device, None]) -> Any:
+    try:
+        import onnxruntime
+    except ImportError:
+        raise UsageError("the onnx runtime needs the onnxruntime package: pip install 'kdplug[deploy]'") from None
+    providers = ["CPUExecutionProvider"]
+    if device is not None and torch.device(device).type == "cuda":
+        if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+            raise UsageError("this onnxruntime has no CUDA provider: install onnxruntime-gpu, or use --device cpu")
+        providers.insert(0, "CUDAExecutionProvider")
+    return onnxruntime.InferenceSession(str(path), providers=providers)
 
 
 def predict(
@@ -197,7 +259,8 @@ def predict(
     *,
     batch_size: int = 32,
     device: Union[str, torch.device, None] = None,
+    runtime: str = "auto",
 ) -> list[Prediction]:
     """Predictions of the student in ``path`` for ``texts`` (strings, or (text, pair) tuples)."""
-    student = path if isinstance(path, LoadedStudent) else load_student(path, device=device)
+    student = path if isinstance(path, LoadedStudent) else load_student(path, device=device, runtime=runtime)
     return student.predict(texts if isinstance(texts, (str, tuple)) else list(texts), batch_size=batch_size)

@@ -231,7 +231,7 @@ def run_each(
         output = Path(config.output)
         same = same_config(output, config)
         if same and is_completed(output) and not overwrite:
-            echo(f"[{number}/{len(items)}] {label}: done already in {output}, skipped")
+            echo(f"[{number}/{len(items)}] {label}: done already, skipped ({output})")
             continue
         resume = same and (output / CHECKPOINT_DIR).is_dir() and not overwrite
         echo(f"[{number}/{len(items)}] {label}" + (": resuming" if resume else ""))

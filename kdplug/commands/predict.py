@@ -27,14 +27,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "predict",
         help="predict with a trained student on a file of texts",
-        description="Load the student of a run (RUN_DIR or RUN_DIR/student) and write its predictions for every "
+        description="Load the student of a run (RUN_DIR or RUN_DIR/student, or an export of it) and write its "
+        "predictions for every "
         "row of --input: the row, the predicted label and each label's probability (regression: "
         "score). Formats: .tsv, .csv, .jsonl with the task's text columns (or 'text'/'text_pair'), "
         "or .txt with one text per line (a pair: two tab-separated fields). '-' reads stdin / writes "
         "stdout. Texts longer than the student's maximum length are truncated as in training, and "
         "counted.",
         epilog="example:\n  kdplug predict runs/demo --input reviews.txt --output predictions.tsv\n"
-        "  echo 'a gripping, moving film' | kdplug predict runs/demo --input -",
+        "  echo 'a gripping, moving film' | kdplug predict runs/demo --input -\n"
+        "  kdplug predict deploy/demo-onnx --input reviews.txt --runtime onnx   # an ONNX export",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("student", metavar="RUN_DIR|STUDENT_DIR", help="a run directory or its student/ directory")
@@ -50,6 +52,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--encoding", help="the input's encoding when not UTF-8 (e.g. latin-1, cp1252)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when available)")
+    parser.add_argument(
+        "--runtime",
+        choices=["auto", "torch", "onnx"],
+        default="auto",
+        help="torch (the package's weights) or onnx (an ONNX export's model.onnx through ONNX Runtime); "
+        "auto (default): onnx for an ONNX export directory, else torch",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     parser.set_defaults(handler=handle)
 
@@ -62,7 +71,7 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         raise UsageError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.output != "-" and Path(args.output).exists() and not args.overwrite:
         raise UsageError(f"--output {args.output} exists; choose another file or pass --overwrite to replace it")
-    student = load_student(args.student, device=args.device)
+    student = load_student(args.student, device=args.device, runtime=args.runtime)
     fmt = input_format(args.input, args.format)
     name = "<stdin>" if args.input == "-" else args.input
     if args.input == "-":

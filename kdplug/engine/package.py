@@ -39,9 +39,15 @@ def write_package(directory: Path, student: nn.Module, tokenizer: Any, info: dic
             readable.save_pretrained(str(staging))
         (staging / INFO_FILE).write_text(json.dumps(redact(info), indent=2, default=str))
         (staging / CARD_FILE).write_text(redact(card), encoding="utf-8")
-        for name, key in (("config.json", "_name_or_path"), ("tokenizer_config.json", "name_or_path")):
-            _redact_field(staging / name, key)
+        redact_loading_paths(staging)
     return directory
+
+
+def redact_loading_paths(directory: Path) -> None:
+    """Where transformers recorded the directory a model or tokenizer was loaded from: reduced to
+    its last component in ``config.json`` and ``tokenizer_config.json``."""
+    for name, key in (("config.json", "_name_or_path"), ("tokenizer_config.json", "name_or_path")):
+        _redact_field(directory / name, key)
 
 
 #: an absolute (or home-relative) path in text: not a URL's ``//host/...`` nor a ratio like ``ms/example``
@@ -175,17 +181,42 @@ def model_card(
         "",
     ]
     lines += _results_table(metrics, speed, student_dev, teacher_dev)
-    lines += ["", "## Use it", "", "```python"]
-    if not huggingface_family:
-        lines.append("import kdplug  # registers kdplug's model types with transformers' Auto classes")
+    lines += ["", "## Use it", ""]
+    if huggingface_family:
+        lines += [
+            "```python",
+            "from transformers import pipeline",
+            "",
+            'classify = pipeline("text-classification", model="PATH/TO/THIS/DIRECTORY", truncation=True)',
+            'classify("an example sentence")',
+            "```",
+            "",
+        ]
+    else:
+        lines += [
+            "Anywhere transformers and torch are installed: this directory carries its modeling code "
+            "(`modeling_*.py`, named by `auto_map` in config.json), so allow it to run:",
+            "",
+            "```python",
+            "from transformers import pipeline",
+            "",
+            'classify = pipeline("text-classification", model="PATH/TO/THIS/DIRECTORY", truncation=True,',
+            "                    trust_remote_code=True)",
+            'classify("an example sentence")',
+            "```",
+            "",
+            "Where kdplug is installed, its own copy of the code is used instead, without `trust_remote_code`:",
+            "",
+            "```python",
+            "import kdplug  # registers kdplug's model types with transformers' Auto classes",
+            "from transformers import pipeline",
+            "",
+            'classify = pipeline("text-classification", model="PATH/TO/THIS/DIRECTORY", truncation=True)',
+            "```",
+            "",
+        ]
     lines += [
-        "from transformers import pipeline",
-        "",
-        'classify = pipeline("text-classification", model="PATH/TO/THIS/DIRECTORY", truncation=True)',
-        'classify("an example sentence")',
-        "```",
-        "",
-        "or, with kdplug:",
+        "or with kdplug's command line (and `kdplug export --format onnx --quantize int8` for a smaller, faster copy):",
         "",
         "```bash",
         "kdplug predict PATH/TO/THIS/DIRECTORY --input texts.tsv --output predictions.tsv",

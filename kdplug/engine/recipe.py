@@ -103,6 +103,7 @@ class EngineContext:
     transfer_info: dict = field(default_factory=dict)
     _size_checked: bool = False
     _transfer_cache: Optional[TeacherCache] = None
+    _trimmed: dict = field(default_factory=dict)  # tokenizer id -> (trimmed tokenizer, kept ids)
 
     def __post_init__(self) -> None:
         if self.tokenizer is None:
@@ -155,10 +156,41 @@ class EngineContext:
         opts = {**self.config.student_options, **options} if name is None else options
         factory, source = self.registry.model_reference("student", name or self.config.student)
         student = self.registry.create("student", factory, self.task, self.teacher, **{**opts, **source})
+        if name is None and self.config.trim_vocab:
+            self.trim_vocabulary(student)
         if name is None and not self._size_checked:
             self._size_checked = True
             warn_if_not_smaller(student, self.teacher.model, self.config.student)
         return student
+
+    def trim_vocabulary(self, student: nn.Module) -> None:
+        """``trim_vocab``: the student keeps only the embedding rows of the tokens the task's texts
+        use (train, transfer set, dev) and reads with a tokenizer trimmed to match (kdplug/vocab.py)."""
+        from ..vocab import TrimReport, trim_embeddings, trim_tokenizer, used_token_ids
+
+        tokenizer = getattr(student, "tokenizer", None) or self.tokenizer
+        rows = student.get_input_embeddings().num_embeddings
+        if rows != len(tokenizer):
+            raise UsageError(
+                f"trim_vocab: the student's embedding table has {rows} rows but its tokenizer "
+                f"{len(tokenizer)} tokens; they do not belong together"
+            )
+        if id(tokenizer) not in self._trimmed:
+            texts = [
+                e.text_a if e.text_b is None else (e.text_a, e.text_b)
+                for split in ("train", *self.task.dev_splits)
+                for e in self.task.load_split(split)
+            ]
+            if self.transfer is not None:
+                texts += [a if b is None else (a, b) for a, b in self.transfer.texts()]
+            self._trimmed[id(tokenizer)] = trim_tokenizer(tokenizer, used_token_ids(tokenizer, texts))
+        trimmed, kept = self._trimmed[id(tokenizer)]
+        trim_embeddings(student, kept)
+        student.tokenizer = trimmed
+        report = TrimReport(kept, rows, len(kept), student.get_input_embeddings().embedding_dim)
+        init = dict(getattr(student, "kdplug_init", None) or {"init": "random"})
+        student.kdplug_init = {**init, "vocabulary": {"before": rows, "after": len(kept)}}
+        log.info("trim_vocab: %s", report.describe())
 
     def new_loss(self, name: str, **options: Any) -> Any:
         return self.registry.create("loss", name, **options)

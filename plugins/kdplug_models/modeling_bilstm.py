@@ -18,13 +18,11 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-import kdplug
-
 from .modeling_pooled import (
     PooledClassifierOutput,
     PooledStudentConfig,
     PooledStudentForSequenceClassification,
-    register_auto_classes,
+    StudentConfigError,
 )
 
 
@@ -42,7 +40,7 @@ class LSTMLayer(nn.Module):
     def __init__(self, input_dim: int, width: int, bidirectional: bool) -> None:
         super().__init__()
         if bidirectional and width % 2:
-            raise kdplug.UsageError(
+            raise StudentConfigError(
                 f"a bidirectional LSTM splits hidden_size over two directions; "
                 f"hidden_size={width} is odd, pick an even one"
             )
@@ -79,10 +77,12 @@ def _require_right_padding(attention_mask: torch.Tensor) -> None:
     lengths = attention_mask.sum(dim=1, keepdim=True)
     positions = torch.arange(attention_mask.size(1), device=attention_mask.device)
     if not torch.equal(attention_mask.bool(), positions < lengths):
-        raise kdplug.UsageError(
+        raise StudentConfigError(
             "the bilstm student reads right-padded batches (each row's tokens first, then "
             "padding); set tokenizer.padding_side = 'right'"
         )
 
 
-register_auto_classes(BiLSTMConfig, BiLSTMForSequenceClassification)
+# save_pretrained copies this module (and modeling_pooled) next to the weights, with an auto_map
+BiLSTMConfig.register_for_auto_class()
+BiLSTMForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")

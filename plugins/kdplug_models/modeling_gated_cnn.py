@@ -19,9 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-import kdplug
-
-from .modeling_pooled import PooledStudentConfig, PooledStudentForSequenceClassification, register_auto_classes
+from .modeling_pooled import PooledStudentConfig, PooledStudentForSequenceClassification, StudentConfigError
 
 
 class GatedCNNConfig(PooledStudentConfig):
@@ -38,7 +36,7 @@ class GatedConvLayer(nn.Module):
     def __init__(self, input_dim: int, width: int, kernel_size: int) -> None:
         super().__init__()
         if kernel_size % 2 == 0:
-            raise kdplug.UsageError(f"kernel_size={kernel_size}: a centred convolution needs an odd kernel size")
+            raise StudentConfigError(f"kernel_size={kernel_size}: a centred convolution needs an odd kernel size")
         self.conv = nn.Conv1d(input_dim, 2 * width, kernel_size, padding=kernel_size // 2)
         self.residual = input_dim == width
 
@@ -59,4 +57,6 @@ class GatedCNNForSequenceClassification(PooledStudentForSequenceClassification):
         return GatedConvLayer(input_dim, self.config.hidden_size, self.config.kernel_size)
 
 
-register_auto_classes(GatedCNNConfig, GatedCNNForSequenceClassification)
+# save_pretrained copies this module (and modeling_pooled) next to the weights, with an auto_map
+GatedCNNConfig.register_for_auto_class()
+GatedCNNForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")

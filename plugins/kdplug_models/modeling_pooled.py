@@ -7,7 +7,10 @@ to distil into, the analogue of a Transformer's [CLS] state (docs/models.md, Non
 
 The students are ``PreTrainedModel``s with their own ``PretrainedConfig``: ``save_pretrained`` /
 ``from_pretrained``, ``AutoModelForSequenceClassification`` and ``pipeline`` work on them without
-``trust_remote_code`` once kdplug is imported (see ``kdplug_models.auto``).
+``trust_remote_code`` once kdplug is imported (see ``kdplug_models.auto``). These modeling modules
+import nothing of kdplug: ``save_pretrained`` copies them next to the weights with an ``auto_map``
+(transformers' custom-code convention), so a student also loads where kdplug is not installed,
+with ``trust_remote_code=True``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
+
+try:  # within kdplug a bad size is a usage error (exit 2); in a copy next to the weights, a ValueError
+    from kdplug.errors import UsageError as StudentConfigError
+except ImportError:  # pragma: no cover - exercised by the standalone-loading test in a fresh environment
+    StudentConfigError = ValueError
 
 
 def register_auto_classes(config: type[PretrainedConfig], model: type[PreTrainedModel]) -> None:
@@ -166,5 +174,7 @@ class PooledStudentForSequenceClassification(PreTrainedModel):
         if os.path.isfile(os.path.join(pretrained_model_name_or_path, "tokenizer_config.json")):
             from transformers import AutoTokenizer
 
-            model.tokenizer = AutoTokenizer.from_pretrained(pretrained_model_name_or_path)
+            # the model's own config: AutoTokenizer would otherwise load it again, and ask again whether
+            # to run the code this directory carries
+            model.tokenizer = AutoTokenizer.from_pretrained(pretrained_model_name_or_path, config=model.config)
         return model

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,13 +167,79 @@ def test_students_load_with_transformers_and_predict_what_kdplug_predicted(runs,
     assert len({round(p[1], 6) for p in loaded["probabilities"]}) > 1  # a real model, not a constant
 
 
-def test_pooled_students_need_kdplug_imported_and_say_so(runs):
+def test_pooled_students_without_kdplug_ask_for_trust_remote_code(runs):
     script = (
         "from transformers import AutoModelForSequenceClassification\n"
         f"AutoModelForSequenceClassification.from_pretrained({str(runs['bilstm'] / 'student')!r})"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert result.returncode != 0 and "kdplug-bilstm" in result.stderr
+    assert result.returncode != 0 and "trust_remote_code" in result.stderr
+
+
+STANDALONE = """
+import json, sys
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+directory, texts = sys.argv[1], json.loads(sys.argv[2])
+model = AutoModelForSequenceClassification.from_pretrained(directory, trust_remote_code=True).eval()
+tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=True)
+with torch.no_grad():
+    logits = model(**tokenizer(texts, padding=True, truncation=True, return_tensors="pt")).logits
+classify = pipeline("text-classification", model=directory, truncation=True, top_k=None, trust_remote_code=True)
+print(json.dumps({"probabilities": logits.softmax(-1).tolist(), "module": type(model).__module__,
+                  "pipeline": [{item["label"]: item["score"] for item in row} for row in classify(texts)],
+                  "kdplug": sorted(m for m in sys.modules if m.startswith("kdplug"))}))
+"""
+
+
+def assert_loads_like_kdplug(python, run, env=None):
+    # run elsewhere than the checkout: a checkout on the path would make kdplug importable after all
+    result = subprocess.run(
+        [python, "-c", STANDALONE, str(run / "student"), json.dumps(dev_texts())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=run,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert loaded["kdplug"] == [] and loaded["module"].startswith("transformers_modules.")  # the package's own code
+    ours = kdplug.predict(run, dev_texts())
+    for mine, theirs, pipe in zip(ours, loaded["probabilities"], loaded["pipeline"]):
+        assert [mine.probabilities["negative"], mine.probabilities["positive"]] == pytest.approx(theirs, abs=1e-6)
+        assert [pipe["negative"], pipe["positive"]] == pytest.approx(theirs, abs=1e-6)
+
+
+@pytest.mark.parametrize("family", ["bilstm", "gated-cnn"])
+def test_pooled_students_load_where_kdplug_cannot_be_imported(runs, family, tmp_path):
+    for package in ("kdplug", "kdplug_models"):  # first on the path: importing kdplug fails, as where it is absent
+        (tmp_path / "block" / package).mkdir(parents=True)
+        (tmp_path / "block" / package / "__init__.py").write_text("raise ImportError('kdplug is not installed')\n")
+    config = json.loads((runs[family] / "student" / "config.json").read_text())
+    assert set(config["auto_map"]) == {"AutoConfig", "AutoModelForSequenceClassification"}
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "block"), "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    assert_loads_like_kdplug(sys.executable, runs[family], env)
+
+
+@pytest.mark.slow
+def test_a_bilstm_student_loads_in_a_fresh_environment_with_only_transformers_and_torch(runs, tmp_path):
+    """A new virtual environment with transformers and torch installed, nothing else of this one."""
+    import venv
+
+    root = Path(__file__).resolve().parents[2]
+    venv.create(tmp_path / "venv", with_pip=True)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    install = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "-c", str(root / "constraints.txt"), "torch", "transformers"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-2000:]
+    clean = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}  # nothing of this checkout
+    assert subprocess.run([python, "-c", "import kdplug"], capture_output=True, env=clean, cwd=tmp_path).returncode
+    assert_loads_like_kdplug(python, runs["bilstm"], {**clean, "HF_MODULES_CACHE": str(tmp_path / "modules")})
 
 
 # -- the Python API ----------------------------------------------------------------------------
@@ -427,3 +494,196 @@ def test_every_run_measures_size_and_speed_against_the_teacher(runs):
     assert speed["student"]["parameters"] < speed["teacher"]["parameters"]
     assert speed["speedup"] == pytest.approx(speed["student"]["throughput"] / speed["teacher"]["throughput"], rel=1e-2)
     assert speed["teacher"]["batch_size"] == len(SST2_DEV)  # real dev inputs, all of them (fewer than 32)
+
+
+# -- smaller and faster: int8, a trimmed vocabulary, ONNX Runtime in predict ------------------------
+
+
+def labels_of(student_dir, texts, runtime="auto"):
+    return [p.label for p in kdplug.load_student(student_dir, device="cpu", runtime=runtime).predict(texts)]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("fmt", ["hf", "onnx"])
+def test_int8_export_of_every_family_is_checked_against_the_fp32_student(capsys, tmp_path, runs, family, fmt):
+    output = tmp_path / "int8"
+    code = main(
+        [
+            "export",
+            str(runs[family]),
+            "--format",
+            fmt,
+            "--quantize",
+            "int8",
+            "--max-drop",
+            "100",
+            "--output",
+            str(output),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    info = json.loads((output / "kdplug_student.json").read_text())
+    fp32 = labels_of(runs[family], dev_texts(), "torch")
+    int8 = labels_of(output, dev_texts())
+    agreement = sum(a == b for a, b in zip(fp32, int8)) / len(fp32)
+    assert info["check"]["agreement"] == pytest.approx(agreement)  # what the export printed and recorded
+    assert f"agreement with the fp32 student {agreement * 100:.2f}%" in out
+    assert "dev accuracy" not in out or "fp32 ->" in out
+    if fmt == "hf":  # int8 modules rebuilt on load
+        from torch.ao.nn.quantized.dynamic import Linear as QuantizedLinear
+
+        student = kdplug.load_student(output)
+        assert any(isinstance(m, QuantizedLinear) for m in student.model.modules())
+    else:  # int8 weights in the file: ONNX Runtime's quantized operators
+        import onnx
+
+        graph = onnx.load(str(output / "model.onnx")).graph
+        assert {n.op_type for n in graph.node} & {"DynamicQuantizeLinear", "MatMulInteger", "DynamicQuantizeLSTM"}
+    assert "examples/s at batch 32" in out and "MB exported" in out
+
+
+def test_max_drop_refuses_a_degraded_int8_student():
+    from kdplug.errors import KdplugError
+    from kdplug.export import DevSet, ExportReport, _check_drop
+    from kdplug.inference import Prediction
+
+    class Fixed:  # a student whose predictions are given: one fp32, one int8 that gets one of four wrong
+        labels = ("negative", "positive")
+
+        def __init__(self, labels):
+            self.answers = labels
+
+        def predict(self, texts):
+            return [Prediction(label=label) for label in self.answers]
+
+    dev = DevSet(
+        ["a", "b", "c", "d"],
+        labels=[0, 1, 0, 1],
+        metrics=lambda p, r: {"accuracy": sum(x == y for x, y in zip(p, r)) / len(r)},
+        main_metric="accuracy",
+    )
+    fp32, int8 = (
+        Fixed(["negative", "positive", "negative", "positive"]),
+        Fixed(["negative", "positive", "negative", "negative"]),
+    )
+    report = ExportReport(Path("out"))
+    with pytest.raises(KdplugError, match=r"loses 25.00 points of dev accuracy \(--max-drop 1\).*--allow-drop"):
+        _check_drop(report, fp32, int8, dev, max_drop=1.0, allow_drop=False)
+    assert report.reference_metric == 1.0 and report.export_metric == 0.75 and report.agreement == 0.75
+    _check_drop(ExportReport(Path("out")), fp32, int8, dev, max_drop=25.0, allow_drop=False)  # within the bound
+    _check_drop(ExportReport(Path("out")), fp32, int8, dev, max_drop=1.0, allow_drop=True)  # told to keep it
+    unlabelled = DevSet(["a", "b", "c", "d"])
+    with pytest.raises(KdplugError, match="agreement with the fp32 student"):
+        _check_drop(ExportReport(Path("out")), fp32, int8, unlabelled, max_drop=1.0, allow_drop=False)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_trimmed_vocabulary_keeps_every_dev_prediction_and_shrinks_the_table(capsys, tmp_path, runs, family):
+    from safetensors import safe_open
+
+    output = tmp_path / "trimmed"
+    assert main(["export", str(runs[family]), "--format", "hf", "--trim-vocab", "--output", str(output)]) == 0
+    out = capsys.readouterr().out
+    before, after = (
+        json.loads((d / "config.json").read_text())["vocab_size"] for d in (runs[family] / "student", output)
+    )
+    assert after < before and f"vocabulary {before} -> {after} tokens" in out
+    full, small = kdplug.load_student(runs[family]), kdplug.load_student(output)
+    assert len(small.tokenizer) == after and small.model.get_input_embeddings().num_embeddings == after
+    texts = dev_texts()
+    for a, b in zip(full.predict(texts), small.predict(texts)):
+        assert a.label == b.label and a.probabilities == pytest.approx(b.probabilities, abs=1e-6)
+    # each kept row is the old row of the same token
+    old_vocab, new_vocab = full.tokenizer.get_vocab(), small.tokenizer.get_vocab()
+    name = "embeddings.weight" if family != "bert-2" else "bert.embeddings.word_embeddings.weight"
+    with (
+        safe_open(str(runs[family] / "student" / "model.safetensors"), "pt") as a,
+        safe_open(str(output / "model.safetensors"), "pt") as b,
+    ):
+        old_rows, new_rows = a.get_tensor(name), b.get_tensor(name)
+    for token in ("the", "movie", "[CLS]", "[UNK]"):
+        assert (new_rows[new_vocab[token]] == old_rows[old_vocab[token]]).all(), token
+    # a word the task never used becomes the unknown token, as any unseen word would
+    assert small.tokenizer("zebra")["input_ids"][1] == small.tokenizer.unk_token_id
+
+
+def test_trim_refuses_a_byte_level_bpe_vocabulary(tmp_path):
+    from transformers import AutoTokenizer
+
+    from kdplug.testing.tiny import make_tiny_roberta
+    from kdplug.vocab import trim_tokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(make_tiny_roberta(tmp_path / "roberta"))
+    with pytest.raises(kdplug.UsageError, match="BPE model; kdplug trims WordPiece and Unigram"):
+        trim_tokenizer(tokenizer, [0, 1, 2])
+
+
+def test_predict_with_the_onnx_runtime_gives_the_labels_of_pytorch(capsys, tmp_path, runs):
+    exported = tmp_path / "onnx"
+    assert main(["export", str(runs["bilstm"]), "--format", "onnx", "--output", str(exported)]) == 0
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(dev_texts() + ["we hated the plot and the acting , it was really boring"]) + "\n")
+    capsys.readouterr()
+    outputs = {}
+    for runtime, where in (("torch", runs["bilstm"]), ("onnx", exported)):
+        assert main(["predict", str(where), "--input", str(texts), "--runtime", runtime]) == 0
+        outputs[runtime] = [line.split("\t")[1] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert outputs["onnx"] == outputs["torch"] and len(outputs["onnx"]) == 5
+    student = kdplug.load_student(exported)  # auto: an ONNX export runs in ONNX Runtime
+    assert student.runtime == "onnx" and student.model is None
+    with pytest.raises(kdplug.UsageError, match="is an ONNX export"):
+        kdplug.load_student(exported, runtime="torch")
+    assert main(["predict", str(runs["bilstm"]), "--input", str(texts), "--runtime", "onnx"]) == 2
+    assert "kdplug export" in capsys.readouterr().err
+    with pytest.raises(kdplug.UsageError, match="a pair"):  # the same checks on bad input in both runtimes
+        student.predict([("a", "pair")])
+
+
+def test_a_run_can_train_its_student_on_a_trimmed_vocabulary(tmp_path, tiny_bert_dir, data):
+    output = tmp_path / "run"
+    assert (
+        main(
+            [
+                "run",
+                "--teacher",
+                tiny_bert_dir,
+                "--task",
+                "sst2",
+                "--data-dir",
+                str(data),
+                "--student",
+                "bilstm",
+                "--projector",
+                "rkd",
+                "--epochs",
+                "1",
+                "--set",
+                "teacher_epochs=1",
+                "--set",
+                "allow_weak_teacher=true",
+                "--set",
+                "student_options.hidden_size=16",
+                "--set",
+                "student_options.embedding_dim=16",
+                "--set",
+                "trim_vocab=true",
+                "--output",
+                str(output),
+            ]
+        )
+        == 0
+    )
+    metrics = json.loads((output / "metrics.json").read_text())
+    vocabulary = metrics["student"]["init"]["vocabulary"]
+    assert vocabulary["after"] < vocabulary["before"]
+    student = kdplug.load_student(output)
+    assert len(student.tokenizer) == vocabulary["after"] == student.model.get_input_embeddings().num_embeddings
+    # it reads the task's words as before, token for token
+    from transformers import AutoTokenizer
+
+    full = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    for text in dev_texts():
+        assert student.tokenizer.convert_ids_to_tokens(
+            student.tokenizer(text)["input_ids"]
+        ) == full.convert_ids_to_tokens(full(text)["input_ids"])
