@@ -32,7 +32,9 @@ from .components import (
     list_teachers,
 )
 from .config import RunConfig
+from .errors import ArgumentError
 from .inference import LoadedStudent, Prediction, load_student, predict
+from .integrity import PackageIntegrityError
 from .plugins import PluginManager, get_plugin_manager, set_plugin_manager
 
 
@@ -56,6 +58,8 @@ __all__ = [
     "Prediction",
     "load_student",
     "predict",
+    "ArgumentError",
+    "PackageIntegrityError",
     "PluginManager",
     "get_plugin_manager",
     "set_plugin_manager",

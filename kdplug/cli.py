@@ -12,11 +12,12 @@ import logging
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Optional
 
 from .commands import cache, check_plugin, export, new_plugin, plugins, predict, report, run, sweep, zoo
-from .errors import KdplugError, UsageError
+from .errors import DEBUG_ENV, KdplugError, debugging
 from .plugins import DISABLE_ENV, PluginManager, set_plugin_manager
 from .version import __version__
 
@@ -43,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not load this plugin (its entry-point name; repeatable)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help=f"print the traceback of an error, not only its message (or set {DEBUG_ENV}=1); a run's log.txt "
+        "has it either way",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(sub)
@@ -80,6 +87,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     logging.getLogger("kdplug").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     _quiet_libraries(args.verbose)
+    if args.debug:
+        os.environ[DEBUG_ENV] = "1"  # for the engine, which writes a failed run's traceback
     if args.command is None:
         parser.print_help()
         return 2
@@ -87,10 +96,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         manager = PluginManager(disabled=args.disabled, lazy=True)  # loaded when a command needs it
         set_plugin_manager(manager)
         return args.handler(args, manager)
-    except UsageError as exc:
-        print(f"kdplug: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KdplugError as exc:
+    except KdplugError as exc:  # usage errors (2) and faults kdplug explains (1)
+        if debugging():
+            traceback.print_exc()
         print(f"kdplug: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

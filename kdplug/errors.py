@@ -1,13 +1,24 @@
 """Errors that the CLI turns into a clear message and an exit code.
 
 ``UsageError`` and its subclasses mean the user asked for something that cannot work (exit 2);
-the message always says what is wrong and how to fix it.
+the message always says what is wrong and how to fix it. For Python callers a ``UsageError`` is
+also a ``ValueError``, and an :class:`ArgumentError` (an argument of the wrong type) a
+``TypeError``, so ``except ValueError`` catches what it would catch from any other library.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Iterable, Sequence
+
+#: set to 1 (or ``kdplug --debug``) for tracebacks on the terminal, not only in a run's log.txt
+DEBUG_ENV = "KDPLUG_DEBUG"
+
+
+def debugging() -> bool:
+    """Whether the user asked for tracebacks on the terminal."""
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
 class KdplugError(Exception):
@@ -16,10 +27,14 @@ class KdplugError(Exception):
     exit_code = 1
 
 
-class UsageError(KdplugError):
+class UsageError(KdplugError, ValueError):
     """Bad input from the user: unknown names, malformed files or options. Exit code 2."""
 
     exit_code = 2
+
+
+class ArgumentError(UsageError, TypeError):
+    """A Python API argument of a type it cannot take; says which argument and what it accepts."""
 
 
 class ConfigError(UsageError):

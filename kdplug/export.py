@@ -35,6 +35,7 @@ from torch import nn
 from .engine.package import redact_loading_paths
 from .errors import KdplugError, UsageError
 from .inference import INFO_FILE, ONNX_FILE, LoadedStudent, Text, load_student, student_directory
+from .integrity import tokenizer_record, verify_package
 from .quantize import INT8, TORCH_RECIPE, quantize_onnx
 from .storage import atomic_directory
 
@@ -164,10 +165,12 @@ def export_student(
     allow_drop: bool = False,
     measure: bool = True,
     overwrite: bool = False,
+    verify: bool = True,
 ) -> ExportReport:
     """Export the student in ``path`` to ``output`` as ``fmt`` (``hf``: its package; ``onnx``), int8
     with ``quantize="int8"``, its vocabulary trimmed to ``trim_texts`` (the task's texts) when
-    given; checked on ``dev`` (see the module docstring), timed when ``measure``."""
+    given; checked on ``dev`` (see the module docstring), timed when ``measure``. ``verify``: check
+    the source package against its checksums first (see :mod:`kdplug.integrity`)."""
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if quantize not in (None, INT8):
@@ -177,14 +180,14 @@ def export_student(
     if not dev.texts:
         raise UsageError("the export needs texts to check the student on; none were given")
     output = check_output(output, overwrite)
-    reference = load_student(path, device="cpu", runtime="torch")
+    reference = load_student(path, device="cpu", runtime="torch", verify=verify)
     report = ExportReport(output)
     with atomic_directory(output, f"the export {output}") as staging:
         _copy_package(reference.directory, staging)
         if trim_texts is not None:
             report.vocabulary = _trim(reference, staging, trim_texts, dev.texts)
         if fmt == "onnx":
-            base = load_student(staging, device="cpu", runtime="torch")
+            base = load_student(staging, device="cpu", runtime="torch", verify=False)
             report.inputs, report.max_abs_diff, report.sample_size = _write_onnx(
                 base, staging, dev.texts[:SAMPLE_SIZE], tolerance, onnxruntime
             )
@@ -198,7 +201,7 @@ def export_student(
                 staging,
                 quantization=TORCH_RECIPE if fmt == "hf" else {"method": "onnxruntime-dynamic", "weights": "int8"},
             )
-            exported = load_student(staging, device="cpu", runtime="onnx" if fmt == "onnx" else "torch")
+            exported = load_student(staging, device="cpu", runtime="onnx" if fmt == "onnx" else "torch", verify=False)
             _check_drop(report, reference, exported, dev, max_drop, allow_drop)
             _record(
                 staging,
@@ -211,7 +214,7 @@ def export_student(
             )
         report.size_mb = {"fp32": _size_mb(reference.directory), "export": _size_mb(staging)}
         if measure:
-            exported = load_student(staging, device="cpu", runtime="onnx" if fmt == "onnx" else "torch")
+            exported = load_student(staging, device="cpu", runtime="onnx" if fmt == "onnx" else "torch", verify=False)
             report.speed = {"fp32": speed(reference, dev.texts), "export": speed(exported, dev.texts)}
     return report
 
@@ -237,8 +240,12 @@ def _trim(reference: LoadedStudent, staging: Path, texts: Sequence[Text], dev_te
     model.save_pretrained(str(staging))
     tokenizer.save_pretrained(str(staging))
     redact_loading_paths(staging)
-    _record(staging, vocabulary={"before": trimmed.vocab_before, "after": trimmed.vocab_after})
-    after = load_student(staging, device="cpu", runtime="torch")
+    _record(
+        staging,
+        vocabulary={"before": trimmed.vocab_before, "after": trimmed.vocab_after},
+        tokenizer=tokenizer_record(tokenizer),
+    )
+    after = load_student(staging, device="cpu", runtime="torch", verify=False)
     changed = sum(
         a.label != b.label or a.score != b.score
         for a, b in zip(reference.predict(list(dev_texts)), after.predict(list(dev_texts)))
@@ -374,11 +381,16 @@ def export_onnx(
     )
 
 
-def export_hf(path: Union[str, Path], output: Union[str, Path], *, overwrite: bool = False) -> ExportReport:
+def export_hf(
+    path: Union[str, Path], output: Union[str, Path], *, overwrite: bool = False, verify: bool = True
+) -> ExportReport:
     """A copy of the standalone student package (the Hugging Face format)."""
+    source = student_directory(path)
+    if verify:
+        verify_package(source)
     output = check_output(output, overwrite)
     with atomic_directory(output, f"the export {output}") as staging:
-        _copy_package(student_directory(path), staging)
+        _copy_package(source, staging)
     return ExportReport(output)
 
 

@@ -126,6 +126,17 @@ def load_pretrained(loader: Any, source: str, what: str, *, local_option: Option
     ``what`` names the thing in messages (``"teacher"``); ``local_option`` is how the user passes
     a local directory instead (default ``--set <what>_options.source=/path/to/dir``).
     """
+    if not kwargs.get("trust_remote_code"):
+        refuse_remote_code(source, what)
+    try:
+        return _load(loader, source, what, local_option, **kwargs)
+    except ValueError as exc:  # transformers refuses code it was not allowed to run, for an uncached hub id
+        if "trust_remote_code" not in str(exc):
+            raise
+        raise UsageError(remote_code_message(source, what)) from None
+
+
+def _load(loader: Any, source: str, what: str, local_option: Optional[str], **kwargs: Any) -> Any:
     if os.path.isdir(source):
         try:
             return loader.from_pretrained(source, **kwargs)
@@ -154,3 +165,37 @@ def load_pretrained(loader: Any, source: str, what: str, *, local_option: Option
         return loader.from_pretrained(source, **kwargs)
     except OSError as exc:
         raise UsageError(f"cannot load {what} {source!r} from the Hugging Face hub: {exc}") from exc
+
+
+def refuse_remote_code(source: str, what: str) -> None:
+    """A checkpoint whose config.json asks for code of its own (``auto_map``) for a model type this
+    process does not know is refused before anything of it is imported: that code would run with
+    the user's rights. kdplug's own students (registered model types) load without it."""
+    import json
+
+    path = os.path.join(source, "config.json") if os.path.isdir(source) else None
+    if path is None and HUB_ID.fullmatch(source):
+        path = cached_file(source, "config.json")
+    if path is None or not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError):
+        return  # transformers reports an unreadable config itself
+    if not isinstance(config, dict) or not config.get("auto_map"):
+        return
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if config.get("model_type") in CONFIG_MAPPING:
+        return  # a model type this process has code for: transformers uses it, not the checkpoint's
+    raise UsageError(remote_code_message(source, what))
+
+
+def remote_code_message(source: str, what: str) -> str:
+    return (
+        f"{what} {source} asks to run Python code of its own (auto_map in its config.json): kdplug does not run "
+        f"a checkpoint's code unless you allow it. If you trust its author, pass --set "
+        f"{what}_options.trust_remote_code=true (the code then runs with your rights); otherwise use a "
+        f"checkpoint of a model type transformers knows"
+    )

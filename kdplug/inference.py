@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 
 import torch
 
-from .errors import UsageError
+from .errors import ArgumentError, UsageError
 
 INFO_FILE = "kdplug_student.json"
 STUDENT_DIR = "student"
@@ -170,17 +170,31 @@ def student_directory(path: Union[str, Path]) -> Path:
 
 
 def load_student(
-    path: Union[str, Path], *, device: Union[str, torch.device, None] = None, runtime: str = "auto"
+    path: Union[str, Path],
+    *,
+    device: Union[str, torch.device, None] = None,
+    runtime: str = "auto",
+    verify: bool = True,
 ) -> LoadedStudent:
     """The student in ``path`` (a run directory, its ``student/``, or an ONNX export of it), in eval
     mode on ``device`` (default: CUDA when available), with its tokenizer, label names and maximum
     length. ``runtime``: ``torch`` (the package's weights; a quantized package is rebuilt in int8 on
     the CPU), ``onnx`` (an export's ``model.onnx`` through ONNX Runtime) or ``auto`` (ONNX where
-    ``path`` is an ONNX export, else PyTorch)."""
+    ``path`` is an ONNX export, else PyTorch). ``verify``: check every file against the package's
+    checksums first (see :mod:`kdplug.integrity`); the tokenizer is checked either way."""
+    from .integrity import check_tokenizer, verify_package
+
+    if not isinstance(path, (str, Path)):
+        raise ArgumentError(
+            f"load_student takes a path (str or pathlib.Path) to a run directory or its student/ directory, "
+            f"got {type(path).__name__}"
+        )
     if runtime not in RUNTIMES:
         raise UsageError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
     directory = student_directory(path)
-    info = json.loads((directory / INFO_FILE).read_text(encoding="utf-8"))
+    if verify:
+        verify_package(directory)
+    info = _read_info(directory)
     has_onnx, has_weights = (directory / ONNX_FILE).is_file(), any(directory.glob("*.safetensors"))
     if runtime == "auto":
         runtime = "onnx" if has_onnx and not has_weights else "torch"
@@ -194,6 +208,7 @@ def load_student(
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    check_tokenizer(tokenizer, info, directory)
     model, session = None, None
     if runtime == "onnx":
         session = _onnx_session(directory / ONNX_FILE, device)
@@ -220,10 +235,13 @@ def _torch_model(directory: Path, info: dict[str, Any], device: Union[str, torch
     from .quantize import apply_recipe
 
     model_types.register_model_types()
+    from safetensors import SafetensorError
     from transformers import AutoModelForSequenceClassification
 
     try:
         model = AutoModelForSequenceClassification.from_pretrained(str(directory))
+    except (SafetensorError, OSError) as exc:
+        raise damaged(directory, "its weights", exc) from None
     except (KeyError, ValueError) as exc:
         raise UsageError(
             f"{directory} holds a model type transformers does not know ({exc}); install the kdplug "
@@ -250,7 +268,29 @@ def _onnx_session(path: Path, device: Union[str, torch.device, None]) -> Any:
         if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
             raise UsageError("this onnxruntime has no CUDA provider: install onnxruntime-gpu, or use --device cpu")
         providers.insert(0, "CUDAExecutionProvider")
-    return onnxruntime.InferenceSession(str(path), providers=providers)
+    try:
+        return onnxruntime.InferenceSession(str(path), providers=providers)
+    except Exception as exc:  # onnxruntime raises its own InvalidProtobuf / Fail, not importable by name
+        raise damaged(path.parent, path.name, exc) from None
+
+
+def _read_info(directory: Path) -> dict[str, Any]:
+    try:
+        info = json.loads((directory / INFO_FILE).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise damaged(directory, INFO_FILE, exc) from None
+    if not isinstance(info, dict) or "max_length" not in info:
+        raise damaged(directory, INFO_FILE, ValueError("it lacks max_length"))
+    return info
+
+
+def damaged(directory: Path, what: str, exc: BaseException) -> UsageError:
+    """The error for a package file that cannot be read (a truncated download, a damaged disk)."""
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return UsageError(
+        f"{directory}: {what} cannot be read ({reason}); the package is damaged or incomplete. Export it "
+        f"again from its run (kdplug export RUN_DIR --output DIR) or copy the run's student/ directory whole"
+    )
 
 
 def predict(
@@ -260,7 +300,19 @@ def predict(
     batch_size: int = 32,
     device: Union[str, torch.device, None] = None,
     runtime: str = "auto",
+    verify: bool = True,
 ) -> list[Prediction]:
     """Predictions of the student in ``path`` for ``texts`` (strings, or (text, pair) tuples)."""
-    student = path if isinstance(path, LoadedStudent) else load_student(path, device=device, runtime=runtime)
+    if isinstance(texts, (bytes, int, float)) or texts is None:
+        raise ArgumentError(
+            f"predict takes texts: a string, a list of strings, or of (text, pair) tuples; got {type(texts).__name__}"
+        )
+    if not isinstance(path, (str, Path, LoadedStudent)):
+        raise ArgumentError(
+            f"predict takes a run directory or student directory (str or pathlib.Path) or a LoadedStudent, "
+            f"got {type(path).__name__}"
+        )
+    student = (
+        path if isinstance(path, LoadedStudent) else load_student(path, device=device, runtime=runtime, verify=verify)
+    )
     return student.predict(texts if isinstance(texts, (str, tuple)) else list(texts), batch_size=batch_size)

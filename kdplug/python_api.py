@@ -19,7 +19,7 @@ from typing import Any, Optional, Union
 from torch import nn
 
 from .config import RunConfig, apply, load_yaml
-from .errors import UsageError
+from .errors import ArgumentError, UsageError
 from .plugins import PluginManager, get_plugin_manager, hookimpl
 from .types import Task, Teacher, num_outputs
 
@@ -76,6 +76,10 @@ def distill(
     """
     from .engine.pipeline import run
 
+    check_arguments(teacher=teacher, student=student, task=task, projector=projector, recipe=recipe, config=config)
+    for name, value in (("data_dir", data_dir), ("output", output)):
+        if value is not None and not isinstance(value, (str, Path)):
+            raise ArgumentError(f"{name}= takes a directory (str or pathlib.Path), got {type(value).__name__}")
     run_config = _base_config(config)
     objects: dict[str, Any] = {}
     values: dict[str, Any] = {}
@@ -101,6 +105,67 @@ def distill(
     return DistillResult(run_dir=result.run_dir, metrics=result.metrics, student=load_student(result.run_dir))
 
 
+#: what each component argument of :func:`distill` accepts, for the messages
+ACCEPTS = {
+    "teacher": "a name, a checkpoint directory or a hub id (str), a (model, tokenizer) pair, or a kdplug.types.Teacher",
+    "student": "a name, a checkpoint directory or a hub id (str), or a torch.nn.Module",
+    "task": "a name (str), a kdplug Task, or a datasets.DatasetDict",
+    "projector": "a projector's name (str)",
+    "recipe": "a recipe's name (str)",
+    "config": "a RunConfig, a dict of its keys, or a YAML file's path",
+}
+
+
+def check_arguments(**given: Any) -> None:
+    """Every component argument of :func:`distill` is of a kind it accepts, before anything is loaded:
+    an :class:`ArgumentError` (a ``TypeError``) naming the argument otherwise."""
+    for name, value in given.items():
+        if value is None or isinstance(value, str) or (isinstance(value, Path) and name != "projector"):
+            continue
+        if not _acceptable(name, value):
+            raise ArgumentError(f"{name}= takes {ACCEPTS[name]}; got {_describe(value)}")
+
+
+def _acceptable(name: str, value: Any) -> bool:
+    if name == "teacher":
+        if isinstance(value, Teacher):
+            return True
+        return (
+            isinstance(value, tuple)
+            and len(value) == 2
+            and isinstance(value[0], nn.Module)
+            and hasattr(value[0], "config")
+            and callable(value[1])
+        )
+    if name == "student":
+        return isinstance(value, nn.Module) and _reads_token_ids(value)
+    if name == "task":
+        return (hasattr(value, "load_split") and hasattr(value, "compute_metrics")) or (
+            hasattr(value, "keys") and hasattr(value, "column_names")
+        )
+    if name == "config":
+        return isinstance(value, (RunConfig, dict))
+    return False
+
+
+def _reads_token_ids(module: nn.Module) -> bool:
+    """Whether ``module.forward`` takes ``input_ids`` and ``attention_mask`` (the Student protocol)."""
+    import inspect
+
+    parameters = inspect.signature(module.forward).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return True
+    return {"input_ids", "attention_mask"} <= set(parameters)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, nn.Module) and not _reads_token_ids(value):
+        return f"a {type(value).__name__} whose forward takes no input_ids and attention_mask (kdplug.types.Student)"
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)} ({', '.join(type(item).__name__ for item in value)})"
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
 def _base_config(config: Union[RunConfig, dict, str, Path, None]) -> RunConfig:
     if isinstance(config, RunConfig):
         return copy.deepcopy(config)
@@ -109,8 +174,6 @@ def _base_config(config: Union[RunConfig, dict, str, Path, None]) -> RunConfig:
         apply(base, load_yaml(config), source=str(config))
     elif isinstance(config, dict):
         apply(base, config, source="config")
-    elif config is not None:
-        raise UsageError(f"config must be a RunConfig, a dict of its keys or a YAML file, got {type(config).__name__}")
     return base
 
 

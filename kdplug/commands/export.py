@@ -70,6 +70,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "predict'; without gold labels, an int8 export's changed predictions count against --max-drop)",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in --output")
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip checking the package against its checksums (for a package you changed on purpose)",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -78,6 +83,7 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
 
     from ..export import check_output, check_push, export_hf, export_student, push_to_hub
     from ..inference import student_directory
+    from ..integrity import verify_package
 
     if not args.push_to_hub:
         missing = [flag for flag, value in (("--format", args.format), ("--output", args.output)) if not value]
@@ -93,13 +99,15 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     if args.output:
         check_output(args.output, args.overwrite)  # before any work
     source = student_directory(args.run)
+    if not args.no_verify:
+        verify_package(source)  # once, before any work; the steps below trust it
     if args.push_to_hub:
         check_push(args.push_to_hub)
     plain = fmt == "hf" and not (args.quantize or args.trim_vocab)
     with tempfile.TemporaryDirectory(prefix="kdplug-export-") as scratch:
         if plain:
             if args.output:
-                export_hf(args.run, args.output, overwrite=args.overwrite)
+                export_hf(args.run, args.output, overwrite=args.overwrite, verify=False)
                 print(f"exported the student to {args.output} (Hugging Face format)")
             folder = Path(args.output) if args.output else source  # the package is the hf export
         else:
@@ -116,6 +124,7 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
                 max_drop=args.max_drop,
                 allow_drop=args.allow_drop,
                 overwrite=args.overwrite,
+                verify=False,
             )
             what = " ".join(filter(None, [fmt, args.quantize, "trimmed" if args.trim_vocab else None]))
             print(f"exported the student to {report.directory} ({what})")
@@ -157,7 +166,7 @@ def dev_set(args: argparse.Namespace, manager: PluginManager):
         from .. import textio
         from ..textio import input_format, read_inputs
 
-        student = load_student(args.run, device="cpu")
+        student = load_student(args.run, device="cpu", verify=False)  # handle() verified it
         text = textio.read_text(args.sample, option="--sample's encoding (save it as UTF-8)")
         texts = read_inputs(
             text, input_format(args.sample, None), args.sample, student.text_columns, student.is_pair, None

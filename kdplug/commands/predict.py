@@ -14,10 +14,11 @@ import io
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import KdplugError, UsageError
 from ..plugins import PluginManager
 from ..storage import write_atomic
 from ..textio import FORMATS, input_format, read_inputs
@@ -60,6 +61,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "auto (default): onnx for an ONNX export directory, else torch",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip checking the package against its checksums (for a package you changed on purpose)",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -69,9 +75,9 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
 
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, got {args.batch_size}")
-    if args.output != "-" and Path(args.output).exists() and not args.overwrite:
-        raise UsageError(f"--output {args.output} exists; choose another file or pass --overwrite to replace it")
-    student = load_student(args.student, device=args.device, runtime=args.runtime)
+    if args.output != "-":
+        check_output_file(Path(args.output), args.overwrite)  # before the student loads and predicts
+    student = load_student(args.student, device=args.device, runtime=args.runtime, verify=not args.no_verify)
     fmt = input_format(args.input, args.format)
     name = "<stdin>" if args.input == "-" else args.input
     if args.input == "-":
@@ -135,7 +141,29 @@ def write(path: str, text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    target = Path(path)
+    try:
+        write_atomic(Path(path), text)
+    except OSError as exc:
+        raise KdplugError(
+            f"writing --output {path} failed ({exc.strerror or exc}); nothing was written there (a previous file "
+            f"is unchanged). Free space or choose another --output and run the command again"
+        ) from None
+
+
+def check_output_file(target: Path, overwrite: bool) -> None:
+    """``--output`` can take the predictions: a file (new, or replaced with --overwrite) in a
+    directory that accepts new files."""
+    if target.is_dir():
+        raise UsageError(f"--output {target} is a directory; name a file in it, e.g. {target / 'predictions.tsv'}")
+    if target.exists() and not overwrite:
+        raise UsageError(f"--output {target} exists; choose another file or pass --overwrite to replace it")
     if not target.parent.is_dir():
-        raise UsageError(f"the directory of --output {path} does not exist")
-    write_atomic(target, text)
+        raise UsageError(f"the directory of --output {target} does not exist")
+    try:
+        with tempfile.TemporaryFile(dir=target.parent):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"--output {target}: cannot write in {target.parent} ({(exc.strerror or str(exc)).lower()}); "
+            f"choose another --output or fix the permissions"
+        ) from None

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..config import FIELDS, build_config
+from ..config import FIELDS, RunConfig, build_config
+from ..errors import KdplugError, UsageError
 from ..plugins import PluginManager
 from ..seeds import parse_seeds, run_seeds, seed_configs
 from . import report_failures
@@ -173,7 +176,8 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
             return 0
         from ..engine.pipeline import run
 
-        run(config, manager.registry, resume=True)
+        with explained_failure(config):
+            run(config, manager.registry, resume=True)
         return 0
     flags = {
         key: getattr(args, key)
@@ -223,5 +227,43 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     if args.seeds is not None:
         run_seeds(config, parse_seeds(args.seeds, config.seed), manager.registry, overwrite=args.overwrite)
         return 0
-    run(config, manager.registry, overwrite=args.overwrite)
+    with explained_failure(config):
+        run(config, manager.registry, overwrite=args.overwrite)
     return 0
+
+
+@contextlib.contextmanager
+def explained_failure(config: RunConfig) -> Iterator[None]:
+    """A run that fails on something other than a usage error or a signal ends with what failed, what
+    the run directory kept and how to go on (``--resume`` when there are checkpoints), not a
+    traceback (that is in the run's log.txt, and on the terminal with --debug)."""
+    from ..engine.interrupt import RunInterrupted
+
+    try:
+        yield
+    except (UsageError, RunInterrupted):
+        raise
+    except Exception as exc:
+        raise RunFailedError(failure_message(exc, Path(config.output))) from exc
+
+
+class RunFailedError(KdplugError):
+    """A run that failed after it started (exit 1); its message says what the directory kept."""
+
+
+def failure_message(exc: BaseException, output: Path) -> str:
+    from ..layout import CHECKPOINT_DIR, LOG_FILE
+    from ..storage import write_failure_reason
+
+    reason = write_failure_reason(exc)
+    what = f"a write failed: {reason}" if reason and not isinstance(exc, KdplugError) else str(exc).strip()
+    what = what.splitlines()[0] if what else type(exc).__name__
+    checkpoints = output / CHECKPOINT_DIR
+    if checkpoints.is_dir() and any(checkpoints.rglob("*")):
+        kept = (
+            f"{output} keeps the checkpoints written before the failure: once the cause is fixed, continue with "
+            f"'kdplug run --resume {output}'"
+        )
+    else:
+        kept = f"nothing to resume in {output}: once the cause is fixed, run the same command with --overwrite"
+    return f"the run failed ({what}). {kept}. The traceback is in {output / LOG_FILE}."

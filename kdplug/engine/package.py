@@ -22,6 +22,7 @@ from safetensors.torch import save_model
 from torch import nn
 
 from ..hub import display_name
+from ..integrity import tokenizer_record
 from ..storage import atomic_directory
 from ..version import __version__
 
@@ -37,6 +38,7 @@ def write_package(directory: Path, student: nn.Module, tokenizer: Any, info: dic
             readable = copy.deepcopy(tokenizer)
             readable.model_max_length = info["max_length"]  # truncation=True cuts where training cut
             readable.save_pretrained(str(staging))
+            info = {**info, "tokenizer": tokenizer_record(readable)}  # what loading checks the files against
         (staging / INFO_FILE).write_text(json.dumps(redact(info), indent=2, default=str))
         (staging / CARD_FILE).write_text(redact(card), encoding="utf-8")
         redact_loading_paths(staging)

@@ -16,11 +16,11 @@ from accelerate.utils import set_seed
 from torch import nn
 
 from ..config import RunConfig
-from ..errors import UsageError
+from ..errors import KdplugError, UsageError, debugging
 from ..hub import display_name
 from ..layout import CHECKPOINT_DIR
 from ..registry import Registry
-from ..storage import default_cache_root, raise_as_storage_error
+from ..storage import default_cache_root, raise_as_storage_error, write_failure_reason
 from ..types import matchable_layers
 from . import analysis, faults, interrupt, preflight
 from . import speed as speed_module
@@ -130,11 +130,12 @@ def record_failure(
     log_file: Optional[logging.Handler] = None,
 ) -> None:
     """log.txt gets the traceback, metrics.json and the marker say ``failed`` and why; metrics.json
-    also keeps what the run ``measured`` before it failed (e.g. the teacher's check). A usage error
-    (exit 2) goes to log.txt alone: its message, which the command line prints, says it all."""
+    also keeps what the run ``measured`` before it failed (e.g. the teacher's check). An error kdplug
+    explains (a usage error, a failed write) goes to log.txt alone: its message, which the command
+    line prints, says it all; the terminal gets the traceback of anything else, or with --debug."""
     message = str(exc) or type(exc).__name__
     trace = "".join(traceback.format_exception(exc)).rstrip()
-    if isinstance(exc, UsageError) and log_file is not None:
+    if explained(exc) and log_file is not None and not debugging():
         log_file.handle(
             log.makeRecord(log.name, logging.ERROR, __file__, 0, "the run failed: %s\n%s", (message, trace), None)
         )
@@ -155,6 +156,12 @@ def record_failure(
             return
         except OSError:
             continue
+
+
+def explained(exc: BaseException) -> bool:
+    """Whether ``exc``'s message says what went wrong without its traceback: kdplug's own errors and
+    failed writes (a full disk, a file-size limit, permissions)."""
+    return isinstance(exc, KdplugError) or write_failure_reason(exc) is not None
 
 
 def _silent(message: str) -> None:
