@@ -64,6 +64,10 @@ class PluginError(KdplugError):
     """A plugin is broken: it failed to import, registered a duplicate name, or misbehaved."""
 
 
+class AmbiguousNameError(UsageError, PluginError):
+    """A name that two plugins registered: the user picks one by disabling the other (exit 2)."""
+
+
 def close_matches(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
     """Names in ``candidates`` close to ``name``, best first.
 

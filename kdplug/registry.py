@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from .errors import ConfigError, PluginError, UnknownComponentError
+from .errors import AmbiguousNameError, ConfigError, PluginError, UnknownComponentError
 from .hub import is_hub_id
 
 #: kind -> the registration hook that fills it
@@ -153,7 +153,7 @@ class Registry:
         rivals = self._conflicts.get((kind, name))
         if rivals:
             providers = " and ".join(e.provider() for e in rivals)
-            raise PluginError(
+            raise AmbiguousNameError(
                 f"{kind} {name!r} is registered by {providers}: kdplug cannot tell which one you mean. "
                 f"Uninstall or disable all but one of them (--disable-plugin NAME or KDPLUG_DISABLE_PLUGINS=NAME)."
             )
@@ -235,6 +235,10 @@ class Registry:
             checker(*args, **options)
 
 
+#: the run key that holds each kind's options, where it is not KIND_options
+OPTION_KEYS = {"augmenter": "augment_options", "loss": "ild_loss_options"}
+
+
 def _check_options(entry: Entry, name: str, args: tuple, options: dict[str, Any]) -> None:
     """Unknown or missing options fail with the factory's valid options, not a bare TypeError."""
     try:
@@ -249,11 +253,7 @@ def _check_options(entry: Entry, name: str, args: tuple, options: dict[str, Any]
             for p in list(signature.parameters.values())[len(args) :]
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
         ]
-        section = (
-            f"{entry.kind}_options"
-            if entry.kind in ("teacher", "student", "projector", "task", "recipe")
-            else "options"
-        )
+        section = OPTION_KEYS.get(entry.kind, f"{entry.kind}_options")
         raise ConfigError(
             f"{entry.kind} {name!r} ({entry.provider()}): {exc}. Its options are: {', '.join(valid) or '(none)'}; "
             f"set them with --set {section}.NAME=VALUE"

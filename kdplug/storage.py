@@ -107,6 +107,8 @@ def write_failure_reason(exc: BaseException) -> Optional[str]:
     for needle, code in _MESSAGES:
         if needle.replace(" ", "") in text:
             return _REASONS.get(code, f"a write failed ({exc})")
+    if "inline_container" in text and "unexpectedpos" in text:  # torch.save's writer found its file cut short
+        return "a file was cut short: the disk is full or a file-size limit (ulimit -f) was reached"
     return None
 
 

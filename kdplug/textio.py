@@ -187,5 +187,5 @@ def read_inputs(
             rows.append(dict(zip(keys, fields)))
         texts = [tuple(row[c] for c in columns) if is_pair else row[columns[0]] for row in rows]
     if not texts:
-        raise UsageError(f"{name} holds no texts to predict")
+        raise UsageError(f"{name} holds no texts; {consumer} needs at least one")
     return rows, keys, texts

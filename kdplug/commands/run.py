@@ -255,6 +255,9 @@ def failure_message(exc: BaseException, output: Path) -> str:
     from ..layout import CHECKPOINT_DIR, LOG_FILE
     from ..storage import write_failure_reason
 
+    log_file = output / LOG_FILE
+    if "--resume" in str(exc):  # the error says what was kept and how to go on (a checkpoint's write)
+        return f"the run failed: {str(exc).strip()} The traceback is in {log_file}."
     reason = write_failure_reason(exc)
     what = f"a write failed: {reason}" if reason and not isinstance(exc, KdplugError) else str(exc).strip()
     what = what.splitlines()[0] if what else type(exc).__name__
@@ -266,4 +269,4 @@ def failure_message(exc: BaseException, output: Path) -> str:
         )
     else:
         kept = f"nothing to resume in {output}: once the cause is fixed, run the same command with --overwrite"
-    return f"the run failed ({what}). {kept}. The traceback is in {output / LOG_FILE}."
+    return f"the run failed ({what}). {kept}. The traceback is in {log_file}."

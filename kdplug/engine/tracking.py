@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..config import TRACKERS, tracker_names
-from ..errors import ConfigError
+from ..errors import ConfigError, UsageError
 from ..layout import TRACKING_DIR  # noqa: F401
 
 PROJECT = "kdplug"
@@ -82,17 +82,23 @@ class Tracking:
     def __init__(self, accelerator: Any, names: list[str], run_dir: Path, config: dict[str, Any]) -> None:
         self.accelerator, self.names = accelerator, names
         directory = run_dir / TRACKING_DIR
-        directory.mkdir(parents=True, exist_ok=True)
-        if "mlflow" in names:
-            _mlflow_store_in(directory)
         init_kwargs = {
             "wandb": {"name": run_dir.name, "dir": str(directory)},
             "mlflow": {"run_name": run_dir.name, "logging_dir": (directory / "mlartifacts").resolve().as_uri()},
             "tensorboard": {},
         }
-        accelerator.init_trackers(
-            PROJECT, config=hyper_parameters(config), init_kwargs={name: init_kwargs[name] for name in names}
-        )
+        try:  # before any training: a tracker that cannot write is a message now, not a traceback later
+            directory.mkdir(parents=True, exist_ok=True)
+            if "mlflow" in names:
+                _mlflow_store_in(directory)
+            accelerator.init_trackers(
+                PROJECT, config=hyper_parameters(config), init_kwargs={name: init_kwargs[name] for name in names}
+            )
+        except OSError as exc:
+            raise UsageError(
+                f"--report-to {','.join(names)}: cannot write the tracking directory {directory} "
+                f"({(exc.strerror or str(exc)).lower()}); fix its permissions or run with --report-to none"
+            ) from None
 
     def log_step(self, stage: str, step: int, terms: dict[str, float], lr: float) -> None:
         values = {f"{stage}/train/{term}": value for term, value in terms.items()}

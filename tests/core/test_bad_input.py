@@ -57,6 +57,12 @@ def run(capsys, *argv):
         ("unknown recipe", ["--recipe", "two_stage"], 2, ["unknown recipe 'two_stage'", "'two-stage'"]),
         ("unknown option", ["--set", "projector_options.temprature=2"], 2, ["temprature", "Its options are"]),
         ("unknown key", ["--set", "learning_rate=1e-5"], 2, ["unknown configuration key 'learning_rate'"]),
+        (
+            "unknown augmenter option",
+            ["--augment", "tang", "--set", "augment_options.nope=1"],
+            2,
+            ["nope", "--set augment_options.NAME=VALUE"],
+        ),
         ("wrong type", ["--set", "batch_size=[32]"], 2, ["batch_size must be int"]),
         ("bad precision", ["--precision", "fp8"], 2, ["invalid choice"]),
         (

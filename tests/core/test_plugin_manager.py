@@ -127,6 +127,7 @@ def test_two_plugins_with_one_name_fail_only_the_runs_that_ask_for_it(site):
         registry.resolve("projector", "dup-own-name")
     assert "kdplug-dup-test" in str(error.value) and "kdplug-rival-test" in str(error.value)
     assert "--disable-plugin" in str(error.value)
+    assert error.value.exit_code == 2  # the user picks one: a usage error, as docs/robustness.md says
     assert {f.name for f in manager.failures if f.stage == "duplicate name"} >= {"kdplug-dup-test", "kdplug-rival-test"}
 
 

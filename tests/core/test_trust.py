@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -246,3 +248,57 @@ def test_predict_into_an_unwritable_directory_is_a_message_before_any_work(capsy
     assert code == 2 and out == "", err
     assert "cannot write in" in err and ("permission denied" in err or "read-only" in err)
     assert "Traceback" not in err and not (locked / "out.tsv").exists()
+
+
+def test_a_usage_error_found_during_a_run_prints_its_message_alone_and_debug_adds_the_traceback(
+    tmp_path, tiny_bert_dir
+):
+    """Found after the run started (a label outside the label set, read with the data): the
+    terminal gets the message, log.txt the traceback; --debug puts the traceback on the terminal."""
+    data = write_sst2(tmp_path / "SST-2")
+    (data / "train.tsv").write_text("sentence\tlabel\ngood film\t1\nbad film\t7\n")
+    for debug in (False, True):
+        output = tmp_path / f"run-{debug}"
+        command = [sys.executable, "-m", "kdplug.cli", *(["--debug"] if debug else []), "run"]
+        command += ["--teacher", tiny_bert_dir, "--student", "bilstm", "--task", "sst2", "--data-dir", str(data)]
+        command += ["--set", "teacher_epochs=1", "--output", str(output)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=dict(os.environ))
+        assert result.returncode == 2, result.stderr
+        assert ("Traceback" in result.stderr) is debug, result.stderr
+        assert result.stderr.rstrip().splitlines()[-1].startswith("kdplug: error: ")
+        assert "line 3" in result.stderr and "'7'" in result.stderr
+        assert "Traceback" in (output / "log.txt").read_text()
+
+
+def test_a_file_size_limit_while_the_teachers_optimizer_state_is_saved_says_how_to_resume(tmp_path, tiny_bert_dir):
+    """RLIMIT_FSIZE set so that the teacher's weights fit and its optimizer state (twice their size,
+    written by torch.save) does not: a message with --resume, no traceback; the resume finishes."""
+    import resource
+
+    data = write_sst2(tmp_path / "SST-2")
+    limit = int(1.5 * (Path(tiny_bert_dir) / "model.safetensors").stat().st_size)
+    output = tmp_path / "run"
+    command = [sys.executable, "-m", "kdplug.cli", "run", "--teacher", tiny_bert_dir, "--student", "bilstm"]
+    command += ["--task", "sst2", "--data-dir", str(data), "--epochs", "1", "--output", str(output)]
+    command += ["--set", "teacher_epochs=2", "--set", "allow_weak_teacher=true"]
+    command += ["--set", "student_options.hidden_size=16"]
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env=dict(os.environ), preexec_fn=limit_file_size
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "checkpoint of stage 'teacher'" in result.stderr and "ulimit -f" in result.stderr
+    assert f"kdplug run --resume {output}" in result.stderr and "Traceback" in (output / "log.txt").read_text()
+    resumed = subprocess.run(
+        [sys.executable, "-m", "kdplug.cli", "run", "--resume", str(output)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert (output / "student" / "model.safetensors").is_file()
