@@ -111,9 +111,9 @@ class LoadedStudent:
     def _check(self, item: Text) -> None:
         pair = isinstance(item, tuple)
         if pair and (len(item) != 2 or not all(isinstance(part, str) for part in item)):
-            raise UsageError(f"a sentence pair must be two strings, got {item!r}")
+            raise ArgumentError(f"a sentence pair must be two strings, got {item!r}")
         if not pair and not isinstance(item, str):
-            raise UsageError(f"expected text (a string) or a pair of strings, got {type(item).__name__}")
+            raise ArgumentError(f"expected text (a string) or a pair of strings, got {type(item).__name__}")
         if pair != self.is_pair:
             raise UsageError(
                 f"this student reads {'sentence pairs' if self.is_pair else 'single texts'} "
@@ -303,9 +303,12 @@ def predict(
     verify: bool = True,
 ) -> list[Prediction]:
     """Predictions of the student in ``path`` for ``texts`` (strings, or (text, pair) tuples)."""
-    if isinstance(texts, (bytes, int, float)) or texts is None:
+    items = [texts] if isinstance(texts, (str, tuple)) else list(texts) if _iterable(texts) else [texts]
+    wrong = [item for item in items if not _is_text(item)]
+    if wrong:  # before the student loads
         raise ArgumentError(
-            f"predict takes texts: a string, a list of strings, or of (text, pair) tuples; got {type(texts).__name__}"
+            f"predict takes texts: a string, a list of strings, or of (text, pair) tuples; got "
+            f"{type(wrong[0]).__name__} {wrong[0]!r}"[:200]
         )
     if not isinstance(path, (str, Path, LoadedStudent)):
         raise ArgumentError(
@@ -315,4 +318,14 @@ def predict(
     student = (
         path if isinstance(path, LoadedStudent) else load_student(path, device=device, runtime=runtime, verify=verify)
     )
-    return student.predict(texts if isinstance(texts, (str, tuple)) else list(texts), batch_size=batch_size)
+    return student.predict(items, batch_size=batch_size)
+
+
+def _iterable(value: Any) -> bool:
+    return not isinstance(value, (bytes, bytearray)) and hasattr(value, "__iter__")
+
+
+def _is_text(item: Any) -> bool:
+    return isinstance(item, str) or (
+        isinstance(item, tuple) and len(item) == 2 and all(isinstance(part, str) for part in item)
+    )

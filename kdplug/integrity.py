@@ -59,7 +59,7 @@ def check_tokenizer(tokenizer: Any, info: dict[str, Any], directory: Path) -> No
     expected = info.get("tokenizer") or _from_config(directory, found)  # before kdplug recorded it: the config's
     if found != expected:
         what = (
-            f"{found['size']:,} tokens where the student was trained with {expected['size']:,}"
+            f"its vocabulary has {found['size']:,} tokens, the student's {expected['size']:,}"
             if found["size"] != expected["size"]
             else "the same vocabulary size but other token ids"
         )

@@ -158,7 +158,8 @@ def check_output_file(target: Path, overwrite: bool) -> None:
     if target.exists() and not overwrite:
         raise UsageError(f"--output {target} exists; choose another file or pass --overwrite to replace it")
     if not target.parent.is_dir():
-        raise UsageError(f"the directory of --output {target} does not exist")
+        what = "is a file, not a directory" if target.parent.exists() else "does not exist"
+        raise UsageError(f"the directory of --output {target}, {target.parent}, {what}")
     try:
         with tempfile.TemporaryFile(dir=target.parent):
             pass

@@ -256,6 +256,8 @@ def failure_message(exc: BaseException, output: Path) -> str:
     from ..storage import write_failure_reason
 
     log_file = output / LOG_FILE
+    if not log_file.is_file():  # it failed before the run directory was made: nothing kept, nothing to say
+        return f"the run failed before it started: {str(exc).strip() or type(exc).__name__}"
     if "--resume" in str(exc):  # the error says what was kept and how to go on (a checkpoint's write)
         return f"the run failed: {str(exc).strip()} The traceback is in {log_file}."
     reason = write_failure_reason(exc)

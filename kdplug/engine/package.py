@@ -47,9 +47,30 @@ def write_package(directory: Path, student: nn.Module, tokenizer: Any, info: dic
 
 def redact_loading_paths(directory: Path) -> None:
     """Where transformers recorded the directory a model or tokenizer was loaded from: reduced to
-    its last component in ``config.json`` and ``tokenizer_config.json``."""
+    its last component in ``config.json`` and ``tokenizer_config.json``; and the settings of the
+    last tokenizer call, which a tokenizer saved after use (the stored teacher's) carries into the
+    next save: without them the package is the same whether the teacher was stored or not."""
     for name, key in (("config.json", "_name_or_path"), ("tokenizer_config.json", "name_or_path")):
         _redact_field(directory / name, key)
+    _drop_call_settings(directory / "tokenizer_config.json")
+
+
+#: what a tokenizer call sets (truncation, stride) rather than what the tokenizer is, with the
+#: value that means "not set"; model_max_length (where truncation=True cuts) is kept
+CALL_SETTINGS = {"max_length": None, "stride": None, "truncation_strategy": None, "truncation_side": "right"}
+
+
+def _drop_call_settings(path: Path) -> None:
+    if not path.is_file():
+        return
+    data = json.loads(path.read_text(encoding="utf-8"))
+    kept = {
+        key: value
+        for key, value in data.items()
+        if key not in CALL_SETTINGS or (CALL_SETTINGS[key] is not None and value != CALL_SETTINGS[key])
+    }
+    if kept != data:
+        path.write_text(json.dumps(kept, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 #: an absolute (or home-relative) path in text: not a URL's ``//host/...`` nor a ratio like ``ms/example``

@@ -61,8 +61,8 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
 
     Returns the notes the run prints first (which recipe runs, and why).
     """
-    check_model_reference(registry, "teacher", config.teacher)
-    check_model_reference(registry, "student", config.student)
+    check_model_reference(registry, "teacher", config.teacher, config.teacher_options)
+    check_model_reference(registry, "student", config.student, config.student_options)
     for kind in ("projector", "task"):
         registry.resolve(kind, getattr(config, kind))
     if config.baseline:
@@ -98,7 +98,7 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
     return notes
 
 
-def check_model_reference(registry: Registry, kind: str, name: str) -> None:
+def check_model_reference(registry: Registry, kind: str, name: str, options: Optional[dict] = None) -> None:
     """``name`` is a registered {kind}, an existing checkpoint directory, or a hub id that can be
     loaded now (cached, or the hub is up): checked in seconds, before any data is read.
 
@@ -111,6 +111,8 @@ def check_model_reference(registry: Registry, kind: str, name: str) -> None:
     except UnknownComponentError as exc:
         unknown = exc
     loader = registry.checkpoint_loader(kind)
+    if loader is not None and not (options or {}).get("trust_remote_code"):
+        hub.refuse_remote_code(str(Path(name).expanduser()) if looks_like_path(name) else name, kind)
     if Path(name).expanduser().is_dir() and loader is not None:
         return
     if looks_like_path(name):
@@ -165,7 +167,13 @@ def check_transfer_sources(config: RunConfig, registry: Registry) -> None:
         if not source.exists():
             raise UsageError(f"--transfer {path}: no such file or directory")
         if source.is_file():
-            input_format(str(source), None)  # an unknown extension names the formats read
+            fmt = input_format(str(source), None)  # an unknown extension names the formats read
+            if not has_texts(source, fmt):
+                raise UsageError(
+                    f"--transfer {path} holds no texts"
+                    + (" (a header line alone)" if fmt in ("tsv", "csv") else "")
+                    + "; a transfer set needs at least one: give another file or drop it"
+                )
     if config.augment:
         registry.resolve("augmenter", config.augment)
         registry.check_options("augmenter", config.augment, None, **config.augment_options)
@@ -174,6 +182,19 @@ def check_transfer_sources(config: RunConfig, registry: Registry) -> None:
             check_values(**config.augment_options)
     elif config.augment_options:
         raise UsageError("augment_options are the options of an augmenter: set --augment NAME too")
+
+
+def has_texts(path: Path, fmt: str) -> bool:
+    """Whether a transfer file has a line of text beyond a table's header: read only up to there,
+    so a large file costs nothing here (the build reads it, or finds it in the cache)."""
+    wanted = 2 if fmt in ("tsv", "csv") else 1
+    found = 0
+    with open(path, "rb") as handle:
+        for line in handle:
+            found += bool(line.strip())
+            if found >= wanted:
+                return True
+    return False
 
 
 def check_writable(directory: Path, what: str, option: str) -> None:

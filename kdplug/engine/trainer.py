@@ -288,10 +288,15 @@ class Trainer:
                 if interrupt.requested() or (every and step % every == 0 and step < len(loader)):
                     path = save()
                     if interrupt.requested():
+                        how = (
+                            f"checkpoint written to {path}. Continue with "
+                            f"'kdplug run --resume {checkpoints.root.parent}'."
+                            if checkpoints is not None
+                            else "no checkpoint (checkpoints are off): run it again to start over."
+                        )
                         raise RunInterrupted(
-                            f"stopped by signal {interrupt.requested()} in stage {name!r} at epoch "
-                            f"{epoch}, step {step}; checkpoint written to {path}. Continue with "
-                            f"'kdplug run --resume <run dir>'.",
+                            f"stopped by signal {interrupt.requested()} in stage {name!r} at epoch {epoch}, step "
+                            f"{step}; {how}",
                             interrupt.requested(),
                         )
             predictions: dict[str, list] = {}

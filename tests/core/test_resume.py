@@ -90,7 +90,7 @@ def test_killed_run_resumes_to_the_same_result(setup, reference, tmp_path, monke
         assert killed.returncode == -signum, killed.stderr
     else:
         assert killed.returncode == 128 + signum, killed.stderr
-        assert "checkpoint written" in killed.stderr and "--resume" in killed.stderr
+        assert "checkpoint written" in killed.stderr and f"kdplug run --resume {run_dir}" in killed.stderr
     assert not (run_dir / "metrics.json").exists()
     assert (run_dir / "checkpoints" / stage / "state.json").is_file()
 

@@ -169,6 +169,8 @@ def test_load_student_and_predict_name_what_they_accept():
         kdplug.load_student(42)
     with pytest.raises(TypeError, match="predict takes a run directory"):
         kdplug.predict(42, ["a text"])
+    with pytest.raises(TypeError, match="predict takes texts.*int 42"):  # the texts first: nothing loads
+        kdplug.predict("/no/such/run", ["a text", 42])
     with pytest.raises(ValueError, match="does not exist"):  # a UsageError is a ValueError to Python callers
         kdplug.load_student("/no/such/run")
 
@@ -302,3 +304,53 @@ def test_a_file_size_limit_while_the_teachers_optimizer_state_is_saved_says_how_
     )
     assert resumed.returncode == 0, resumed.stderr
     assert (output / "student" / "model.safetensors").is_file()
+
+
+def test_the_package_is_the_same_whether_the_teacher_was_stored_or_fine_tuned(tmp_path, tiny_bert_dir, data):
+    """Two runs of one command and seed, one cache: the first fine-tunes and stores the teacher, the
+    second reuses it. Every file of student/ is the same, but for the timings it measured."""
+    outputs = [tmp_path / "fine-tuned", tmp_path / "stored"]
+    for output in outputs:
+        argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), "--student", "bilstm"]
+        argv += ["--projector", "rkd", "--epochs", "1", "--output", str(output), "--set", "teacher_epochs=1"]
+        argv += ["--set", "allow_weak_teacher=true", "--set", "student_options.hidden_size=16"]
+        assert main(argv) == 0
+    teachers = [json.loads((output / "metrics.json").read_text())["teacher"]["finetuned"] for output in outputs]
+    assert "reused" not in teachers[0] and "reused" in teachers[1]
+    first, second = (output / "student" for output in outputs)
+    names = sorted(path.name for path in first.iterdir())
+    assert names == sorted(path.name for path in second.iterdir())
+    timed = {"README.md", "kdplug_student.json", "kdplug_checksums.json"}  # speed figures, and their checksums
+    for name in set(names) - timed:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    infos = [json.loads((directory / "kdplug_student.json").read_text()) for directory in (first, second)]
+    assert {k: v for k, v in infos[0].items() if k != "speed"} == {k: v for k, v in infos[1].items() if k != "speed"}
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--transfer", "{empty}"], "holds no texts"),
+        (["--transfer", "{header}"], "holds no texts (a header line alone)"),
+        (["--augment", "tang", "--set", "augment_options.spacy_model=en_core_web_nosuch"], "no installed spaCy"),
+    ],
+)
+def test_transfer_and_augmenter_problems_are_found_before_the_teacher_loads(
+    capsys, tmp_path, tiny_bert_dir, data, extra, message
+):
+    (tmp_path / "empty.txt").write_text("\n\n")
+    (tmp_path / "header.tsv").write_text("sentence\n")
+    extra = [item.format(empty=tmp_path / "empty.txt", header=tmp_path / "header.tsv") for item in extra]
+    argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), "--student", "bilstm"]
+    code = main([*argv, *extra, "--output", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "run").exists()  # found by the checks before the run directory, data or teacher
+
+
+def test_predict_output_under_a_file_says_it_is_not_a_directory(capsys, run, tmp_path):
+    source, blocker = tmp_path / "in.txt", tmp_path / "afile"
+    source.write_text("a good film\n")
+    blocker.write_text("mine\n")
+    code, _, err = predict_cli(capsys, run, "--input", source, "--output", blocker / "out.tsv")
+    assert code == 2 and "is a file, not a directory" in err and blocker.read_text() == "mine\n"
