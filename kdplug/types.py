@@ -186,13 +186,15 @@ class ProjectionRequest:
     """What a projector factory is told about the two models.
 
     ``teacher_layers`` and ``student_layers`` hold only matchable layers (no embedding layer),
-    in order; the student's last entry is its output layer.
+    in order; the student's last entry is its output layer. ``seed`` is the run's seed, for a
+    projector that draws something once per run (a random layer map).
     """
 
     teacher_layers: tuple[LayerSpec, ...]
     student_layers: tuple[LayerSpec, ...]
     num_outputs: int
     is_regression: bool = False
+    seed: int = 0
 
 
 @dataclass
@@ -242,6 +244,9 @@ class Projector(Protocol):
             where the run does not set them.
         default_recipe: (optional) the recipe a run uses when it names none, e.g. ``"two-stage"``
             for Universal-KD, whose single distillation stage has no CE term.
+        matching: (optional, may be a property) a JSON-able dict of which teacher layers each
+            student layer learns from, which the run records with the stage (e.g. a random
+            layer map drawn from ``ProjectionRequest.seed``).
     forward(inputs: DistillInputs) -> ProjectedPairs | None (None: logit-only method).
     """
 

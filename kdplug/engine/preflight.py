@@ -88,6 +88,9 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
     student, student_options = registry.model_reference("student", config.student)
     registry.check_options("student", student, None, None, **{**config.student_options, **student_options})
     registry.check_options("projector", config.projector, None, **config.projector_options)
+    check_values = factory_attribute(registry, "projector", config.projector, "check_options")
+    if check_values is not None:  # values a projector can judge before the models are loaded
+        check_values(**config.projector_options)
     registry.check_options("recipe", config.recipe, **config.recipe_options)
     if config.ild_loss:
         registry.resolve("loss", config.ild_loss)

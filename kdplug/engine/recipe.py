@@ -208,7 +208,9 @@ class EngineContext:
     def projection_request(self, student: nn.Module) -> ProjectionRequest:
         teacher_specs = matchable_layers(self.extractor(self.teacher.model).layer_specs(self.teacher.model))
         student_specs = matchable_layers(self.extractor(student).layer_specs(student))
-        return ProjectionRequest(teacher_specs, student_specs, num_outputs(self.task), self.task.is_regression)
+        return ProjectionRequest(
+            teacher_specs, student_specs, num_outputs(self.task), self.task.is_regression, seed=self.config.seed
+        )
 
     def weights(
         self,
@@ -470,7 +472,11 @@ class Stage:
     examples: int
 
     def settings(self) -> dict[str, Any]:
-        return {"weights": self.weights.as_dict(), "lr": self.lr, "epochs": self.epochs, "patience": self.patience}
+        settings = {"weights": self.weights.as_dict(), "lr": self.lr, "epochs": self.epochs, "patience": self.patience}
+        matching = getattr(self.projector, "matching", None)  # which teacher layers each student layer learns from
+        if matching is not None:
+            settings["matching"] = matching
+        return settings
 
     def describe(self) -> str:
         student = type(self.module.student).__name__

@@ -7,10 +7,11 @@ is no teacher layer connected to the last student layer", ALP-KD §Experimental 
     C^j  = Σ_k α_jk h_t^k,     L_ALP = Σ_j MSE(h_s^j, C^j)          (eq. 5-7)
 
 A(j) is every teacher layer for ``alp`` (eq. 6) or the CKD bucket of j for ``alp-no`` /
-``alp-po``. α is computed per input from the student's current state and is not detached: the
-gradient of the MSE reaches h_s^j both directly and through α ("α ... are optimized during
-training"); the teacher vectors are detached. Where the widths differ, a learned Linear maps h_s^j
-to the teacher's width first, and both the scores and the MSE use the mapped vector.
+``alp-po``, rearranged by ``layer_map`` (see :mod:`.layers`). α is computed per input from the
+student's current state and is not detached: the gradient of the MSE reaches h_s^j both directly
+and through α ("α ... are optimized during training"); the teacher vectors are detached. Where the
+widths differ, a learned Linear maps h_s^j to the teacher's width first, and both the scores and
+the MSE use the mapped vector.
 
 ``alp-kqv1`` / ``alp-kqv4`` are the key-query-value variant of the paper's appendix (Table 4),
 read as Vaswani et al.'s multi-head attention with h_s^j as the query and the teacher layers as
@@ -26,6 +27,7 @@ beyond the weights. The recorded attention is the mean over heads.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Optional, Union
 
 import torch
@@ -37,11 +39,14 @@ from kdplug.types import DistillInputs, ProjectedPairs, ProjectionRequest
 
 from .layers import (
     BucketSpec,
+    arrange,
     attention_divisor,
     bucket_mask,
     check_inputs,
+    check_layer_map_option,
     common_width,
     intermediate_student_layers,
+    matching_record,
     resolve_buckets,
     width_adapter,
 )
@@ -69,6 +74,7 @@ class ALP(nn.Module):
     # (4 of 8 tasks). Table 10 covers every ALP student, so the bucketed variants share it.
     default_weights = {"eta": 0.7, "lam": 0.2, "temperature": 20.0}
     citation = ALP
+    check_options = staticmethod(check_layer_map_option)  # before the models load
 
     def __init__(
         self,
@@ -76,14 +82,21 @@ class ALP(nn.Module):
         *,
         buckets: Optional[BucketSpec] = None,
         attention_temperature: Optional[AttentionTemperature] = None,
+        layer_map: Union[str, Sequence[int], None] = None,
     ) -> None:
         super().__init__()
         students = intermediate_student_layers(request, self.name)
         self.n, self.m = len(request.teacher_layers), len(request.student_layers)
         self.width = common_width(request.teacher_layers, "teacher", self.name)
-        self.buckets = resolve_buckets(
-            self.default_buckets if buckets is None else buckets, self.n, len(students), self.name
-        )
+        own = resolve_buckets(self.default_buckets if buckets is None else buckets, self.n, len(students), self.name)
+        if layer_map in ("reverse", "random") and len(set(own)) == 1:
+            raise UsageError(
+                f"projector {self.name!r}: layer_map {layer_map!r} reorders the student layers' buckets, but every "
+                f"student layer attends to the same teacher layers {list(own[0])}; use alp-no or alp-po (or set "
+                f"buckets) for a map to change anything"
+            )
+        self.layer_map = layer_map
+        self.buckets = arrange(own, layer_map, self.n, request.seed, self.name)
         self.register_buffer("mask", bucket_mask(self.buckets, self.n), persistent=False)  # (m-1, n)
         self.attention_temperature = (
             self.default_attention_temperature if attention_temperature is None else attention_temperature
@@ -112,6 +125,10 @@ class ALP(nn.Module):
     def combine(self, queries: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         alpha = self.attend(queries @ keys.transpose(1, 2))  # (B, m-1, n)
         return alpha @ keys, alpha  # (B, m-1, D), (B, m-1, n)
+
+    @property
+    def matching(self) -> dict:
+        return matching_record(self.layer_map, self.buckets)
 
     def extra_repr(self) -> str:
         buckets = "all" if bool(self.mask.all()) else [list(bucket) for bucket in self.buckets]
@@ -146,8 +163,9 @@ class ALPKeyQueryValue(ALP):
         heads: Optional[int] = None,
         buckets: Optional[BucketSpec] = None,
         attention_temperature: Optional[AttentionTemperature] = None,
+        layer_map: Union[str, Sequence[int], None] = None,
     ) -> None:
-        super().__init__(request, buckets=buckets, attention_temperature=attention_temperature)
+        super().__init__(request, buckets=buckets, attention_temperature=attention_temperature, layer_map=layer_map)
         self.heads = self.default_heads if heads is None else heads
         if isinstance(self.heads, bool) or not isinstance(self.heads, int) or self.heads < 1 or self.width % self.heads:
             raise UsageError(

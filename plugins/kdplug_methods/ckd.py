@@ -4,12 +4,14 @@
 student's width: buckets may differ in size, so each has its own), L_CKD = Σ_j MSE(h_s^j, C^j) for
 the student's intermediate layers j = 1..m−1. ``ckd-no`` uses buckets without overlap, ``ckd-po``
 buckets that share their first layer with the previous one (rules in :mod:`.layers`); ``buckets``
-sets them by hand, one list of 1-based teacher layers per matched student layer.
+sets them by hand, one list of 1-based teacher layers per matched student layer; ``layer_map``
+rearranges them (``reverse``, ``random``, ``all-to-one``, ``"1:4,2:8"``: see :mod:`.layers`).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import torch
 from torch import nn
@@ -17,7 +19,16 @@ from torch import nn
 import kdplug
 from kdplug.types import DistillInputs, ProjectedPairs, ProjectionRequest
 
-from .layers import BucketSpec, check_inputs, common_width, intermediate_student_layers, resolve_buckets
+from .layers import (
+    BucketSpec,
+    arrange,
+    check_inputs,
+    check_layer_map_option,
+    common_width,
+    intermediate_student_layers,
+    matching_record,
+    resolve_buckets,
+)
 
 CKD = """@inproceedings{wu2020skip,
   title = {Why Skip If You Can Combine: A Simple Knowledge Distillation Technique for Intermediate Layers},
@@ -38,14 +49,21 @@ class CKDNoOverlap(nn.Module):
     # ALP-KD Table 9, the most frequent values: η = 0.2 (4 of 8 tasks), λ = 0.2 (all), τ = 20 (4 of 8).
     default_weights = {"eta": 0.2, "lam": 0.2, "temperature": 20.0}
     citation = CKD
+    check_options = staticmethod(check_layer_map_option)  # before the models load
 
-    def __init__(self, request: ProjectionRequest, *, buckets: Optional[BucketSpec] = None) -> None:
+    def __init__(
+        self,
+        request: ProjectionRequest,
+        *,
+        buckets: Optional[BucketSpec] = None,
+        layer_map: Union[str, Sequence[int], None] = None,
+    ) -> None:
         super().__init__()
         students = intermediate_student_layers(request, self.name)
         self.n, self.m = len(request.teacher_layers), len(request.student_layers)
-        self.buckets = resolve_buckets(
-            self.default_buckets if buckets is None else buckets, self.n, len(students), self.name
-        )
+        own = resolve_buckets(self.default_buckets if buckets is None else buckets, self.n, len(students), self.name)
+        self.layer_map = layer_map
+        self.buckets = arrange(own, layer_map, self.n, request.seed, self.name)
         width = common_width(students, "student", self.name)
         self.projections = nn.ModuleList(
             nn.Linear(sum(request.teacher_layers[k - 1].width for k in bucket), width) for bucket in self.buckets
@@ -59,6 +77,10 @@ class CKDNoOverlap(nn.Module):
             for project, bucket in zip(self.projections, self.buckets)
         ]
         return ProjectedPairs(student, torch.stack(combined, dim=1))  # (B, m-1, D_s) each
+
+    @property
+    def matching(self) -> dict:
+        return matching_record(self.layer_map, self.buckets)
 
     def extra_repr(self) -> str:
         return f"buckets={[list(bucket) for bucket in self.buckets]}"

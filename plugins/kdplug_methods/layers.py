@@ -12,11 +12,27 @@ Buckets (CKD and ALP-KD, ALP-KD §Experimental Study), for k = m−1 matched stu
   (12→4: {1-4}, {5-8}, {9-12}; 12→2: {1-12});
 - partial overlap (PO): NO bucket j plus the first layer of NO bucket j+1, i.e. each bucket shares
   its first layer with the previous one (12→4: {1-5}, {5-9}, {9-12}).
+
+Layer maps (``projector_options.layer_map``, Yu, Wen and Mou 2025, "layer-selection strategy
+doesn't matter (much)"), applied to what a method's own rule gives its k matched student layers
+(a teacher layer each for PKD, a bucket each for CKD and ALP-KD):
+
+- ``forward``: the method's own map (the default);
+- ``reverse``: the same teacher layers in reverse order, student layer j gets what k+1−j had
+  (their ``LAYER_MAP[m][::-1]``);
+- ``random``: a permutation of them, drawn once per run from the run's seed (their
+  ``np.random.permutation(LAYER_MAP[m])``, drawn once at the start) and recorded in metrics.json;
+- ``all-to-one``: every matched student layer to teacher layer ⌈n/2⌉ (their "all-to-one", teacher
+  layer 6 of 12);
+- ``"s:t,s:t,..."``: student layer s to teacher layer t, for every matched student layer, as
+  other toolkits spell a map (TextBrewer's matches, ``0:0,2:1``), here 1-based.
 """
 
 from __future__ import annotations
 
 import math
+import random
+import re
 from collections.abc import Sequence
 from typing import Union
 
@@ -132,3 +148,61 @@ def check_inputs(inputs: DistillInputs, n: int, m: int, method: str) -> None:
             f"{len(inputs.teacher_layers)} and {len(inputs.student_layers)}; pass the layers of the "
             f"ProjectionRequest it was created with"
         )
+
+
+LAYER_MAPS = ("forward", "reverse", "random", "all-to-one")
+_PAIRS = re.compile(r"\s*\d+\s*:\s*\d+\s*(,\s*\d+\s*:\s*\d+\s*)*")
+
+
+def arrange(groups: Buckets, layer_map: object, n: int, seed: int, method: str) -> Buckets:
+    """The teacher layers of each of the k matched student layers under ``layer_map`` (see the
+    module docstring); ``groups`` is the method's own (forward) map."""
+    k = len(groups)
+    if layer_map is None or layer_map == "forward":
+        return groups
+    if layer_map == "reverse":
+        return groups[::-1]
+    if layer_map == "random":
+        order = list(range(k))
+        random.Random(seed).shuffle(order)
+        return tuple(groups[i] for i in order)
+    if layer_map == "all-to-one":
+        return tuple(((n + 1) // 2,) for _ in range(k))
+    if isinstance(layer_map, (list, tuple)) and len(layer_map) == k:
+        return tuple((check_teacher_layer(t, n, method, "layer_map"),) for t in layer_map)
+    if isinstance(layer_map, str) and _PAIRS.fullmatch(layer_map):
+        pairs = [tuple(int(x) for x in item.split(":")) for item in layer_map.split(",")]
+        students = sorted(s for s, _ in pairs)
+        if students != list(range(1, k + 1)):
+            raise UsageError(
+                f"projector {method!r}: layer_map {layer_map!r} must name each matched student layer 1..{k} once "
+                f"(student:teacher pairs, e.g. {','.join(f'{j}:{groups[j - 1][-1]}' for j in range(1, k + 1))})"
+            )
+        chosen = dict(pairs)
+        return tuple((check_teacher_layer(chosen[j], n, method, "layer_map"),) for j in range(1, k + 1))
+    raise UsageError(
+        f"projector {method!r}: layer_map must be one of {', '.join(LAYER_MAPS)}, or student:teacher pairs "
+        f"such as {','.join(f'{j}:{groups[j - 1][-1]}' for j in range(1, k + 1))!r}; got {layer_map!r}"
+    )
+
+
+def matching_record(strategy: object, groups: Buckets) -> dict:
+    """What the run records of a layer map: the strategy and each matched student layer's teacher layers."""
+    return {
+        "layer_map": "forward" if strategy is None else strategy if isinstance(strategy, str) else "given",
+        "pairs": [[j + 1, list(group)] for j, group in enumerate(groups)],
+    }
+
+
+def check_layer_map_option(*_: object, layer_map: object = None, **__: object) -> None:
+    """What can be said of ``layer_map`` before the models are loaded (the run's option checks)."""
+    if layer_map is None or layer_map in LAYER_MAPS:
+        return
+    if isinstance(layer_map, str) and _PAIRS.fullmatch(layer_map):
+        return
+    if isinstance(layer_map, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in layer_map):
+        return
+    raise UsageError(
+        f"projector_options.layer_map must be one of {', '.join(LAYER_MAPS)}, student:teacher pairs such as "
+        f"'1:4,2:8', or a list of teacher layer numbers; got {layer_map!r}"
+    )

@@ -8,8 +8,11 @@ teacher and m student layers, the default maps are
 - ``pkd-last``: A(j) = n − m + j, the layers just below the last  (12→6: 7..11;  12→3: 10,11)
 
 and ``layer_map`` sets A by hand, e.g. ``[1, 5, 9]`` for ALP-KD's 12→4 PKD and ``[1]``, ``[6]`` or
-``[12]`` for its 12→2 table. Where the widths differ, a learned Linear per matched layer maps the
-student vector to the teacher's width before normalisation (PKD itself skips that case).
+``[12]`` for its 12→2 table, or rearranges the default map (``reverse``, ``random``, ``all-to-one``,
+``"1:6,2:3"``: see :mod:`.layers`). ``match_output_layer`` also matches the output layer m, to
+A(m) = n (Yu et al.'s setting), which a 2-layer student needs for a map with more than one pair.
+Where the widths differ, a learned Linear per matched layer maps the student vector to the
+teacher's width before normalisation (PKD itself skips that case).
 
 PKD's objective (eq. 8) is (1−α)·CE + α·L_DS + β·L_PT, three independent weights: in kdplug
 ``ce_weight`` = 1−α, ``eta`` = α, ``lam`` = β. PKD's code averages L_PT over the hidden dimension
@@ -20,7 +23,7 @@ the default ``"sum"`` is eq. 7 as written, which ALP-KD's PKD rows weigh with λ
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
+from typing import Union
 
 import torch
 from torch import nn
@@ -29,7 +32,16 @@ import kdplug
 from kdplug.errors import UsageError
 from kdplug.types import DistillInputs, ProjectedPairs, ProjectionRequest
 
-from .layers import check_inputs, check_teacher_layer, common_width, intermediate_student_layers, width_adapter
+from .layers import (
+    arrange,
+    check_inputs,
+    check_layer_map_option,
+    check_teacher_layer,
+    common_width,
+    intermediate_student_layers,
+    matching_record,
+    width_adapter,
+)
 
 PKD = """@inproceedings{sun2019patient,
   title = {Patient Knowledge Distillation for {BERT} Model Compression},
@@ -50,9 +62,15 @@ class PKDSkip(nn.Module):
     # λ = 0.7 (5 of 8), τ = 5 (5 of 8); SST-2 uses exactly these.
     default_weights = {"eta": 0.2, "lam": 0.7, "temperature": 5.0}
     citation = PKD
+    check_options = staticmethod(check_layer_map_option)  # before the models load
 
     def __init__(
-        self, request: ProjectionRequest, *, layer_map: Optional[Sequence[int]] = None, loss_reduction: str = "sum"
+        self,
+        request: ProjectionRequest,
+        *,
+        layer_map: Union[str, Sequence[int], None] = None,
+        loss_reduction: str = "sum",
+        match_output_layer: bool = False,
     ) -> None:
         super().__init__()
         if loss_reduction not in ("sum", "mean"):
@@ -60,11 +78,19 @@ class PKDSkip(nn.Module):
                 f"projector {self.name!r}: loss_reduction must be 'sum' (PKD eq. 7, the default) or "
                 f"'mean' (PKD's reference code, for its beta of 10-1000), got {loss_reduction!r}"
             )
+        if not isinstance(match_output_layer, bool):
+            raise UsageError(
+                f"projector {self.name!r}: match_output_layer is true or false, got {match_output_layer!r}"
+            )
         self.ild_loss_options = {"reduction": loss_reduction}
-        students = intermediate_student_layers(request, self.name)
         self.n, self.m = len(request.teacher_layers), len(request.student_layers)
-        if layer_map is None:
-            layer_map = self.default_layer_map(self.n, self.m)
+        # PKD leaves the output layer m to the logit KD; Yu et al. match it too (A(m) = n)
+        students = request.student_layers if match_output_layer else intermediate_student_layers(request, self.name)
+        self.matched = len(students)
+        self.strategy = layer_map if isinstance(layer_map, str) else "forward" if layer_map is None else "given"
+        if layer_map is None or isinstance(layer_map, str):
+            forward = tuple((i,) for i in self.default_layer_map(self.n, self.m)[: self.matched])
+            layer_map = [group[0] for group in arrange(forward, layer_map, self.n, request.seed, self.name)]
         elif not isinstance(layer_map, (list, tuple)) or len(layer_map) != len(students):
             raise UsageError(
                 f"projector {self.name!r}: layer_map must list one teacher layer (1..{self.n}) per matched "
@@ -74,12 +100,17 @@ class PKDSkip(nn.Module):
         width = common_width([request.teacher_layers[i - 1] for i in self.layer_map], "teacher", self.name)
         self.adapters = nn.ModuleList(width_adapter(spec.width, width) for spec in students)
 
+    @property
+    def matching(self) -> dict:
+        """What the run records: the strategy and the teacher layer of each matched student layer."""
+        return matching_record(self.strategy, tuple((t,) for t in self.layer_map))
+
     def default_layer_map(self, n: int, m: int) -> tuple[int, ...]:
-        return tuple(-(-j * n // m) for j in range(1, m))  # ⌈j·n/m⌉
+        return tuple(-(-j * n // m) for j in range(1, m + 1))  # ⌈j·n/m⌉, j = 1..m (m: the output layer)
 
     def forward(self, inputs: DistillInputs) -> ProjectedPairs:
         check_inputs(inputs, self.n, self.m, self.name)
-        students = inputs.student_layers[:-1]
+        students = inputs.student_layers[: self.matched]
         student = torch.stack([adapt(h) for adapt, h in zip(self.adapters, students)], dim=1)  # (B, m-1, D)
         teacher = torch.stack([inputs.teacher_layers[i - 1].detach() for i in self.layer_map], dim=1)  # (B, m-1, D)
         chosen = torch.tensor([i - 1 for i in self.layer_map], device=teacher.device)
@@ -87,7 +118,10 @@ class PKDSkip(nn.Module):
         return ProjectedPairs(student, teacher, attention=attention.expand(teacher.shape[0], -1, -1))  # (B, m-1, n)
 
     def extra_repr(self) -> str:
-        return f"layer_map={list(self.layer_map)}, loss_reduction={self.ild_loss_options['reduction']!r}"
+        return (
+            f"layer_map={list(self.layer_map)} ({self.strategy}), loss_reduction="
+            f"{self.ild_loss_options['reduction']!r}, match_output_layer={self.matched == self.m}"
+        )
 
 
 class PKDLast(PKDSkip):
@@ -101,7 +135,7 @@ class PKDLast(PKDSkip):
                 f"projector 'pkd-last': the teacher's {n} layers cannot supply {m - 1} distinct layers "
                 f"below its last; set layer_map by hand (projector_options: {{layer_map: [...]}})"
             )
-        return tuple(n - m + j for j in range(1, m))
+        return tuple(n - m + j for j in range(1, m + 1))
 
 
 @kdplug.hookimpl
