@@ -49,6 +49,8 @@ PAPERS: dict[str, str] = {
     "Distillation (EMNLP)",
     "pkd": "Sun et al. 2019, Patient Knowledge Distillation for BERT Model Compression (EMNLP)",
     "tang-2019": "Tang et al. 2019, Distilling Task-Specific Knowledge from BERT into Simple Neural Networks (arXiv)",
+    "yu-2025": "Yu, Wen and Mou 2025, Revisiting Intermediate-Layer Matching in Knowledge Distillation: "
+    "Layer-Selection Strategy Doesn't Matter (Much) (Findings of IJCNLP-AACL)",
 }
 
 REQUIRED = ("name", "paper", "table", "row", "description", "measure", "reported", "seeds", "config")

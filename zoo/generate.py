@@ -1015,6 +1015,103 @@ def ukd_table5_transfer() -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Layer maps: Yu, Wen and Mou 2025 (not in shared/papers; read from the paper's reference code)
+# ---------------------------------------------------------------------------------------------
+
+YU = (
+    "Yu, Wen and Mou 2025, 'Revisiting Intermediate-Layer Matching in Knowledge Distillation: Layer-Selection "
+    "Strategy Doesn't Matter (Much)' (Findings of IJCNLP-AACL 2025, arXiv:2502.04499)"
+)
+YU_CODE = "github.com/MANGA-UOFA/Layer-Selection at 2315d7f, classification/"
+YU_NOTES = [
+    "Scores from the paper's repository README (its main table, weights-copied rows; the table number was not read "
+    "from the paper, 1 is assumed); its teacher row is "
+    "BERT-base's GLUE test score from Devlin et al., so these are read as GLUE test-server scores: a "
+    "reproduction reports dev.",
+    "The paper's student copies teacher layers 4, 8 and 12 (and embeddings, pooler); kdplug's bert-3 copies the "
+    "fine-tuned teacher's first 3 layers (student_options.init=teacher). Its random-init rows are not written: "
+    "kdplug's BERT-k students always start from copied layers.",
+    "The paper's L_hid is the MSE over every non-pad token's hidden state, the embeddings included, with no "
+    "normalisation (its code divides by the batch size twice, an effective weight 3/B); kdplug's pkd-skip "
+    "compares normalised [CLS] vectors of the matched layers, the embeddings never matched.",
+]
+
+
+def yu_entries() -> list[dict]:
+    """The SST-2 layer-selection rows with a weights-copied 3-layer student: forward, reverse and
+    all-to-one matching, and no matching at all."""
+    rows = (("None", "none", 88.7), ("Forward", "forward", 92.3), ("Reverse", "reverse", 90.0))
+    rows += (("All-to-one", "all-to-one", 91.4),)
+    entries = []
+    for row, layer_map, score in rows:
+        settings = Settings()
+        settings.set(f"assumed: {YU_CODE}scripts/finetune/sst2.sh: bert-base-uncased fine-tuned", teacher="bert-base")
+        settings.set(
+            f"assumed: {YU_CODE}scripts/finetune/sst2.sh: lr 5e-5, 3 epochs, batch 32",
+            teacher_lr=5e-5,
+            teacher_epochs=3,
+            teacher_batch_size=32,
+        )
+        settings.set(f"paper: {YU}, SST-2 column", task="sst2")
+        settings.set(
+            f"assumed: {YU_CODE}trainer.py: a 3-layer BERT with the teacher's config, layers copied",
+            student="bert-3",
+            student_options__init="teacher",
+        )
+        settings.set(
+            f"assumed: {YU_CODE}scripts/*/sst2*.sh: batch 32, max length 128, 20 epochs, the best checkpoint",
+            batch_size=32,
+            max_length=128,
+            epochs=20,
+            best_checkpoint="best",
+        )
+        settings.set(
+            f"assumed: {YU_CODE}scripts: lr 2e-5 for forward and reverse, 1e-5 for all-to-one",
+            lr=1e-5 if layer_map == "all-to-one" else 2e-5,
+        )
+        settings.set("assumed: the scripts pass no seed, so HF's default 42", seed=42)
+        settings.set(
+            f"assumed: {YU_CODE}: HF Trainer's defaults (linear decay, no warm-up, no weight decay)",
+            warmup_ratio=0.0,
+            weight_decay=0.0,
+        )
+        settings.set(
+            f"assumed: {YU_CODE}trainer.py: alpha_mle 1, alpha_kl 1 at temperature 1 (no tau^2 at tau = 1)",
+            ce_weight=1.0,
+            eta=1.0,
+            temperature=1.0,
+        )
+        if layer_map == "none":
+            settings.set(f"paper: {YU}: 'None', no intermediate-layer matching (alpha_hid = 0)", projector="rkd")
+        else:
+            settings.set(
+                f"assumed: {YU_CODE}trainer.py: alpha_hid 3; kdplug's PKD loss stands for the paper's L_hid",
+                projector="pkd-skip",
+                lam=3.0,
+            )
+            settings.set(
+                f"paper: {YU}: the {row.lower()} strategy over every student layer, the last included",
+                projector_options__layer_map=layer_map,
+                projector_options__match_output_layer=True,
+            )
+        settings.set("kdplug: one stage, as the paper trains", recipe="standard")
+        entries.append(
+            entry(
+                name=f"yu-2025/sst2-bert3-{layer_map}",
+                paper="yu-2025",
+                table=1,
+                row=f"Weights copied, {row}",
+                description=f"Yu, Wen and Mou 2025 (layer selection, GLUE test), weights copied, {row}, SST-2",
+                measure="student",
+                reported={"set": "test", "scores": dev_score("sst2", score)},
+                settings=settings,
+                notes=list(YU_NOTES),
+            )
+        )
+    return entries
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def entry(
@@ -1055,6 +1152,7 @@ def all_entries() -> list[dict]:
         + pkd_entries()
         + tang_entries()
         + ukd_table5_transfer()
+        + yu_entries()
     )
 
 

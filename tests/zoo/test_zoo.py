@@ -36,13 +36,14 @@ def registry():
     return kdplug.get_plugin_manager().registry
 
 
-#: entries beyond a fully transcribed table: Tang et al.'s SST-2 rows, and Universal-KD Table 5's
-#: SST-2 Bi-LSTM rows with a transfer set (issue 17)
+#: entries beyond a fully transcribed table: Tang et al.'s SST-2 rows, Universal-KD Table 5's
+#: SST-2 Bi-LSTM rows with a transfer set (issue 17), and Yu et al.'s SST-2 layer-map rows
 TRANSFER_ENTRIES = {
     "tang-2019/table1-sst2-nkd",
     "tang-2019/table1-sst2-rkd-tang20",
     "universal-kd/table5-sst2-bilstm-rkd-transfer",
     "universal-kd/table5-sst2-bilstm-universal-ca-transfer",
+    *(f"yu-2025/sst2-bert3-{layer_map}" for layer_map in ("none", "forward", "reverse", "all-to-one")),
 }
 
 
@@ -206,7 +207,7 @@ def test_unknown_components_and_options_are_caught(registry):
 def test_zoo_list_shows_every_row(capsys):
     assert main(["zoo", "list"]) == 0
     out = capsys.readouterr().out
-    assert f"{len(ENTRIES)} entries" in out and len(ENTRIES) == 488
+    assert f"{len(ENTRIES)} entries" in out and len(ENTRIES) == 492
     for entry in ENTRIES:
         assert entry.name in out
     assert main(["zoo", "list", "alp-kd/table3-*", "--task", "stsb"]) == 0
