@@ -61,6 +61,8 @@ class RunConfig:
     temperature: Optional[float] = None
     ild_loss: Optional[str] = None  # the loss comparing the projector's pairs; None: the projector's own (ild_loss)
     ild_loss_options: dict = field(default_factory=dict)  # options of ild_loss, when it is set
+    kd_loss: Optional[str] = None  # the loss on the logits (η's term); None: "kd" (MSE for regression)
+    kd_loss_options: dict = field(default_factory=dict)  # e.g. {standardize: true} (logit standardisation)
     # student training
     epochs: Optional[int] = None  # None: the student family's default (see docs/models.md)
     batch_size: int = 32

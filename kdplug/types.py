@@ -244,6 +244,8 @@ class Projector(Protocol):
             where the run does not set them.
         default_recipe: (optional) the recipe a run uses when it names none, e.g. ``"two-stage"``
             for Universal-KD, whose single distillation stage has no CE term.
+        pairs_per_example: (optional, default True) False where the pairs describe the whole batch
+            (CKA's Gram matrices): the run then records no per-example pair vectors or losses.
         matching: (optional, may be a property) a JSON-able dict of which teacher layers each
             student layer learns from, which the run records with the stage (e.g. a random
             layer map drawn from ``ProjectionRequest.seed``).
@@ -406,6 +408,12 @@ class RecipeContext(Protocol):
 
     def new_loss(self, name: str, **options: Any) -> Any:
         """A registered loss, e.g. ``new_loss("kd", temperature=5)``."""
+        ...
+
+    def new_kd_loss(self, temperature: float) -> Any:
+        """The run's loss on the logits at ``temperature``: ``kd_loss`` with ``kd_loss_options``
+        (default Hinton's ``kd``; e.g. logit standardisation or ``dist``), MSE for regression.
+        Recipes with KD terms of their own (DIH) use it, so the run's choice reaches them."""
         ...
 
     def new_teacher(self, name: str, **options: Any) -> Teacher:

@@ -97,8 +97,16 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
         registry.check_options("loss", config.ild_loss, **config.ild_loss_options)
     elif config.ild_loss_options:
         raise UsageError("ild_loss_options are the options of ild_loss: set ild_loss too (--set ild_loss=NAME)")
+    if config.kd_loss or config.kd_loss_options:
+        name = config.kd_loss or DEFAULT_KD_LOSS
+        registry.resolve("loss", name)
+        registry.check_options("loss", name, **{"temperature": 1.0, **config.kd_loss_options})
     check_transfer_sources(config, registry)
     return notes
+
+
+#: the loss on the logits where the run names none (kd_loss)
+DEFAULT_KD_LOSS = "kd"
 
 
 def check_model_reference(registry: Registry, kind: str, name: str, options: Optional[dict] = None) -> None:

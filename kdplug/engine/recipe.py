@@ -32,6 +32,7 @@ from ..types import (
     matchable_layers,
     num_outputs,
 )
+from . import preflight
 from .cache import ConcatCache, TeacherCache
 from .checkpoint import Checkpointer
 from .data import EncodedSplit, WithTransfer, encode
@@ -195,6 +196,17 @@ class EngineContext:
     def new_loss(self, name: str, **options: Any) -> Any:
         return self.registry.create("loss", name, **options)
 
+    def new_kd_loss(self, temperature: float) -> Any:
+        if self.task.is_regression:
+            if self.config.kd_loss or self.config.kd_loss_options:
+                raise UsageError(
+                    f"kd_loss / kd_loss_options choose the loss on a classifier's logits, but task "
+                    f"{self.task.name!r} is a regression (its KD term is the MSE of the scores); drop them"
+                )
+            return self.new_loss("mse")
+        name = self.config.kd_loss or preflight.DEFAULT_KD_LOSS
+        return self.new_loss(name, temperature=temperature, **self.config.kd_loss_options)
+
     def new_teacher(self, name: str, **options: Any) -> Teacher:
         factory, source = self.registry.model_reference("teacher", name)
         return self.registry.create("teacher", factory, self.task, **{**options, **source})
@@ -250,7 +262,7 @@ class EngineContext:
     def objective(self, projector: Optional[nn.Module], weights: Weights) -> WeightedObjective:
         regression = self.task.is_regression
         task_loss = self.new_loss("mse") if regression else self.new_loss("ce")
-        kd_loss = self.new_loss("mse") if regression else self.new_loss("kd", temperature=weights.temperature)
+        kd_loss = self.new_kd_loss(weights.temperature)
         ild_loss = None
         if projector is not None and self.config.ild_loss:  # the run's choice (e.g. a loss plugin) over the projector's
             ild_loss = self.new_loss(self.config.ild_loss, **self.config.ild_loss_options)

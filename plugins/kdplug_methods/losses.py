@@ -9,6 +9,7 @@ mean keeps the scale independent of the batch size.
 
 from __future__ import annotations
 
+import logging
 from typing import Optional
 
 import torch
@@ -17,6 +18,8 @@ from torch import Tensor, nn
 
 import kdplug
 from kdplug.errors import PluginError, UsageError
+
+log = logging.getLogger("kdplug.losses")
 
 
 def _as_pairs(student: Tensor, target: Tensor, weights: Optional[Tensor], loss: str):
@@ -56,33 +59,117 @@ class CrossEntropy(nn.Module):
         return (terms * weights).mean() if weights is not None else terms.mean()
 
 
-class KDLoss(nn.Module):
+def standardize(logits: Tensor, eps: float = 1e-7) -> Tensor:
+    """Sun et al. 2024's Z-score of each example's logits over the classes: (z − mean) / (σ + ε),
+    σ the unbiased standard deviation and ε = 1e-7 outside the root, as their code."""
+    return (logits - logits.mean(dim=-1, keepdim=True)) / (logits.std(dim=-1, keepdim=True) + eps)
+
+
+def _check_temperature(temperature: object, loss: str) -> float:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature <= 0:
+        raise UsageError(
+            f"loss {loss!r}: temperature must be a positive number, got {temperature!r}; "
+            f"set e.g. temperature: 5 in the run config"
+        )
+    return float(temperature)
+
+
+class _WarnsOnTwoClasses:
+    """A logit loss that has nothing to learn from with two classes says so, once."""
+
+    two_class_note = ""
+    _warned = False
+
+    def _note_classes(self, logits: Tensor) -> None:
+        if logits.shape[-1] == 2 and not self._warned:
+            self._warned = True
+            log.warning(self.two_class_note)
+
+
+class KDLoss(_WarnsOnTwoClasses, nn.Module):
     """Hinton's KD: τ²·KL(σ(z_t/τ) ‖ σ(z_s/τ)), summed over classes and averaged over the batch.
 
     ``batchmean`` (never ``mean`` over batch×classes, which would shrink the loss with the class
-    count); τ² keeps the gradient scale independent of τ (Hinton et al. 2015).
+    count); τ² keeps the gradient scale independent of τ (Hinton et al. 2015). ``standardize``:
+    logit standardisation (Sun et al., CVPR 2024): both sides' logits Z-scored per example
+    (:func:`standardize`) before the temperature, τ then their "base temperature".
     """
 
-    def __init__(self, temperature: float = 1.0) -> None:
+    two_class_note = (
+        "logit standardisation with 2 classes: the Z-scored logits of an example are ±(1/√2, −1/√2), its sign "
+        "alone, so the KD term has no gradient almost everywhere (Sun et al.'s method needs 3 or more classes); "
+        "the run goes on with CE and any other term"
+    )
+
+    def __init__(self, temperature: float = 1.0, standardize: bool = False) -> None:
         super().__init__()
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature <= 0:
-            raise UsageError(
-                f"loss 'kd': temperature must be a positive number, got {temperature!r}; "
-                f"set e.g. temperature: 5 in the run config"
-            )
-        self.temperature = float(temperature)
+        self.temperature = _check_temperature(temperature, "kd")
+        if not isinstance(standardize, bool):
+            raise UsageError(f"loss 'kd': standardize is true or false, got {standardize!r}")
+        self.standardize = standardize
 
     def forward(self, student_logits: Tensor, teacher_logits: Tensor, weights: Optional[Tensor] = None) -> Tensor:
         tau = self.temperature
+        teacher_logits = teacher_logits.detach()
+        if self.standardize:
+            self._note_classes(student_logits)
+            student_logits, teacher_logits = standardize(student_logits), standardize(teacher_logits)
         log_student = F.log_softmax(student_logits / tau, dim=-1)  # (B, C)
-        log_teacher = F.log_softmax(teacher_logits.detach() / tau, dim=-1)  # (B, C)
+        log_teacher = F.log_softmax(teacher_logits / tau, dim=-1)  # (B, C)
         terms = F.kl_div(log_student, log_teacher, reduction="none", log_target=True).sum(dim=-1)  # (B,)
         if weights is not None:
             terms = terms * weights
         return tau**2 * terms.mean()
 
     def extra_repr(self) -> str:
-        return f"temperature={self.temperature}"
+        return f"temperature={self.temperature}, standardize={self.standardize}"
+
+
+def pearson_distance(a: Tensor, b: Tensor, eps: float = 1e-8) -> Tensor:
+    """1 − Pearson correlation along the last axis: the cosine of mean-centred vectors, ε added to
+    the product of norms (DIST's code)."""
+    a, b = a - a.mean(dim=-1, keepdim=True), b - b.mean(dim=-1, keepdim=True)
+    return 1 - (a * b).sum(dim=-1) / (a.norm(dim=-1) * b.norm(dim=-1) + eps)
+
+
+class DISTLoss(_WarnsOnTwoClasses, nn.Module):
+    """DIST (Huang et al., NeurIPS 2022): relations, not values, of the probabilities.
+
+    With Y = softmax(z/τ) of both models, ``(batch, C)``:
+    L = τ²·(β·mean_i d(Y_s[i,:], Y_t[i,:]) + γ·mean_c d(Y_s[:,c], Y_t[:,c])), d = 1 − Pearson:
+    inter-class (each example's class distribution) and intra-class (each class over the batch).
+    β = γ = 1 here; the paper's weights (CE 1, β = γ = 2) are ``ce_weight=1, eta=2``. The
+    intra-class term is a batch statistic: it needs 2 or more examples (0 on a batch of one).
+    """
+
+    two_class_note = (
+        "DIST with 2 classes: the correlation of two-element vectors is ±1, so its inter-class term has no "
+        "gradient, and its two intra-class terms are one; DIST reduces to a single over-the-batch correlation"
+    )
+
+    def __init__(self, temperature: float = 1.0, inter_weight: float = 1.0, intra_weight: float = 1.0) -> None:
+        super().__init__()
+        self.temperature = _check_temperature(temperature, "dist")
+        for name, value in (("inter_weight", inter_weight), ("intra_weight", intra_weight)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise UsageError(f"loss 'dist': {name} must be 0 or a positive number, got {value!r}")
+        self.inter_weight, self.intra_weight = float(inter_weight), float(intra_weight)
+
+    def forward(self, student_logits: Tensor, teacher_logits: Tensor, weights: Optional[Tensor] = None) -> Tensor:
+        if weights is not None:
+            raise PluginError("loss 'dist' compares relations over the batch; it takes no per-example weights")
+        self._note_classes(student_logits)
+        tau = self.temperature
+        student = F.softmax(student_logits / tau, dim=-1)  # (B, C)
+        teacher = F.softmax(teacher_logits.detach() / tau, dim=-1)  # (B, C)
+        inter = pearson_distance(student, teacher).mean()  # each example, across classes
+        intra = (
+            pearson_distance(student.T, teacher.T).mean() if student.shape[0] > 1 else student.new_zeros(())
+        )  # each class, across the batch
+        return tau**2 * (self.inter_weight * inter + self.intra_weight * intra)
+
+    def extra_repr(self) -> str:
+        return f"temperature={self.temperature}, inter_weight={self.inter_weight}, intra_weight={self.intra_weight}"
 
 
 class MSELoss(nn.Module):
@@ -140,7 +227,9 @@ class KLLoss(nn.Module):
 @kdplug.hookimpl
 def kdplug_register_losses(register):
     register("ce", CrossEntropy, description="cross-entropy on gold labels")
-    register("kd", KDLoss, description="Hinton's KD: τ²·KL(σ(t/τ) ‖ σ(s/τ)), batchmean")
+    register(
+        "kd", KDLoss, description="Hinton's KD: τ²·KL(σ(t/τ) ‖ σ(s/τ)), batchmean; option standardize (Sun et al.)"
+    )
     register("mse", MSELoss, description="MSE per pair, mean over the batch, summed over pairs (CKD, ALP-KD)")
     register(
         "normalized-mse",
@@ -148,3 +237,4 @@ def kdplug_register_losses(register):
         description="squared distance of L2-normalised vectors per pair (PKD eq. 7)",
     )
     register("kl", KLLoss, description="KL(target ‖ student) of probability vectors per pair (Universal-KD)")
+    register("dist", DISTLoss, description="DIST: Pearson relations of the probabilities, inter- and intra-class")

@@ -39,6 +39,7 @@ from kdplug.errors import UsageError
 from kdplug.types import DistillInputs, ProjectedPairs, ProjectionRequest
 
 from .layers import attention_divisor, check_inputs, intermediate_student_layers
+from .losses import standardize as standardize_logits
 
 UNIVERSAL = """@inproceedings{wu2021universalkd,
   title = {Universal-{KD}: Attention-based Output-Grounded Intermediate Layer Knowledge Distillation},
@@ -60,12 +61,20 @@ class UniversalIL(nn.Module):
     default_recipe = "two-stage"
     citation = UNIVERSAL
 
-    def __init__(self, request: ProjectionRequest, *, attention_temperature: float = 1.0) -> None:
+    def __init__(
+        self, request: ProjectionRequest, *, attention_temperature: float = 1.0, standardize: bool = False
+    ) -> None:
         super().__init__()
         self.n, self.m, self.outputs = len(request.teacher_layers), len(request.student_layers), request.num_outputs
         self.is_regression = request.is_regression
         if self.is_regression:
             self.ild_loss = "mse"
+        if not isinstance(standardize, bool) or (standardize and self.is_regression):
+            raise UsageError(
+                f"projector {self.name!r}: standardize (logit standardisation of the output-space terms) is true "
+                f"or false, and a regression has no class logits to standardise; got {standardize!r}"
+            )
+        self.standardize = standardize
         self.tau = attention_divisor(attention_temperature, None, self.name)
         self.classifiers = nn.ModuleList(
             nn.Linear(spec.width, self.outputs) for spec in self.student_classified(request)
@@ -76,8 +85,11 @@ class UniversalIL(nn.Module):
         return intermediate_student_layers(request, self.name)
 
     def outputs_of(self, logits: torch.Tensor) -> torch.Tensor:
-        """f = σ(logits), or the raw prediction for a regression."""
-        return logits if self.is_regression else logits.softmax(dim=-1)
+        """f = σ(logits), or the raw prediction for a regression; with ``standardize``, σ of the
+        Z-scored logits (Sun et al. 2024, at Universal-KD's τ = 1)."""
+        if self.is_regression:
+            return logits
+        return (standardize_logits(logits) if self.standardize else logits).softmax(dim=-1)
 
     def teacher_outputs(self, inputs: DistillInputs) -> torch.Tensor:
         check_inputs(inputs, self.n, self.m, self.name)
@@ -111,7 +123,7 @@ class UniversalIL(nn.Module):
         return ProjectedPairs(student, lam @ teacher, attention=lam)  # F^t(j) = Σ_i λ_ij f_i^t: (B, P, C)
 
     def extra_repr(self) -> str:
-        return f"attention_temperature={self.tau}, regression={self.is_regression}"
+        return f"attention_temperature={self.tau}, regression={self.is_regression}, standardize={self.standardize}"
 
 
 class UniversalCA(UniversalIL):

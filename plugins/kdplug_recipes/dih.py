@@ -136,7 +136,7 @@ class DIH:
             alpha=self.alpha,
             head_positions=positions,
             regression=regression,
-            kd_loss=ctx.new_loss("mse") if regression else ctx.new_loss("kd", temperature=self.temperature),
+            kd_loss=ctx.new_kd_loss(self.temperature),
             task_loss=ctx.new_loss("mse" if regression else "ce"),
         )
         weights = ctx.weights(None, eta=self.alpha, lam=0.0, temperature=self.temperature)
