@@ -171,7 +171,8 @@ def kdplug_register_recipes(register):
     returns an object with ``run(ctx) -> nn.Module``. ``ctx`` is a :class:`kdplug.api.RecipeContext`
     (the typed protocol; kdplug passes a view that refuses anything the protocol does not declare):
     it builds components (``ctx.new_student()``, ``ctx.new_projector(student)``,
-    ``ctx.new_loss(name)``, ``ctx.new_teacher(name)``, ``ctx.has(kind, name)``), reads the run's
+    ``ctx.new_loss(name)``, ``ctx.new_kd_loss(temperature)``, ``ctx.new_teacher(name)``,
+    ``ctx.has(kind, name)``), reads the run's
     settings (``ctx.settings.epochs``, read-only), resolves objective weights (``ctx.weights(projector,
     eta=.., lam=..)``), runs training stages (``ctx.train_stage(name, student, projector, weights=..,
     objective=..)``, which keeps the best dev checkpoint and records the stage), warms up teacher
