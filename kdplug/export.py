@@ -374,10 +374,18 @@ def export_onnx(
     sample: Sequence[Text],
     tolerance: float = TOLERANCE,
     overwrite: bool = False,
+    verify: bool = True,
 ) -> ExportReport:
     """``output/model.onnx`` plus the tokenizer, config and kdplug's record, checked on ``sample``."""
     return export_student(
-        path, output, fmt="onnx", dev=DevSet(list(sample)), tolerance=tolerance, measure=False, overwrite=overwrite
+        path,
+        output,
+        fmt="onnx",
+        dev=DevSet(list(sample)),
+        tolerance=tolerance,
+        measure=False,
+        overwrite=overwrite,
+        verify=verify,
     )
 
 
@@ -455,7 +463,6 @@ def push_to_hub(
             repo_id=repo_id,
             revision=revision,
             commit_message=commit_message,
-            ignore_patterns=["kdplug_checksums*"],
         )
     except HfHubHTTPError as exc:
         status = getattr(exc.response, "status_code", None)

@@ -268,9 +268,11 @@ def _onnx_session(path: Path, device: Union[str, torch.device, None]) -> Any:
         if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
             raise UsageError("this onnxruntime has no CUDA provider: install onnxruntime-gpu, or use --device cpu")
         providers.insert(0, "CUDAExecutionProvider")
+    from onnxruntime.capi.onnxruntime_pybind11_state import InvalidGraph, InvalidProtobuf
+
     try:
         return onnxruntime.InferenceSession(str(path), providers=providers)
-    except Exception as exc:  # onnxruntime raises its own InvalidProtobuf / Fail, not importable by name
+    except (InvalidProtobuf, InvalidGraph) as exc:  # a cut or altered file; other failures keep their own message
         raise damaged(path.parent, path.name, exc) from None
 
 

@@ -34,7 +34,7 @@ class PackageIntegrityError(UsageError):
 
 def verify_package(directory: Path) -> None:
     """Check ``directory`` against its checksums. A package without a checksum file (written by
-    hand, or downloaded from a hub, where exports go without it) is loaded with a note."""
+    hand or by another tool) is loaded with a note. Files added since are not checked."""
     if not (directory / CHECKSUMS_FILE).is_file():
         log.warning("%s has no %s (a package not written by kdplug?): loading it unverified", directory, CHECKSUMS_FILE)
         return
@@ -49,7 +49,7 @@ def verify_package(directory: Path) -> None:
 
 def tokenizer_record(tokenizer: Any) -> dict[str, Any]:
     """What :func:`check_tokenizer` compares: the vocabulary's size and the probe's token ids."""
-    return {"size": len(tokenizer), "probe": list(tokenizer(PROBE)["input_ids"])}
+    return {"size": len(tokenizer), "probe": list(tokenizer(PROBE, verbose=False)["input_ids"])}
 
 
 def check_tokenizer(tokenizer: Any, info: dict[str, Any], directory: Path) -> None:

@@ -219,7 +219,7 @@ class Registry:
         _check_options(entry, name, args, options)
         return entry.factory(*args, **options)
 
-    def check_options(self, kind: str, name: str, *args: Any, **options: Any) -> None:
+    def check_options(self, kind: str, name: str, *args: Any, option_key: Optional[str] = None, **options: Any) -> None:
         """Fail now, with the valid options, where ``create`` would reject ``options`` later.
 
         The factory's signature catches unknown names; a factory that takes ``**options`` (e.g.
@@ -229,7 +229,7 @@ class Registry:
         """
         entry, implied = self.resolve(kind, name)
         options = {**implied, **options}
-        _check_options(entry, name, args, options)
+        _check_options(entry, name, args, options, option_key)
         checker = getattr(entry.factory, "check_options", None)
         if checker is not None and all(arg is not None for arg in args):
             checker(*args, **options)
@@ -239,7 +239,9 @@ class Registry:
 OPTION_KEYS = {"augmenter": "augment_options", "loss": "ild_loss_options"}
 
 
-def _check_options(entry: Entry, name: str, args: tuple, options: dict[str, Any]) -> None:
+def _check_options(
+    entry: Entry, name: str, args: tuple, options: dict[str, Any], option_key: Optional[str] = None
+) -> None:
     """Unknown or missing options fail with the factory's valid options, not a bare TypeError."""
     try:
         signature = inspect.signature(entry.factory)
@@ -253,7 +255,7 @@ def _check_options(entry: Entry, name: str, args: tuple, options: dict[str, Any]
             for p in list(signature.parameters.values())[len(args) :]
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
         ]
-        section = OPTION_KEYS.get(entry.kind, f"{entry.kind}_options")
+        section = option_key or OPTION_KEYS.get(entry.kind, f"{entry.kind}_options")
         raise ConfigError(
             f"{entry.kind} {name!r} ({entry.provider()}): {exc}. Its options are: {', '.join(valid) or '(none)'}; "
             f"set them with --set {section}.NAME=VALUE"

@@ -77,14 +77,14 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         raise UsageError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.output != "-":
         check_output_file(Path(args.output), args.overwrite)  # before the student loads and predicts
-    student = load_student(args.student, device=args.device, runtime=args.runtime, verify=not args.no_verify)
     fmt = input_format(args.input, args.format)
+    if args.input != "-" and not Path(args.input).is_file():
+        raise UsageError(f"--input {args.input} does not exist")
+    student = load_student(args.student, device=args.device, runtime=args.runtime, verify=not args.no_verify)
     name = "<stdin>" if args.input == "-" else args.input
     if args.input == "-":
         text = textio.decode(sys.stdin.buffer.read(), name, encoding=args.encoding, option="--encoding")
     else:
-        if not Path(args.input).is_file():
-            raise UsageError(f"--input {args.input} does not exist")
         text = textio.read_text(args.input, encoding=args.encoding, option="--encoding")
     columns = (args.text_column, args.pair_column) if args.text_column else None
     rows, keys, texts = read_inputs(text, fmt, name, student.text_columns, student.is_pair, columns)

@@ -244,7 +244,10 @@ def explained_failure(config: RunConfig) -> Iterator[None]:
     except (UsageError, RunInterrupted):
         raise
     except Exception as exc:
-        raise RunFailedError(failure_message(exc, Path(config.output))) from exc
+        run_dir = getattr(exc, "kdplug_run_dir", None)
+        if run_dir is None:  # before the run directory: kdplug's own errors say it all, a bug keeps its traceback
+            raise
+        raise RunFailedError(failure_message(exc, Path(run_dir))) from exc
 
 
 class RunFailedError(KdplugError):
@@ -256,8 +259,6 @@ def failure_message(exc: BaseException, output: Path) -> str:
     from ..storage import write_failure_reason
 
     log_file = output / LOG_FILE
-    if not log_file.is_file():  # it failed before the run directory was made: nothing kept, nothing to say
-        return f"the run failed before it started: {str(exc).strip() or type(exc).__name__}"
     if "--resume" in str(exc):  # the error says what was kept and how to go on (a checkpoint's write)
         return f"the run failed: {str(exc).strip()} The traceback is in {log_file}."
     reason = write_failure_reason(exc)

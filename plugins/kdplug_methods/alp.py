@@ -89,7 +89,7 @@ class ALP(nn.Module):
         self.n, self.m = len(request.teacher_layers), len(request.student_layers)
         self.width = common_width(request.teacher_layers, "teacher", self.name)
         own = resolve_buckets(self.default_buckets if buckets is None else buckets, self.n, len(students), self.name)
-        if layer_map in ("reverse", "random") and len(set(own)) == 1:
+        if layer_map in ("reverse", "random") and len(own) > 1 and len(set(own)) == 1:
             raise UsageError(
                 f"projector {self.name!r}: layer_map {layer_map!r} reorders the student layers' buckets, but every "
                 f"student layer attends to the same teacher layers {list(own[0])}; use alp-no or alp-po (or set "

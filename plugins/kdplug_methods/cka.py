@@ -20,7 +20,8 @@ with an *uncentred* alignment in its code; kdplug uses Kornblith's centred CKA (
 starting point) on the layer vectors the extractor gives (the [CLS] state, a pooled vector), with
 ε = 1e-8 in the denominator. CKA is a statistic of the batch: its value and gradient depend on the
 batch size (with B small and widths large it is biased upward), gradient accumulation is not the
-same as a larger batch, and a batch of one example has nothing to align (the term is 0 there).
+same as a larger batch, and a batch of one or two examples has nothing to align (CKA is 1 for any
+two centred points; the term is 0 there).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ RCKA = """@inproceedings{zhou2024rcka,
 }"""
 
 EPS = 1e-8
+#: with two examples every centred Gram matrix is a multiple of [[1, -1], [-1, 1]]: CKA is 1 whatever
+#: the vectors, so CKA needs 3 or more examples in a batch
+MIN_BATCH = 3
 
 
 def centred_gram(x: Tensor) -> Tensor:
@@ -110,7 +114,8 @@ class CKAProjector(nn.Module):
 class CKALoss(nn.Module):
     """Σ_pairs w_p·(1 − CKA_p): linear centred CKA of each pair's ``(B, D)`` sides over the batch;
     w_p = the mean over the batch of ``weights[:, p]`` (1 without weights). Width D may hold
-    zero-padding (it does not change CKA). A batch of one example gives 0."""
+    zero-padding (it does not change CKA). A batch of fewer than 3 examples gives 0. Computed in
+    fp32 outside autocast."""
 
     def forward(self, student: Tensor, target: Tensor, weights: Optional[Tensor] = None) -> Tensor:
         if student.dim() == 2:
@@ -122,11 +127,11 @@ class CKALoss(nn.Module):
             )
         if weights is not None and weights.shape != student.shape[:2]:
             raise PluginError(f"loss 'cka': weights must be (batch, P), got {tuple(weights.shape)}")
-        if student.shape[0] < 2:
-            return student.sum() * 0.0  # one example: centred, nothing is left to align
-        grams = [centred_gram(side.transpose(0, 1).float()) for side in (student, target)]  # (P, B, B) each
-        k, lg = grams
-        cka = (k * lg).sum(dim=(1, 2)) / (k.norm(dim=(1, 2)) * lg.norm(dim=(1, 2)) + EPS)  # (P,)
+        if student.shape[0] < MIN_BATCH:
+            return student.sum() * 0.0  # two centred points: every Gram matrix is a·[[1,-1],[-1,1]], CKA ≡ 1
+        with torch.autocast(student.device.type, enabled=False):  # Gram matrices in fp32, not bf16
+            k, lg = (centred_gram(side.transpose(0, 1).float()) for side in (student, target))  # (P, B, B) each
+            cka = (k * lg).sum(dim=(1, 2)) / (k.norm(dim=(1, 2)) * lg.norm(dim=(1, 2)) + EPS)  # (P,)
         pair_weights = weights.float().mean(dim=0) if weights is not None else torch.ones_like(cka)
         return (pair_weights * (1.0 - cka)).sum()
 

@@ -160,6 +160,12 @@ def arrange(groups: Buckets, layer_map: object, n: int, seed: int, method: str) 
     k = len(groups)
     if layer_map is None or layer_map == "forward":
         return groups
+    if k == 1 and layer_map in ("reverse", "random"):
+        raise UsageError(
+            f"projector {method!r}: layer_map {layer_map!r} rearranges the matched student layers, but only one is "
+            f"matched, so it would equal forward; set projector_options.match_output_layer=true (pkd, cka) or "
+            f"use a student with more layers"
+        )
     if layer_map == "reverse":
         return groups[::-1]
     if layer_map == "random":

@@ -61,8 +61,11 @@ class CrossEntropy(nn.Module):
 
 def standardize(logits: Tensor, eps: float = 1e-7) -> Tensor:
     """Sun et al. 2024's Z-score of each example's logits over the classes: (z − mean) / (σ + ε),
-    σ the unbiased standard deviation and ε = 1e-7 outside the root, as their code."""
-    return (logits - logits.mean(dim=-1, keepdim=True)) / (logits.std(dim=-1, keepdim=True) + eps)
+    σ the unbiased standard deviation and ε = 1e-7 outside the root, as their code; in fp32
+    outside autocast (ε is below bf16's resolution)."""
+    with torch.autocast(logits.device.type, enabled=False):
+        logits = logits.float()
+        return (logits - logits.mean(dim=-1, keepdim=True)) / (logits.std(dim=-1, keepdim=True) + eps)
 
 
 def _check_temperature(temperature: object, loss: str) -> float:
@@ -138,8 +141,9 @@ class DISTLoss(_WarnsOnTwoClasses, nn.Module):
     With Y = softmax(z/τ) of both models, ``(batch, C)``:
     L = τ²·(β·mean_i d(Y_s[i,:], Y_t[i,:]) + γ·mean_c d(Y_s[:,c], Y_t[:,c])), d = 1 − Pearson:
     inter-class (each example's class distribution) and intra-class (each class over the batch).
-    β = γ = 1 here; the paper's weights (CE 1, β = γ = 2) are ``ce_weight=1, eta=2``. The
-    intra-class term is a batch statistic: it needs 2 or more examples (0 on a batch of one).
+    β = γ = 1 here (``inter_weight``, ``intra_weight``); the paper's setting (CE 1, β = γ = 2, τ = 1)
+    is ``inter_weight=2, intra_weight=2, eta=1, ce_weight=1, temperature=1``. The intra-class term
+    is a batch statistic: it needs 3 or more examples (0 on smaller batches).
     """
 
     two_class_note = (
@@ -158,14 +162,21 @@ class DISTLoss(_WarnsOnTwoClasses, nn.Module):
     def forward(self, student_logits: Tensor, teacher_logits: Tensor, weights: Optional[Tensor] = None) -> Tensor:
         if weights is not None:
             raise PluginError("loss 'dist' compares relations over the batch; it takes no per-example weights")
+        if student_logits.dim() != 2 or student_logits.shape != teacher_logits.shape:
+            raise PluginError(
+                f"loss 'dist' compares (batch, C) logits of one shape, got {tuple(student_logits.shape)} and "
+                f"{tuple(teacher_logits.shape)}"
+            )
         self._note_classes(student_logits)
         tau = self.temperature
         student = F.softmax(student_logits / tau, dim=-1)  # (B, C)
         teacher = F.softmax(teacher_logits.detach() / tau, dim=-1)  # (B, C)
         inter = pearson_distance(student, teacher).mean()  # each example, across classes
         intra = (
-            pearson_distance(student.T, teacher.T).mean() if student.shape[0] > 1 else student.new_zeros(())
-        )  # each class, across the batch
+            pearson_distance(student.transpose(0, 1), teacher.transpose(0, 1)).mean()
+            if student.shape[0] >= 3
+            else student.sum() * 0.0
+        )  # each class, across the batch (two examples correlate ±1 whatever they are)
         return tau**2 * (self.inter_weight * inter + self.intra_weight * intra)
 
     def extra_repr(self) -> str:

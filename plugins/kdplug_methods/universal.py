@@ -31,6 +31,8 @@ single stage of their default weights would never see a gold label.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import nn
 
@@ -40,6 +42,8 @@ from kdplug.types import DistillInputs, ProjectedPairs, ProjectionRequest
 
 from .layers import attention_divisor, check_inputs, intermediate_student_layers
 from .losses import standardize as standardize_logits
+
+log = logging.getLogger("kdplug.methods.universal")
 
 UNIVERSAL = """@inproceedings{wu2021universalkd,
   title = {Universal-{KD}: Attention-based Output-Grounded Intermediate Layer Knowledge Distillation},
@@ -75,6 +79,12 @@ class UniversalIL(nn.Module):
                 f"or false, and a regression has no class logits to standardise; got {standardize!r}"
             )
         self.standardize = standardize
+        if standardize and self.outputs == 2:
+            log.warning(
+                "projector %r: logit standardisation with 2 classes leaves each output's sign alone (±1/√2): its "
+                "output-space terms carry no gradient; it needs 3 or more classes",
+                self.name,
+            )
         self.tau = attention_divisor(attention_temperature, None, self.name)
         self.classifiers = nn.ModuleList(
             nn.Linear(spec.width, self.outputs) for spec in self.student_classified(request)

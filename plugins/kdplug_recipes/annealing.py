@@ -82,6 +82,7 @@ class Annealing:
     citation = ANNEALING
     #: it trains with its own loss: the run's projector is not used (kdplug says so when one is set)
     uses_projector = False
+    uses_kd_loss = False  # its loss is an MSE of annealed logits, not the run's kd_loss
 
     def __init__(self, e1: int = 10, e2: int = 3, tau_max: int = 10, phase2_lr: float | None = None) -> None:
         for name, value, least in (("e1", e1, 1), ("e2", e2, 0), ("tau_max", tau_max, 1)):

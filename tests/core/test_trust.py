@@ -214,6 +214,21 @@ def test_a_checkpoint_asking_to_run_its_code_is_refused_and_its_code_never_runs(
     assert not marker.exists()
 
 
+def test_kdplugs_own_students_with_an_auto_map_need_no_remote_code(run):
+    """A BiLSTM package names its modeling code in auto_map, but its model type is kdplug's own: a
+    fresh process's option checks accept it as a student directory."""
+    script = (
+        "import sys; from kdplug.engine import preflight; from kdplug.plugins import get_plugin_manager; "
+        "preflight.check_model_reference(get_plugin_manager().registry, 'student', sys.argv[1]); print('accepted')"
+    )
+    config = json.loads((run / "student" / "config.json").read_text())
+    assert "auto_map" in config and config["model_type"] == "kdplug-bilstm"
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(run / "student")], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and "accepted" in result.stdout, result.stderr
+
+
 # -- every failure a message ------------------------------------------------------------------------
 
 

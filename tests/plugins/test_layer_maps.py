@@ -103,6 +103,12 @@ def test_ckd_uses_the_rearranged_buckets_in_its_computation():
     torch.testing.assert_close(pairs.teacher[:, 0], expected)
 
 
+@pytest.mark.parametrize("name", ["pkd-skip", "ckd-no", "alp-no", "cka"])
+def test_one_matched_layer_refuses_a_reordering_that_changes_nothing(name):
+    with pytest.raises(UsageError, match="only one is matched"):
+        kdplug.create_projector(name, request(12, 2), layer_map="reverse")
+
+
 def test_alp_over_all_layers_refuses_a_reordering_that_changes_nothing():
     with pytest.raises(UsageError, match="alp-no or alp-po"):
         kdplug.create_projector("alp", request(12, 4), layer_map="reverse")

@@ -70,9 +70,13 @@ def test_cka_is_zero_for_an_orthogonal_rotation_and_rescaling_and_not_for_noise(
     assert 1 - cka_reference(x, noise.numpy()) > 0.05
 
 
-def test_cka_needs_two_examples_and_carries_gradient_to_the_student_only():
-    loss, _ = cka_term([torch.ones(1, 5), torch.ones(1, 5), torch.ones(1, 5)], [torch.ones(1, 7)] * 4)
-    assert float(loss) == 0.0
+def test_cka_needs_three_examples_and_carries_gradient_to_the_student_only():
+    gen = np.random.default_rng(4)
+    x, y = gen.normal(size=(2, 5)), gen.normal(size=(2, 7))
+    assert cka_reference(x, y) == pytest.approx(1.0)  # two centred points: CKA is 1 whatever they are
+    for batch in (1, 2):
+        loss, _ = cka_term([torch.randn(batch, 5) for _ in range(3)], [torch.randn(batch, 7) for _ in range(4)])
+        assert float(loss) == 0.0
     student = [torch.randn(6, 5, requires_grad=True) for _ in range(3)]
     teacher = [torch.randn(6, 7, requires_grad=True) for _ in range(4)]
     loss, _ = cka_term(student, teacher)
@@ -155,4 +159,14 @@ def test_a_run_takes_the_kd_loss_and_cka_and_checks_their_names_and_options(tmp_
     assert main([*argv, "--projector", "rkd", "--set", "kd_loss=nope", "--output", str(tmp_path / "bad")]) == 2
     assert "unknown loss 'nope'" in capsys.readouterr().err
     assert main([*argv, "--set", "kd_loss_options.standardise=true", "--output", str(tmp_path / "typo")]) == 2
-    assert "standardize" in capsys.readouterr().err  # the valid options are named
+    err = capsys.readouterr().err
+    assert "standardize" in err and "--set kd_loss_options.NAME" in err  # the valid options, under their key
+    for setting, message in (
+        ("kd_loss_options.temperature=2", "--set temperature"),
+        ("kd_loss=mse", "takes no temperature"),
+    ):
+        assert main([*argv, "--set", setting, "--output", str(tmp_path / "refused")]) == 2
+        assert message in capsys.readouterr().err
+    assert main([*argv, "--recipe", "annealing", "--set", "kd_loss=dist", "--output", str(tmp_path / "ann")]) == 2
+    assert "does not use kd_loss" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists() and not (tmp_path / "ann").exists()  # before any work
