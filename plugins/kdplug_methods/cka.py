@@ -147,4 +147,4 @@ def kdplug_register_projectors(register):
 
 @kdplug.hookimpl
 def kdplug_register_losses(register):
-    register("cka", CKALoss, description="1 − linear centred CKA of Gram matrices, summed over pairs")
+    register("cka", CKALoss, description="1 − linear centred CKA of each pair over the batch, summed over pairs")
