@@ -309,5 +309,6 @@ def figures_sections(doc: Document, groups: list[Group], out: Path) -> None:
     if without:
         doc.para(
             f"No compared pairs recorded by {', '.join(dict.fromkeys(without))}: logit-only methods (nkd, rkd) "
-            f"compare no layers, and runs of older kdplug versions did not record them."
+            f"compare no layers, methods whose pairs describe the whole batch (cka) have no term per example, "
+            f"and runs of older kdplug versions did not record them."
         )
