@@ -129,10 +129,11 @@ class KDLoss(_WarnsOnTwoClasses, nn.Module):
 
 
 def pearson_distance(a: Tensor, b: Tensor, eps: float = 1e-8) -> Tensor:
-    """1 − Pearson correlation along the last axis: the cosine of mean-centred vectors, ε added to
-    the product of norms (DIST's code)."""
+    """1 − Pearson correlation along the last axis: the cosine of mean-centred vectors, the product
+    of norms floored at ε (DIST's code adds ε; a floor keeps d(x, x) exactly 0 for the near-uniform
+    probabilities a high temperature gives, and still avoids 0/0)."""
     a, b = a - a.mean(dim=-1, keepdim=True), b - b.mean(dim=-1, keepdim=True)
-    return 1 - (a * b).sum(dim=-1) / (a.norm(dim=-1) * b.norm(dim=-1) + eps)
+    return 1 - (a * b).sum(dim=-1) / (a.norm(dim=-1) * b.norm(dim=-1)).clamp_min(eps)
 
 
 class DISTLoss(_WarnsOnTwoClasses, nn.Module):
@@ -141,6 +142,8 @@ class DISTLoss(_WarnsOnTwoClasses, nn.Module):
     With Y = softmax(z/τ) of both models, ``(batch, C)``:
     L = τ²·(β·mean_i d(Y_s[i,:], Y_t[i,:]) + γ·mean_c d(Y_s[:,c], Y_t[:,c])), d = 1 − Pearson:
     inter-class (each example's class distribution) and intra-class (each class over the batch).
+    Logits ``(batch, C)``, or pairs ``(batch, P, C)`` (summed over the pairs); ``weights``
+    ``(batch, P)`` scale each example's inter-class term and, by their mean, a pair's intra-class term.
     β = γ = 1 here (``inter_weight``, ``intra_weight``); the paper's setting (CE 1, β = γ = 2, τ = 1)
     is ``inter_weight=2, intra_weight=2, eta=1, ce_weight=1, temperature=1``. The intra-class term
     is a batch statistic: it needs 3 or more examples (0 on smaller batches).
@@ -160,24 +163,19 @@ class DISTLoss(_WarnsOnTwoClasses, nn.Module):
         self.inter_weight, self.intra_weight = float(inter_weight), float(intra_weight)
 
     def forward(self, student_logits: Tensor, teacher_logits: Tensor, weights: Optional[Tensor] = None) -> Tensor:
-        if weights is not None:
-            raise PluginError("loss 'dist' compares relations over the batch; it takes no per-example weights")
-        if student_logits.dim() != 2 or student_logits.shape != teacher_logits.shape:
-            raise PluginError(
-                f"loss 'dist' compares (batch, C) logits of one shape, got {tuple(student_logits.shape)} and "
-                f"{tuple(teacher_logits.shape)}"
-            )
-        self._note_classes(student_logits)
+        student, teacher, weights = _as_pairs(student_logits, teacher_logits.detach(), weights, "dist")  # (B, P, C)
+        self._note_classes(student)
         tau = self.temperature
-        student = F.softmax(student_logits / tau, dim=-1)  # (B, C)
-        teacher = F.softmax(teacher_logits.detach() / tau, dim=-1)  # (B, C)
-        inter = pearson_distance(student, teacher).mean()  # each example, across classes
-        intra = (
-            pearson_distance(student.transpose(0, 1), teacher.transpose(0, 1)).mean()
-            if student.shape[0] >= 3
-            else student.sum() * 0.0
-        )  # each class, across the batch (two examples correlate ±1 whatever they are)
-        return tau**2 * (self.inter_weight * inter + self.intra_weight * intra)
+        student, teacher = F.softmax(student / tau, dim=-1), F.softmax(teacher / tau, dim=-1)
+        inter = pearson_distance(student, teacher)  # (B, P): each example, across classes
+        inter = (inter * weights).mean(dim=0) if weights is not None else inter.mean(dim=0)  # (P,)
+        if student.shape[0] >= 3:  # each class, across the batch (two examples correlate ±1 whatever they are)
+            intra = pearson_distance(student.permute(1, 2, 0), teacher.permute(1, 2, 0)).mean(dim=-1)  # (P,)
+            if weights is not None:
+                intra = intra * weights.mean(dim=0)  # a batch statistic: the pair's mean weight
+        else:
+            intra = torch.zeros_like(inter)
+        return tau**2 * (self.inter_weight * inter + self.intra_weight * intra).sum()
 
     def extra_repr(self) -> str:
         return f"temperature={self.temperature}, inter_weight={self.inter_weight}, intra_weight={self.intra_weight}"
