@@ -90,10 +90,14 @@ def _tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 class Checkpointer:
     """Checkpoints of every stage of one run, under ``<run dir>/checkpoints/<stage>``."""
 
-    def __init__(self, root: Path, *, every_steps: int = 0, enabled: bool = True) -> None:
+    def __init__(
+        self, root: Path, *, every_steps: int = 0, enabled: bool = True, how_to_continue: Optional[str] = None
+    ) -> None:
         self.root = root
         self.every_steps = every_steps
         self.enabled = enabled
+        #: what a stopped or failed run tells the user to do next (scratch checkpoints say otherwise)
+        self.how_to_continue = how_to_continue or f"continue with 'kdplug run --resume {root.parent}'"
 
     def directory(self, stage: str) -> Path:
         return self.root / stage.replace("/", "_")
@@ -129,7 +133,7 @@ class Checkpointer:
             raise_as_storage_error(
                 exc,
                 f"the checkpoint of stage {stage!r}",
-                f"{kept}. Free space (or raise the limit) and continue with 'kdplug run --resume {self.root.parent}'",
+                f"{kept}. Free space (or raise the limit) and {self.how_to_continue}",
             )
             raise
         return target

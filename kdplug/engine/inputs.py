@@ -295,7 +295,9 @@ def warm_teacher(config: RunConfig, registry: Registry, *, echo: Callable[[str],
             dev,
             accelerator=accelerator,
             cache_root=cache_root,
-            checkpoints=Checkpointer(Path(scratch)),
+            checkpoints=Checkpointer(
+                Path(scratch), how_to_continue="run the same command again (the teacher's fine-tuning starts over)"
+            ),
             seed=teacher_seed,
             main_process=True,
             max_length=max_length,

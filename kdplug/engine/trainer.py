@@ -289,8 +289,7 @@ class Trainer:
                     path = save()
                     if interrupt.requested():
                         how = (
-                            f"checkpoint written to {path}. Continue with "
-                            f"'kdplug run --resume {checkpoints.root.parent}'."
+                            f"checkpoint written to {path}; {checkpoints.how_to_continue}."
                             if checkpoints is not None
                             else "no checkpoint (checkpoints are off): run it again to start over."
                         )
