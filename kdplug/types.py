@@ -66,6 +66,56 @@ class LayerExtractor(Protocol):
         """Return one ``(batch, spec.width)`` tensor per spec, in the order of ``layer_specs``."""
         ...
 
+    # Optional, for Transformers: the per-token signals that token-level methods distil.
+    #
+    # def token_spec(self, model) -> TokenSpec | None:
+    #     the shape of the model's signals; None when it has none (a pooled BiLSTM).
+    # def forward_with_tokens(self, model, forward: Callable[[], Any], mask) -> tuple[Any, TokenSignals]:
+    #     run ``forward()`` (the model's forward on one batch) and return its outputs with the
+    #     model's signals for that batch (``mask``: its attention mask).
+
+
+@dataclass(frozen=True)
+class TokenSpec:
+    """The shape of a Transformer's per-token signals (see :class:`TokenSignals`): ``layers``
+    Transformer blocks of width ``width`` with ``heads`` attention heads."""
+
+    layers: int
+    width: int
+    heads: int
+
+
+@dataclass
+class TokenSignals:
+    """One model's per-token signals for one batch, for methods that distil token by token
+    (TinyBERT, MiniLMv2). The teacher's carry no gradient; the student's do.
+
+    Attributes:
+        mask: ``(batch, L)`` bool, True at real tokens (False at padding).
+        hidden: ``layers + 1`` tensors ``(batch, L, width)``: the embedding output, then the
+            output of each Transformer block.
+        queries, keys, values: one ``(batch, L, width)`` tensor per block: the outputs of its
+            self-attention's query, key and value projections, all heads side by side.
+        heads: attention heads per block (a head is ``width / heads`` wide).
+    """
+
+    mask: torch.Tensor
+    hidden: list[torch.Tensor]
+    queries: list[torch.Tensor]
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    heads: int
+
+    def attention_scores(self, layer: int) -> torch.Tensor:
+        """Block ``layer``'s (1-based) attention scores before the softmax, QKᵀ/√d_head per head:
+        ``(batch, heads, L, L)`` (TinyBERT's A), in float32."""
+        query, key = self.queries[layer - 1].float(), self.keys[layer - 1].float()
+        batch, length, width = query.shape
+        size = width // self.heads
+        query = query.view(batch, length, self.heads, size).transpose(1, 2)  # (B, h, L, d_head)
+        key = key.view(batch, length, self.heads, size).transpose(1, 2)
+        return query @ key.transpose(-1, -2) / size**0.5
+
 
 # --------------------------------------------------------------------------------------------
 # Tasks
@@ -187,7 +237,9 @@ class ProjectionRequest:
 
     ``teacher_layers`` and ``student_layers`` hold only matchable layers (no embedding layer),
     in order; the student's last entry is its output layer. ``seed`` is the run's seed, for a
-    projector that draws something once per run (a random layer map).
+    projector that draws something once per run (a random layer map). ``teacher_tokens`` and
+    ``student_tokens`` describe each model's per-token signals, None for a model without them
+    (a pooled BiLSTM or CNN student).
     """
 
     teacher_layers: tuple[LayerSpec, ...]
@@ -195,6 +247,8 @@ class ProjectionRequest:
     num_outputs: int
     is_regression: bool = False
     seed: int = 0
+    teacher_tokens: Optional[TokenSpec] = None
+    student_tokens: Optional[TokenSpec] = None
 
 
 @dataclass
@@ -207,6 +261,8 @@ class DistillInputs:
         teacher_logits / student_logits: ``(batch, C)``.
         teacher_head_logits: ``(batch, n, C)`` logits of the teacher's warmed-up pseudo
             classifiers (one per teacher layer), present when the projector asked for them.
+        teacher_tokens / student_tokens: both models' per-token signals, present when the
+            projector says ``needs_tokens`` (the engine then runs the teacher on every batch).
     """
 
     teacher_layers: list[torch.Tensor]
@@ -214,6 +270,8 @@ class DistillInputs:
     teacher_logits: torch.Tensor
     student_logits: torch.Tensor
     teacher_head_logits: Optional[torch.Tensor] = None
+    teacher_tokens: Optional[TokenSignals] = None
+    student_tokens: Optional[TokenSignals] = None
 
 
 @dataclass
@@ -224,19 +282,26 @@ class ProjectedPairs:
     scales each pair's per-example loss (attention on the losses). ``attention`` (``(batch, P,
     n)``), when set, is what the report draws: how much each matched student layer drew on each
     teacher layer.
+
+    ``terms`` (``(batch, P)``) is for methods whose pairs are not two vectors of one width
+    (TinyBERT's per-token hidden states and attention maps): each example's loss for each pair,
+    computed by the projector, whose ``ild_loss`` is then None. The engine reduces them as
+    every pair loss does: weighted, averaged over the batch, summed over the pairs.
     """
 
-    student: torch.Tensor
-    teacher: torch.Tensor
+    student: Optional[torch.Tensor] = None
+    teacher: Optional[torch.Tensor] = None
     weights: Optional[torch.Tensor] = None
     attention: Optional[torch.Tensor] = None
+    terms: Optional[torch.Tensor] = None
 
 
 class Projector(Protocol):
     """An ``nn.Module`` built by a projector factory.
 
     Class attributes the engine reads:
-        ild_loss: registry name of the loss that compares the pairs (e.g. ``"mse"``).
+        ild_loss: registry name of the loss that compares the pairs (e.g. ``"mse"``); None for a
+            projector that returns ``ProjectedPairs.terms``.
         ild_loss_options: (optional) keyword options for that loss, e.g. ``{"reduction": "mean"}``.
         needs_teacher_heads: True when forward reads ``inputs.teacher_head_logits``; the engine
             then warms up one pseudo classifier per teacher layer before distillation.
@@ -249,10 +314,14 @@ class Projector(Protocol):
         matching: (optional, may be a property) a JSON-able dict of which teacher layers each
             student layer learns from, which the run records with the stage (e.g. a random
             layer map drawn from ``ProjectionRequest.seed``).
+        needs_tokens: (optional, default False) True when forward reads ``inputs.teacher_tokens``
+            and ``inputs.student_tokens``: the engine then runs the teacher on every batch (no
+            gradient, eval mode, inference autocast, outside any DDP wrapping), as the cache keeps
+            one vector per layer.
     forward(inputs: DistillInputs) -> ProjectedPairs | None (None: logit-only method).
     """
 
-    ild_loss: str
+    ild_loss: Optional[str]
     needs_teacher_heads: bool
     default_weights: Mapping[str, float]
 

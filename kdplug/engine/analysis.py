@@ -60,7 +60,7 @@ def collect(
         layers = module.extractor(module.student, outputs)
         student = [layers[i] for i in module.matchable_positions]
         heads = module.teacher_heads(teacher) if module.teacher_heads is not None else None
-        if module.projector is not None:
+        if module.projector is not None and not module.needs_tokens:  # token methods need the teacher run live
             pairs = module.projector(
                 DistillInputs(
                     teacher_layers=teacher,

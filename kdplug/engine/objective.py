@@ -14,7 +14,8 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from ..types import DistillInputs, LayerExtractor, StepState
+from ..errors import PluginError
+from ..types import DistillInputs, LayerExtractor, ProjectedPairs, StepState, TokenSignals
 
 Objective = Callable[[StepState], dict[str, torch.Tensor]]
 
@@ -62,10 +63,25 @@ class WeightedObjective(nn.Module):
             terms["kd"] = self.kd_loss(state.student_logits, state.teacher_logits)
             total = total + self.eta * terms["kd"]
         if self.lam > 0 and state.pairs is not None:
-            terms["ild"] = self.ild_loss(state.pairs.student, state.pairs.teacher, state.pairs.weights)
+            terms["ild"] = pair_loss(self.ild_loss, state.pairs)
             total = total + self.lam * terms["ild"]
         terms["loss"] = total
         return terms
+
+
+def pair_loss(loss: Optional[Callable], pairs: ProjectedPairs) -> torch.Tensor:
+    """The ILD term of a projector's pairs: its loss on the pairs, or the per-example terms it
+    computed itself (``pairs.terms``), weighted, averaged over the batch and summed over the pairs
+    as every pair loss reduces them."""
+    if pairs.terms is not None:
+        terms = pairs.terms if pairs.weights is None else pairs.terms * pairs.weights
+        return terms.mean(dim=0).sum()
+    if loss is None:
+        raise PluginError(
+            "the projector returned pairs of vectors but names no ild_loss to compare them; set its ild_loss "
+            "(e.g. 'mse'), or return ProjectedPairs(terms=...) with each example's loss per pair"
+        )
+    return loss(pairs.student, pairs.teacher, pairs.weights)
 
 
 class TeacherHeads(nn.Module):
@@ -105,13 +121,25 @@ class DistillationModule(nn.Module):
     def needs_teacher(self) -> bool:
         return getattr(self.objective, "needs_teacher", True)
 
+    @property
+    def needs_tokens(self) -> bool:
+        """Whether the projector distils per-token signals (the teacher then runs on every batch)."""
+        return bool(getattr(self.projector, "needs_tokens", False))
+
     def forward(
         self,
         batch: dict[str, torch.Tensor],
         teacher_logits: Optional[torch.Tensor] = None,
         teacher_layers: Optional[list[torch.Tensor]] = None,
+        teacher_tokens: Optional[TokenSignals] = None,
     ) -> dict[str, torch.Tensor]:
-        outputs = model_forward(self.student, batch)
+        student_tokens = None
+        if teacher_tokens is not None:
+            outputs, student_tokens = self.extractor.forward_with_tokens(
+                self.student, lambda: model_forward(self.student, batch), batch["attention_mask"]
+            )
+        else:
+            outputs = model_forward(self.student, batch)
         logits = outputs.logits
         layers = self.extractor(self.student, outputs)
         student_layers = [layers[i] for i in self.matchable_positions]
@@ -128,6 +156,8 @@ class DistillationModule(nn.Module):
                     teacher_logits=teacher_logits,
                     student_logits=logits,
                     teacher_head_logits=head_logits,
+                    teacher_tokens=teacher_tokens,
+                    student_tokens=student_tokens,
                 )
             )
         return self.objective(

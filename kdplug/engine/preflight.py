@@ -95,6 +95,7 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
     if check_values is not None:  # values a projector can judge before the models are loaded
         check_values(**config.projector_options)
     registry.check_options("recipe", config.recipe, **config.recipe_options)
+    check_token_method(config, registry, student)
     if config.ild_loss:
         registry.resolve("loss", config.ild_loss)
         registry.check_options("loss", config.ild_loss, **config.ild_loss_options)
@@ -104,6 +105,25 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
         check_kd_loss(config, registry)
     check_transfer_sources(config, registry)
     return notes
+
+
+def check_token_method(config: RunConfig, registry: Registry, student: str) -> None:
+    """A projector that distils per-token signals (``needs_tokens``: TinyBERT, MiniLMv2) needs a
+    student that has tokens and attention, and computes its own loss terms."""
+    if not factory_attribute(registry, "projector", config.projector, "needs_tokens"):
+        return
+    if factory_attribute(registry, "student", student, "token_signals") is False:
+        raise UsageError(
+            f"projector {config.projector!r} distils the teacher's per-token hidden states and attention, but "
+            f"student {config.student!r} pools each sentence into one vector per layer: it has no tokens or "
+            f"attention to match. Use a Transformer student (bert-k, distilroberta, --student DIR), or a method "
+            f"for pooled students (universal-ca, cka, rkd)"
+        )
+    if config.ild_loss:
+        raise UsageError(
+            f"projector {config.projector!r} computes its own per-token loss terms, so ild_loss "
+            f"{config.ild_loss!r} has nothing to compare; drop --set ild_loss"
+        )
 
 
 #: the loss on the logits where the run names none (kd_loss)

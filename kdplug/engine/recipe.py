@@ -28,6 +28,7 @@ from ..types import (
     StageResult,
     Task,
     Teacher,
+    TokenSpec,
     Weights,
     matchable_layers,
     num_outputs,
@@ -38,7 +39,7 @@ from .checkpoint import Checkpointer
 from .data import EncodedSplit, WithTransfer, encode
 from .heads import warmed_up_heads
 from .objective import DistillationModule, TeacherHeads, WeightedObjective
-from .teacher import TeacherOutputs, build_cache, freeze
+from .teacher import LiveTeacher, TeacherOutputs, build_cache, freeze
 from .trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -218,10 +219,15 @@ class EngineContext:
         )
 
     def projection_request(self, student: nn.Module) -> ProjectionRequest:
-        teacher_specs = matchable_layers(self.extractor(self.teacher.model).layer_specs(self.teacher.model))
-        student_specs = matchable_layers(self.extractor(student).layer_specs(student))
+        teacher_extractor, student_extractor = self.extractor(self.teacher.model), self.extractor(student)
         return ProjectionRequest(
-            teacher_specs, student_specs, num_outputs(self.task), self.task.is_regression, seed=self.config.seed
+            matchable_layers(teacher_extractor.layer_specs(self.teacher.model)),
+            matchable_layers(student_extractor.layer_specs(student)),
+            num_outputs(self.task),
+            self.task.is_regression,
+            seed=self.config.seed,
+            teacher_tokens=token_spec(teacher_extractor, self.teacher.model),
+            student_tokens=token_spec(student_extractor, student),
         )
 
     def weights(
@@ -416,6 +422,8 @@ class EngineContext:
             teacher_cache=stage.teacher_cache,
             checkpoints=self.checkpoints,
             patience=stage.patience,
+            live_teacher=stage.live_teacher,
+            keep_last=stage.keep_last,
         )
         if stage.projector is not None:
             self.last_distillation = (name, stage.module)  # for the attention and layer records
@@ -438,6 +446,9 @@ class EngineContext:
         if name in self.stages:
             raise UsageError(f"the recipe runs two stages named {name!r}; stage names must be unique")
         weights = weights or self.weights(projector)
+        # no term reaches the classifier (TinyBERT's and MiniLMv2's first stage): its dev score says
+        # nothing of the stage, so keep the last epoch and train every epoch
+        blind = objective is None and weights.ce == 0 and weights.eta == 0
         objective = objective or self.objective(projector, weights)
         if weights.lam == 0:
             projector = None  # its pairs would be weighted by 0: skip the work (and the heads' warm-up)
@@ -454,11 +465,26 @@ class EngineContext:
             examples = self.examples_per_epoch(train)
         parts = [train.labelled, train.transfer] if isinstance(train, WithTransfer) else [train]
         check_vocabulary(student, name, [*parts, *dev.values()])
+        live_teacher = self.live_teacher(student, name) if module.needs_tokens else None
         lr = lr or self.config.lr or student_default(student, "default_lr", DEFAULT_LR)
         chosen = not (epochs or self.config.epochs)
         epochs = epochs or self.config.epochs or default_epochs(student, examples, self.config.batch_size)
-        patience = patience if patience is not None else resolve_patience(self.config.patience, chosen)
-        return Stage(module, projector, weights, train, dev, train_cache, epochs, lr, patience, examples)
+        patience = 0 if blind else patience if patience is not None else resolve_patience(self.config.patience, chosen)
+        return Stage(
+            module, projector, weights, train, dev, train_cache, epochs, lr, patience, examples, live_teacher, blind
+        )
+
+    def live_teacher(self, student: nn.Module, stage: str) -> LiveTeacher:
+        """The teacher run on every batch, for a projector that distils per-token signals: both
+        models read the same tokens, so the student must read with the teacher's tokenizer."""
+        own = getattr(student, "tokenizer", None)
+        if own is not None and fingerprint.of_tokenizer(own) != fingerprint.of_tokenizer(self.tokenizer):
+            raise UsageError(
+                f"stage {stage!r}: {self.config.projector} compares the two models token by token, but the student "
+                f"reads with a tokenizer of its own (not the teacher's), so their tokens do not line up; use a student "
+                f"built from the teacher (bert-k) or one that shares its tokenizer"
+            )
+        return LiveTeacher(self.teacher, self.extractor(self.teacher.model), self.config.precision)
 
     def examples_per_epoch(self, train: Any) -> int:
         """Training examples per epoch: labelled ones plus the transfer set's share."""
@@ -482,9 +508,16 @@ class Stage:
     lr: float
     patience: int
     examples: int
+    live_teacher: Optional[LiveTeacher] = None
+    #: no term of the objective reaches the classifier, so the dev score cannot pick an epoch
+    keep_last: bool = False
 
     def settings(self) -> dict[str, Any]:
         settings = {"weights": self.weights.as_dict(), "lr": self.lr, "epochs": self.epochs, "patience": self.patience}
+        if self.live_teacher is not None:
+            settings["teacher_in_the_loop"] = True
+        if self.keep_last:
+            settings["kept"] = "last epoch (no term trains the classifier, so dev scores cannot choose)"
         matching = getattr(self.projector, "matching", None)  # which teacher layers each student layer learns from
         if matching is not None:
             settings["matching"] = matching
@@ -498,11 +531,20 @@ class Stage:
             else ""
         )
         stopping = f", early stopping after {self.patience} epochs without a dev improvement" if self.patience else ""
+        if self.keep_last:
+            stopping = ", keeping the last epoch (no term trains the classifier)"
+        live = ", the teacher run on every batch for its per-token signals" if self.live_teacher is not None else ""
         weights = ", ".join(f"{k} {v:g}" for k, v in self.weights.as_dict().items())
         return (
             f"{student} student{matching}; weights {weights}; {self.epochs} epochs at lr {self.lr:g} over "
-            f"{self.examples} examples per epoch{stopping}"
+            f"{self.examples} examples per epoch{live}{stopping}"
         )
+
+
+def token_spec(extractor: Any, model: nn.Module) -> Optional[TokenSpec]:
+    """The shape of ``model``'s per-token signals, None when its extractor reads none (a pooled student)."""
+    read = getattr(extractor, "token_spec", None)
+    return read(model) if read is not None else None
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -19,7 +19,7 @@ import torch
 
 from .. import fingerprint
 from ..storage import atomic_directory, complete_copy, move_aside, verify
-from ..types import LayerExtractor, LayerSpec, Task, Teacher, num_outputs
+from ..types import LayerExtractor, LayerSpec, Task, Teacher, TokenSignals, num_outputs
 from . import cache as cache_module
 from . import faults
 from .data import EncodedSplit
@@ -137,6 +137,25 @@ def freeze(teacher: Teacher) -> Teacher:
     teacher.model.eval()
     teacher.model.requires_grad_(False)
     return teacher
+
+
+class LiveTeacher:
+    """The teacher in the loop, for methods that distil per-token signals (the cache keeps one
+    vector per layer): its signals for each training batch, computed without gradient, in eval
+    mode and under the same inference autocast as the cache, and never wrapped by Accelerate (so
+    DDP neither syncs nor shards it)."""
+
+    def __init__(self, teacher: Teacher, extractor: LayerExtractor, precision: str) -> None:
+        self.model, self.extractor, self.precision = teacher.model, extractor, precision
+
+    @torch.no_grad()
+    def __call__(self, batch: dict[str, torch.Tensor], device: torch.device) -> TokenSignals:
+        self.model.to(device).eval()  # a no-op after the first batch
+        with inference_autocast(self.precision, device):
+            _, signals = self.extractor.forward_with_tokens(
+                self.model, lambda: model_forward(self.model, batch), batch["attention_mask"]
+            )
+        return signals
 
 
 def matchable_specs(extractor: LayerExtractor, model: torch.nn.Module) -> tuple[list[LayerSpec], list[int]]:

@@ -12,6 +12,7 @@ import copy
 import logging
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
@@ -202,6 +203,8 @@ class Trainer:
         teacher_cache: Optional[TeacherCache] = None,
         checkpoints: Optional[Checkpointer] = None,
         patience: int = 0,
+        live_teacher: Optional[Callable[[dict, torch.device], Any]] = None,
+        keep_last: bool = False,
     ) -> StageResult:
         """Train ``module`` for ``epochs``; on return it holds the kept (best or last) weights.
 
@@ -209,11 +212,15 @@ class Trainer:
         and at every epoch end, continues from its checkpoint if one exists, and is skipped
         (its final weights loaded) if it already completed. With ``patience``, the stage ends
         early once that many epochs in a row have not improved the best dev score (see
-        :func:`stop_early`).
+        :func:`stop_early`). ``live_teacher(batch, device)`` gives the teacher's per-token signals
+        of a batch, for a projector that distils them (``needs_tokens``). ``keep_last``: the stage
+        trains nothing its dev score measures; keep its last epoch and skip the health checks.
         """
         started = time.perf_counter()
         if module.needs_teacher and teacher_cache is None:
             raise KdplugError(f"stage {name!r} needs teacher outputs but no teacher cache was given")
+        if module.needs_tokens and live_teacher is None:
+            raise KdplugError(f"stage {name!r} distils per-token signals but no live teacher was given")
         saved = checkpoints.load(name) if checkpoints is not None else None
         if saved is not None and saved[0].complete:
             log.info("stage %s: complete in its checkpoint, reusing it", name)
@@ -275,7 +282,9 @@ class Trainer:
                 restore_rng(*pending_rng)
                 pending_rng = None
             for step, batch in enumerate(iterator, start=skip + 1):
-                terms = self._step(module, batch, teacher_cache, optimizer, scheduler, name, epoch, step, checkpoints)
+                terms = self._step(
+                    module, batch, teacher_cache, live_teacher, optimizer, scheduler, name, epoch, step, checkpoints
+                )
                 if self.tracking is not None:
                     self.tracking.log_step(name, (epoch - 1) * len(loader) + step, terms, scheduler.get_last_lr()[0])
                 for key, value in terms.items():
@@ -320,19 +329,25 @@ class Trainer:
             )
             if self.tracking is not None:
                 self.tracking.log_epoch(name, epoch * len(loader), epoch, metrics)
-            for finding in health.check_epoch(
+            findings = health.check_epoch(
                 name,
                 progress.history,
                 epochs=epochs,
                 lr=lr,
                 labels=self.task.labels,
                 predictions=predictions.get(self.task.dev_splits[0]),
-            ):
+            )
+            for finding in [] if keep_last else findings:
                 if finding.code not in progress.warned:
                     progress.warned.append(finding.code)
                     progress.warnings.append(finding.message)
                     log.warning(finding.message)
-            if self.best_checkpoint == "last" or progress.best_score is None or score > progress.best_score:
+            if (
+                keep_last
+                or self.best_checkpoint == "last"
+                or progress.best_score is None
+                or score > progress.best_score
+            ):
                 progress.best_score, progress.best_epoch, progress.best_dev = score, epoch, metrics
                 best_state = copy.deepcopy(unwrapped.state_dict())
             progress.epoch, progress.step, progress.sums, progress.count = epoch + 1, 0, {}, 0
@@ -367,12 +382,15 @@ class Trainer:
         )
 
     def _step(
-        self, module, batch, teacher_cache, optimizer, scheduler, name, epoch, step, checkpoints
+        self, module, batch, teacher_cache, live_teacher, optimizer, scheduler, name, epoch, step, checkpoints
     ) -> dict[str, float]:
         teacher = {}
-        if teacher_cache is not None and self.accelerator.unwrap_model(module).needs_teacher:
+        unwrapped = self.accelerator.unwrap_model(module)
+        if teacher_cache is not None and unwrapped.needs_teacher:
             logits, layers = teacher_cache.fetch(batch["index"], self.accelerator.device)
             teacher = {"teacher_logits": logits, "teacher_layers": layers}
+        if live_teacher is not None and unwrapped.needs_tokens:
+            teacher["teacher_tokens"] = live_teacher(batch, self.accelerator.device)
         with self.accelerator.autocast():
             terms = module(batch, **teacher)
         loss = terms["loss"]

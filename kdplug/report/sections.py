@@ -310,5 +310,6 @@ def figures_sections(doc: Document, groups: list[Group], out: Path) -> None:
         doc.para(
             f"No compared pairs recorded by {', '.join(dict.fromkeys(without))}: logit-only methods (nkd, rkd) "
             f"compare no layers, methods whose pairs describe the whole batch (cka) have no term per example, "
-            f"and runs of older kdplug versions did not record them."
+            f"token-level methods (tinybert, minilm-v2) need the teacher run live on each batch, which the record "
+            f"does not repeat, and runs of older kdplug versions did not record them."
         )

@@ -51,6 +51,9 @@ def gated_cnn_student(
     )
 
 
+gated_cnn_student.token_signals = False  # one pooled vector per layer: no tokens for TinyBERT or MiniLMv2
+
+
 @kdplug.hookimpl
 def kdplug_register_students(register):
     register(

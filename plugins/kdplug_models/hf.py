@@ -16,8 +16,9 @@ from torch import nn
 
 import kdplug
 from kdplug.errors import UsageError
-from kdplug.types import LayerSpec, Task, Teacher, num_outputs
+from kdplug.types import LayerSpec, Task, Teacher, TokenSignals, TokenSpec, num_outputs
 
+from . import tokens
 from .hf_loading import Loaded, _load_classifier, available, declared_base_model
 from .hf_students import bert_k_student, distilroberta_student, hf_student
 from .labels import LabelMatch
@@ -220,6 +221,12 @@ class HFEncoderExtractor:
                 f"model.config.output_hidden_states = True (kdplug's factories do)"
             )
         return [state[:, 0] for state in hidden_states]  # (batch, seq, width) -> (batch, width)
+
+    def token_spec(self, model: nn.Module) -> Optional[TokenSpec]:
+        return tokens.token_spec(model)
+
+    def forward_with_tokens(self, model: nn.Module, forward: Any, mask: torch.Tensor) -> tuple[Any, TokenSignals]:
+        return tokens.forward_with_tokens(model, forward, mask)
 
 
 # --------------------------------------------------------------------------------------------

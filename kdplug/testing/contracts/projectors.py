@@ -9,8 +9,9 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from ...errors import UsageError
 from ...registry import Registry
-from ...types import DistillInputs, LayerSpec, ProjectionRequest
+from ...types import DistillInputs, LayerSpec, ProjectionRequest, TokenSignals, TokenSpec
 from .harness import (
     BATCH,
     CheckResult,
@@ -52,7 +53,13 @@ class LayerShapes:
         base = f"{self.teacher_layers}x{self.teacher_width}-{self.student_layers}x{self.student_width}"
         return base + ("-regression" if self.is_regression else "")
 
+    @property
+    def heads(self) -> tuple[int, int]:
+        """Attention heads of the teacher and a Transformer student: 12 where the width allows."""
+        return tuple(12 if width % 12 == 0 else 2 for width in (self.teacher_width, self.student_width))
+
     def request(self) -> ProjectionRequest:
+        teacher_heads, student_heads = self.heads
         return ProjectionRequest(
             teacher_layers=tuple(
                 LayerSpec(i, self.teacher_width, "transformer") for i in range(1, self.teacher_layers + 1)
@@ -62,6 +69,12 @@ class LayerShapes:
             ),
             num_outputs=self.num_outputs,
             is_regression=self.is_regression,
+            teacher_tokens=TokenSpec(self.teacher_layers, self.teacher_width, teacher_heads),
+            student_tokens=(
+                TokenSpec(self.student_layers, self.student_width, student_heads)
+                if self.student_kind == "transformer"
+                else None
+            ),
         )
 
 
@@ -95,24 +108,50 @@ def make_distill_inputs(
     *,
     seed: int = 0,
     teacher_heads: bool = True,
+    tokens: bool = False,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> DistillInputs:
     """Random :class:`DistillInputs` for ``request``. Every tensor is a leaf that requires grad,
-    so a gradient leaking to the teacher side is visible; ``teacher_head_logits`` is ``(B, n, C)``."""
+    so a gradient leaking to the teacher side is visible; ``teacher_head_logits`` is ``(B, n, C)``;
+    with ``tokens``, both models' token signals over ``TOKENS`` positions (the last example padded)."""
     generator = torch.Generator().manual_seed(seed)
 
     def leaf(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=generator, dtype=dtype).to(device).requires_grad_()
 
     n, c = len(request.teacher_layers), request.num_outputs
+    mask = torch.ones(batch, TOKENS, dtype=torch.bool, device=device)
+    mask[-1, TOKENS - 2 :] = False  # the last example is padded
+
+    def signals(spec: Optional[TokenSpec]) -> Optional[TokenSignals]:
+        if spec is None or not tokens:
+            return None
+        per_block = lambda: [leaf(batch, TOKENS, spec.width) for _ in range(spec.layers)]  # noqa: E731
+        hidden = [leaf(batch, TOKENS, spec.width) for _ in range(spec.layers + 1)]
+        return TokenSignals(mask, hidden, per_block(), per_block(), per_block(), spec.heads)
+
     return DistillInputs(
         teacher_layers=[leaf(batch, spec.width) for spec in request.teacher_layers],
         student_layers=[leaf(batch, spec.width) for spec in request.student_layers],
         teacher_logits=leaf(batch, c),
         student_logits=leaf(batch, c),
         teacher_head_logits=leaf(batch, n, c) if teacher_heads else None,
+        teacher_tokens=signals(request.teacher_tokens),
+        student_tokens=signals(request.student_tokens),
     )
+
+
+def token_tensors(signals: Optional[TokenSignals], side: str) -> list[tuple[str, torch.Tensor]]:
+    """Every tensor of a model's token signals, named for a finding."""
+    if signals is None:
+        return []
+    fields = ("hidden", "queries", "keys", "values")
+    return [(f"{side}_tokens.{f}[{i}]", t) for f in fields for i, t in enumerate(getattr(signals, f))]
+
+
+#: token positions of the random per-token signals
+TOKENS = 5
 
 
 def _check_projector_attributes(registry: Registry, projector: nn.Module) -> None:
@@ -121,10 +160,14 @@ def _check_projector_attributes(registry: Registry, projector: nn.Module) -> Non
         f"the factory returned a {type(projector).__name__}, not an nn.Module "
         f"(its parameters must train with the student's)",
     )
-    ild = getattr(projector, "ild_loss", None)
-    require(isinstance(ild, str), "the projector has no ild_loss attribute naming a registered loss (e.g. 'mse')")
+    ild = getattr(projector, "ild_loss", "missing")
+    require(
+        isinstance(ild, str) or (ild is None and hasattr(projector, "ild_loss")),
+        "the projector has no ild_loss attribute naming a registered loss (e.g. 'mse'; None when it returns "
+        "ProjectedPairs.terms)",
+    )
     losses = registry.names("loss")
-    require(ild in losses, f"ild_loss {ild!r} is not a registered loss; registered: {', '.join(losses)}")
+    require(ild is None or ild in losses, f"ild_loss {ild!r} is not a registered loss; registered: {', '.join(losses)}")
     require(
         isinstance(getattr(projector, "needs_teacher_heads", None), bool),
         "needs_teacher_heads must be a class attribute True or False",
@@ -143,7 +186,29 @@ def _check_projector_attributes(registry: Registry, projector: nn.Module) -> Non
     require(float(weights.get("temperature", 1.0)) > 0, "default_weights temperature must be positive")
 
 
+def _check_terms(pairs: Any, batch: int) -> None:
+    terms = pairs.terms
+    require(
+        terms.dim() == 2 and terms.shape[0] == batch,
+        f"pairs.terms is {tuple(terms.shape)}, expected (batch, P) with batch {batch}",
+    )
+    if getattr(pairs, "weights", None) is not None:
+        require(tuple(pairs.weights.shape) == tuple(terms.shape), "pairs.weights must have the shape of pairs.terms")
+
+
+def pair_loss(registry: Registry, projector: nn.Module, pairs: Any) -> torch.Tensor:
+    """The ILD term as the engine computes it: the projector's loss on the pairs, or its own terms."""
+    if getattr(pairs, "terms", None) is not None:
+        terms = pairs.terms if pairs.weights is None else pairs.terms * pairs.weights
+        return terms.mean(dim=0).sum()
+    require(projector.ild_loss is not None, "the projector names no ild_loss and returned no pairs.terms")
+    return registry.create("loss", projector.ild_loss)(pairs.student, pairs.teacher, pairs.weights)
+
+
 def _check_pairs(pairs: Any, request: ProjectionRequest, batch: int) -> None:
+    if getattr(pairs, "terms", None) is not None:
+        _check_terms(pairs, batch)
+        return
     for attribute in ("student", "teacher"):
         require(
             isinstance(getattr(pairs, attribute, None), torch.Tensor),
@@ -175,7 +240,7 @@ def _check_pairs(pairs: Any, request: ProjectionRequest, batch: int) -> None:
 def _pair_tensors(pairs: Any) -> list[tuple[str, Optional[torch.Tensor]]]:
     if pairs is None:
         return []
-    return [(f"pairs.{a}", getattr(pairs, a, None)) for a in ("student", "teacher", "weights", "attention")]
+    return [(f"pairs.{a}", getattr(pairs, a, None)) for a in ("student", "teacher", "weights", "attention", "terms")]
 
 
 def _projector_case(
@@ -188,13 +253,23 @@ def _projector_case(
         torch.manual_seed(seed)
         return registry.create("projector", name, request, **options)
 
-    projector = rec.run("builds for the layer shapes", lambda: build(0), fatal=True)
+    def first_build() -> nn.Module:
+        if request.student_tokens is None and _factory_attribute(registry, name, "needs_tokens"):
+            try:
+                build(0)
+            except UsageError:
+                raise _Skip("a token-level method refuses a pooled student with a usage error, as it should") from None
+            require(False, "a token-level method (needs_tokens) built for a student without tokens (a BiLSTM)")
+        return build(0)
+
+    projector = rec.run("builds for the layer shapes", first_build, fatal=True)
     rec.run(
         "declares ild_loss, needs_teacher_heads, default_weights",
         lambda: _check_projector_attributes(registry, projector),
         fatal=True,
     )
     heads = bool(getattr(projector, "needs_teacher_heads", False))
+    tokens = bool(getattr(projector, "needs_tokens", False))
     state: dict[str, Any] = {}
 
     def forward(module: nn.Module, inputs: DistillInputs, seed: int = 1) -> Any:
@@ -202,20 +277,21 @@ def _projector_case(
         return module(inputs)
 
     def fits_the_loss() -> _Note:
-        inputs = make_distill_inputs(request, teacher_heads=heads)
+        inputs = make_distill_inputs(request, teacher_heads=heads, tokens=tokens)
         pairs = forward(projector, inputs)
         state.update(inputs=inputs, pairs=pairs)
         if pairs is None:
             return _Note("forward returned None: a logit-only method (no pairs to compare)")
         _check_pairs(pairs, request, BATCH)
-        loss_fn = registry.create("loss", projector.ild_loss)
-        loss = loss_fn(pairs.student, pairs.teacher, pairs.weights)
+        loss = pair_loss(registry, projector, pairs)
         require(
             isinstance(loss, torch.Tensor) and loss.dim() == 0,
             f"loss {projector.ild_loss!r} on the pairs gave {loss!r}, not a scalar tensor",
         )
         state["loss"] = loss
         loss.backward()
+        if pairs.terms is not None:
+            return _Note(f"{pairs.terms.shape[1]} terms per example, computed by the projector")
         return _Note(f"{tuple(pairs.student.shape[1:])} pairs per example, loss {projector.ild_loss!r}")
 
     rec.run("outputs fit the loss", fits_the_loss, fatal=True)
@@ -250,8 +326,10 @@ def _projector_case(
         inputs = state["inputs"]
         if state["pairs"] is None:
             return _Note("logit-only: the KD and CE terms train the student")
+        student_tokens = token_tensors(inputs.student_tokens, "student")
         named = [*(f"student_layers[{i}]" for i in range(len(inputs.student_layers))), "student_logits"]
-        tensors = [*inputs.student_layers, inputs.student_logits]
+        named += [n for n, _ in student_tokens]
+        tensors = [*inputs.student_layers, inputs.student_logits, *(t for _, t in student_tokens)]
         reached = [n for n, t in zip(named, tensors) if t.grad is not None and t.grad.abs().sum() > 0]
         require(
             reached,
@@ -267,6 +345,7 @@ def _projector_case(
         inputs = state["inputs"]
         named = [(f"teacher_layers[{i}]", t) for i, t in enumerate(inputs.teacher_layers)]
         named += [("teacher_logits", inputs.teacher_logits), ("teacher_head_logits", inputs.teacher_head_logits)]
+        named += token_tensors(inputs.teacher_tokens, "teacher")
         leaked = [n for n, t in named if t is not None and t.grad is not None and t.grad.abs().sum() > 0]
         require(
             not leaked,
@@ -279,7 +358,7 @@ def _projector_case(
         if first is None or second is None:
             require(first is None and second is None, f"{what}: one forward returned None and the other did not")
             return
-        for attribute in ("student", "teacher", "weights", "attention"):
+        for attribute in ("student", "teacher", "weights", "attention", "terms"):
             a, b = getattr(first, attribute, None), getattr(second, attribute, None)
             require(
                 (a is None) == (b is None) and (a is None or torch.equal(a, b)), f"{what}: pairs.{attribute} differs"
@@ -289,7 +368,7 @@ def _projector_case(
         again = build(0)  # the projector built first had no optimizer step: still its initial state
         difference = _same_state(projector, again)
         require(difference is None, f"two builds under torch.manual_seed(0) differ: {difference}")
-        inputs = make_distill_inputs(request, teacher_heads=heads)
+        inputs = make_distill_inputs(request, teacher_heads=heads, tokens=tokens)
         compare(forward(projector, inputs), forward(again, inputs), "two builds under one seed, same inputs")
 
     rec.run("deterministic under a seed", deterministic)
@@ -297,7 +376,7 @@ def _projector_case(
     def round_trip() -> None:
         original, other = projector, build(1)
         _load_state(other, _state_bytes(original))
-        inputs = make_distill_inputs(request, teacher_heads=heads)
+        inputs = make_distill_inputs(request, teacher_heads=heads, tokens=tokens)
         compare(
             forward(original, inputs),
             forward(other, inputs),
@@ -310,15 +389,20 @@ def _projector_case(
         if not torch.cuda.is_available():
             raise _Skip("no CUDA device")
         module = build(0).to("cuda")
-        inputs = make_distill_inputs(request, teacher_heads=heads, device="cuda")
+        inputs = make_distill_inputs(request, teacher_heads=heads, tokens=tokens, device="cuda")
         pairs = forward(module, inputs)
         if pairs is not None:
-            loss = registry.create("loss", module.ild_loss)(pairs.student, pairs.teacher, pairs.weights)
+            loss = pair_loss(registry, module, pairs)
             require(torch.isfinite(loss), f"loss on CUDA is {loss.item()}")
             loss.backward()
 
     rec.run("runs on CUDA", on_cuda)
     return rec.results
+
+
+def _factory_attribute(registry: Registry, name: str, attribute: str) -> Any:
+    factory = registry.resolve("projector", name)[0].factory
+    return getattr(getattr(factory, "func", factory), attribute, None)
 
 
 @one_thread
