@@ -109,11 +109,9 @@ class LoadedStudent:
             bar.close()
 
     def _check(self, item: Text) -> None:
+        if not _is_text(item):
+            raise ArgumentError(f"expected text (a string) or a pair of two strings, got {item!r}"[:200])
         pair = isinstance(item, tuple)
-        if pair and (len(item) != 2 or not all(isinstance(part, str) for part in item)):
-            raise ArgumentError(f"a sentence pair must be two strings, got {item!r}")
-        if not pair and not isinstance(item, str):
-            raise ArgumentError(f"expected text (a string) or a pair of strings, got {type(item).__name__}")
         if pair != self.is_pair:
             raise UsageError(
                 f"this student reads {'sentence pairs' if self.is_pair else 'single texts'} "

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
-from .storage import CHECKSUMS_FILE, verify
+from .storage import CHECKSUMS_FILE, recorded_checksums, verify
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def check_tokenizer(tokenizer: Any, info: dict[str, Any], directory: Path) -> No
         )
         missing = [
             name
-            for name in _recorded(directory)
+            for name in recorded_checksums(directory) or ["tokenizer.json"]
             if name.startswith(TOKENIZER_FILES) and not (directory / name).is_file()
         ]
         hint = f" ({' and '.join(missing)} missing)" if missing else ""
@@ -74,14 +74,6 @@ def check_tokenizer(tokenizer: Any, info: dict[str, Any], directory: Path) -> No
             f"predictions would be wrong, so it is not used. Export the student again from its run (kdplug export "
             f"RUN_DIR --output DIR), or copy the run's student/ directory whole"
         )
-
-
-def _recorded(directory: Path) -> list[str]:
-    """The files the package's checksum file names (the files it was written with)."""
-    try:
-        return list(json.loads((directory / CHECKSUMS_FILE).read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        return ["tokenizer.json"]
 
 
 def _from_config(directory: Path, found: dict[str, Any]) -> dict[str, Any]:

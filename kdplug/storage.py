@@ -41,8 +41,13 @@ PREVIOUS_SUFFIX = ".previous"
 class StorageError(KdplugError):
     """A write failed (disk full, file too large, no permission, read-only file system).
 
-    The previous copy of what was being written is intact; exit code 1.
+    The previous copy of what was being written is intact; exit code 1. ``how_to_continue``, when
+    set, is the next step the message already names (e.g. resuming from the checkpoint kept).
     """
+
+    def __init__(self, message: str, how_to_continue: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.how_to_continue = how_to_continue
 
 
 def default_cache_root() -> Path:
@@ -112,17 +117,20 @@ def write_failure_reason(exc: BaseException) -> Optional[str]:
     return None
 
 
-def raise_as_storage_error(exc: BaseException, what: str, kept: str) -> None:
-    """Re-raise a failed write of ``what`` as a :class:`StorageError` saying ``kept``; other errors unchanged.
+def raise_as_storage_error(exc: BaseException, what: str, kept: str, *, how_to_continue: Optional[str] = None) -> None:
+    """Re-raise a failed write of ``what`` as a :class:`StorageError` saying ``kept`` (and
+    ``how_to_continue``, when given, which the error then carries); other errors unchanged.
 
     A :class:`StorageError` from a write inside this one keeps its message and gains ``kept``.
     """
+    step = f" {how_to_continue[0].upper()}{how_to_continue[1:]}." if how_to_continue else ""
     if isinstance(exc, StorageError):
-        raise StorageError(f"{str(exc).rstrip('.')}; {kept}.") from exc
+        carried = how_to_continue or exc.how_to_continue
+        raise StorageError(f"{str(exc).rstrip('.')}; {kept}.{step}", carried) from exc
     reason = write_failure_reason(exc)
     if reason is None:
         raise exc
-    raise StorageError(f"could not write {what}: {reason}; {kept}.") from exc
+    raise StorageError(f"could not write {what}: {reason}; {kept}.{step}", how_to_continue) from exc
 
 
 def write_atomic(path: Path, content: str | bytes) -> None:
@@ -161,14 +169,22 @@ def write_checksums(directory: Path) -> None:
     (directory / CHECKSUMS_FILE).write_text(json.dumps(sums, indent=1))
 
 
+def recorded_checksums(directory: Path) -> Optional[dict[str, str]]:
+    """The checksum of each file :func:`atomic_directory` wrote into ``directory``, by name; None
+    when its checksum file is missing or unreadable."""
+    try:
+        sums = json.loads((directory / CHECKSUMS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return sums if isinstance(sums, dict) else None
+
+
 def verify(directory: Path) -> list[str]:
     """Problems with a directory written by :func:`atomic_directory`: [] when it is intact."""
-    path = directory / CHECKSUMS_FILE
-    if not path.is_file():
+    if not (directory / CHECKSUMS_FILE).is_file():
         return [f"{CHECKSUMS_FILE} is missing"]
-    try:
-        sums = json.loads(path.read_text())
-    except ValueError:
+    sums = recorded_checksums(directory)
+    if sums is None:
         return [f"{CHECKSUMS_FILE} is unreadable"]
     problems = []
     for name, expected in sums.items():

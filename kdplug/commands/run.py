@@ -259,7 +259,7 @@ def failure_message(exc: BaseException, output: Path) -> str:
     from ..storage import write_failure_reason
 
     log_file = output / LOG_FILE
-    if "--resume" in str(exc):  # the error says what was kept and how to go on (a checkpoint's write)
+    if getattr(exc, "how_to_continue", None):  # the error says what was kept and how to go on (a checkpoint's write)
         return f"the run failed: {str(exc).strip()} The traceback is in {log_file}."
     reason = write_failure_reason(exc)
     what = f"a write failed: {reason}" if reason and not isinstance(exc, KdplugError) else str(exc).strip()

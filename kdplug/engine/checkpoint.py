@@ -133,7 +133,8 @@ class Checkpointer:
             raise_as_storage_error(
                 exc,
                 f"the checkpoint of stage {stage!r}",
-                f"{kept}. Free space (or raise the limit) and {self.how_to_continue}",
+                kept,
+                how_to_continue=f"free space (or raise the limit) and {self.how_to_continue}",
             )
             raise
         return target

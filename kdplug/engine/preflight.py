@@ -18,6 +18,7 @@ import torch
 from .. import hub
 from ..config import RunConfig
 from ..errors import OfflineError, UnknownComponentError, UsageError
+from ..model_types import register_model_types
 from ..registry import Registry
 from ..types import Task, Teacher
 from .tracking import parse_report_to
@@ -155,12 +156,6 @@ def check_kd_loss(config: RunConfig, registry: Registry) -> None:
             f"recipe {config.recipe!r} has a loss on the logits of its own and does not use kd_loss / "
             f"kd_loss_options; drop them"
         )
-
-
-def register_model_types() -> None:
-    from ..model_types import register_model_types as register
-
-    register()
 
 
 def check_model_reference(registry: Registry, kind: str, name: str, options: Optional[dict] = None) -> None:
