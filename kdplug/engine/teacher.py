@@ -24,7 +24,7 @@ from . import cache as cache_module
 from . import faults
 from .data import EncodedSplit
 from .objective import DistillationModule, WeightedObjective, model_forward
-from .trainer import Trainer, inference_autocast
+from .trainer import Trainer, inference_autocast, live_inference_autocast
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +142,8 @@ def freeze(teacher: Teacher) -> Teacher:
 class LiveTeacher:
     """The teacher in the loop, for methods that distil per-token signals (the cache keeps one
     vector per layer): its signals for each training batch, computed without gradient, in eval
-    mode and under the same inference autocast as the cache, and never wrapped by Accelerate (so
-    DDP neither syncs nor shards it)."""
+    mode, under bf16 autocast where the device runs bf16 natively (fp32 elsewhere, and with
+    ``precision: fp32``), and never wrapped by Accelerate (so DDP neither syncs nor shards it)."""
 
     def __init__(self, teacher: Teacher, extractor: LayerExtractor, precision: str) -> None:
         self.model, self.extractor, self.precision = teacher.model, extractor, precision
@@ -151,7 +151,7 @@ class LiveTeacher:
     @torch.no_grad()
     def __call__(self, batch: dict[str, torch.Tensor], device: torch.device) -> TokenSignals:
         self.model.to(device).eval()  # a no-op after the first batch
-        with inference_autocast(self.precision, device):
+        with live_inference_autocast(self.precision, device):
             _, signals = self.extractor.forward_with_tokens(
                 self.model, lambda: model_forward(self.model, batch), batch["attention_mask"]
             )
