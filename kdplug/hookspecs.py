@@ -92,6 +92,10 @@ def kdplug_register_layer_extractors(register):
             being the embedding output where the model has one (kind ``"embedding"``).
         __call__(model, outputs) -> list[Tensor]: one ``(batch, width)`` tensor per spec, from
             the model's forward ``outputs`` (e.g. the [CLS] state of every Transformer layer).
+    and, optionally, for Transformers whose per-token signals token-level methods distil:
+        token_spec(model) -> TokenSpec | None: blocks, width and attention heads (None: none).
+        forward_with_tokens(model, forward, mask) -> (outputs, TokenSignals): runs ``forward()``
+            and returns its outputs with every hidden state and each block's Q, K and V.
     """
 
 
@@ -115,6 +119,9 @@ def kdplug_register_projectors(register):
     takes a :class:`kdplug.types.DistillInputs` and returns :class:`kdplug.types.ProjectedPairs`
     (or None for logit-only methods such as ``rkd``); the loss named by its ``ild_loss``
     attribute compares the pairs. Logit-only methods (``nkd``, ``rkd``) are projectors too.
+    A projector that says ``needs_tokens = True`` (``tinybert``, ``minilm-v2``) also receives
+    both models' :class:`kdplug.types.TokenSignals` (the engine runs the teacher on every batch)
+    and may return each example's loss terms itself (``ProjectedPairs.terms``, ``ild_loss = None``).
     """
 
 
