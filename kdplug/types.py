@@ -108,7 +108,8 @@ class TokenSignals:
 
     def attention_scores(self, layer: int) -> torch.Tensor:
         """Block ``layer``'s (1-based) attention scores before the softmax, QKᵀ/√d_head per head:
-        ``(batch, heads, L, L)`` (TinyBERT's A), in float32."""
+        ``(batch, heads, L, L)`` (TinyBERT's A), in float32; no mask added. For absolute-position
+        encoders (BERT, RoBERTa): a relative-position encoder's extra score terms are not in it."""
         query, key = self.queries[layer - 1].float(), self.keys[layer - 1].float()
         batch, length, width = query.shape
         size = width // self.heads

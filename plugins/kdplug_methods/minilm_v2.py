@@ -19,9 +19,11 @@ Where the paper is silent or kdplug chooses:
   example's true length.
 - **Task-specific use.** MiniLMv2 distils a pre-trained model on a general corpus, then fine-tunes
   it. kdplug distils on the task's data: the ``two-stage`` recipe (stage 1 the relations alone,
-  stage 2 CE), the paper's order on the run's data; mixing in CE or KD (``--set eta=..``) is
-  kdplug's extension.
-- Relations are computed in fp32 outside autocast.
+  stage 2 CE), the paper's order on the run's data; mixing KD into stage 1 (``--set eta=0.3``: KD
+  at η, the relations at 1 − η; stage 1 never has CE) is kdplug's extension.
+- **Large teachers.** ``teacher_layer`` defaults to the last block whatever the teacher's size; the
+  paper takes an upper-middle block of a large teacher: set it (e.g. ``teacher_layer=21`` of 24).
+- Relations are computed in fp32 outside autocast (from Q/K/V in the precision the models ran in).
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ Where the paper is silent or kdplug chooses:
 - **Padding.** The MSEs average over the example's real tokens (hidden states: its l·d values;
   attention: the h·l·l scores between real tokens); the reference code averages over the padded
   batch, pads included, so its loss depends on how a batch is padded.
-- **Projections.** The paper's W_e and W_h, two matrices without bias; the reference code shares one
-  Linear with bias for both.
+- **Projections.** The paper's W_e and W_h, two matrices without bias, one W_h for all blocks; the
+  reference code shares one Linear with bias for both.
+- **Attention scores** are QKᵀ/√d_k rebuilt from the hooked Q and K (absolute-position encoders).
 - **Layer map.** g(m) = ⌈m·N/M⌉ where M does not divide N (the code asserts it does); every
   ``layer_map`` of the layer-matching methods applies (``reverse``, ``random``, ``"1:2,2:6"`` ...).
 - **Heads.** The attention term compares head i with head i, so both models need the same head
@@ -165,7 +166,7 @@ class TinyBERTProjector(nn.Module):
                 f"states of {len(teacher.hidden) - 1} and {len(student.hidden) - 1}"
             )
         mask = student.mask
-        with torch.autocast(mask.device.type, enabled=False):  # MSEs of small differences: fp32, not bf16
+        with torch.autocast(mask.device.type, enabled=False):  # the arithmetic in fp32 (inputs may be bf16)
             terms = []
             if self.embedding_projection is not None:
                 projected = self.embedding_projection(student.hidden[0].float())
@@ -186,8 +187,8 @@ class TinyBERTProjector(nn.Module):
 class TinyBERTRecipe:
     """TinyBERT's task-specific distillation: stage ``intermediate`` distils the embeddings, hidden
     states and attention (the projector's terms alone), stage ``prediction`` the logits (KD alone,
-    at the run's temperature, default t = 1; the paper's soft cross-entropy differs from KD's KL by
-    the teacher's entropy, a constant). No stage sees a gold label, as in the paper.
+    at the run's temperature, default t = 1, where the paper's soft cross-entropy differs from KD's
+    KL by the teacher's entropy, a constant). No stage sees a gold label, as in the paper.
 
     Options: ``stage2_epochs`` (default: the run's epochs), ``stage2_lr``.
     """
