@@ -19,12 +19,13 @@ from ..layout import BASELINE_PREDICTIONS_FILE
 from ..zoo import ZooEntry
 from .runs import RESOLVED_FROM_WEIGHTS, Run, resolved_config
 
-#: configuration keys that make two runs a different setup (not comparable); keys in neither
-#: tuple (projector, recipe, their options, eta, lam, temperature, lr, epochs ...) are the method
-SETUP_KEYS = (
-    "task",
-    "task_options",
-    "data_dir",
+#: configuration keys that make two runs a different setup, never paired: another dev set, or dev
+#: scores chosen another way; every other key that is not ignored (projector, recipe, their
+#: options, eta, lam, temperature, lr, epochs, the transfer set, and the FACTOR_KEYS) is the method
+SETUP_KEYS = ("task", "task_options", "data_dir", "best_checkpoint")
+#: keys of the models that runs on one dev set may differ in (an ablation of the student's options,
+#: another student or teacher): labels always name them where they differ within a group
+FACTOR_KEYS = (
     "teacher",
     "teacher_options",
     "student",
@@ -33,7 +34,6 @@ SETUP_KEYS = (
     "teacher_epochs",
     "teacher_lr",
     "teacher_batch_size",
-    "best_checkpoint",
 )
 #: keys that change neither the setup nor the method
 IGNORED_KEYS = (
@@ -131,6 +131,29 @@ def _distinguish(labels: dict[str, str], values: dict[str, dict[str, Any]]) -> d
     return result
 
 
+def name_factors(group: Group) -> None:
+    """Title a group by its teacher and student, and label its methods by the model keys they differ
+    in (``rkd (student_options={...})``): an ablation's factor, not a method's own setting."""
+    methods = list(group.methods.values())
+    common = {
+        k: methods[0].values.get(k) for k in FACTOR_KEYS if len({_key(m.values.get(k)) for m in methods}) == 1
+    }
+    teacher = Path(str(common["teacher"])).name if "teacher" in common else "several teachers"
+    student = common.get("student", "several students")
+    group.title = f"{group.title}: {teacher} → {student}"
+    varying = [k for k in FACTOR_KEYS if k not in common]
+    if varying:
+        for method in methods:
+            method.label += " (" + ", ".join(f"{k}={_short(method.values.get(k))}" for k in varying) + ")"
+
+
+def _short(value: Any) -> str:
+    """A factor's value for a label: a path by its last part, a dict as ``{key: value}``."""
+    if isinstance(value, str) and ("/" in value or "\\" in value):
+        return Path(value).name
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
+
+
 def comparison_groups(runs: list[Run]) -> list[Group]:
     """Runs grouped into comparable sets: zoo runs by paper table and task column (methods = the
     paper's rows), others by setup (methods = the remaining keys); a run's ``--baseline`` student
@@ -145,6 +168,7 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
         policy = str(config.get("best_checkpoint", "best"))
         setup = {k: config.get(k) for k in SETUP_KEYS}
         if run.entry is not None:
+            setup.update({k: config.get(k) for k in FACTOR_KEYS})  # a paper's table: one teacher and student
             if run.entry.measure != "student":
                 continue  # teacher rows: the teacher's score, not a method's
             zoo_key = (run.entry.paper, run.entry.table, run.entry.task)
@@ -160,11 +184,10 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
             method.runs.append(run)
             continue
         values = {k: v for k, v in config.items() if k not in SETUP_KEYS and k not in IGNORED_KEYS}
-        teacher = Path(str(setup["teacher"])).name
         group = groups.setdefault(
             _key(["setup", setup]),
             Group(
-                f"{run.task}: {teacher} → {setup['student']}",
+                run.task,
                 run.metrics.get("main_metric", "accuracy"),
                 policy,
                 setup,
@@ -200,6 +223,9 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
                     seed, baseline["dev"], run.predictions(BASELINE_PREDICTIONS_FILE), f"{run.label} (baseline)"
                 )
     result = list(groups.values())
+    for group in result:
+        if group.zoo is None:
+            name_factors(group)
     titles = _distinguish(
         {str(i): g.title for i, g in enumerate(result)}, {str(i): g.setup for i, g in enumerate(result)}
     )

@@ -174,6 +174,7 @@ def write_run(
     best_checkpoint="best",
     lr=None,
     trained_lr=1e-3,
+    student_options=None,
 ):
     """A finished run directory as the engine writes it, with predictions right at ``accuracy``;
     ``lr`` as configured (None: the family's default), ``trained_lr`` as its stage recorded it."""
@@ -191,6 +192,7 @@ def write_run(
         "zoo": zoo,
         "epochs": 3,
         "lr": lr,
+        "student_options": student_options or {},
     }
     (directory / "config.yaml").write_text(yaml.safe_dump(config))
     dev = {"dev": {"accuracy": float(right.mean())}}
@@ -309,6 +311,34 @@ def test_methods_are_told_apart_and_labelled_by_the_values_that_ran(tmp_path):
     assert {record["a"], record["b"]} == {"rkd (lr=0.001)", "rkd (lr=0.002)"}
     assert record["seeds"] == [1, 2, 3, 4]  # the default-lr and the hand-set runs form one method
     assert "None" not in files["markdown"].read_text().split("## Comparisons")[1].split("## Training")[0]
+
+
+def test_an_ablation_of_a_student_option_is_compared_and_labelled_by_it(tmp_path):
+    """Two rkd runs that differ only in a student option are one comparison (same dev set, same
+    seeds), each labelled by the option's value; another dev set is never paired with them."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 400)
+    runs = [
+        write_run(
+            tmp_path / f"{name}-{seed}",
+            projector="rkd",
+            seed=seed,
+            accuracy=accuracy,
+            labels=labels,
+            rng=rng,
+            student_options=options,
+        )
+        for name, accuracy, options in (("random", 0.70, None), ("teacher", 0.90, {"init_embeddings_from_teacher": True}))
+        for seed in (1, 2, 3)
+    ]
+    files = write_report(runs, tmp_path / "report", resamples=300)
+    [record] = json.loads(files["comparisons"].read_text())
+    assert {record["a"], record["b"]} == {
+        'rkd (student_options={"init_embeddings_from_teacher": true})',
+        "rkd (student_options={})",
+    }
+    assert record["verdict"] == "better" and record["seeds"] == [1, 2, 3]
+    assert "sst2: bert-base → bert-4" in files["markdown"].read_text()
 
 
 def test_a_note_shared_by_every_comparison_is_said_once(tmp_path):
