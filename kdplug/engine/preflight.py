@@ -76,8 +76,9 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
             raise UsageError(
                 f"--baseline {config.baseline} trains in stages (its recipe {schedule}), but a baseline is one stage "
                 f"beside the run's student, which would leave out its schedule (and, for universal-*, every gold "
-                f"label). Run it on its own and compare: kdplug run --projector {config.baseline} --seeds 3 --output "
-                f"exp/{config.baseline} (same task, teacher and student), then kdplug report exp/A exp/{config.baseline}"
+                f"label). Run it on its own and compare: kdplug run --projector {config.baseline} --seeds 3 "
+                f"--output exp/{config.baseline} (same task, teacher and student), then kdplug report exp/A "
+                f"exp/{config.baseline}"
             )
     notes = []
     if config.recipe is None:

@@ -135,9 +135,7 @@ def name_factors(group: Group) -> None:
     """Title a group by its teacher and student, and label its methods by the model keys they differ
     in (``rkd (student_options={...})``): an ablation's factor, not a method's own setting."""
     methods = list(group.methods.values())
-    common = {
-        k: methods[0].values.get(k) for k in FACTOR_KEYS if len({_key(m.values.get(k)) for m in methods}) == 1
-    }
+    common = {k: methods[0].values.get(k) for k in FACTOR_KEYS if len({_key(m.values.get(k)) for m in methods}) == 1}
     teacher = Path(str(common["teacher"])).name if "teacher" in common else "several teachers"
     student = common.get("student", "several students")
     group.title = f"{group.title}: {teacher} → {student}"

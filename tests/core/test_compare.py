@@ -328,7 +328,10 @@ def test_an_ablation_of_a_student_option_is_compared_and_labelled_by_it(tmp_path
             rng=rng,
             student_options=options,
         )
-        for name, accuracy, options in (("random", 0.70, None), ("teacher", 0.90, {"init_embeddings_from_teacher": True}))
+        for name, accuracy, options in (
+            ("random", 0.70, None),
+            ("teacher", 0.90, {"init_embeddings_from_teacher": True}),
+        )
         for seed in (1, 2, 3)
     ]
     files = write_report(runs, tmp_path / "report", resamples=300)
