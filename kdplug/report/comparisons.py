@@ -114,7 +114,7 @@ def _key(values: Any) -> str:
 def _method_label(values: dict[str, Any], default_recipe: str) -> str:
     label = str(values.get("projector", "?"))
     recipe = values.get("recipe")
-    return label + (f" / {recipe}" if recipe not in (None, default_recipe) else "")
+    return label + (f" / {recipe}" if recipe not in (None, default_recipe, label) else "")  # not "tinybert / tinybert"
 
 
 def _distinguish(labels: dict[str, str], values: dict[str, dict[str, Any]]) -> dict[str, str]:
