@@ -38,7 +38,7 @@ from kdplug.compare import t_interval
 from kdplug.engine import teacher as teacher_stage
 from kdplug.engine.data import Collator, EncodedSplit, LengthGroupedBatchSampler, padding_ratio
 from kdplug.engine.objective import DistillationModule, TeacherHeads, WeightedObjective
-from kdplug.engine.trainer import Trainer, build_accelerator, inference_autocast, make_optimizer, native_bf16
+from kdplug.engine.trainer import Trainer, build_accelerator, live_inference_autocast, make_optimizer, native_bf16
 from kdplug.testing.tiny import TinyTask, wordpiece_tokenizer
 from kdplug.types import ProjectionRequest, Teacher, matchable_layers
 
@@ -89,7 +89,7 @@ class TeacherInTheLoop:
     @torch.no_grad()
     def fetch(self, index: torch.Tensor, device="cpu"):
         batch = self.collate([self.split[i] for i in index.tolist()])
-        with inference_autocast(self.precision, torch.device("cpu")):
+        with live_inference_autocast(self.precision, torch.device("cpu")):  # as the engine's LiveTeacher
             outputs = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
             layers = self.extractor(self.model, outputs)
         return outputs.logits.float(), [layers[i].float() for i in self.positions]
@@ -191,6 +191,7 @@ def main(argv=None) -> int:
             started = time.perf_counter()
             cache = teacher_stage.build_cache(
                 teacher,
+                kdplug.find_layer_extractor(teacher.model),
                 trainer,
                 task,
                 "train",
@@ -206,7 +207,7 @@ def main(argv=None) -> int:
             f"bf16 autocast {timings['bf16']:.1f}s -> bf16 is {timings['fp32'] / timings['bf16']:.2f}x faster\n"
         )
         heads = TeacherHeads([s.width for s in cache.specs], 2)
-        in_loop = TeacherInTheLoop(teacher, split, "bf16")
+        in_loop = TeacherInTheLoop(teacher, split, "auto")
         live = teacher_stage.LiveTeacher(teacher, kdplug.find_layer_extractor(teacher.model), "auto")
         live_dtype = "bf16" if native_bf16(torch.device("cpu")) else "fp32 (this CPU has no native bf16)"
 
