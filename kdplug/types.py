@@ -317,8 +317,8 @@ class Projector(Protocol):
             layer map drawn from ``ProjectionRequest.seed``).
         needs_tokens: (optional, default False) True when forward reads ``inputs.teacher_tokens``
             and ``inputs.student_tokens``: the engine then runs the teacher on every batch (no
-            gradient, eval mode, inference autocast, outside any DDP wrapping), as the cache keeps
-            one vector per layer.
+            gradient, eval mode, bf16 autocast where the device runs it natively, outside any DDP
+            wrapping), as the cache keeps one vector per layer.
     forward(inputs: DistillInputs) -> ProjectedPairs | None (None: logit-only method).
     """
 

@@ -74,8 +74,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--task", help="task name, e.g. sst2, mrpc, mnli, local, demo")
     parser.add_argument(
         "--recipe",
-        help="training schedule, e.g. standard, two-stage (default: the projector's own, "
-        "two-stage for universal-*, else standard)",
+        help="training schedule, e.g. standard, two-stage (default: the projector's own: two-stage for "
+        "universal-* and minilm-v2, tinybert for tinybert; else standard)",
     )
     parser.add_argument("--data-dir", dest="data_dir", help="local directory with the task's files (GLUE layout)")
     parser.add_argument("--config", help="YAML file of configuration keys (overridden by flags and --set)")
@@ -107,7 +107,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--precision",
         choices=["auto", "fp32", "bf16", "fp16"],
         help="auto (default): teacher inference in bf16 autocast (on CUDA fp16 where bf16 is not "
-        "supported), training in fp32 on CPU and bf16/fp16 mixed precision on CUDA",
+        "supported; a teacher run on every batch: fp32 on a CPU without native bf16), training in fp32 on "
+        "CPU and bf16/fp16 mixed precision on CUDA",
     )
     parser.add_argument("--baseline", help="also train the student with this projector (e.g. nkd) for the table")
     parser.add_argument(

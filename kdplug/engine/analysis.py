@@ -72,7 +72,8 @@ def collect(
             )
             if pairs is not None and pairs.attention is not None:
                 attention.append(pairs.attention.float().cpu())
-            if pairs is not None and getattr(module.projector, "pairs_per_example", True):  # not CKA's Grams
+            vectors = pairs is not None and pairs.student is not None  # not a projector's own terms
+            if vectors and getattr(module.projector, "pairs_per_example", True):  # nor CKA's Grams
                 pair_students.append(pairs.student.float().cpu())
                 pair_teachers.append(pairs.teacher.float().cpu())
                 pair_losses.append(_per_pair_losses(getattr(module.objective, "ild_loss", None), pairs))

@@ -31,6 +31,7 @@ Where the paper is silent or kdplug chooses:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Union
 
@@ -42,6 +43,8 @@ from kdplug.errors import PluginError, UsageError
 from kdplug.types import DistillInputs, ProjectedPairs, ProjectionRequest, TokenSignals, TokenSpec
 
 from .layers import arrange, check_layer_map_option, matching_record
+
+log = logging.getLogger("kdplug.methods.tinybert")
 
 TINYBERT = """@inproceedings{jiao2020tinybert,
   title = {{TinyBERT}: Distilling {BERT} for Natural Language Understanding},
@@ -199,6 +202,13 @@ class TinyBERTRecipe:
         self.stage2_epochs, self.stage2_lr = stage2_epochs, stage2_lr
 
     def run(self, ctx):
+        fixed = [key for key in ("eta", "lam", "ce_weight") if ctx.settings[key] is not None]
+        if fixed:
+            log.warning(
+                "the tinybert recipe fixes each stage's weights (intermediate: the layer terms alone; prediction: KD "
+                "alone), so %s are not used; --recipe standard weighs the terms as the run sets them",
+                ", ".join(fixed),
+            )
         student = ctx.new_student()
         projector = ctx.new_projector(student)
         ctx.train_stage("intermediate", student, projector, weights=ctx.weights(projector, eta=0.0, lam=1.0, ce=0.0))
