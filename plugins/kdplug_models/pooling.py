@@ -139,22 +139,34 @@ def build_pooled_student(
         **architecture,
     )
     model = cls(config)
+    init: dict[str, Any] = {"init": "random"}
     if init_embeddings_from_teacher:
-        copy_teacher_embeddings(model, teacher)
+        init = {"init": "embeddings from the teacher", **copy_teacher_embeddings(model, teacher)}
     model.tokenizer = tokenizer
-    model.kdplug_init = {"init": "embeddings from the teacher" if init_embeddings_from_teacher else "random"}
+    model.kdplug_init = init
     return model
 
 
-def copy_teacher_embeddings(student: Any, teacher: Any) -> None:
-    """Initialise the student's word embeddings from the teacher's input embeddings."""
-    source = teacher.model.get_input_embeddings().weight
+def copy_teacher_embeddings(student: Any, teacher: Any) -> dict[str, Any]:
+    """Initialise the student's word embeddings from the teacher's input embeddings: a copy at the
+    teacher's width, else their projection on the top ``embedding_dim`` principal components (PCA
+    of the teacher's embedding table; below the teacher's width only). Returns what was done."""
+    source = teacher.model.get_input_embeddings().weight.detach().float()
     target = student.embeddings.weight
-    if source.shape != target.shape:
+    (rows, width), wanted = source.shape, target.shape[1]
+    if target.shape[0] != rows or wanted > width:
         raise kdplug.UsageError(
-            f"init_embeddings_from_teacher needs the teacher's vocabulary and width: the teacher's "
+            f"init_embeddings_from_teacher needs the teacher's vocabulary and at most its width: the teacher's "
             f"embeddings are {tuple(source.shape)}, the student's {tuple(target.shape)}. Use the teacher's "
-            f"tokenizer and embedding_dim={source.shape[1]}, or drop init_embeddings_from_teacher"
+            f"tokenizer and an embedding_dim of at most {width}, or drop init_embeddings_from_teacher"
         )
+    if wanted == width:
+        with torch.no_grad():
+            target.copy_(source)
+        return {"embeddings": "the teacher's"}
+    centred = source - source.mean(dim=0, keepdim=True)
+    _, singular, right = torch.linalg.svd(centred, full_matrices=False)  # rows of `right`: principal directions
     with torch.no_grad():
-        target.copy_(source)
+        target.copy_(centred @ right[:wanted].T)
+    kept = float(singular[:wanted].pow(2).sum() / singular.pow(2).sum())
+    return {"embeddings": f"the teacher's, PCA {width} -> {wanted}", "variance_kept": round(kept, 4)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -309,8 +310,30 @@ def test_bilstm_refuses_left_padding(teacher, task):
 def test_pooled_student_embeddings_from_teacher(name, teacher, task):
     student = kdplug.create_student(name, task, teacher, hidden_size=16, init_embeddings_from_teacher=True)
     assert torch.equal(student.embeddings.weight, teacher.model.get_input_embeddings().weight)
-    with pytest.raises(kdplug.UsageError, match="embedding_dim"):
-        kdplug.create_student(name, task, teacher, hidden_size=16, embedding_dim=7, init_embeddings_from_teacher=True)
+    assert student.kdplug_init == {"init": "embeddings from the teacher", "embeddings": "the teacher's"}
+    width = teacher.model.get_input_embeddings().embedding_dim
+    with pytest.raises(kdplug.UsageError, match=f"embedding_dim of at most {width}"):
+        kdplug.create_student(
+            name, task, teacher, hidden_size=16, embedding_dim=width + 1, init_embeddings_from_teacher=True
+        )
+
+
+@pytest.mark.parametrize("name", ["bilstm", "gated-cnn"])
+def test_pooled_student_embeddings_from_teacher_at_a_smaller_width_are_its_principal_components(name, teacher, task):
+    """Below the teacher's width the student starts from the teacher's embeddings projected on their top
+    principal components: scikit-learn's PCA of the same table, up to each component's sign."""
+    from sklearn.decomposition import PCA
+
+    table = teacher.model.get_input_embeddings().weight.detach().double().numpy()
+    student = kdplug.create_student(
+        name, task, teacher, hidden_size=16, embedding_dim=7, init_embeddings_from_teacher=True
+    )
+    pca = PCA(n_components=7, svd_solver="full").fit(table)
+    expected = pca.transform(table)
+    got = student.embeddings.weight.detach().double().numpy()
+    signs = np.sign((got * expected).sum(axis=0))
+    np.testing.assert_allclose(got * signs, expected, atol=1e-4)
+    assert student.kdplug_init["variance_kept"] == pytest.approx(pca.explained_variance_ratio_.sum(), abs=1e-4)
 
 
 @pytest.mark.parametrize("name", ["bilstm", "gated-cnn"])
