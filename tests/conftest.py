@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,18 @@ def tiny_bert_dir(tmp_path_factory) -> str:
 
 
 SST2_TRAIN, SST2_DEV = TINY_SST2_TRAIN, TINY_SST2_DEV
+
+
+def interrupted_run(argv, run_dir, **planned: str) -> subprocess.CompletedProcess:
+    """``kdplug <argv> --output run_dir`` in a child process with a planned fault, e.g.
+    ``KDPLUG_SIGNAL_AT="distill:2:8:SIGKILL"`` (see kdplug/engine/faults.py); its completed process."""
+    return subprocess.run(
+        [sys.executable, "-m", "kdplug.cli", *argv, "--output", str(run_dir)],
+        env={**os.environ, **planned},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def write_sst2(directory, train=SST2_TRAIN, dev=SST2_DEV):

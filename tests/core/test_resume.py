@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -14,7 +11,7 @@ from safetensors.torch import load_file
 
 from kdplug.cli import main
 
-from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
+from ..conftest import SST2_DEV, SST2_TRAIN, interrupted_run, write_sst2
 
 
 @pytest.fixture(scope="module")
@@ -77,14 +74,7 @@ def reference(setup, tmp_path_factory):
 )
 def test_killed_run_resumes_to_the_same_result(setup, reference, tmp_path, monkeypatch, stage, epoch, step, signame):
     run_dir = tmp_path / "run"
-    env = {**os.environ, "KDPLUG_SIGNAL_AT": f"{stage}:{epoch}:{step}:{signame}"}
-    killed = subprocess.run(
-        [sys.executable, "-m", "kdplug.cli", *setup, "--output", str(run_dir)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    killed = interrupted_run(setup, run_dir, KDPLUG_SIGNAL_AT=f"{stage}:{epoch}:{step}:{signame}")
     signum = getattr(signal, signame)
     if signum == signal.SIGKILL:
         assert killed.returncode == -signum, killed.stderr
@@ -111,14 +101,7 @@ def test_killed_run_resumes_to_the_same_result(setup, reference, tmp_path, monke
 def test_a_kill_between_the_checkpoint_renames_resumes_from_the_previous_checkpoint(setup, reference, tmp_path):
     # checkpoint swaps: three in the teacher's stage, the 4th replaces distill's step-5 checkpoint
     run_dir = tmp_path / "run"
-    env = {**os.environ, "KDPLUG_FAULT_AT": "checkpoint-swap:4:SIGKILL"}
-    killed = subprocess.run(
-        [sys.executable, "-m", "kdplug.cli", *setup, "--output", str(run_dir)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    killed = interrupted_run(setup, run_dir, KDPLUG_FAULT_AT="checkpoint-swap:4:SIGKILL")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     checkpoints = run_dir / "checkpoints"
     assert not (checkpoints / "distill").exists() and (checkpoints / "distill.previous" / "state.json").is_file()
@@ -159,14 +142,8 @@ def test_early_stopping_resumes_exactly_after_a_kill(setup, tmp_path, monkeypatc
     assert stopped < 10 and len(stage["history"]) == stopped and stopped - stage["best_epoch"] == 2
 
     run_dir = tmp_path / "run"
-    env = {**os.environ, "KDPLUG_SIGNAL_AT": f"distill:{stopped - 1}:8:SIGKILL"}  # in the epoch before the stop
-    killed = subprocess.run(
-        [sys.executable, "-m", "kdplug.cli", *argv, "--output", str(run_dir)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # in the epoch before the stop
+    killed = interrupted_run(argv, run_dir, KDPLUG_SIGNAL_AT=f"distill:{stopped - 1}:8:SIGKILL")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert main(["run", "--resume", str(run_dir)]) == 0
     metrics, weights = finished(run_dir)

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -26,7 +23,7 @@ from kdplug.cli import main
 from kdplug.errors import UsageError
 from kdplug.types import DistillInputs, LayerSpec, ProjectionRequest, TokenSignals, TokenSpec
 
-from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
+from ..conftest import SST2_DEV, SST2_TRAIN, interrupted_run, write_sst2
 
 BATCH, LENGTH = 3, 5
 LENGTHS = (5, 3, 4)  # real tokens per example: the others are padding
@@ -308,14 +305,8 @@ def test_the_teacher_in_the_loop_resumes_exactly_after_a_kill(token_run, tmp_pat
     expected_metrics, expected_weights = finished(tmp_path / "reference")
 
     run_dir = tmp_path / "run"
-    env = {**os.environ, "KDPLUG_SIGNAL_AT": "intermediate:2:8:SIGKILL"}  # mid-epoch, 3 steps after a checkpoint
-    killed = subprocess.run(
-        [sys.executable, "-m", "kdplug.cli", *token_run, "--output", str(run_dir)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # mid-epoch, 3 steps after a checkpoint
+    killed = interrupted_run(token_run, run_dir, KDPLUG_SIGNAL_AT="intermediate:2:8:SIGKILL")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert (run_dir / "checkpoints" / "intermediate" / "state.json").is_file()
     assert main(["run", "--resume", str(run_dir)]) == 0
