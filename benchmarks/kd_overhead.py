@@ -38,6 +38,7 @@ from kdplug.compare import t_interval
 from kdplug.engine import teacher as teacher_stage
 from kdplug.engine.data import Collator, EncodedSplit, LengthGroupedBatchSampler, padding_ratio
 from kdplug.engine.objective import DistillationModule, TeacherHeads, WeightedObjective
+from kdplug.engine.recipe import token_spec
 from kdplug.engine.trainer import Trainer, build_accelerator, live_inference_autocast, make_optimizer, native_bf16
 from kdplug.testing.tiny import TinyTask, wordpiece_tokenizer
 from kdplug.types import ProjectionRequest, Teacher, matchable_layers
@@ -134,7 +135,7 @@ def build(registry, task, teacher, student_name, projector_name, student_options
         matchable_layers(extractor.layer_specs(student)),
         2,
         teacher_tokens=teacher_extractor.token_spec(teacher.model),
-        student_tokens=getattr(extractor, "token_spec", lambda _: None)(student),
+        student_tokens=token_spec(extractor, student),
     )
     projector = registry.create("projector", projector_name, request)
     weights = dict(projector.default_weights)

@@ -147,10 +147,13 @@ class LiveTeacher:
 
     def __init__(self, teacher: Teacher, extractor: LayerExtractor, precision: str) -> None:
         self.model, self.extractor, self.precision = teacher.model, extractor, precision
+        self.device: Optional[torch.device] = None  # where the model was placed, on the first batch
 
     @torch.no_grad()
     def __call__(self, batch: dict[str, torch.Tensor], device: torch.device) -> TokenSignals:
-        self.model.to(device).eval()  # a no-op after the first batch
+        if device != self.device:  # once, not a walk over the parameters on every batch
+            self.model.to(device).eval()
+            self.device = device
         with live_inference_autocast(self.precision, device):
             _, signals = self.extractor.forward_with_tokens(
                 self.model, lambda: model_forward(self.model, batch), batch["attention_mask"]

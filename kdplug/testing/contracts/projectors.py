@@ -198,11 +198,13 @@ def _check_terms(pairs: Any, batch: int) -> None:
 
 def pair_loss(registry: Registry, projector: nn.Module, pairs: Any) -> torch.Tensor:
     """The ILD term as the engine computes it: the projector's loss on the pairs, or its own terms."""
-    if getattr(pairs, "terms", None) is not None:
-        terms = pairs.terms if pairs.weights is None else pairs.terms * pairs.weights
-        return terms.mean(dim=0).sum()
-    require(projector.ild_loss is not None, "the projector names no ild_loss and returned no pairs.terms")
-    return registry.create("loss", projector.ild_loss)(pairs.student, pairs.teacher, pairs.weights)
+    from ...engine.objective import pair_loss as engine_pair_loss
+
+    require(
+        projector.ild_loss is not None or getattr(pairs, "terms", None) is not None,
+        "the projector names no ild_loss and returned no pairs.terms",
+    )
+    return engine_pair_loss(registry.create("loss", projector.ild_loss) if projector.ild_loss else None, pairs)
 
 
 def _check_pairs(pairs: Any, request: ProjectionRequest, batch: int) -> None:
@@ -254,7 +256,9 @@ def _projector_case(
         return registry.create("projector", name, request, **options)
 
     def first_build() -> nn.Module:
-        if request.student_tokens is None and _factory_attribute(registry, name, "needs_tokens"):
+        from ...engine.preflight import factory_attribute
+
+        if request.student_tokens is None and factory_attribute(registry, "projector", name, "needs_tokens"):
             try:
                 build(0)
             except UsageError:
@@ -398,11 +402,6 @@ def _projector_case(
 
     rec.run("runs on CUDA", on_cuda)
     return rec.results
-
-
-def _factory_attribute(registry: Registry, name: str, attribute: str) -> Any:
-    factory = registry.resolve("projector", name)[0].factory
-    return getattr(getattr(factory, "func", factory), attribute, None)
 
 
 @one_thread
