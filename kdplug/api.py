@@ -11,13 +11,13 @@ The compatibility promise of docs/hooks.md covers every name here: within a majo
 keeps its meaning, functions and dataclasses only gain optional arguments and fields.
 
 Public modules: ``kdplug.api`` (this one), ``kdplug.types``, ``kdplug.errors``, ``kdplug.storage``,
-``kdplug.fingerprint``, ``kdplug.textio``, ``kdplug.hub``, ``kdplug.hookspecs``, ``kdplug.version``,
+``kdplug.fingerprint``, ``kdplug.textio``, ``kdplug.words``, ``kdplug.hub``, ``kdplug.hookspecs``, ``kdplug.version``,
 ``kdplug.components`` and ``kdplug.testing``.
 """
 
 from __future__ import annotations
 
-from . import fingerprint, hub, storage, textio
+from . import fingerprint, hub, storage, textio, words
 from .errors import (
     ConfigError,
     DataError,
@@ -75,6 +75,7 @@ PUBLIC_MODULES = (
     "kdplug.storage",
     "kdplug.fingerprint",
     "kdplug.textio",
+    "kdplug.words",
     "kdplug.hub",
     "kdplug.hookspecs",
     "kdplug.version",
@@ -131,6 +132,8 @@ __all__ = [
     "write_atomic",
     # reading the user's text files in any encoding
     "textio",
+    # stop words and content words, for augmenters
+    "words",
     # the Hugging Face hub: load by hub id or fail fast offline (hub.load_pretrained, hub.require)
     "hub",
     "__version__",

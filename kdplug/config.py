@@ -80,7 +80,7 @@ class RunConfig:
     # transfer set: inputs without gold labels that the student learns the teacher's outputs on
     transfer: list = field(default_factory=list)  # files of unlabelled text (TSV/CSV/JSONL/lines) or datasets dirs
     augment: Optional[str] = None  # an augmenter (kdplug plugins --kind augmenter) applied to the training set
-    augment_factor: int = 20  # augmented copies per training example (Tang et al.: 20 for SST-2)
+    augment_factor: Optional[int] = None  # augmented copies per example; None: Tang et al.'s 20, 10 for pairs
     augment_options: dict = field(default_factory=dict)  # options of the augmenter, e.g. p_mask
     transfer_ratio: Optional[float] = None  # transfer examples per labelled example in an epoch; None: all of them
     # teacher fine-tuning (when the teacher is not fine-tuned yet)
@@ -159,7 +159,7 @@ class RunConfig:
             "a positive finite number",
         )
         tracker_names(self.report_to)
-        require(self.augment_factor >= 1, "augment_factor", "at least 1 (augmented copies per training example)")
+        require(self.augment_factor is None or self.augment_factor >= 1, "augment_factor", "at least 1 (augmented copies per training example)")
         require(
             self.transfer_ratio is None or (finite(self.transfer_ratio) and self.transfer_ratio > 0),
             "transfer_ratio",

@@ -245,7 +245,7 @@ def _transfer_plan(
             plan["transfer"] = {"examples": len(stored), "stored": str(stored.directory)}
             return len(stored)
     from_files = sum(sum(1 for _ in transfer.read_transfer_file(path, task)) for path in config.transfer)
-    augmented = config.augment_factor * len(train_examples) if config.augment else 0
+    augmented = transfer.augment_factor(config, task) * len(train_examples) if config.augment else 0
     plan["transfer"] = {
         "examples": f"up to {from_files + augmented}",
         "from_files": from_files,

@@ -4,8 +4,12 @@ A transfer set comes from the user's files of unlabelled text (``--transfer``), 
 augmenter applied ``augment_factor`` times to every training example (``--augment``), or both.
 It is built once and stored under ``<cache>/transfer/<fingerprint>``: the texts as JSONL, then,
 per tokenizer, the token ids as flat memory-mapped arrays, so a transfer set many times the
-training set is streamed from disk and never held as Python strings. Dev sentences never enter
-it: a text equal to a dev example (case and spacing aside) is dropped and counted.
+training set is streamed from disk and never held as Python strings.
+
+A transfer set holds each sentence once (Tang et al. 2019 discard every duplicate): a text equal,
+case and spacing aside, to a dev example, to a training example, or to an earlier text of the set
+is dropped, as is a degenerate copy with nothing but stop words, punctuation and special tokens
+("[MASK] [MASK]", "the"); each kind is counted in ``transfer.json``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from ..registry import Registry
 from ..storage import atomic_directory, complete_copy, file_lock, verify
 from ..textio import input_format, read_inputs, read_text
 from ..types import Example, Task, Teacher, text_columns
+from ..words import has_content
 from .data import EncodedSplit
 
 log = logging.getLogger(__name__)
@@ -36,7 +41,9 @@ log = logging.getLogger(__name__)
 TEXTS_FILE, META_FILE = "texts.jsonl", "transfer.json"
 IDS_FILE, OFFSETS_FILE, TYPES_FILE = "ids.i32", "offsets.npy", "types.i8"
 ENCODE_CHUNK = 1024  # texts tokenised at a time: memory stays flat whatever the set's size
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: duplicates dropped across the whole set and against train, degenerate copies
+#: Tang et al. 2019's n_iter: 20 augmented copies of a sentence (SST-2), 10 of a pair (MNLI, QQP)
+AUGMENT_FACTOR, PAIR_AUGMENT_FACTOR = 20, 10
 
 Text = tuple[str, Optional[str]]
 
@@ -44,6 +51,18 @@ Text = tuple[str, Optional[str]]
 def normalised(text: Text) -> str:
     """The key under which two texts count as the same sentence: case and spacing ignored."""
     return "\t".join(" ".join(part.lower().split()) for part in text if part is not None)
+
+
+def digest(key: str) -> bytes:
+    """Eight bytes standing for a normalised text: a set of millions of them stays small."""
+    return hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
+
+
+def augment_factor(config: RunConfig, task: Task) -> int:
+    """Augmented copies per training example: the run's, else Tang et al.'s for the task's kind."""
+    if config.augment_factor is not None:
+        return config.augment_factor
+    return PAIR_AUGMENT_FACTOR if task.is_pair else AUGMENT_FACTOR
 
 
 # -- token ids on disk ---------------------------------------------------------------------------
@@ -87,14 +106,25 @@ class TransferSet:
                 record = json.loads(line)
                 yield record[0], record[1] if len(record) > 1 else None
 
+    def mask_for(self, tokenizer: Any) -> Optional[tuple[str, str]]:
+        """``(the augmenter's mask token, the one ``tokenizer`` reads instead)``, or None when it reads
+        it as is. Tang et al.'s masked word is the mask token for the teacher and an unknown word
+        for a student: a tokenizer without a mask token (a SentencePiece student) gets its unknown
+        token, not "[MASK]" cut into pieces."""
+        mask = self.meta.get("mask_token")
+        own = getattr(tokenizer, "mask_token", None) or getattr(tokenizer, "unk_token", None)
+        return None if mask is None or own is None or own == mask else (mask, own)
+
     def encode(self, tokenizer: Any, max_length: int, *, is_regression: bool) -> EncodedSplit:
         """The set tokenised by ``tokenizer``: stored beside the texts on first use, memory-mapped after."""
-        key = fingerprint.of_values("transfer-encoding", fingerprint.of_tokenizer(tokenizer), max_length)
+        mask = self.mask_for(tokenizer)
+        key = fingerprint.of_values("transfer-encoding", fingerprint.of_tokenizer(tokenizer), max_length, mask)
         target = self.directory / f"encoded-{key}"
         with file_lock(self.directory.parent / f"{self.key}.{key}.lock"):
             if complete_copy(target) is None:
+                texts = self.texts() if mask is None else (_replace_word(t, *mask) for t in self.texts())
                 with atomic_directory(target, f"the tokenised transfer set {target}") as staging:
-                    _write_encoding(staging, self.texts(), tokenizer, max_length)
+                    _write_encoding(staging, texts, tokenizer, max_length)
         directory = complete_copy(target)
         offsets = np.load(directory / OFFSETS_FILE, mmap_mode="r")
         ids = (
@@ -115,6 +145,13 @@ class TransferSet:
             pad_id=pad_id,
             token_fingerprint=key + self.key,
         )
+
+
+def _replace_word(text: Text, old: str, new: str) -> Text:
+    def swap(part: Optional[str]) -> Optional[str]:
+        return part if part is None or old not in part else " ".join(new if w == old else w for w in part.split())
+
+    return swap(text[0]), swap(text[1])  # type: ignore[return-value]
 
 
 def _write_encoding(directory: Path, texts: Iterable[Text], tokenizer: Any, max_length: int) -> None:
@@ -205,11 +242,11 @@ def _read_dataset_dir(source: Path, task: Task) -> Iterator[Text]:
 
 
 def augmented(augmenter: Any, examples: Sequence[Example], factor: int, seed: int) -> Iterator[tuple[int, Text]]:
-    """``(source index, text)`` for ``factor`` augmented copies of every example, without duplicates
-    of each other or of the source. Each copy's randomness depends only on (seed, example, copy)."""
+    """``(source index, text)`` for ``factor`` augmented copies of every example (duplicates are the
+    set's to drop). Each copy's randomness depends only on (seed, example, copy); the sides of a
+    pair are augmented each on its own."""
     schedule = getattr(augmenter, "pair_schedule", "cycle")
     for index, example in enumerate(examples):
-        seen = {normalised((example.text_a, example.text_b))}
         for copy in range(factor):
             rng = random.Random(f"{seed}:{index}:{copy}")
             a, b = example.text_a, example.text_b
@@ -218,9 +255,7 @@ def augmented(augmenter: Any, examples: Sequence[Example], factor: int, seed: in
                 a = augmenter(a, rng)
             if b is not None and side in (1, 2):
                 b = augmenter(b, rng)
-            key = normalised((a, b))
-            if key not in seen and a.strip():
-                seen.add(key)
+            if a.strip() and (b is None or b.strip()):
                 yield index, (a, b)
 
 
@@ -236,7 +271,7 @@ def transfer_key(
         augment = {
             "name": config.augment,
             "options": config.augment_options,
-            "factor": config.augment_factor,
+            "factor": augment_factor(config, task),
             "seed": seed,
             "teacher": teacher_fingerprint,
             "train": fingerprint.of_values([(e.text_a, e.text_b) for e in train]),
@@ -245,11 +280,11 @@ def transfer_key(
 
 
 def _dir_fingerprint(directory: Path) -> str:
-    digest = hashlib.blake2b(digest_size=16)
+    hasher = hashlib.blake2b(digest_size=16)
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(directory)).encode())
-        digest.update(fingerprint.of_file(str(path)).encode())
-    return digest.hexdigest()
+        hasher.update(str(path.relative_to(directory)).encode())
+        hasher.update(fingerprint.of_file(str(path)).encode())
+    return hasher.hexdigest()
 
 
 def build_or_load(
@@ -282,14 +317,22 @@ def build_or_load(
             (staging / META_FILE).write_text(json.dumps(meta, indent=1))
     if meta["examples"] == 0:
         raise UsageError(
-            "the transfer set is empty: every text was a duplicate of a dev sentence or of its "
-            "source; check --transfer's files (or raise --augment-factor)"
+            "the transfer set is empty: every text repeated a dev or training sentence or another text of "
+            "the set, or held only stop words and mask tokens; check --transfer's files (or raise --augment-factor)"
         )
-    echo(
-        f"transfer set: {meta['examples']} examples built in {meta['seconds']:.1f}s "
-        f"({meta['dropped_dev_duplicates']} dev duplicates dropped) -> {target}"
-    )
+    echo(f"transfer set: {meta['examples']} examples built in {meta['seconds']:.1f}s ({dropped(meta)}) -> {target}")
     return TransferSet(target, meta)
+
+
+def dropped(meta: dict[str, Any]) -> str:
+    """What building the set dropped, in words (sets of format 1 counted dev duplicates only)."""
+    parts = [
+        (meta.get("dropped_dev_duplicates", 0), "dev duplicates"),
+        (meta.get("dropped_train_duplicates", 0), "training duplicates"),
+        (meta.get("dropped_repeats", 0), "repeats"),
+        (meta.get("dropped_degenerate", 0), "degenerate"),
+    ]
+    return "dropped: " + ", ".join(f"{count} {what}" for count, what in parts)
 
 
 def _stored(target: Path) -> Optional[TransferSet]:
@@ -324,16 +367,40 @@ def _write_texts(
     dev_keys: set[str],
     seed: int,
 ) -> dict[str, Any]:
-    counts = {"examples": 0, "dropped_dev_duplicates": 0, "from_files": 0, "augmented": 0}
+    counts = dict.fromkeys(
+        (
+            "examples",
+            "from_files",
+            "augmented",
+            "dropped_dev_duplicates",
+            "dropped_train_duplicates",
+            "dropped_repeats",
+            "dropped_degenerate",
+        ),
+        0,
+    )
+    training = {digest(normalised((e.text_a, e.text_b))) for e in train}
+    seen: set[bytes] = set()
+    special = list(getattr(teacher.tokenizer, "all_special_tokens", None) or [])
+    augmenter = None
     with open(directory / TEXTS_FILE, "w", encoding="utf-8") as handle:
 
         def emit(text: Text, origin: str) -> None:
-            if normalised(text) in dev_keys:
+            key = normalised(text)
+            hashed = digest(key)
+            if key in dev_keys:
                 counts["dropped_dev_duplicates"] += 1
-                return
-            handle.write(json.dumps([text[0]] if text[1] is None else list(text), ensure_ascii=False) + "\n")
-            counts["examples"] += 1
-            counts[origin] += 1
+            elif hashed in training:
+                counts["dropped_train_duplicates"] += 1
+            elif hashed in seen:
+                counts["dropped_repeats"] += 1
+            elif not has_content(key.split(), special):
+                counts["dropped_degenerate"] += 1
+            else:
+                seen.add(hashed)
+                handle.write(json.dumps([text[0]] if text[1] is None else list(text), ensure_ascii=False) + "\n")
+                counts["examples"] += 1
+                counts[origin] += 1
 
         for path in config.transfer:
             for text in read_transfer_file(path, task):
@@ -342,14 +409,15 @@ def _write_texts(
             augmenter = registry.create("augmenter", config.augment, teacher, **config.augment_options)
             if hasattr(augmenter, "prepare"):
                 augmenter.prepare([s for e in train for s in (e.text_a, e.text_b) if s is not None])
-            for _, text in augmented(augmenter, train, config.augment_factor, seed):
+            for _, text in augmented(augmenter, train, augment_factor(config, task), seed):
                 emit(text, "augmented")
     return {
         **counts,
         "version": FORMAT_VERSION,
         "files": list(config.transfer),
         "augment": config.augment,
-        "augment_factor": config.augment_factor if config.augment else None,
+        "augment_factor": augment_factor(config, task) if config.augment else None,
+        "mask_token": getattr(augmenter, "mask_token", None),
         "augment_options": config.augment_options,
         "seed": seed,
         "training_examples": len(train),

@@ -1,7 +1,8 @@
 """TinyBERT-style word replacement with the teacher's own knowledge of words.
 
 Jiao et al. (2020), "TinyBERT", Algorithm 1: every word is replaced with probability p_t = 0.4
-by one of K = 15 candidates. For a word the tokenizer keeps whole, the candidates are the
+by one of K = 15 candidates; as in the reference code, stop words and tokens with non-letters
+(punctuation attached) are left alone, and the sides of a pair are augmented each on its own. For a word the tokenizer keeps whole, the candidates are the
 masked-language model's top-K predictions at its position; TinyBERT takes the others' from GloVe
 neighbours. Here both come from the teacher: its MLM head where its pre-trained checkpoint has
 one (BERT, RoBERTa), otherwise (sentence encoders such as all-MiniLM-L6-v2, which ship no MLM
@@ -20,6 +21,7 @@ import torch
 
 import kdplug
 from kdplug.errors import ConfigError
+from kdplug.words import is_replaceable
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +139,9 @@ class TeacherWordsAugmenter:
     def __call__(self, text: str, rng: random.Random) -> str:
         words = text.split()
         options = self.candidates(text)
+        # as TinyBERT's code: stop words and tokens with punctuation attached are kept as they are
         return " ".join(
-            rng.choice(choices) if choices and rng.random() < self.p_replace else word
+            rng.choice(choices) if choices and is_replaceable(word) and rng.random() < self.p_replace else word
             for word, choices in zip(words, options)
         )
 

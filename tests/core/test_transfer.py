@@ -19,7 +19,7 @@ from kdplug.engine.pipeline import run
 from kdplug.testing.tiny import wordpiece_tokenizer
 from kdplug.types import Example
 
-from ..conftest import SST2_DEV
+from ..conftest import SST2_DEV, SST2_TRAIN
 
 TINY = {
     "student": "bilstm",
@@ -75,6 +75,59 @@ def test_dev_sentences_never_enter_the_transfer_set(tmp_path, tiny_bert_dir, sst
     assert not dev_keys & {" ".join(t.lower().split()) for t in texts}
 
 
+def test_repeats_training_sentences_and_degenerate_copies_never_enter_the_transfer_set(
+    tmp_path, tiny_bert_dir, sst2_dir
+):
+    # a version-1 set kept all of these but the dev sentences: only copies of one source were compared
+    lines = [
+        "the cat sat .",
+        "The   cat sat .",  # a repeat, case and spacing aside
+        SST2_TRAIN[1][0].upper(),  # a training sentence
+        "[MASK] [MASK] .",  # mask tokens only
+        "the , of it",  # stop words and punctuation only
+        "a fine dog",
+        "the cat sat .",
+    ]
+    unlabelled = write_lines(tmp_path / "extra.txt", lines)
+    result = run(config(tmp_path, tiny_bert_dir, sst2_dir, transfer=[str(unlabelled)]), registry(), echo=lambda _: None)
+    meta = result.metrics["transfer"]
+    assert (meta["examples"], meta["dropped_repeats"], meta["dropped_train_duplicates"]) == (2, 2, 1)
+    assert meta["dropped_degenerate"] == 2 and meta["dropped_dev_duplicates"] == 0
+    stored = transfer_module.TransferSet(transfer_module.Path(meta["directory"]), meta)
+    assert [a for a, _ in stored.texts()] == ["the cat sat .", "a fine dog"]
+
+
+def test_augmented_copies_are_unique_across_the_whole_set(tmp_path, tiny_bert_dir, sst2_dir):
+    # every copy is one word of its sentence: the same word comes from many sentences ("the", "was")
+    settings = {"augment": "tang", "augment_factor": 6}
+    options = {"p_mask": 0.0, "p_pos": 0.0, "p_ng": 1.0, "max_ngram": 1}
+    result = run(
+        config(tmp_path, tiny_bert_dir, sst2_dir, augment_options=options, **settings), registry(), echo=lambda _: None
+    )
+    meta = result.metrics["transfer"]
+    texts = [a for a, _ in transfer_module.TransferSet(transfer_module.Path(meta["directory"]), meta).texts()]
+    keys = [transfer_module.normalised((t, None)) for t in texts]
+    assert len(keys) == len(set(keys)) == meta["examples"] > 0
+    assert meta["dropped_repeats"] > 0 and meta["dropped_degenerate"] > 0  # "the", "." from several sentences
+    assert not set(keys) & {transfer_module.normalised((s, None)) for s, _ in SST2_TRAIN}
+    assert not {"the", ".", "was"} & set(keys)
+
+
+def test_a_student_without_a_mask_token_reads_the_masked_word_as_unknown(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<unk>": 1, "good": 2, "film": 3}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()  # "[MASK]" would be three unknown pieces
+    student = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>")
+    stored = stored_set(tmp_path, ["good [MASK] film", "[MASK]"])
+    stored.meta["mask_token"] = "[MASK]"
+    assert stored.mask_for(wordpiece_tokenizer()) is None  # the teacher's own tokenizer reads it as is
+    encoded = stored.encode(student, 8, is_regression=False)
+    assert [encoded.input_ids[i] for i in range(2)] == [[2, 1, 3], [1]]
+
+
 def test_a_transfer_set_is_built_once_and_its_teacher_outputs_reused(tmp_path, tiny_bert_dir, sst2_dir, caplog):
     settings = {"augment": "tang", "augment_factor": 4, "augment_options": {"p_pos": 0.0}}
     first = run(config(tmp_path, tiny_bert_dir, sst2_dir, "first", **settings), registry(), echo=lambda _: None)
@@ -93,7 +146,7 @@ def test_a_transfer_set_is_built_once_and_its_teacher_outputs_reused(tmp_path, t
     assert second.metrics["transfer"]["directory"] == first.metrics["transfer"]["directory"]
 
 
-def test_augmented_copies_are_deterministic_without_duplicates_and_cycle_pair_sides():
+def test_augmented_copies_are_deterministic_and_augment_each_side_of_a_pair_on_its_own():
     class Suffix:
         pair_schedule = "cycle"
 
@@ -108,8 +161,20 @@ def test_augmented_copies_are_deterministic_without_duplicates_and_cycle_pair_si
         source = examples[index]
         changed = (a != source.text_a, b != source.text_b)
         assert changed in ((True, False), (False, True), (True, True))
-    keys = [(i, transfer_module.normalised(t)) for i, t in first]
-    assert len(keys) == len(set(keys))
+        if changed == (True, True):  # each side drew its own suffix, not one text's
+            assert a.startswith(source.text_a) and b.startswith(source.text_b)
+    assert len(first) == 2 * 9
+
+
+def test_tangs_factor_is_20_for_sentences_and_10_for_pairs(tmp_path, tiny_bert_dir, sst2_dir):
+    sentences = registry().create("task", "sst2", data_dir=str(sst2_dir))
+    pairs = registry().create("task", "mrpc", data_dir=str(sst2_dir))
+    assert (sentences.is_pair, pairs.is_pair) == (False, True)
+    settings = config(tmp_path, tiny_bert_dir, sst2_dir, augment="tang")
+    assert transfer_module.augment_factor(settings, sentences) == 20
+    assert transfer_module.augment_factor(settings, pairs) == 10
+    explicit = config(tmp_path, tiny_bert_dir, sst2_dir, augment="tang", augment_factor=3)
+    assert transfer_module.augment_factor(explicit, pairs) == 3
 
 
 def test_transfer_files_of_every_format_read_the_tasks_text_columns(tmp_path, sst2_dir):

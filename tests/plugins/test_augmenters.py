@@ -135,15 +135,18 @@ def test_teacher_words_replaces_with_p_replace_by_embedding_neighbours(registry,
         expected = sorted(scores, key=scores.get, reverse=True)[:3]
         assert augmenter.neighbours(word) == expected
     changed = total = 0
+    kept = {"the", "was", "very", "but", "and", "."}  # stop words and non-words, left alone as TinyBERT's code does
     for seed in range(1500):
         out = augmenter(SENTENCE, random.Random(seed)).split()
         assert len(out) == len(WORDS)
         for original, new in zip(WORDS, out):
-            if original.isalpha():
+            if original in kept:
+                assert new == original
+            else:
                 total += 1
                 changed += new != original
                 assert new == original or new in augmenter.neighbours(original)
-    assert within(changed, total, 0.4)
+    assert total == 1500 * 7 and within(changed, total, 0.4)
 
 
 def test_teacher_words_uses_a_masked_lm_head_where_the_checkpoint_has_one(registry, tmp_path):
