@@ -159,7 +159,11 @@ class RunConfig:
             "a positive finite number",
         )
         tracker_names(self.report_to)
-        require(self.augment_factor is None or self.augment_factor >= 1, "augment_factor", "at least 1 (augmented copies per training example)")
+        require(
+            self.augment_factor is None or self.augment_factor >= 1,
+            "augment_factor",
+            "at least 1 (augmented copies per training example)",
+        )
         require(
             self.transfer_ratio is None or (finite(self.transfer_ratio) and self.transfer_ratio > 0),
             "transfer_ratio",

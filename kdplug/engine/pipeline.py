@@ -267,15 +267,21 @@ def _run(
     baseline_predictions: dict[str, Any] = {}
     if config.baseline:
         echo(f"baseline: {config.student} with {config.baseline}")
-        student, result = train_baseline(context)
-        metrics["baseline"] = {"projector": config.baseline, "dev": result.dev, "parameters": count_parameters(student)}
+        student = train_baseline(context)
         baseline_dev = context.splits_for(student)[1]
-        trainer.evaluate(student, baseline_dev, baseline_predictions)  # for paired comparisons with the run's student
+        # the final student's dev scores, and its predictions for paired comparisons with the run's student
+        scores = trainer.evaluate(student, baseline_dev, baseline_predictions)
+        metrics["baseline"] = {
+            "projector": config.baseline,
+            "recipe": context.for_baseline().config.recipe,
+            "dev": scores,
+            "parameters": count_parameters(student),
+        }
         baseline_predictions = {
             name: {"predictions": baseline_predictions[name], "labels": split.labels}
             for name, split in baseline_dev.items()
         }
-        rows.append(Row(f"{config.student} + {config.baseline}", count_parameters(student), result.dev))
+        rows.append(Row(f"{config.student} + {config.baseline}", count_parameters(student), scores))
 
     # -- the recipe -------------------------------------------------------------------------
     echo(f"recipe {config.recipe}: {config.student} <- {config.projector}")
@@ -371,12 +377,14 @@ def _run(
     return RunResult(run_dir.path, metrics, rows)
 
 
-def train_baseline(context: EngineContext) -> tuple[nn.Module, Any]:
-    """The ``--baseline`` student: the run's student trained with the baseline projector and its own
-    default weights (the run's eta/lam are meant for the main projector)."""
-    config = context.config
-    student = context.new_student()
-    projector = context.new_projector(student, name=config.baseline)
-    defaults = dict(getattr(projector, "default_weights", {}) or {})
-    weights = context.weights(projector, eta=defaults.get("eta", 0.0), lam=defaults.get("lam", 0.0))
-    return student, context.train_stage(f"baseline-{config.baseline}", student, projector, weights=weights)
+def train_baseline(context: EngineContext) -> nn.Module:
+    """The ``--baseline`` student: the run's student trained by the baseline projector's own
+    schedule and weights (see :meth:`EngineContext.for_baseline`), two stages for universal-*."""
+    baseline = context.for_baseline()
+    recipe = baseline.registry.create("recipe", baseline.config.recipe)
+    student = recipe.run(RecipeView(baseline))
+    if not isinstance(student, nn.Module):
+        raise UsageError(
+            f"recipe {baseline.config.recipe!r} returned {type(student).__name__}, not the trained student"
+        )
+    return student

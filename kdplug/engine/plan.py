@@ -53,6 +53,7 @@ class PlanningContext(EngineContext):
     transfer_per_epoch: int = 0
 
     def train_stage(self, name: str, student, projector=None, **options: Any) -> StageResult:
+        name = self.stage_prefix + name
         stage = self.prepare_stage(name, student, projector, **options)
         self.stages[name] = {
             **stage.settings(),
@@ -187,7 +188,7 @@ def dry_run(
             transfer_per_epoch=per_epoch,
         )
         if config.baseline:
-            student, _ = train_baseline(context)
+            train_baseline(context)
         recipe = registry.create("recipe", config.recipe, **config.recipe_options)
         student = recipe.run(RecipeView(context))
     plan["student"] = {

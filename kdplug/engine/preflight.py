@@ -71,15 +71,6 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
         registry.resolve(kind, getattr(config, kind))
     if config.baseline:
         registry.resolve("projector", config.baseline)
-        schedule = factory_attribute(registry, "projector", config.baseline, "default_recipe")
-        if schedule:
-            raise UsageError(
-                f"--baseline {config.baseline} trains in stages (its recipe {schedule}), but a baseline is one stage "
-                f"beside the run's student, which would leave out its schedule (and, for universal-*, every gold "
-                f"label). Run it on its own and compare: kdplug run --projector {config.baseline} --seeds 3 "
-                f"--output exp/{config.baseline} (same task, teacher and student), then kdplug report exp/A "
-                f"exp/{config.baseline}"
-            )
     notes = []
     if config.recipe is None:
         default = factory_attribute(registry, "projector", config.projector, "default_recipe")

@@ -103,6 +103,8 @@ class EngineContext:
     transfer: Any = None
     #: what caching the teacher's outputs on the transfer set cost (seconds, reused or built)
     transfer_info: dict = field(default_factory=dict)
+    #: put before every stage's name: a ``--baseline`` schedule's are ``baseline-<projector>-<stage>``
+    stage_prefix: str = ""
     _size_checked: bool = False
     _transfer_cache: Optional[TeacherCache] = None
     _trimmed: dict = field(default_factory=dict)  # tokenizer id -> (trimmed tokenizer, kept ids)
@@ -126,12 +128,12 @@ class EngineContext:
         )
 
     def record(self, stage: str, **facts: Any) -> None:
-        self.stages.setdefault(stage, {}).update(facts)
+        self.stages.setdefault(self.stage_prefix + stage, {}).update(facts)
 
     def stage_record(self, stage: str) -> Any:
         from types import MappingProxyType
 
-        return MappingProxyType(self.stages.get(stage, {}))
+        return MappingProxyType(self.stages.get(self.stage_prefix + stage, {}))
 
     def store_directory(self, kind: str, key: str):
         from pathlib import Path
@@ -344,6 +346,27 @@ class EngineContext:
             self._heads = heads
         return self._heads
 
+    def for_baseline(self) -> EngineContext:
+        """The context of the ``--baseline`` student: the run with the baseline as its projector, that
+        projector's own schedule (its ``default_recipe``, else the default recipe) and default
+        weights (the run's eta, lam, ce_weight and projector options are meant for its projector).
+        Data, teacher and caches are shared; the stages are recorded as ``baseline-<projector>-<stage>``."""
+        config = self.config
+        recipe = preflight.factory_attribute(self.registry, "projector", config.baseline, "default_recipe")
+        settings = dataclasses.replace(
+            config,
+            projector=config.baseline,
+            projector_options={},
+            recipe=recipe or preflight.default_recipe(self.registry),
+            recipe_options={},
+            eta=None,
+            lam=None,
+            ce_weight=None,
+        )
+        return dataclasses.replace(
+            self, config=settings, stage_prefix=f"baseline-{config.baseline}-", last_distillation=None
+        )
+
     def with_teacher(self, teacher: Teacher) -> EngineContext:
         """A context that distils from ``teacher`` instead, e.g. a trained teaching assistant (TAKD).
 
@@ -408,6 +431,7 @@ class EngineContext:
         """Train ``student`` (with ``projector``) under ``objective`` or the weighted one, for ``epochs``
         (else the run's, else the family's default), ending early after ``patience`` epochs without a
         dev improvement (else the run's ``patience``, else 3 when no one set the epochs)."""
+        name = self.stage_prefix + name
         stage = self.prepare_stage(
             name, student, projector, weights=weights, objective=objective, epochs=epochs, lr=lr, patience=patience
         )

@@ -198,13 +198,15 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
         method.runs.append(run)
         baseline = run.metrics.get("baseline")
         if baseline and baseline.get("dev"):
-            stage = run.metrics.get("stages", {}).get(f"baseline-{baseline['projector']}", {})
+            stages = run.metrics.get("stages", {})
+            prefix = f"baseline-{baseline['projector']}"  # older runs named their one stage so
+            stage = next((v for k, v in stages.items() if k == prefix or k.startswith(prefix + "-")), {})
             weights = stage.get("weights") or {}
             base_values = {
                 **values,
                 "projector": baseline["projector"],
                 "projector_options": {},
-                "recipe": default_recipe,
+                "recipe": baseline.get("recipe", default_recipe),
                 "recipe_options": {},
                 "lr": stage.get("lr", values.get("lr")),
                 "epochs": stage.get("epochs", values.get("epochs")),

@@ -66,12 +66,6 @@ def run(capsys, *argv):
         ("wrong type", ["--set", "batch_size=[32]"], 2, ["batch_size must be int"]),
         ("bad precision", ["--precision", "fp8"], 2, ["invalid choice"]),
         (
-            "a staged method as the baseline",
-            ["--baseline", "universal-ca"],
-            2,
-            ["--baseline universal-ca trains in stages (its recipe two-stage)", "kdplug report"],
-        ),
-        (
             "missing teacher directory",
             ["--teacher", "./no/such/checkpoint"],
             2,

@@ -125,7 +125,7 @@ def test_tiny_run_writes_the_run_directory_and_reuses_the_teacher(capsys, tmp_pa
     assert [h["epoch"] for h in metrics["stages"]["distill"]["history"]] == [1, 2]
     assert metrics["stages"]["distill"]["weights"]["lam"] > 0  # pkd-skip's ILD term was on
     assert metrics["stages"]["distill"]["weights"]["eta"] == 0.3
-    assert metrics["stages"]["baseline-nkd"]["weights"]["ce"] == 1.0  # the run's eta is not the baseline's
+    assert metrics["stages"]["baseline-nkd-distill"]["weights"]["ce"] == 1.0  # the run's eta is not the baseline's
     assert "ild" in metrics["stages"]["distill"]["history"][0]["train"]
     assert load_file(str(run_dir / "student" / "model.safetensors"))
     assert "teacher" in out and "bilstm + pkd-skip" in out and "bilstm + nkd" in out  # the closing table

@@ -363,3 +363,22 @@ def test_two_stage_stage1_never_has_a_ce_term(beta, eta, lam, ce_weight):
     expected = beta if beta is not None else eta if eta is not None else 1 - lam if lam is not None else 0.5
     assert stage1.ce == 0 and stage1.eta == pytest.approx(expected) and stage1.lam == pytest.approx(1 - expected)
     assert stage2.ce == 1 and stage2.eta == 0 and stage2.lam == 0
+
+
+def test_a_staged_baseline_runs_its_own_schedule(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    # --baseline universal-ca: Universal-KD's two stages (stage 1 without CE, stage 2 CE only),
+    # with the projector's own weights, not the run's eta
+    metrics = tiny_run(
+        capsys, tmp_path, tiny_bert_dir, sst2_dir, "standard", "--baseline", "universal-ca", "--set", "eta=0.9"
+    )
+    stages = metrics["stages"]
+    stage1, stage2 = stages["baseline-universal-ca-stage1"], stages["baseline-universal-ca-stage2"]
+    assert stage1["weights"]["ce"] == 0 and stage1["weights"]["lam"] > 0
+    assert (stage2["weights"]["ce"], stage2["weights"]["eta"], stage2["weights"]["lam"]) == (1.0, 0.0, 0.0)
+    assert [h["epoch"] for h in stage2["history"]] == [1, 2]
+    assert metrics["baseline"]["recipe"] == "two-stage"
+    assert stages["distill"]["weights"]["eta"] == 0.9  # the run's own student keeps the run's settings
+    # the baseline's reported score is its final (stage-2) student's, evaluated on dev
+    assert metrics["baseline"]["dev"]["dev"]["accuracy"] == pytest.approx(
+        next(h["dev"]["dev"]["accuracy"] for h in stage2["history"] if h["epoch"] == stage2["best_epoch"])
+    )
