@@ -2,8 +2,9 @@
 
 Jiao et al. (2020), "TinyBERT", Algorithm 1: every word is replaced with probability p_t = 0.4
 by one of K = 15 candidates; as in the reference code, stop words and tokens with non-letters
-(punctuation attached) are left alone, and the sides of a pair are augmented each on its own. For a word the tokenizer keeps whole, the candidates are the
-masked-language model's top-K predictions at its position; TinyBERT takes the others' from GloVe
+(punctuation attached) are left alone, and the sides of a pair are augmented each on its own.
+For a word the tokenizer keeps whole, the candidates are the masked-language model's top-K
+predictions at its position; TinyBERT takes the others' from GloVe
 neighbours. Here both come from the teacher: its MLM head where its pre-trained checkpoint has
 one (BERT, RoBERTa), otherwise (sentence encoders such as all-MiniLM-L6-v2, which ship no MLM
 head, and words split into pieces) the K whole words nearest in the teacher's input embeddings
