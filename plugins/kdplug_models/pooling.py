@@ -17,6 +17,8 @@ from torch import nn
 import kdplug
 from kdplug.types import LayerSpec, Task, num_outputs
 
+from .embeddings import from_file, from_teacher, vector_file_width
+
 #: The papers give no embedding size. Half the hidden size (384 for the papers' 768) puts both
 #: students at the "similar capacity of around 25M trainable parameters" of Universal-KD Sec. 5.3
 #: with BERT's 30,522-word vocabulary: 23.0M (BiLSTM) and 26.5M (Gated-CNN); 300 would give
@@ -92,8 +94,9 @@ def build_pooled_student(
     *,
     embedding_dim: Optional[int],
     tokenizer: Any,
-    init_embeddings_from_teacher: bool,
+    init_embeddings_from_teacher: Optional[bool],
     source: Optional[str],
+    embeddings: Optional[str] = None,
     sentencepiece_vocab_size: int = 8000,
     sentencepiece_model_type: str = "unigram",
     **architecture: Any,
@@ -103,8 +106,10 @@ def build_pooled_student(
     ``source`` reloads a student its ``save_pretrained`` wrote; otherwise the vocabulary is the
     tokenizer's (``"sentencepiece"``: one trained on the task's training text, see
     sentencepiece_tokenizer.py). ``hidden_size`` defaults to the teacher's width (768 under BERT-base,
-    the papers' setting; 384 under MiniLM), ``embedding_dim`` to half of it, or to the teacher's
-    embedding width when the embeddings are copied from the teacher (see docs/models.md).
+    the papers' setting; 384 under MiniLM), ``embedding_dim`` to half of it (a file of word vectors:
+    the file's width). The word embeddings start from ``embeddings`` (a GloVe / word2vec text file)
+    if given, else from the teacher's table where the student reads the teacher's tokenizer
+    (``init_embeddings_from_teacher``, None: wherever it can), else at random (see docs/models.md).
     """
     cls = model_class(model_path)
     if source is not None:
@@ -120,10 +125,23 @@ def build_pooled_student(
             task, vocab_size=sentencepiece_vocab_size, model_type=sentencepiece_model_type
         )
     tokenizer, vocab_size, pad = student_vocabulary(teacher, tokenizer)
-    if embedding_dim is None and init_embeddings_from_teacher:
-        embedding_dim = teacher.model.get_input_embeddings().embedding_dim
-    elif embedding_dim is None:
+    if embeddings is not None:
+        if init_embeddings_from_teacher:
+            raise kdplug.UsageError(
+                "student_options.embeddings and init_embeddings_from_teacher both set the word embeddings; keep one"
+            )
+        init_embeddings_from_teacher = False
+        width = vector_file_width(embeddings)
+        if embedding_dim is not None and embedding_dim != width:
+            raise kdplug.UsageError(
+                f"student_options.embedding_dim={embedding_dim}, but the vectors of {embeddings} are {width} wide; "
+                f"drop embedding_dim (it follows the file)"
+            )
+        embedding_dim = width
+    if embedding_dim is None:
         embedding_dim = architecture["hidden_size"] // 2
+    if init_embeddings_from_teacher is None:
+        init_embeddings_from_teacher = teacher_table_fits(teacher, tokenizer, vocab_size, embedding_dim)
     labels = (
         {}
         if task.is_regression
@@ -141,32 +159,22 @@ def build_pooled_student(
     model = cls(config)
     init: dict[str, Any] = {"init": "random"}
     if init_embeddings_from_teacher:
-        init = {"init": "embeddings from the teacher", **copy_teacher_embeddings(model, teacher)}
+        init = {"init": "embeddings from the teacher", **from_teacher(model, teacher)}
+    elif embeddings is not None:
+        init = {"init": "word vectors", **from_file(model, tokenizer, embeddings)}
     model.tokenizer = tokenizer
     model.kdplug_init = init
     return model
 
 
-def copy_teacher_embeddings(student: Any, teacher: Any) -> dict[str, Any]:
-    """Initialise the student's word embeddings from the teacher's input embeddings: a copy at the
-    teacher's width, else their projection on the top ``embedding_dim`` principal components (PCA
-    of the teacher's embedding table; below the teacher's width only). Returns what was done."""
-    source = teacher.model.get_input_embeddings().weight.detach().float()
-    target = student.embeddings.weight
-    (rows, width), wanted = source.shape, target.shape[1]
-    if target.shape[0] != rows or wanted > width:
-        raise kdplug.UsageError(
-            f"init_embeddings_from_teacher needs the teacher's vocabulary and at most its width: the teacher's "
-            f"embeddings are {tuple(source.shape)}, the student's {tuple(target.shape)}. Use the teacher's "
-            f"tokenizer and an embedding_dim of at most {width}, or drop init_embeddings_from_teacher"
-        )
-    if wanted == width:
-        with torch.no_grad():
-            target.copy_(source)
-        return {"embeddings": "the teacher's"}
-    centred = source - source.mean(dim=0, keepdim=True)
-    _, singular, right = torch.linalg.svd(centred, full_matrices=False)  # rows of `right`: principal directions
-    with torch.no_grad():
-        target.copy_(centred @ right[:wanted].T)
-    kept = float(singular[:wanted].pow(2).sum() / singular.pow(2).sum())
-    return {"embeddings": f"the teacher's, PCA {width} -> {wanted}", "variance_kept": round(kept, 4)}
+def teacher_table_fits(teacher: Any, tokenizer: Any, vocab_size: int, embedding_dim: int) -> bool:
+    """Whether the teacher's embedding table can start the student's: the student reads the
+    teacher's tokenizer, the rows match and the student's embeddings are at most as wide."""
+    model = getattr(teacher, "model", None)
+    table = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    return (
+        table is not None
+        and tokenizer is getattr(teacher, "tokenizer", None)
+        and table.num_embeddings == vocab_size
+        and embedding_dim <= table.embedding_dim
+    )

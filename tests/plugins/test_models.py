@@ -308,10 +308,15 @@ def test_bilstm_refuses_left_padding(teacher, task):
 
 @pytest.mark.parametrize("name", ["bilstm", "gated-cnn"])
 def test_pooled_student_embeddings_from_teacher(name, teacher, task):
-    student = kdplug.create_student(name, task, teacher, hidden_size=16, init_embeddings_from_teacher=True)
-    assert torch.equal(student.embeddings.weight, teacher.model.get_input_embeddings().weight)
-    assert student.kdplug_init == {"init": "embeddings from the teacher", "embeddings": "the teacher's"}
-    width = teacher.model.get_input_embeddings().embedding_dim
+    table = teacher.model.get_input_embeddings().weight.detach()
+    width = table.shape[1]
+    student = kdplug.create_student(
+        name, task, teacher, hidden_size=16, embedding_dim=width, init_embeddings_from_teacher=True
+    )
+    # the teacher's table, scaled to the unit std of the student's own N(0, 1) initialisation
+    torch.testing.assert_close(student.embeddings.weight.detach(), table / table.std())
+    assert student.kdplug_init["embeddings"] == "the teacher's"
+    assert student.kdplug_init["scaled_by"] == pytest.approx(1 / float(table.std()), rel=1e-3)
     with pytest.raises(kdplug.UsageError, match=f"embedding_dim of at most {width}"):
         kdplug.create_student(
             name, task, teacher, hidden_size=16, embedding_dim=width + 1, init_embeddings_from_teacher=True
@@ -330,9 +335,10 @@ def test_pooled_student_embeddings_from_teacher_at_a_smaller_width_are_its_princ
     )
     pca = PCA(n_components=7, svd_solver="full").fit(table)
     expected = pca.transform(table)
+    expected /= expected.std(ddof=1)  # scaled to unit (sample) std, as the student's own initialisation
     got = student.embeddings.weight.detach().double().numpy()
     signs = np.sign((got * expected).sum(axis=0))
-    np.testing.assert_allclose(got * signs, expected, atol=1e-4)
+    np.testing.assert_allclose(got * signs, expected, atol=1e-3)  # float32 SVD against float64, at unit scale
     assert student.kdplug_init["variance_kept"] == pytest.approx(pca.explained_variance_ratio_.sum(), abs=1e-4)
 
 
@@ -396,3 +402,71 @@ def test_minilm_teacher_has_seven_layers_of_384(task):
     assert len(specs) == 7 and {spec.width for spec in specs} == {384}
     outputs = model(**batch(teacher.tokenizer, ["a great film", "an awful film"]))
     assert [tuple(v.shape) for v in kdplug.find_layer_extractor(model)(model, outputs)] == [(2, 384)] * 7
+
+
+@pytest.mark.parametrize(
+    "examples, expected",
+    [
+        (67349, 3),  # SST-2: 2,105 steps an epoch, the family's 3 epochs
+        (8000, 12),  # 250 steps an epoch: 3,000 steps
+        (800 + 20 * 800, 6),  # the demo with a 20x transfer set: the budget, not 20 times the epochs
+        (800, 50),  # 25 steps an epoch: the cap (early stopping ends it sooner)
+    ],
+)
+@pytest.mark.parametrize("name", ["bilstm", "gated-cnn"])
+def test_students_from_scratch_train_to_a_step_budget(name, examples, expected, teacher, task):
+    from kdplug.engine.recipe import default_epochs
+
+    student = kdplug.create_student(name, task, teacher, hidden_size=8)
+    assert default_epochs(student, examples, 32) == expected
+
+
+@pytest.mark.parametrize("name", ["bilstm", "gated-cnn"])
+def test_a_student_reading_the_teachers_tokenizer_starts_from_its_embeddings_by_default(name, teacher, task, tmp_path):
+    student = kdplug.create_student(name, task, teacher, hidden_size=16)
+    assert student.kdplug_init["init"] == "embeddings from the teacher"
+    assert student.embeddings.weight.shape[1] == 8 and "PCA" in student.kdplug_init["embeddings"]
+    # a tokenizer of its own has no rows of the teacher's table: random, as asked for
+    teacher.tokenizer.save_pretrained(tmp_path / "own")
+    own = kdplug.create_student(name, task, teacher, hidden_size=16, tokenizer=str(tmp_path / "own"))
+    assert own.kdplug_init == {"init": "random"}
+    off = kdplug.create_student(name, task, teacher, hidden_size=16, init_embeddings_from_teacher=False)
+    assert off.kdplug_init == {"init": "random"}
+
+
+def write_vectors(path, vectors, header=False):
+    lines = [f"{len(vectors)} {len(next(iter(vectors.values())))}"] if header else []
+    lines += [" ".join([word, *(f"{x:g}" for x in values)]) for word, values in vectors.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize("header", [False, True], ids=["glove", "word2vec"])
+def test_word_vectors_from_a_text_file_start_the_rows_they_name(header, teacher, task, tmp_path):
+    vectors = {"movie": [1.0, 2.0, 3.0], "Good": [0.0, -1.0, 4.0], "good": [2.0, 2.0, -2.0], "zzzq": [9.0, 9.0, 9.0]}
+    path = write_vectors(tmp_path / "vectors.txt", vectors, header)
+    student = kdplug.create_student("bilstm", task, teacher, hidden_size=16, embeddings=path)
+    vocab = teacher.tokenizer.get_vocab()
+    rows = [vocab.get(word, vocab.get("\u0120" + word)) for word in ("movie", "good")]  # RoBERTa's: "Ġmovie"
+    found = torch.tensor([vectors["movie"], vectors["good"]])  # "good" exactly, not the capitalised "Good"
+    expected = found / found.std()
+    weight = student.embeddings.weight.detach()
+    torch.testing.assert_close(weight[rows], expected)
+    assert student.kdplug_init["words_found"] == 2 and student.kdplug_init["init"] == "word vectors"
+    assert weight.shape[1] == 3  # the file's width
+
+
+def test_word_vectors_mistakes_are_usage_errors(teacher, task, tmp_path):
+    good = write_vectors(tmp_path / "v.txt", {"movie": [1.0, 2.0], "good": [0.5, 0.1]})
+    ragged = tmp_path / "ragged.txt"
+    ragged.write_text("movie 1 2\ngood 3\n", encoding="utf-8")
+    nothing = write_vectors(tmp_path / "none.txt", {"zzzq": [1.0, 2.0]})
+    for options, message in (
+        ({"embeddings": str(tmp_path / "missing.txt")}, "no such file"),
+        ({"embeddings": str(ragged)}, "line 2: 1 numbers after the word, expected 2"),
+        ({"embeddings": good, "embedding_dim": 5}, "drop embedding_dim"),
+        ({"embeddings": good, "init_embeddings_from_teacher": True}, "keep one"),
+        ({"embeddings": nothing}, "none of the student's"),
+    ):
+        with pytest.raises(kdplug.UsageError, match=message):
+            kdplug.create_student("bilstm", task, teacher, hidden_size=16, **options)

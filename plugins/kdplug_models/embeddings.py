@@ -1,0 +1,125 @@
+"""Where a student trained from scratch starts its word embeddings: the teacher's, or word vectors.
+
+Both are scaled to the unit standard deviation of the student's own random initialisation
+(``nn.Embedding``'s N(0, 1)). The scale matters: a Transformer's table is small (all-MiniLM-L6-v2's
+entries have std 0.05), and a recurrent or convolutional layer initialised for unit-scale inputs
+starts nearly blind to it. On the demo task a BiLSTM starting from MiniLM's table unscaled scored
+below one starting from random vectors; scaled, it scored 10 points above (docs/models.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+import kdplug
+
+#: word-start marks (SentencePiece's, byte-level BPE's) and WordPiece's continuation mark: a
+#: piece ``▁good`` or ``Ġgood`` is the word "good" in a file of word vectors, ``##ing`` is no word
+WORD_STARTS, CONTINUATION = ("\u2581", "\u0120"), "##"
+
+
+def set_scaled(target: torch.Tensor, vectors: torch.Tensor, rows: Optional[torch.Tensor] = None) -> float:
+    """Write ``vectors`` (into ``rows`` of ``target``, else all of it) scaled to unit std; the scale."""
+    scale = 1.0 / float(vectors.std()) if vectors.numel() > 1 and float(vectors.std()) > 0 else 1.0
+    with torch.no_grad():
+        if rows is None:
+            target.copy_(vectors * scale)
+        else:
+            target[rows] = (vectors * scale).to(target.dtype)
+    return round(scale, 4)
+
+
+def from_teacher(student: Any, teacher: Any) -> dict[str, Any]:
+    """The teacher's input embeddings: a copy at the teacher's width, else their projection on the
+    top ``embedding_dim`` principal components (PCA of the teacher's table); scaled. What was done."""
+    source = teacher.model.get_input_embeddings().weight.detach().float()
+    target = student.embeddings.weight
+    (rows, width), wanted = source.shape, target.shape[1]
+    if target.shape[0] != rows or wanted > width:
+        raise kdplug.UsageError(
+            f"init_embeddings_from_teacher needs the teacher's vocabulary and at most its width: the teacher's "
+            f"embeddings are {tuple(source.shape)}, the student's {tuple(target.shape)}. Use the teacher's "
+            f"tokenizer and an embedding_dim of at most {width}, or drop init_embeddings_from_teacher"
+        )
+    done: dict[str, Any] = {"embeddings": "the teacher's"}
+    vectors = source
+    if wanted < width:
+        centred = source - source.mean(dim=0, keepdim=True)
+        _, singular, right = torch.linalg.svd(centred, full_matrices=False)  # rows of `right`: principal directions
+        vectors = centred @ right[:wanted].T
+        kept = float(singular[:wanted].pow(2).sum() / singular.pow(2).sum())
+        done = {"embeddings": f"the teacher's, PCA {width} -> {wanted}", "variance_kept": round(kept, 4)}
+    return {**done, "scaled_by": set_scaled(target, vectors)}
+
+
+def vector_file_width(path: str) -> int:
+    """The width of the vectors in a GloVe / word2vec text file (read from its first line)."""
+    with open(check_file(path), encoding="utf-8", errors="replace") as handle:
+        first = handle.readline().split()
+    if len(first) == 2 and all(part.isdigit() for part in first):  # word2vec's "count width" header
+        return int(first[1])
+    if len(first) < 2:
+        raise kdplug.UsageError(f"student_options.embeddings={path}: its first line holds no word vector")
+    return len(first) - 1
+
+
+def check_file(path: str) -> Path:
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise kdplug.UsageError(
+            f"student_options.embeddings={path}: no such file; give word vectors in the GloVe or word2vec "
+            f"text format (a word, then its numbers, one word a line)"
+        )
+    return file
+
+
+def from_file(student: Any, tokenizer: Any, path: str) -> dict[str, Any]:
+    """Rows of the student's vocabulary found in a GloVe / word2vec text file take its vectors
+    (exact match first, else lower case; a piece ``▁word`` / ``Ġword`` is looked up as ``word``);
+    the rest keep their random start. Vectors are scaled to unit std. What was done."""
+    target = student.embeddings.weight
+    width = target.shape[1]
+    wanted: dict[str, list[int]] = {}
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    for token, index in tokenizer.get_vocab().items():
+        if index in special or index >= target.shape[0] or token.startswith(CONTINUATION):
+            continue
+        word = token[1:] if token.startswith(WORD_STARTS) else token
+        if word:
+            wanted.setdefault(word, []).append(index)
+    found: dict[int, list[float]] = {}
+    exact: set[int] = set()
+    # streamed: GloVe's largest files are several GB; a word that is not UTF-8 matches no token anyway
+    with open(check_file(path), encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            parts = line.rstrip().rsplit(" ", width)  # a few GloVe "words" hold spaces themselves
+            if number == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
+                continue  # word2vec's header
+            if len(parts) != width + 1:
+                raise kdplug.UsageError(
+                    f"student_options.embeddings={path}, line {number}: {len(parts) - 1} numbers after the word, "
+                    f"expected {width} (the file's width, which sets the student's embedding_dim)"
+                )
+            word = parts[0]
+            for key, is_exact in ((word, True), (word.lower(), False)):
+                for index in wanted.get(key, ()):
+                    if index not in exact:  # an exact match wins over a lower-cased one
+                        found[index] = [float(x) for x in parts[1:]]
+                        if is_exact:
+                            exact.add(index)
+    if not found:
+        raise kdplug.UsageError(
+            f"student_options.embeddings={path}: none of the student's {len(wanted)} vocabulary words is in the "
+            f"file; check that it holds word vectors for the task's language"
+        )
+    rows = torch.tensor(sorted(found))
+    scale = set_scaled(target, torch.tensor([found[i] for i in rows.tolist()]), rows)
+    return {
+        "embeddings": str(path),
+        "words_found": len(found),
+        "vocabulary": len(wanted),
+        "scaled_by": scale,
+    }
