@@ -46,9 +46,9 @@ from .layers import (
     check_layer_map_option,
     common_width,
     intermediate_student_layers,
+    layer_adapter,
     matching_record,
     resolve_buckets,
-    width_adapter,
 )
 
 AttentionTemperature = Union[float, str]
@@ -102,7 +102,8 @@ class ALP(nn.Module):
             self.default_attention_temperature if attention_temperature is None else attention_temperature
         )
         attention_divisor(self.attention_temperature, self.width, self.name)  # validate now, not mid-training
-        self.adapters = nn.ModuleList(width_adapter(spec.width, self.width) for spec in students)
+        teacher = request.teacher_layers[-1]
+        self.adapters = nn.ModuleList(layer_adapter(spec, teacher, self.width) for spec in students)
 
     def forward(self, inputs: DistillInputs) -> ProjectedPairs:
         check_inputs(inputs, self.n, self.m, self.name)

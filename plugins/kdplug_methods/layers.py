@@ -125,9 +125,14 @@ def common_width(specs: Sequence[LayerSpec], side: str, method: str) -> int:
     return widths[0]
 
 
-def width_adapter(in_width: int, out_width: int) -> nn.Module:
-    """A learned Linear where the widths differ (docs/methods.md: a learned projection), else identity."""
-    return nn.Identity() if in_width == out_width else nn.Linear(in_width, out_width)
+def layer_adapter(student: LayerSpec, teacher: LayerSpec, out_width: int) -> nn.Module:
+    """A learned Linear from a student layer to ``out_width`` where the widths differ or the two
+    layers are of different architectures (a BiLSTM's attention-pooled vector, bounded by tanh,
+    against a Transformer's [CLS] state: equal widths put them in no common space, and the layer
+    loss would sit at a floor it cannot leave); else the identity, as the papers (BERT to BERT)."""
+    if student.width == out_width and student.kind == teacher.kind:
+        return nn.Identity()
+    return nn.Linear(student.width, out_width)
 
 
 def attention_divisor(temperature: object, width: int | None, method: str) -> float:

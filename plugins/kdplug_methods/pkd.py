@@ -11,8 +11,9 @@ and ``layer_map`` sets A by hand, e.g. ``[1, 5, 9]`` for ALP-KD's 12→4 PKD and
 ``[12]`` for its 12→2 table, or rearranges the default map (``reverse``, ``random``, ``all-to-one``,
 ``"1:6,2:3"``: see :mod:`.layers`). ``match_output_layer`` also matches the output layer m, to
 A(m) = n (Yu et al.'s setting), which a 2-layer student needs for a map with more than one pair.
-Where the widths differ, a learned Linear per matched layer maps the student vector to the
-teacher's width before normalisation (PKD itself skips that case).
+Where the widths differ, or the student is no Transformer (a BiLSTM or Gated-CNN), a learned
+Linear per matched layer maps the student vector to the teacher's width before normalisation
+(PKD itself, BERT to BERT at one width, has no such case).
 
 PKD's objective (eq. 8) is (1−α)·CE + α·L_DS + β·L_PT, three independent weights: in kdplug
 ``ce_weight`` = 1−α, ``eta`` = α, ``lam`` = β. PKD's code averages L_PT over the hidden dimension
@@ -39,8 +40,8 @@ from .layers import (
     check_teacher_layer,
     common_width,
     intermediate_student_layers,
+    layer_adapter,
     matching_record,
-    width_adapter,
 )
 
 PKD = """@inproceedings{sun2019patient,
@@ -98,7 +99,8 @@ class PKDSkip(nn.Module):
             )
         self.layer_map = tuple(check_teacher_layer(i, self.n, self.name, "layer_map") for i in layer_map)
         width = common_width([request.teacher_layers[i - 1] for i in self.layer_map], "teacher", self.name)
-        self.adapters = nn.ModuleList(width_adapter(spec.width, width) for spec in students)
+        teachers = [request.teacher_layers[i - 1] for i in self.layer_map]
+        self.adapters = nn.ModuleList(layer_adapter(spec, t, width) for spec, t in zip(students, teachers))
 
     @property
     def matching(self) -> dict:

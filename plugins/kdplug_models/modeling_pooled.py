@@ -101,6 +101,11 @@ class PooledStudentForSequenceClassification(PreTrainedModel):
     layer_kind = "other"
     #: learning rate used when the run sets none: trained from scratch with Adam, not fine-tuned
     default_lr = 1e-3
+    #: a run that sets no epochs trains up to this many optimizer steps (at most
+    #: ``max_default_epochs`` epochs), stopping early once dev stops improving: a student trained
+    #: from scratch has not converged after the 300 steps that suffice to fine-tune a Transformer
+    default_steps = 3000
+    max_default_epochs = 50
 
     def __init__(self, config: PooledStudentConfig) -> None:
         super().__init__(config)
@@ -170,11 +175,12 @@ class PooledStudentForSequenceClassification(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args: Any, **kwargs: Any):
-        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, info) with output_loading_info
         if os.path.isfile(os.path.join(pretrained_model_name_or_path, "tokenizer_config.json")):
             from transformers import AutoTokenizer
 
             # the model's own config: AutoTokenizer would otherwise load it again, and ask again whether
             # to run the code this directory carries
             model.tokenizer = AutoTokenizer.from_pretrained(pretrained_model_name_or_path, config=model.config)
-        return model
+        return loaded

@@ -712,3 +712,18 @@ def test_universal_works_across_architectures_and_regression(name):
     assert projector.ild_loss == "mse" and projector.needs_teacher_heads
     loss = ild_value(projector, make_inputs(request))
     assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("name", ["pkd-skip", "pkd-last", "ckd-no", "ckd-po", "alp", "alp-no", "alp-kqv4"])
+def test_hidden_space_methods_learn_a_map_from_a_student_of_another_architecture(name):
+    # BERT to BERT at one width: the papers' identity; a BiLSTM at the same width: a learned Linear
+    same = kdplug.create_projector(name, request_for(4, 8, 3, 8))
+    assert all(isinstance(a, torch.nn.Identity) for a in same.adapters)
+    cross = request_for(4, 8, 3, 8, student_kind="lstm")
+    projector = kdplug.create_projector(name, cross)
+    assert projector.adapters and all(isinstance(a, torch.nn.Linear) for a in projector.adapters)
+    before = [a.weight.detach().clone() for a in projector.adapters]
+    optimizer = torch.optim.SGD(projector.parameters(), lr=0.1)
+    ild_value(projector, make_inputs(cross)).backward()
+    optimizer.step()
+    assert all(not torch.equal(b, a.weight) for b, a in zip(before, projector.adapters))  # the loss trains each

@@ -382,3 +382,18 @@ def test_a_staged_baseline_runs_its_own_schedule(capsys, tmp_path, tiny_bert_dir
     assert metrics["baseline"]["dev"]["dev"]["accuracy"] == pytest.approx(
         next(h["dev"]["dev"]["accuracy"] for h in stage2["history"] if h["epoch"] == stage2["best_epoch"])
     )
+
+
+def test_a_bilstm_distilled_with_pkd_is_exported_without_the_learned_map(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    # the BiLSTM is as wide as the tiny teacher (32): only the learned map puts its layers beside the teacher's
+    extra = ("--projector", "pkd-skip", "--set", "student_options.hidden_size=32")
+    metrics = tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, "standard", *extra)
+    assert "ild" in metrics["stages"]["distill"]["history"][0]["train"]
+    from safetensors import safe_open
+    from transformers import AutoModelForSequenceClassification
+
+    with safe_open(str(tmp_path / "run" / "student" / "model.safetensors"), "pt") as exported:
+        names = list(exported.keys())
+    assert names and not [n for n in names if "adapter" in n or "projector" in n]
+    _, info = AutoModelForSequenceClassification.from_pretrained(tmp_path / "run" / "student", output_loading_info=True)
+    assert not any(info.values())  # nothing missing, nothing unexpected
