@@ -70,12 +70,17 @@ def student_default(student: nn.Module, attribute: str, fallback: Any) -> Any:
 
 
 def default_epochs(student: nn.Module, examples: int, batch_size: int) -> int:
-    """The family's default epochs, raised to reach ``MIN_DEFAULT_STEPS`` optimizer steps (at most
-    ``MAX_DEFAULT_EPOCHS``): on a small data set three epochs are a few dozen steps, which leaves
-    a freshly initialised student predicting one class."""
+    """The family's default epochs, raised to reach its step budget: ``default_steps`` optimizer
+    steps (else ``MIN_DEFAULT_STEPS``), in at most ``max_default_epochs`` epochs (else
+    ``MAX_DEFAULT_EPOCHS``). The budget is in steps, so a transfer set 20 times the data makes
+    each epoch longer, not the run 20 times longer; on a small data set three epochs are a few
+    dozen steps, which leaves a freshly initialised student predicting one class. Early stopping
+    (``patience``) ends the stage once the dev score stops improving."""
     family = int(student_default(student, "default_epochs", DEFAULT_EPOCHS))
+    budget = int(student_default(student, "default_steps", MIN_DEFAULT_STEPS))
+    cap = int(student_default(student, "max_default_epochs", MAX_DEFAULT_EPOCHS))
     steps_per_epoch = max(1, -(-examples // batch_size))
-    return max(family, min(MAX_DEFAULT_EPOCHS, -(-MIN_DEFAULT_STEPS // steps_per_epoch)))
+    return max(family, min(cap, -(-budget // steps_per_epoch)))
 
 
 @dataclass
