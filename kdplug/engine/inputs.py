@@ -12,7 +12,6 @@ from typing import Any, Optional
 import torch
 from accelerate.utils import set_seed
 
-from .. import fingerprint
 from ..config import RunConfig
 from ..errors import UsageError
 from ..registry import Registry
@@ -267,7 +266,6 @@ def build_transfer_set(
         {name: task.load_split(name) for name in task.dev_splits},
         root=cache_root,
         seed=seed,
-        teacher_fingerprint=fingerprint.of_module(teacher.model),
         echo=echo,
     )
 

@@ -236,11 +236,11 @@ def _transfer_plan(
         stored = transfer.find_stored(
             config,
             task,
+            teacher,
             train_examples,
             {name: task.load_split(name) for name in task.dev_splits},
             root=root,
             seed=seed,
-            teacher_fingerprint=fingerprint.of_module(teacher.model),
         )
         if stored is not None:
             plan["transfer"] = {"examples": len(stored), "stored": str(stored.directory)}

@@ -372,6 +372,13 @@ class EngineContext:
             self, config=settings, stage_prefix=f"baseline-{config.baseline}-", last_distillation=None
         )
 
+    def adopt(self, other: EngineContext) -> None:
+        """Take over what ``other``, a context over the same teacher and data (the baseline's),
+        built once: the teacher's outputs on the transfer set, its heads, the size check."""
+        self._transfer_cache = self._transfer_cache or other._transfer_cache
+        self._heads = self._heads or other._heads
+        self._size_checked = self._size_checked or other._size_checked
+
     def with_teacher(self, teacher: Teacher) -> EngineContext:
         """A context that distils from ``teacher`` instead, e.g. a trained teaching assistant (TAKD).
 

@@ -260,8 +260,11 @@ def augmented(augmenter: Any, examples: Sequence[Example], factor: int, seed: in
 
 
 def transfer_key(
-    config: RunConfig, task: Task, train: Sequence[Example], dev_keys: set[str], seed: int, teacher_fingerprint: str
+    config: RunConfig, task: Task, train: Sequence[Example], dev_keys: set[str], seed: int, teacher: Teacher
 ) -> str:
+    """The set's fingerprint: its sources, the augmenter and its settings, the training and dev
+    sentences (both are dropped from it) and the teacher (its outputs label the set, its special
+    tokens decide what is degenerate)."""
     files = [
         fingerprint.of_file(str(p)) if Path(p).is_file() else _dir_fingerprint(Path(p))
         for p in (Path(path).expanduser() for path in config.transfer)
@@ -273,10 +276,12 @@ def transfer_key(
             "options": config.augment_options,
             "factor": augment_factor(config, task),
             "seed": seed,
-            "teacher": teacher_fingerprint,
-            "train": fingerprint.of_values([(e.text_a, e.text_b) for e in train]),
         }
-    return fingerprint.of_values("transfer", FORMAT_VERSION, task.name, task.is_pair, files, augment, sorted(dev_keys))
+    teacher_key = (fingerprint.of_module(teacher.model), fingerprint.of_tokenizer(teacher.tokenizer))
+    train_key = fingerprint.of_values([(e.text_a, e.text_b) for e in train])
+    return fingerprint.of_values(
+        "transfer", FORMAT_VERSION, task.name, task.is_pair, files, augment, teacher_key, train_key, sorted(dev_keys)
+    )
 
 
 def _dir_fingerprint(directory: Path) -> str:
@@ -297,12 +302,11 @@ def build_or_load(
     *,
     root: Path,
     seed: int,
-    teacher_fingerprint: str,
     echo: Callable[[str], None] = print,
 ) -> TransferSet:
     """The run's transfer set, from the store or built now (under a lock, so parallel runs build it once)."""
     dev_keys = {normalised((e.text_a, e.text_b)) for split in dev.values() for e in split}
-    key = transfer_key(config, task, train, dev_keys, seed, teacher_fingerprint)
+    key = transfer_key(config, task, train, dev_keys, seed, teacher)
     store = root / "transfer"
     target = store / key
     with file_lock(store / f"{key}.lock"):
@@ -345,16 +349,16 @@ def _stored(target: Path) -> Optional[TransferSet]:
 def find_stored(
     config: RunConfig,
     task: Task,
+    teacher: Teacher,
     train: Sequence[Example],
     dev: dict[str, Sequence[Example]],
     *,
     root: Path,
     seed: int,
-    teacher_fingerprint: str,
 ) -> Optional[TransferSet]:
     """The run's transfer set if the store holds it already (nothing is built)."""
     dev_keys = {normalised((e.text_a, e.text_b)) for split in dev.values() for e in split}
-    return _stored(root / "transfer" / transfer_key(config, task, train, dev_keys, seed, teacher_fingerprint))
+    return _stored(root / "transfer" / transfer_key(config, task, train, dev_keys, seed, teacher))
 
 
 def _write_texts(
@@ -383,6 +387,10 @@ def _write_texts(
     seen: set[bytes] = set()
     special = list(getattr(teacher.tokenizer, "all_special_tokens", None) or [])
     augmenter = None
+    if config.augment:
+        augmenter = registry.create("augmenter", config.augment, teacher, **config.augment_options)
+        if getattr(augmenter, "mask_token", None):
+            special.append(augmenter.mask_token)  # an augment_options.mask_token of its own is no word either
     with open(directory / TEXTS_FILE, "w", encoding="utf-8") as handle:
 
         def emit(text: Text, origin: str) -> None:
@@ -405,8 +413,7 @@ def _write_texts(
         for path in config.transfer:
             for text in read_transfer_file(path, task):
                 emit(text, "from_files")
-        if config.augment:
-            augmenter = registry.create("augmenter", config.augment, teacher, **config.augment_options)
+        if augmenter is not None:
             if hasattr(augmenter, "prepare"):
                 augmenter.prepare([s for e in train for s in (e.text_a, e.text_b) if s is not None])
             for _, text in augmented(augmenter, train, augment_factor(config, task), seed):

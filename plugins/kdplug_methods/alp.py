@@ -10,8 +10,8 @@ A(j) is every teacher layer for ``alp`` (eq. 6) or the CKD bucket of j for ``alp
 ``alp-po``, rearranged by ``layer_map`` (see :mod:`.layers`). α is computed per input from the
 student's current state and is not detached: the gradient of the MSE reaches h_s^j both directly
 and through α ("α ... are optimized during training"); the teacher vectors are detached. Where the
-widths differ, a learned Linear maps h_s^j to the teacher's width first, and both the scores and
-the MSE use the mapped vector.
+widths differ, or the student is a BiLSTM or Gated-CNN, a learned Linear maps h_s^j to the
+teacher's width first, and both the scores and the MSE use the mapped vector.
 
 ``alp-kqv1`` / ``alp-kqv4`` are the key-query-value variant of the paper's appendix (Table 4),
 read as Vaswani et al.'s multi-head attention with h_s^j as the query and the teacher layers as

@@ -2,8 +2,9 @@
 
 Ĉ^j = concat(h_t^k for k in bucket j), C^j = W_j Ĉ^j + b_j (a learned Linear per bucket, to the
 student's width: buckets may differ in size, so each has its own), L_CKD = Σ_j MSE(h_s^j, C^j) for
-the student's intermediate layers j = 1..m−1 (a BiLSTM or Gated-CNN student's layers go through a
-learned Linear first: no Transformer, no common space). ``ckd-no`` uses buckets without overlap, ``ckd-po``
+the student's intermediate layers j = 1..m−1. W_j is CKD's learned map between the two spaces, for
+a BiLSTM or Gated-CNN student too (a second Linear on the student's side would let both sides
+shrink to zero: a loss of 0 that teaches nothing). ``ckd-no`` uses buckets without overlap, ``ckd-po``
 buckets that share their first layer with the previous one (rules in :mod:`.layers`); ``buckets``
 sets them by hand, one list of 1-based teacher layers per matched student layer; ``layer_map``
 rearranges them (``reverse``, ``random``, ``all-to-one``, ``"1:4,2:8"``: see :mod:`.layers`).
@@ -27,7 +28,6 @@ from .layers import (
     check_layer_map_option,
     common_width,
     intermediate_student_layers,
-    layer_adapter,
     matching_record,
     resolve_buckets,
 )
@@ -70,15 +70,10 @@ class CKDNoOverlap(nn.Module):
         self.projections = nn.ModuleList(
             nn.Linear(sum(request.teacher_layers[k - 1].width for k in bucket), width) for bucket in self.buckets
         )
-        # a student of another architecture also gets a learned map into the common space
-        teacher = request.teacher_layers[-1]
-        self.adapters = nn.ModuleList(layer_adapter(spec, teacher, width) for spec in students)
 
     def forward(self, inputs: DistillInputs) -> ProjectedPairs:
         check_inputs(inputs, self.n, self.m, self.name)
-        student = torch.stack(
-            [adapt(h) for adapt, h in zip(self.adapters, inputs.student_layers[:-1])], dim=1
-        )  # (B, m-1, D_s)
+        student = torch.stack(inputs.student_layers[:-1], dim=1)  # (B, m-1, D_s)
         combined = [  # concat (B, Σ bucket widths) -> Linear -> (B, D_s)
             project(torch.cat([inputs.teacher_layers[k - 1].detach() for k in bucket], dim=-1))
             for project, bucket in zip(self.projections, self.buckets)

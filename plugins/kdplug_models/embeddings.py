@@ -47,19 +47,31 @@ def from_teacher(student: Any, teacher: Any) -> dict[str, Any]:
     done: dict[str, Any] = {"embeddings": "the teacher's"}
     vectors = source
     if wanted < width:
-        centred = source - source.mean(dim=0, keepdim=True)
-        _, singular, right = torch.linalg.svd(centred, full_matrices=False)  # rows of `right`: principal directions
-        vectors = centred @ right[:wanted].T
-        kept = float(singular[:wanted].pow(2).sum() / singular.pow(2).sum())
+        # the principal directions from the width x width covariance (in float64): no vocab-sized factor
+        centred = (source - source.mean(dim=0, keepdim=True)).double()
+        variances, directions = torch.linalg.eigh(centred.T @ centred)  # ascending
+        top = directions[:, -wanted:].flip(1)
+        vectors = (centred @ top).float()
+        kept = float(variances[-wanted:].sum() / variances.sum())
         done = {"embeddings": f"the teacher's, PCA {width} -> {wanted}", "variance_kept": round(kept, 4)}
     return {**done, "scaled_by": set_scaled(target, vectors)}
+
+
+def _fields(line: str, width: int) -> list[str]:
+    """A line's word and numbers: the last ``width`` space-separated fields are the numbers (a few
+    GloVe "words" hold spaces themselves)."""
+    return line.rstrip().rsplit(" ", width)
+
+
+def _is_header(fields: list[str]) -> bool:
+    return len(fields) == 2 and all(part.isdigit() for part in fields)  # word2vec's "count width"
 
 
 def vector_file_width(path: str) -> int:
     """The width of the vectors in a GloVe / word2vec text file (read from its first line)."""
     with open(check_file(path), encoding="utf-8", errors="replace") as handle:
-        first = handle.readline().split()
-    if len(first) == 2 and all(part.isdigit() for part in first):  # word2vec's "count width" header
+        first = handle.readline().rstrip().split(" ")
+    if _is_header(first):
         return int(first[1])
     if len(first) < 2:
         raise kdplug.UsageError(f"student_options.embeddings={path}: its first line holds no word vector")
@@ -76,50 +88,66 @@ def check_file(path: str) -> Path:
     return file
 
 
-def from_file(student: Any, tokenizer: Any, path: str) -> dict[str, Any]:
-    """Rows of the student's vocabulary found in a GloVe / word2vec text file take its vectors
-    (exact match first, else lower case; a piece ``▁word`` / ``Ġword`` is looked up as ``word``);
-    the rest keep their random start. Vectors are scaled to unit std. What was done."""
-    target = student.embeddings.weight
-    width = target.shape[1]
-    wanted: dict[str, list[int]] = {}
+def vocabulary_words(tokenizer: Any, rows: int) -> dict[str, list[int]]:
+    """Each whole word of the vocabulary and the rows that hold it (``▁good`` and ``good`` are one)."""
+    words: dict[str, list[int]] = {}
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
     for token, index in tokenizer.get_vocab().items():
-        if index in special or index >= target.shape[0] or token.startswith(CONTINUATION):
+        if index in special or index >= rows or token.startswith(CONTINUATION):
             continue
         word = token[1:] if token.startswith(WORD_STARTS) else token
         if word:
-            wanted.setdefault(word, []).append(index)
-    found: dict[int, list[float]] = {}
+            words.setdefault(word, []).append(index)
+    return words
+
+
+def from_file(student: Any, tokenizer: Any, path: str) -> dict[str, Any]:
+    """Rows of the student's vocabulary found in a GloVe / word2vec text file take its vectors;
+    the rest keep their random start. A word takes the vector of the same word if the file has it,
+    else of its first case-insensitive match (files list frequent words first: "the" before "The").
+    A piece ``▁word`` / ``Ġword`` is looked up as ``word``. Vectors are scaled to unit std."""
+    target = student.embeddings.weight
+    width = target.shape[1]
+    words = vocabulary_words(tokenizer, target.shape[0])
+    by_lower: dict[str, list[int]] = {}
+    for word, indices in words.items():
+        by_lower.setdefault(word.lower(), []).extend(indices)
+    vectors = torch.zeros(target.shape, dtype=torch.float32)
     exact: set[int] = set()
+    folded: set[int] = set()
     # streamed: GloVe's largest files are several GB; a word that is not UTF-8 matches no token anyway
     with open(check_file(path), encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
-            parts = line.rstrip().rsplit(" ", width)  # a few GloVe "words" hold spaces themselves
-            if number == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
-                continue  # word2vec's header
-            if len(parts) != width + 1:
+            if not line.strip():
+                continue
+            fields = _fields(line, width)
+            if number == 1 and _is_header(fields):
+                continue
+            if len(fields) != width + 1:
                 raise kdplug.UsageError(
-                    f"student_options.embeddings={path}, line {number}: {len(parts) - 1} numbers after the word, "
+                    f"student_options.embeddings={path}, line {number}: {len(fields) - 1} numbers after the word, "
                     f"expected {width} (the file's width, which sets the student's embedding_dim)"
                 )
-            word = parts[0]
-            for key, is_exact in ((word, True), (word.lower(), False)):
-                for index in wanted.get(key, ()):
-                    if index not in exact:  # an exact match wins over a lower-cased one
-                        found[index] = [float(x) for x in parts[1:]]
-                        if is_exact:
-                            exact.add(index)
+            word = fields[0]
+            hits = [(i, True) for i in words.get(word, ()) if i not in exact]
+            hits += [(i, False) for i in by_lower.get(word.lower(), ()) if i not in exact and i not in folded]
+            if not hits:
+                continue
+            try:
+                vector = torch.tensor([float(x) for x in fields[1:]])
+            except ValueError:
+                raise kdplug.UsageError(
+                    f"student_options.embeddings={path}, line {number}: a field after the word is not a number"
+                ) from None
+            for index, is_exact in hits:
+                vectors[index] = vector
+                (exact if is_exact else folded).add(index)
+    found = sorted(exact | folded)
     if not found:
         raise kdplug.UsageError(
-            f"student_options.embeddings={path}: none of the student's {len(wanted)} vocabulary words is in the "
+            f"student_options.embeddings={path}: none of the student's {len(words)} vocabulary words is in the "
             f"file; check that it holds word vectors for the task's language"
         )
-    rows = torch.tensor(sorted(found))
-    scale = set_scaled(target, torch.tensor([found[i] for i in rows.tolist()]), rows)
-    return {
-        "embeddings": str(path),
-        "words_found": len(found),
-        "vocabulary": len(wanted),
-        "scaled_by": scale,
-    }
+    rows = torch.tensor(found)
+    scale = set_scaled(target, vectors[rows], rows)
+    return {"embeddings": str(path), "words_found": len(found), "vocabulary": len(words), "scaled_by": scale}

@@ -170,11 +170,11 @@ def build_pooled_student(
 def teacher_table_fits(teacher: Any, tokenizer: Any, vocab_size: int, embedding_dim: int) -> bool:
     """Whether the teacher's embedding table can start the student's: the student reads the
     teacher's tokenizer, the rows match and the student's embeddings are at most as wide."""
-    model = getattr(teacher, "model", None)
-    table = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    return (
-        table is not None
-        and tokenizer is getattr(teacher, "tokenizer", None)
-        and table.num_embeddings == vocab_size
-        and embedding_dim <= table.embedding_dim
-    )
+    if tokenizer is not getattr(teacher, "tokenizer", None):
+        return False
+    try:
+        table = teacher.model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):  # a teacher model without an input table
+        return False
+    rows, width = getattr(table, "num_embeddings", None), getattr(table, "embedding_dim", None)
+    return rows == vocab_size and width is not None and embedding_dim <= width

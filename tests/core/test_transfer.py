@@ -97,6 +97,17 @@ def test_repeats_training_sentences_and_degenerate_copies_never_enter_the_transf
     assert [a for a, _ in stored.texts()] == ["the cat sat .", "a fine dog"]
 
 
+def test_a_stored_set_of_files_is_rebuilt_for_another_training_set(tmp_path, tiny_bert_dir, sst2_dir):
+    # the set drops training sentences, so another training set is another set
+    unlabelled = write_lines(tmp_path / "extra.txt", ["the cat sat .", SST2_TRAIN[0][0]])
+    settings = config(tmp_path, tiny_bert_dir, sst2_dir, transfer=[str(unlabelled)])
+    task = registry().create("task", "sst2", data_dir=str(sst2_dir))
+    teacher = kdplug.create_teacher("hf", task, source=tiny_bert_dir)
+    train = task.load_split("train")
+    keys = {transfer_module.transfer_key(settings, task, part, set(), 42, teacher) for part in (train, train[1:])}
+    assert len(keys) == 2
+
+
 def test_augmented_copies_are_unique_across_the_whole_set(tmp_path, tiny_bert_dir, sst2_dir):
     # every copy is one word of its sentence: the same word comes from many sentences ("the", "was")
     settings = {"augment": "tang", "augment_factor": 6}

@@ -714,8 +714,9 @@ def test_universal_works_across_architectures_and_regression(name):
     assert torch.isfinite(loss)
 
 
-@pytest.mark.parametrize("name", ["pkd-skip", "pkd-last", "ckd-no", "ckd-po", "alp", "alp-no", "alp-kqv4"])
+@pytest.mark.parametrize("name", ["pkd-skip", "pkd-last", "alp", "alp-no", "alp-kqv4"])
 def test_hidden_space_methods_learn_a_map_from_a_student_of_another_architecture(name):
+    # (CKD's learned map is its W_j, from the teacher's buckets into the student's space, for any student)
     # BERT to BERT at one width: the papers' identity; a BiLSTM at the same width: a learned Linear
     same = kdplug.create_projector(name, request_for(4, 8, 3, 8))
     assert all(isinstance(a, torch.nn.Identity) for a in same.adapters)

@@ -443,12 +443,21 @@ def write_vectors(path, vectors, header=False):
 
 @pytest.mark.parametrize("header", [False, True], ids=["glove", "word2vec"])
 def test_word_vectors_from_a_text_file_start_the_rows_they_name(header, teacher, task, tmp_path):
-    vectors = {"movie": [1.0, 2.0, 3.0], "Good": [0.0, -1.0, 4.0], "good": [2.0, 2.0, -2.0], "zzzq": [9.0, 9.0, 9.0]}
+    # no "movie" in the file: its first case-insensitive match; "good": the exact word, though "Good" comes first
+    vectors = {
+        "MOVIE": [1.0, 2.0, 3.0],
+        "Movie": [7.0, 7.0, 7.0],
+        "Good": [0.0, -1.0, 4.0],
+        "good": [2.0, 2.0, -2.0],
+        "zzzq": [9.0, 9.0, 9.0],
+    }
     path = write_vectors(tmp_path / "vectors.txt", vectors, header)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write("\n")  # a trailing blank line is no vector
     student = kdplug.create_student("bilstm", task, teacher, hidden_size=16, embeddings=path)
     vocab = teacher.tokenizer.get_vocab()
     rows = [vocab.get(word, vocab.get("\u0120" + word)) for word in ("movie", "good")]  # RoBERTa's: "Ġmovie"
-    found = torch.tensor([vectors["movie"], vectors["good"]])  # "good" exactly, not the capitalised "Good"
+    found = torch.tensor([vectors["MOVIE"], vectors["good"]])
     expected = found / found.std()
     weight = student.embeddings.weight.detach()
     torch.testing.assert_close(weight[rows], expected)
@@ -460,13 +469,24 @@ def test_word_vectors_mistakes_are_usage_errors(teacher, task, tmp_path):
     good = write_vectors(tmp_path / "v.txt", {"movie": [1.0, 2.0], "good": [0.5, 0.1]})
     ragged = tmp_path / "ragged.txt"
     ragged.write_text("movie 1 2\ngood 3\n", encoding="utf-8")
+    words = tmp_path / "words.txt"
+    words.write_text("movie 1 2\ngood one 2\n", encoding="utf-8")
     nothing = write_vectors(tmp_path / "none.txt", {"zzzq": [1.0, 2.0]})
     for options, message in (
         ({"embeddings": str(tmp_path / "missing.txt")}, "no such file"),
         ({"embeddings": str(ragged)}, "line 2: 1 numbers after the word, expected 2"),
+        ({"embeddings": str(words)}, "line 2: a field after the word is not a number"),
         ({"embeddings": good, "embedding_dim": 5}, "drop embedding_dim"),
         ({"embeddings": good, "init_embeddings_from_teacher": True}, "keep one"),
         ({"embeddings": nothing}, "none of the student's"),
     ):
         with pytest.raises(kdplug.UsageError, match=message):
             kdplug.create_student("bilstm", task, teacher, hidden_size=16, **options)
+
+
+def test_a_teacher_without_an_input_table_leaves_the_embeddings_random(task, teacher):
+    from types import SimpleNamespace
+
+    plain = SimpleNamespace(model=torch.nn.Linear(2, 2), tokenizer=teacher.tokenizer)  # no get_input_embeddings
+    student = kdplug.create_student("bilstm", task, plain, hidden_size=16)
+    assert student.kdplug_init == {"init": "random"}
