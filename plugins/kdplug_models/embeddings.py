@@ -51,7 +51,9 @@ def from_teacher(student: Any, teacher: Any) -> dict[str, Any]:
         centred = (source - source.mean(dim=0, keepdim=True)).double()
         variances, directions = torch.linalg.eigh(centred.T @ centred)  # ascending
         top = directions[:, -wanted:].flip(1)
-        vectors = (centred @ top).float()
+        # each direction's sign made definite (its largest entry positive), so a run is reproducible
+        signs = torch.sign(top.gather(0, top.abs().argmax(dim=0, keepdim=True)))
+        vectors = (centred @ (top * signs)).float()
         kept = float(variances[-wanted:].sum() / variances.sum())
         done = {"embeddings": f"the teacher's, PCA {width} -> {wanted}", "variance_kept": round(kept, 4)}
     return {**done, "scaled_by": set_scaled(target, vectors)}
