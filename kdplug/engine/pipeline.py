@@ -383,7 +383,7 @@ def _run(
 #: below this many labelled examples a student trained from scratch gains most from a transfer set
 FEW_LABELS = 5000
 #: what ``--augment tang`` gave on the demo task (docs/transfer-sets.md, measured there)
-TRANSFER_MEASURED = "on the demo task (800 sentences) it took BiLSTM + rkd from XXFILL-TIP"
+TRANSFER_MEASURED = "on the demo task (800 sentences) it took BiLSTM + rkd from 92.30 to 94.42, its teacher 94.00"
 
 
 def transfer_advice(config: RunConfig, registry: Registry, student: nn.Module, labelled: int) -> Optional[str]:
