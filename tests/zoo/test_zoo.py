@@ -65,7 +65,9 @@ def test_transfer_entries_add_only_the_transfer_set_to_the_papers_row():
     for name in ("universal-kd/table5-sst2-bilstm-rkd", "universal-kd/table5-sst2-bilstm-universal-ca"):
         plain, transfer = by_name[name].run_config().to_dict(), by_name[name + "-transfer"].run_config().to_dict()
         changed = {key for key in plain if plain[key] != transfer[key]}
-        assert changed == {"augment", "zoo"} and transfer["augment"] == "tang"
+        # the transfer set: the augmenter and its factor (Tang et al.'s 20 for SST-2, written out)
+        assert changed == {"augment", "augment_factor", "zoo"} and transfer["augment"] == "tang"
+        assert transfer["augment_factor"] == 20
         assert by_name[name + "-transfer"].scores == by_name[name].scores  # the paper's score, to beat
 
 
