@@ -214,6 +214,8 @@ def kdplug_register_augmenters(register):
     augmented copy of a sentence, drawing all randomness from ``rng``; an optional
     ``prepare(sentences)`` sees every training sentence first. The engine calls it
     ``augment_factor`` times per training example (both sentences of a pair, as the augmenter's
-    ``pair_schedule`` says), drops copies equal to their source or to a dev sentence, and stores
-    the result by fingerprint for later runs.
+    ``pair_schedule`` says), keeps each text once (dropping any equal to a dev or training
+    sentence or to an earlier text, and copies of only stop words, punctuation and mask tokens),
+    and stores the result by fingerprint for later runs. An augmenter's ``mask_token``
+    attribute, if any, is read by each student's tokenizer as its own mask or unknown token.
     """
