@@ -329,12 +329,12 @@ def build_or_load(
 
 
 def dropped(meta: dict[str, Any]) -> str:
-    """What building the set dropped, in words (sets of format 1 counted dev duplicates only)."""
+    """What building the set dropped, in words."""
     parts = [
-        (meta.get("dropped_dev_duplicates", 0), "dev duplicates"),
-        (meta.get("dropped_train_duplicates", 0), "training duplicates"),
-        (meta.get("dropped_repeats", 0), "repeats"),
-        (meta.get("dropped_degenerate", 0), "degenerate"),
+        (meta["dropped_dev_duplicates"], "dev duplicates"),
+        (meta["dropped_train_duplicates"], "training duplicates"),
+        (meta["dropped_repeats"], "repeats"),
+        (meta["dropped_degenerate"], "degenerate"),
     ]
     return "dropped: " + ", ".join(f"{count} {what}" for count, what in parts)
 

@@ -23,7 +23,8 @@ WORD_STARTS, CONTINUATION = ("\u2581", "\u0120"), "##"
 
 def set_scaled(target: torch.Tensor, vectors: torch.Tensor, rows: Optional[torch.Tensor] = None) -> float:
     """Write ``vectors`` (into ``rows`` of ``target``, else all of it) scaled to unit std; the scale."""
-    scale = 1.0 / float(vectors.std()) if vectors.numel() > 1 and float(vectors.std()) > 0 else 1.0
+    spread = float(vectors.std()) if vectors.numel() > 1 else 0.0
+    scale = 1.0 / spread if spread > 0 else 1.0
     with torch.no_grad():
         if rows is None:
             target.copy_(vectors * scale)
