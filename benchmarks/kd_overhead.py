@@ -39,7 +39,7 @@ from kdplug.engine import teacher as teacher_stage
 from kdplug.engine.data import Collator, EncodedSplit, LengthGroupedBatchSampler, padding_ratio
 from kdplug.engine.objective import DistillationModule, TeacherHeads, WeightedObjective
 from kdplug.engine.recipe import token_spec
-from kdplug.engine.trainer import Trainer, build_accelerator, live_inference_autocast, make_optimizer, native_bf16
+from kdplug.engine.trainer import Trainer, build_accelerator, inference_autocast, make_optimizer, native_bf16
 from kdplug.testing.tiny import TinyTask, wordpiece_tokenizer
 from kdplug.types import ProjectionRequest, Teacher, matchable_layers
 
@@ -90,7 +90,7 @@ class TeacherInTheLoop:
     @torch.no_grad()
     def fetch(self, index: torch.Tensor, device="cpu"):
         batch = self.collate([self.split[i] for i in index.tolist()])
-        with live_inference_autocast(self.precision, torch.device("cpu")):  # as the engine's LiveTeacher
+        with inference_autocast(self.precision, torch.device("cpu")):  # as the engine's LiveTeacher
             outputs = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
             layers = self.extractor(self.model, outputs)
         return outputs.logits.float(), [layers[i].float() for i in self.positions]

@@ -32,7 +32,7 @@ from .inputs import create_teacher, finetune_settings, load_task_and_teacher
 from .pipeline import train_baseline
 from .recipe import EngineContext, RecipeView, count_parameters
 from .rundir import RunDirectory, default_output
-from .trainer import Trainer, build_accelerator
+from .trainer import Trainer, build_accelerator, inference_precision
 
 
 class PlannedCache:
@@ -172,6 +172,7 @@ def dry_run(
     # -- the stages, from the recipe itself ----------------------------------------------------------
     accelerator = build_accelerator(config.precision)
     plan["device"] = str(accelerator.device)
+    plan["teacher_precision"] = inference_precision(config.precision, accelerator.device)
     trainer = Trainer(accelerator, task, batch_size=config.batch_size, seed=config.seed)
     with tempfile.TemporaryDirectory(prefix="kdplug-dry-run-") as scratch:
         context = PlanningContext(
@@ -214,9 +215,10 @@ def _cached_outputs(
         return {"train": "computed after fine-tuning", **dict.fromkeys(dev, "computed after fine-tuning")}
     specs, _ = teacher_stage.matchable_specs(registry.find_layer_extractor(teacher.model), teacher.model)
     teacher_fp, tokenizer_fp = fingerprint.of_module(teacher.model), fingerprint.of_tokenizer(teacher.tokenizer)
+    dtype = inference_precision(config.precision, build_accelerator(config.precision).device)
     found = {}
     for name, split in [("train", train), *dev.items()]:
-        key = teacher_stage.cache_key(teacher_fp, tokenizer_fp, split, specs, config.precision)
+        key = teacher_stage.cache_key(teacher_fp, tokenizer_fp, split, specs, dtype)
         found[name] = "cached" if is_cached(root / "teacher-cache", key) else "computed once, then cached"
     return found
 
@@ -303,7 +305,9 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
     lines.append(f"recipe      {plan['recipe']}")
     for name, stage in plan["stages"].items():
         lines.append(f"  stage {name}: {stage['plan']}")
-    lines.append(f"device      {plan['device']}, precision {config.precision}")
+    lines.append(
+        f"device      {plan['device']}, precision {config.precision} (the teacher runs in {plan['teacher_precision']})"
+    )
     state = (
         "resumes the run there"
         if plan["resume"]

@@ -24,7 +24,7 @@ from . import cache as cache_module
 from . import faults
 from .data import EncodedSplit
 from .objective import DistillationModule, WeightedObjective, model_forward
-from .trainer import Trainer, inference_autocast, live_inference_autocast
+from .trainer import Trainer, inference_autocast, inference_precision
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +142,8 @@ def freeze(teacher: Teacher) -> Teacher:
 class LiveTeacher:
     """The teacher in the loop, for methods that distil per-token signals (the cache keeps one
     vector per layer): its signals for each training batch, computed without gradient, in eval
-    mode, under bf16 autocast where the device runs bf16 natively (fp32 elsewhere, and with
-    ``precision: fp32``), and never wrapped by Accelerate (so DDP neither syncs nor shards it)."""
+    mode, in :func:`~kdplug.engine.trainer.inference_precision`'s dtype, and never wrapped by
+    Accelerate (so DDP neither syncs nor shards it)."""
 
     def __init__(self, teacher: Teacher, extractor: LayerExtractor, precision: str) -> None:
         self.model, self.extractor, self.precision = teacher.model, extractor, precision
@@ -154,7 +154,7 @@ class LiveTeacher:
         if device != self.device:  # once, not a walk over the parameters on every batch
             self.model.to(device).eval()
             self.device = device
-        with live_inference_autocast(self.precision, device):
+        with inference_autocast(self.precision, device):
             _, signals = self.extractor.forward_with_tokens(
                 self.model, lambda: model_forward(self.model, batch), batch["attention_mask"]
             )
@@ -213,7 +213,8 @@ def build_cache(
     tokenizer_fingerprint: str,
 ) -> cache_module.TeacherCache:
     specs, positions = matchable_specs(extractor, teacher.model)
-    key = cache_key(teacher_fingerprint, tokenizer_fingerprint, split, specs, precision)
+    dtype = inference_precision(precision, trainer.accelerator.device)  # keyed by what ran, not by the option
+    key = cache_key(teacher_fingerprint, tokenizer_fingerprint, split, specs, dtype)
     batches_total = (len(split) + trainer.batch_size * 2 - 1) // (trainer.batch_size * 2)
     return cache_module.open_or_build(
         root / "teacher-cache",
@@ -222,7 +223,7 @@ def build_cache(
         num_outputs=num_outputs(task),
         specs=specs,
         compute=lambda: _teacher_batches(teacher, extractor, trainer, split, precision, positions),
-        description={"teacher": teacher.source, "task": task.name, "split": split_name, "precision": precision},
+        description={"teacher": teacher.source, "task": task.name, "split": split_name, "precision": dtype},
         progress=lambda it, n: trainer.progress(it, batches_total, f"teacher cache {split_name}"),
     )
 

@@ -70,19 +70,6 @@ def build_accelerator(
     )
 
 
-def inference_autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    """Autocast for frozen-model inference: bf16 on every CPU (auto, bf16; none for fp32/fp16); on CUDA
-    bf16 if supported, else fp16 (none for fp32)."""
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    if device.type == "cuda":
-        dtype = torch.float16 if precision == "fp16" or not torch.cuda.is_bf16_supported() else torch.bfloat16
-        return torch.autocast("cuda", dtype=dtype)
-    if precision in ("auto", "bf16"):
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 def native_bf16(device: torch.device) -> bool:
     """Whether bf16 matmuls are fast on ``device``: a GPU, or a CPU with bf16 instructions (AVX512-BF16,
     AMX). Elsewhere oneDNN emulates them: a MiniLM forward under bf16 autocast took 8x as long as in
@@ -95,12 +82,26 @@ def native_bf16(device: torch.device) -> bool:
         return False
 
 
-def live_inference_autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    """Autocast for a frozen model run on every training batch (the teacher in the loop): as
-    :func:`inference_autocast`, but fp32 on a CPU without native bf16, where autocast is slower."""
-    if precision == "auto" and not native_bf16(device):
+def inference_precision(precision: str, device: torch.device) -> str:
+    """The dtype a frozen model (the teacher: its cache, its evaluation, in the loop) runs in on
+    ``device``: ``fp32``, ``bf16`` or ``fp16``. Under ``auto``, bf16 where the device runs it
+    natively, fp16 on a GPU without bf16, fp32 on a CPU that would only emulate bf16 (slower, and
+    no smaller where it is kept: the cache stores half precision either way)."""
+    if precision == "fp32":
+        return "fp32"
+    if device.type == "cuda":
+        return "fp16" if precision == "fp16" or not torch.cuda.is_bf16_supported() else "bf16"
+    if precision == "bf16" or (precision == "auto" and native_bf16(device)):
+        return "bf16"
+    return "fp32"  # fp16 autocast is a GPU feature
+
+
+def inference_autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """Autocast for frozen-model inference in :func:`inference_precision`'s dtype."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(inference_precision(precision, device))
+    if dtype is None:
         return contextlib.nullcontext()
-    return inference_autocast(precision, device)
+    return torch.autocast(device.type, dtype=dtype)
 
 
 def make_optimizer(module: nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:

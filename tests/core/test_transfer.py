@@ -16,6 +16,7 @@ from kdplug.engine import transfer as transfer_module
 from kdplug.engine.cache import ConcatCache, TeacherCache
 from kdplug.engine.data import Collator, LengthGroupedBatchSampler, WithTransfer, encode
 from kdplug.engine.pipeline import run
+from kdplug.engine.trainer import inference_autocast, native_bf16
 from kdplug.testing.tiny import wordpiece_tokenizer
 from kdplug.types import Example
 
@@ -155,6 +156,24 @@ def test_a_transfer_set_is_built_once_and_its_teacher_outputs_reused(tmp_path, t
     assert second.metrics["transfer"]["teacher_cache"]["reused"] is True
     assert not [r for r in caplog.records if "building the teacher cache" in r.getMessage()]  # no teacher forward
     assert second.metrics["transfer"]["directory"] == first.metrics["transfer"]["directory"]
+
+
+@pytest.mark.skipif(native_bf16(torch.device("cpu")), reason="this CPU runs bf16 natively: auto keeps bf16")
+def test_auto_precision_runs_the_teacher_in_fp32_on_a_cpu_that_would_emulate_bf16(
+    tmp_path, tiny_bert_dir, sst2_dir, caplog
+):
+    """Emulated bf16 made the demo's transfer-set cache 6x slower than fp32: under auto the teacher's
+    outputs are fp32 there, the very cache ``--precision fp32`` builds, and no autocast is entered."""
+    with inference_autocast("auto", torch.device("cpu")):
+        assert not torch.is_autocast_enabled("cpu")
+    with inference_autocast("bf16", torch.device("cpu")):  # asked for: kept
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    fp32 = run(config(tmp_path, tiny_bert_dir, sst2_dir, "fp32", precision="fp32"), registry(), echo=lambda _: None)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="kdplug"):
+        auto = run(config(tmp_path, tiny_bert_dir, sst2_dir, "auto"), registry(), echo=lambda _: None)
+    assert not [r for r in caplog.records if "building the teacher cache" in r.getMessage()]
+    assert auto.metrics["teacher"]["dev"] == fp32.metrics["teacher"]["dev"]
 
 
 def test_augmented_copies_are_deterministic_and_augment_each_side_of_a_pair_on_its_own():
