@@ -126,18 +126,8 @@ def build_pooled_student(
         )
     tokenizer, vocab_size, pad = student_vocabulary(teacher, tokenizer)
     if embeddings is not None:
-        if init_embeddings_from_teacher:
-            raise kdplug.UsageError(
-                "student_options.embeddings and init_embeddings_from_teacher both set the word embeddings; keep one"
-            )
+        embedding_dim = file_width(embeddings, embedding_dim, init_embeddings_from_teacher)
         init_embeddings_from_teacher = False
-        width = vector_file_width(embeddings)
-        if embedding_dim is not None and embedding_dim != width:
-            raise kdplug.UsageError(
-                f"student_options.embedding_dim={embedding_dim}, but the vectors of {embeddings} are {width} wide; "
-                f"drop embedding_dim (it follows the file)"
-            )
-        embedding_dim = width
     if embedding_dim is None:
         embedding_dim = architecture["hidden_size"] // 2
     if init_embeddings_from_teacher is None:
@@ -165,6 +155,38 @@ def build_pooled_student(
     model.tokenizer = tokenizer
     model.kdplug_init = init
     return model
+
+
+def file_width(embeddings: str, embedding_dim: Optional[int], init_embeddings_from_teacher: Optional[bool]) -> int:
+    """The width a file of word vectors gives the student's embeddings (read from its first line);
+    the options that contradict it are usage errors."""
+    if init_embeddings_from_teacher:
+        raise kdplug.UsageError(
+            "student_options.embeddings and init_embeddings_from_teacher both set the word embeddings; keep one"
+        )
+    width = vector_file_width(embeddings)
+    if embedding_dim is not None and embedding_dim != width:
+        raise kdplug.UsageError(
+            f"student_options.embedding_dim={embedding_dim}, but the vectors of {embeddings} are {width} wide; "
+            f"drop embedding_dim (it follows the file)"
+        )
+    return width
+
+
+def check_pooled_options(
+    task: Task,
+    teacher: Any,
+    *,
+    embeddings: Optional[str] = None,
+    embedding_dim: Optional[int] = None,
+    init_embeddings_from_teacher: Optional[bool] = None,
+    **_: Any,
+) -> None:
+    """What the BiLSTM and Gated-CNN factories would reject, checked when the teacher is loaded: before
+    it is fine-tuned, not when the student is built after it. A word-vector file is read to its
+    first line only; a bad line further down is found when the student is built."""
+    if embeddings is not None:
+        file_width(embeddings, embedding_dim, init_embeddings_from_teacher)
 
 
 def teacher_table_fits(teacher: Any, tokenizer: Any, vocab_size: int, embedding_dim: int) -> bool:

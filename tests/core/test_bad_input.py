@@ -136,6 +136,15 @@ def test_data_errors_name_the_file_and_line(capsys, tmp_path, tiny_bert_dir, cas
         assert message in err, (case, err)
 
 
+def test_a_missing_word_vector_file_stops_the_run_before_the_teacher_is_fine_tuned(capsys, tmp_path, tiny_bert_dir):
+    argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(sst2_with(tmp_path)), *TINY]
+    argv += ["--set", f"student_options.embeddings={tmp_path / 'glove.txt'}", "--output", str(tmp_path / "run")]
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 2 and "glove.txt: no such file" in captured.err, captured.err
+    assert "fine-tuning" not in captured.out  # found before the expensive part, not when the student is built
+
+
 def test_output_directory_with_another_run_is_left_intact(capsys, tmp_path, tiny_bert_dir):
     output = tmp_path / "run"
     output.mkdir()
