@@ -132,12 +132,12 @@ def file_stand_ins(words) -> None:
     for path in map(Path, transfer):
         if not path.exists():
             texts = ["what a film", "a lifeless plot", "the acting shines"]
-            path.write_text(
-                "\n".join(json.dumps({"text": t}) for t in texts) + "\n"
-                if path.suffix == ".jsonl"
-                else "\n".join(texts) + "\n",
-                encoding="utf-8",
-            )
+            if path.suffix == ".jsonl":
+                content = "\n".join(json.dumps({"text": t}) for t in texts)
+            else:  # a table has a header naming its text column; plain text is one text a line
+                content = "\n".join(["text", *texts] if path.suffix in (".tsv", ".csv") else texts)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content + "\n", encoding="utf-8")
 
 
 @pytest.mark.parametrize("words", list(documented_runs()))
