@@ -75,6 +75,9 @@ class RunConfig:
     # early stopping: end a stage after this many epochs without a dev improvement; None: 3 where
     # kdplug chose the epoch count (epochs / teacher_epochs unset), off where you set it; 0: off
     patience: Optional[int] = None
+    # ... but never before this epoch; None: a quarter of the stage's epochs (a student from scratch can sit at
+    # the majority class for its first epochs, and a lucky epoch there must not end its training)
+    min_epochs: Optional[int] = None
     seed: int = 42
     teacher_seed: Optional[int] = None  # seeds the teacher's fine-tuning; None = seed (kdplug run --seeds fixes it)
     # transfer set: inputs without gold labels that the student learns the teacher's outputs on
@@ -132,6 +135,11 @@ class RunConfig:
             "patience",
             "0 (no early stopping) or a number of epochs without a dev improvement (or unset: 3 where kdplug "
             "chooses the epochs)",
+        )
+        require(
+            self.min_epochs is None or self.min_epochs >= 0,
+            "min_epochs",
+            "0 or more epochs before early stopping may end a stage (or unset: a quarter of the stage's epochs)",
         )
         require(self.checkpoint_every >= 0, "checkpoint_every", "0 (epoch ends only) or a positive step count")
         for key in ("lr", "teacher_lr", "head_lr"):

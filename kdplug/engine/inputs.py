@@ -22,7 +22,7 @@ from . import teacher as teacher_stage
 from .cache import TeacherCache
 from .checkpoint import Checkpointer
 from .data import EncodedSplit, encode
-from .recipe import EngineContext, default_epochs, resolve_patience
+from .recipe import EngineContext, default_epochs, resolve_min_epochs, resolve_patience, stopping_rule
 from .tracking import Tracking
 from .trainer import Trainer, build_accelerator, predictions_from_logits, process_state
 
@@ -78,7 +78,7 @@ def prepare_teacher(
         info["finetuned"] = {"given": True}
         return teacher, info
     settings = finetune_settings(config, teacher, train, max_length, seed)
-    epochs, patience = settings["epochs"], settings.get("patience", 0)
+    epochs, patience, min_epochs = settings["epochs"], settings.get("patience", 0), settings.get("min_epochs", 0)
     key = teacher_stage.finetune_key(teacher, task, train, dev, settings)
     lock = file_lock(teacher_stage.teacher_store(cache_root) / f"{key}.lock") if main_process else nullcontext()
     with lock:  # the other ranks of a multi-process run follow the main one's decision
@@ -93,7 +93,7 @@ def prepare_teacher(
             reloaded = create_teacher(config, registry, task, source=str(stored))
             reloaded.pretrained = teacher.pretrained
             return reloaded, info
-        stopping = f", early stopping after {patience} epochs without a dev improvement" if patience else ""
+        stopping = stopping_rule(patience, min_epochs)
         echo(
             f"teacher: fine-tuning {teacher.source} on {task.name} ({epochs} epochs at lr {config.teacher_lr:g}"
             f"{stopping})"
@@ -120,6 +120,7 @@ def prepare_teacher(
             regression=task.is_regression,
             checkpoints=checkpoints,
             patience=patience,
+            min_epochs=min_epochs,
         )
         if main_process:
             teacher_stage.store(teacher, cache_root, key, summary)
@@ -140,13 +141,16 @@ def finetune_settings(
         else config.teacher_epochs
     )
     patience = resolve_patience(config.patience, config.teacher_epochs is None)
+    min_epochs = resolve_min_epochs(config.min_epochs, epochs) if patience else 0
+    # a warm-up no longer than patience + 1 epochs changes nothing, and leaves earlier teachers' keys as they were
+    warm_up = {"min_epochs": min_epochs} if min_epochs > patience + 1 else {}
     return {
         "epochs": epochs,
         "lr": config.teacher_lr,
         "batch_size": config.teacher_batch_size,
         "max_length": max_length,
         "seed": seed,
-        **({"patience": patience} if patience else {}),
+        **({"patience": patience, **warm_up} if patience else {}),
     }
 
 

@@ -279,6 +279,8 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
         lines.append(f"            fine-tuning: {finetune}")
     else:
         stopping = f", early stopping after {finetune['patience']}" if finetune.get("patience") else ""
+        if finetune.get("min_epochs"):
+            stopping += f", not before epoch {finetune['min_epochs']}"
         where = f"stored already: {finetune['stored']}" if finetune["stored"] else "not stored yet"
         lines.append(
             f"            fine-tuning: {finetune['epochs']} epochs at lr {finetune['lr']:g}, batch "

@@ -63,6 +63,14 @@ def resolve_patience(configured: Optional[int], epochs_chosen_by_kdplug: bool) -
     return DEFAULT_PATIENCE if epochs_chosen_by_kdplug else 0
 
 
+def resolve_min_epochs(configured: Optional[int], epochs: int) -> int:
+    """The first epoch after which early stopping may end a stage: the run's ``min_epochs`` if set,
+    else a quarter of the stage's epochs. A student trained from scratch can predict the majority
+    class for its first epochs (PKD's layer term leads a BiLSTM for five or six on the demo), and one
+    lucky epoch among them would otherwise start a patience it runs out before it learns."""
+    return configured if configured is not None else -(-epochs // 4)
+
+
 def student_default(student: nn.Module, attribute: str, fallback: Any) -> Any:
     """A student family's own default (``default_lr``, ``default_epochs``), else ``fallback``."""
     value = getattr(student, attribute, None)
@@ -458,6 +466,7 @@ class EngineContext:
             teacher_cache=stage.teacher_cache,
             checkpoints=self.checkpoints,
             patience=stage.patience,
+            min_epochs=stage.min_epochs,
             live_teacher=stage.live_teacher,
             keep_last=stage.keep_last,
         )
@@ -506,8 +515,21 @@ class EngineContext:
         chosen = not (epochs or self.config.epochs)
         epochs = epochs or self.config.epochs or default_epochs(student, examples, self.config.batch_size)
         patience = 0 if blind else patience if patience is not None else resolve_patience(self.config.patience, chosen)
+        min_epochs = resolve_min_epochs(self.config.min_epochs, epochs) if patience else 0
         return Stage(
-            module, projector, weights, train, dev, train_cache, epochs, lr, patience, examples, live_teacher, blind
+            module,
+            projector,
+            weights,
+            train,
+            dev,
+            train_cache,
+            epochs,
+            lr,
+            patience,
+            examples,
+            live_teacher,
+            blind,
+            min_epochs,
         )
 
     def live_teacher(self, student: nn.Module, stage: str) -> LiveTeacher:
@@ -547,9 +569,13 @@ class Stage:
     live_teacher: Optional[LiveTeacher] = None
     #: no term of the objective reaches the classifier, so the dev score cannot pick an epoch
     keep_last: bool = False
+    #: early stopping does not end the stage before this epoch
+    min_epochs: int = 0
 
     def settings(self) -> dict[str, Any]:
         settings = {"weights": self.weights.as_dict(), "lr": self.lr, "epochs": self.epochs, "patience": self.patience}
+        if self.patience:
+            settings["min_epochs"] = self.min_epochs
         if self.live_teacher is not None:
             settings["teacher_in_the_loop"] = True
         if self.keep_last:
@@ -566,7 +592,7 @@ class Stage:
             if self.projector is not None
             else ""
         )
-        stopping = f", early stopping after {self.patience} epochs without a dev improvement" if self.patience else ""
+        stopping = stopping_rule(self.patience, self.min_epochs)
         if self.keep_last:
             stopping = ", keeping the last epoch (no term trains the classifier)"
         live = ", the teacher run on every batch for its per-token signals" if self.live_teacher is not None else ""
@@ -575,6 +601,14 @@ class Stage:
             f"{student} student{matching}; weights {weights}; {self.epochs} epochs at lr {self.lr:g} over "
             f"{self.examples} examples per epoch{live}{stopping}"
         )
+
+
+def stopping_rule(patience: int, min_epochs: int) -> str:
+    """How a stage stops early, for the line that announces it (empty when it does not)."""
+    if not patience:
+        return ""
+    after = f", not before epoch {min_epochs}" if min_epochs > patience + 1 else ""
+    return f", early stopping after {patience} epochs without a dev improvement{after}"
 
 
 def token_spec(extractor: Any, model: nn.Module) -> Optional[TokenSpec]:

@@ -99,6 +99,7 @@ def finetune(
     regression: bool,
     checkpoints=None,
     patience: int = 0,
+    min_epochs: int = 0,
 ) -> dict[str, Any]:
     """Fine-tune the teacher in place with CE (MSE for regression); return the stage summary."""
     objective = WeightedObjective(
@@ -106,7 +107,15 @@ def finetune(
     )
     module = DistillationModule(teacher.model, extractor, None, objective)
     result = trainer.fit(
-        "teacher", module, train, dev, epochs=epochs, lr=lr, checkpoints=checkpoints, patience=patience
+        "teacher",
+        module,
+        train,
+        dev,
+        epochs=epochs,
+        lr=lr,
+        checkpoints=checkpoints,
+        patience=patience,
+        min_epochs=min_epochs,
     )
     return {**result.summary(), "epochs": epochs, "patience": patience}
 

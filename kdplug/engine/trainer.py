@@ -224,6 +224,7 @@ class Trainer:
         teacher_cache: Optional[TeacherCache] = None,
         checkpoints: Optional[Checkpointer] = None,
         patience: int = 0,
+        min_epochs: int = 0,
         live_teacher: Optional[Callable[[dict, torch.device], Any]] = None,
         keep_last: bool = False,
     ) -> StageResult:
@@ -233,8 +234,9 @@ class Trainer:
         and at every epoch end, continues from its checkpoint if one exists, and is skipped
         (its final weights loaded) if it already completed. With ``patience``, the stage ends
         early once that many epochs in a row have not improved the best dev score (see
-        :func:`stop_early`). ``live_teacher(batch, device)`` gives the teacher's per-token signals
-        of a batch, for a projector that distils them (``needs_tokens``). ``keep_last``: the stage
+        :func:`stop_early`), though not before epoch ``min_epochs``. ``live_teacher(batch, device)``
+        gives the teacher's per-token signals of a batch, for a projector that distils them
+        (``needs_tokens``). ``keep_last``: the stage
         trains nothing its dev score measures; keep its last epoch and skip the health checks.
         """
         started = time.perf_counter()
@@ -374,7 +376,7 @@ class Trainer:
             progress.epoch, progress.step, progress.sums, progress.count = epoch + 1, 0, {}, 0
             if (
                 patience
-                and epoch < epochs
+                and min_epochs <= epoch < epochs
                 and stop_early([self.main_score(r["dev"]) for r in progress.history], patience, baseline)
             ):
                 progress.stopped_early = epoch

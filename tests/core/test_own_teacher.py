@@ -345,6 +345,30 @@ def test_stop_early(scores, patience, baseline, stop):
     assert stop_early(scores, patience, baseline) is stop
 
 
+def test_early_stopping_waits_a_quarter_of_the_epochs_unless_told():
+    from kdplug.engine.recipe import resolve_min_epochs
+
+    assert [resolve_min_epochs(None, epochs) for epochs in (1, 4, 5, 12, 50)] == [1, 1, 2, 3, 13]
+    assert resolve_min_epochs(0, 50) == 0 and resolve_min_epochs(20, 50) == 20
+
+
+def test_a_warm_up_that_changes_nothing_leaves_the_stored_teachers_key():
+    from kdplug.config import RunConfig
+    from kdplug.engine.inputs import finetune_settings
+
+    class Teacher:  # what finetune_settings reads of one: the model's family defaults
+        model = torch.nn.Linear(1, 1)
+
+    def settings(examples, **config):
+        return finetune_settings(RunConfig(**config), Teacher(), [None] * examples, 64, 42)
+
+    # 12 epochs: a warm-up of 3 is shorter than patience 3 + 1 allows a stop anyway
+    assert "min_epochs" not in settings(800, teacher_batch_size=32) and settings(800)["epochs"] == 12
+    assert settings(12)["min_epochs"] == 8  # 30 epochs
+    assert settings(12, min_epochs=20)["min_epochs"] == 20
+    assert "min_epochs" not in settings(12, teacher_epochs=30)  # no early stopping, nothing to wait for
+
+
 def test_patience_defaults_on_only_where_kdplug_chose_the_epochs():
     from kdplug.engine.recipe import DEFAULT_PATIENCE, resolve_patience
 
@@ -379,7 +403,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(capsys, tmp_path, tiny_bert_
     )
     assert code == 0, err
     assert "task        sst2: 2 labels (negative, positive); train 12, dev 4" in out
-    assert "fine-tuning: 30 epochs at lr 5e-05, batch 32, early stopping after 3 (not stored yet)" in out
+    assert "fine-tuning: 30 epochs at lr 5e-05, batch 32, early stopping after 3, not before epoch 8 (not stored yet)" in out
     assert "stage teacher_heads: warm up 4 pseudo classifiers" in out
     assert "stage stage1:" in out and "weights ce 0, eta 0.5, lam 0.5, temperature 1" in out
     assert "stage stage2:" in out and "weights ce 1, eta 0, lam 0" in out

@@ -131,15 +131,39 @@ def test_resume_of_a_directory_without_a_run_is_a_usage_error(tmp_path, capsys):
     assert "no run to resume" in capsys.readouterr().err
 
 
-def test_early_stopping_resumes_exactly_after_a_kill(setup, tmp_path, monkeypatch):
-    # a student that learns (lr 3e-3) and then stops improving: patience 2 ends its 10-epoch budget early
-    argv = [*setup, "--epochs", "10", "--set", "patience=2", "--set", "lr=0.003"]
-    monkeypatch.setenv("KDPLUG_CACHE", str(tmp_path / "cache"))
-    assert main([*argv, "--output", str(tmp_path / "reference")]) == 0
-    expected_metrics, expected_weights = finished(tmp_path / "reference")
-    stage = expected_metrics["stages"]["distill"]
+#: a student that learns (lr 3e-3) and then stops improving: patience 2 ends its 10-epoch budget early
+EARLY_STOPPING = ["--epochs", "10", "--set", "patience=2", "--set", "lr=0.003"]
+
+
+@pytest.fixture(scope="module")
+def stopped_early(setup, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("stopped-early") / "run"
+    assert main([*setup, *EARLY_STOPPING, "--output", str(run_dir)]) == 0
+    metrics, weights = finished(run_dir)
+    stage = metrics["stages"]["distill"]
     stopped = stage["stopped_early"]
     assert stopped < 10 and len(stage["history"]) == stopped and stopped - stage["best_epoch"] == 2
+    return metrics, weights
+
+
+def test_early_stopping_waits_for_min_epochs(setup, stopped_early, tmp_path):
+    stopped = stopped_early[0]["stages"]["distill"]["stopped_early"]
+    wait = min(stopped + 2, 10)
+    argv = [*setup, *EARLY_STOPPING, "--set", f"min_epochs={wait}", "--output", str(tmp_path / "run")]
+    assert main(argv) == 0
+    stage = json.loads((tmp_path / "run" / "metrics.json").read_text())["stages"]["distill"]
+    assert len(stage["history"]) >= wait and stage["min_epochs"] == wait
+    assert stage["stopped_early"] is None or stage["stopped_early"] >= wait
+    # the same seed, so the epochs both ran are the same epochs
+    earlier = stopped_early[0]["stages"]["distill"]["history"]
+    assert [h["dev"] for h in stage["history"][:stopped]] == [h["dev"] for h in earlier]
+
+
+def test_early_stopping_resumes_exactly_after_a_kill(setup, stopped_early, tmp_path):
+    argv = [*setup, *EARLY_STOPPING]
+    expected_metrics, expected_weights = stopped_early
+    stage = expected_metrics["stages"]["distill"]
+    stopped = stage["stopped_early"]
 
     run_dir = tmp_path / "run"
     # in the epoch before the stop
