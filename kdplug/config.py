@@ -87,7 +87,7 @@ class RunConfig:
     augment_options: dict = field(default_factory=dict)  # options of the augmenter, e.g. p_mask
     transfer_ratio: Optional[float] = None  # transfer examples per labelled example in an epoch; None: all of them
     # teacher fine-tuning (when the teacher is not fine-tuned yet)
-    teacher_epochs: Optional[int] = None  # None: 3, or more to reach 300 optimizer steps on small data
+    teacher_epochs: Optional[int] = None  # None: 3, or more to reach 300 optimizer steps on small data (at most 30)
     teacher_lr: float = 5e-5
     teacher_batch_size: int = 32
     allow_weak_teacher: bool = False  # distil from a teacher that does not beat the majority class on dev
@@ -95,8 +95,8 @@ class RunConfig:
     head_epochs: int = 10
     head_lr: float = 1e-3
     # runtime
-    # auto: teacher inference in bf16 autocast on every CPU, bf16 (else fp16) on CUDA; training fp32 on CPU,
-    # bf16/fp16 mixed precision on CUDA
+    # auto: teacher inference in bf16 autocast where the device runs bf16 natively (fp16 on CUDA without it),
+    # fp32 on a CPU that would emulate it; training fp32 on CPU, bf16/fp16 mixed precision on CUDA
     precision: str = "auto"
     baseline: Optional[str] = None  # also train the student with this projector (e.g. "nkd") to compare
     cache_dir: Optional[str] = None  # default: $KDPLUG_CACHE or ~/.cache/kdplug

@@ -99,16 +99,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--epochs",
         type=int,
-        help="student training epochs (default: the student family's, 3 for "
-        "most, raised to reach 300 optimizer steps on small data, with early stopping: see --set "
-        "patience=N)",
+        help="student training epochs (default: the student family's: at least 3, raised to reach its step "
+        "budget, 300 optimizer steps for Transformers (at most 30 epochs) and 3,000 for BiLSTM/Gated-CNN (at "
+        "most 50), with early stopping: see --set patience=N and min_epochs=N)",
     )
     parser.add_argument(
         "--precision",
         choices=["auto", "fp32", "bf16", "fp16"],
-        help="auto (default): teacher inference in bf16 autocast (on CUDA fp16 where bf16 is not "
-        "supported; a teacher run on every batch: fp32 on a CPU without native bf16), training in fp32 on "
-        "CPU and bf16/fp16 mixed precision on CUDA",
+        help="auto (default): the teacher (its cache, its evaluation, in the loop) in bf16 autocast where "
+        "the device runs bf16 natively (a GPU with bf16, else fp16; a CPU with AVX512-BF16 or AMX), in fp32 on "
+        "a CPU that would emulate it; training in fp32 on CPU and bf16/fp16 mixed precision on CUDA",
     )
     parser.add_argument("--baseline", help="also train the student with this projector (e.g. nkd) for the table")
     parser.add_argument(

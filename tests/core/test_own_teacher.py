@@ -403,7 +403,10 @@ def test_dry_run_prints_the_plan_and_writes_nothing(capsys, tmp_path, tiny_bert_
     )
     assert code == 0, err
     assert "task        sst2: 2 labels (negative, positive); train 12, dev 4" in out
-    assert "fine-tuning: 30 epochs at lr 5e-05, batch 32, early stopping after 3, not before epoch 8 (not stored yet)" in out
+    assert (
+        "fine-tuning: 30 epochs at lr 5e-05, batch 32, early stopping after 3, not before epoch 8 (not stored yet)"
+        in out
+    )
     assert "stage teacher_heads: warm up 4 pseudo classifiers" in out
     assert "stage stage1:" in out and "weights ce 0, eta 0.5, lam 0.5, temperature 1" in out
     assert "stage stage2:" in out and "weights ce 1, eta 0, lam 0" in out

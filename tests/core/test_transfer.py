@@ -16,7 +16,7 @@ from kdplug.engine import transfer as transfer_module
 from kdplug.engine.cache import ConcatCache, TeacherCache
 from kdplug.engine.data import Collator, LengthGroupedBatchSampler, WithTransfer, encode
 from kdplug.engine.pipeline import run
-from kdplug.engine.trainer import inference_autocast, native_bf16
+from kdplug.engine.trainer import inference_autocast, inference_precision, native_bf16
 from kdplug.testing.tiny import wordpiece_tokenizer
 from kdplug.types import Example
 
@@ -158,17 +158,36 @@ def test_a_transfer_set_is_built_once_and_its_teacher_outputs_reused(tmp_path, t
     assert second.metrics["transfer"]["directory"] == first.metrics["transfer"]["directory"]
 
 
-@pytest.mark.skipif(native_bf16(torch.device("cpu")), reason="this CPU runs bf16 natively: auto keeps bf16")
+@pytest.mark.parametrize(
+    "flags, native",
+    [
+        ({"avx2": True}, False),  # the AVX2 EPYC where emulated bf16 made the cache 6x slower
+        ({"avx512_f": True, "avx512_bw": True, "avx512_vl": True, "avx512_dq": True}, False),  # oneDNN says yes
+        ({"avx512_f": True, "avx512_bf16": True}, True),  # Zen 4, Cooper Lake
+        ({"avx512_f": True, "amx_bf16": True}, True),  # Sapphire Rapids
+    ],
+)
+def test_native_bf16_on_x86_needs_bf16_instructions_not_just_avx512(monkeypatch, flags, native):
+    monkeypatch.setattr(torch._C._cpu, "_get_cpu_capability", lambda: {"architecture": "x86_64", **flags})
+    assert native_bf16(torch.device("cpu")) is native
+    assert inference_precision("auto", torch.device("cpu")) == ("bf16" if native else "fp32")
+    assert inference_precision("bf16", torch.device("cpu")) == "bf16"  # asked for: kept
+    assert inference_precision("fp16", torch.device("cpu")) == "fp32"  # fp16 autocast is a GPU feature
+
+
 def test_auto_precision_runs_the_teacher_in_fp32_on_a_cpu_that_would_emulate_bf16(
-    tmp_path, tiny_bert_dir, sst2_dir, caplog
+    monkeypatch, tmp_path, tiny_bert_dir, sst2_dir, caplog
 ):
     """Emulated bf16 made the demo's transfer-set cache 6x slower than fp32: under auto the teacher's
     outputs are fp32 there, the very cache ``--precision fp32`` builds, and no autocast is entered."""
+    monkeypatch.setattr(torch._C._cpu, "_get_cpu_capability", lambda: {"architecture": "x86_64", "avx2": True})
     with inference_autocast("auto", torch.device("cpu")):
         assert not torch.is_autocast_enabled("cpu")
     with inference_autocast("bf16", torch.device("cpu")):  # asked for: kept
         assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
-    fp32 = run(config(tmp_path, tiny_bert_dir, sst2_dir, "fp32", precision="fp32"), registry(), echo=lambda _: None)
+    with caplog.at_level(logging.INFO, logger="kdplug"):
+        fp32 = run(config(tmp_path, tiny_bert_dir, sst2_dir, "fp32", precision="fp32"), registry(), echo=lambda _: None)
+    assert [r for r in caplog.records if "building the teacher cache" in r.getMessage()]  # the log reaches caplog
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="kdplug"):
         auto = run(config(tmp_path, tiny_bert_dir, sst2_dir, "auto"), registry(), echo=lambda _: None)
