@@ -461,6 +461,9 @@ class RecipeContext(Protocol):
         settings: the run's configuration, read-only (``settings.epochs``, ``settings.student`` ...).
         tokenizer: the tokenizer the run's data is read with (the teacher's).
         max_length: tokens per example.
+        teacher_precision: the dtype the teacher's outputs are computed in (``"fp32"``, ``"bf16"``,
+            ``"fp16"``: what ``settings.precision`` resolved to on this device); key what a recipe
+            stores from them by it.
     """
 
     task: Task
@@ -468,6 +471,7 @@ class RecipeContext(Protocol):
     settings: Settings
     tokenizer: Any
     max_length: int
+    teacher_precision: str
 
     def has(self, kind: str, name: str) -> bool:
         """Whether a component ``kind`` (``"student"``, ``"teacher"`` ...) named ``name`` is registered."""

@@ -40,7 +40,7 @@ from .data import EncodedSplit, WithTransfer, encode
 from .heads import warmed_up_heads
 from .objective import DistillationModule, TeacherHeads, WeightedObjective
 from .teacher import LiveTeacher, TeacherOutputs, build_cache, freeze
-from .trainer import Trainer
+from .trainer import Trainer, inference_precision
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,10 @@ class EngineContext:
         from pathlib import Path
 
         return Path(self.cache_root) / kind / key
+
+    @property
+    def teacher_precision(self) -> str:
+        return inference_precision(self.config.precision, self.trainer.accelerator.device)
 
     def data_fingerprint(self) -> str:
         return fingerprint.of_values(

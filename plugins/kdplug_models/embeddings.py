@@ -71,9 +71,9 @@ def _is_header(fields: list[str]) -> bool:
 
 
 def vector_file_width(path: str) -> int:
-    """The width of the vectors in a GloVe / word2vec text file (read from its first line)."""
+    """The width of the vectors in a GloVe / word2vec text file (read from its first line that is not blank)."""
     with open(check_file(path), encoding="utf-8", errors="replace") as handle:
-        first = handle.readline().rstrip().split(" ")
+        first = next((line.rstrip().split(" ") for line in handle if line.strip()), [])
     if _is_header(first):
         return int(first[1])
     if len(first) < 2:
@@ -82,13 +82,23 @@ def vector_file_width(path: str) -> int:
 
 
 def check_file(path: str) -> Path:
+    """``path`` as a readable file, else a usage error that says what it is instead."""
     file = Path(path).expanduser()
-    if not file.is_file():
-        raise kdplug.UsageError(
-            f"student_options.embeddings={path}: no such file; give word vectors in the GloVe or word2vec "
-            f"text format (a word, then its numbers, one word a line)"
-        )
-    return file
+    where = f"student_options.embeddings={path}" + ("" if file.is_absolute() else f" ({file.absolute()})")
+    if file.is_dir():
+        problem = "is a directory"
+    elif not file.is_file():
+        problem = "no such file"
+    else:
+        try:
+            with open(file, "rb"):
+                return file
+        except OSError as error:
+            problem = f"cannot be read ({error.strerror})"
+    raise kdplug.UsageError(
+        f"{where}: {problem}; give a file of word vectors in the GloVe or word2vec text format (a word, then its "
+        f"numbers, one word a line)"
+    )
 
 
 def vocabulary_words(tokenizer: Any, rows: int) -> dict[str, list[int]]:

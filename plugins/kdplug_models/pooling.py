@@ -180,12 +180,14 @@ def check_pooled_options(
     embeddings: Optional[str] = None,
     embedding_dim: Optional[int] = None,
     init_embeddings_from_teacher: Optional[bool] = None,
+    source: Optional[str] = None,
     **_: Any,
 ) -> None:
     """What the BiLSTM and Gated-CNN factories would reject, checked when the teacher is loaded: before
     it is fine-tuned, not when the student is built after it. A word-vector file is read to its
-    first line only; a bad line further down is found when the student is built."""
-    if embeddings is not None:
+    first line only; a bad line further down is found when the student is built. A student reloaded
+    from ``source`` reads no vectors."""
+    if embeddings is not None and source is None:
         file_width(embeddings, embedding_dim, init_embeddings_from_teacher)
 
 

@@ -185,7 +185,8 @@ class TAKD:
             "warmup_ratio": config.warmup_ratio,
             "best_checkpoint": config.best_checkpoint,
             "max_length": ctx.max_length,
-            "precision": config.precision,
+            "precision": config.precision,  # the assistant's training
+            "teacher_precision": ctx.teacher_precision,  # the outputs it learns from
             "seed": config.seed,
         }
 

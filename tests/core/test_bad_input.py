@@ -136,12 +136,28 @@ def test_data_errors_name_the_file_and_line(capsys, tmp_path, tiny_bert_dir, cas
         assert message in err, (case, err)
 
 
-def test_a_missing_word_vector_file_stops_the_run_before_the_teacher_is_fine_tuned(capsys, tmp_path, tiny_bert_dir):
+@pytest.mark.parametrize(
+    "student, vectors, message",
+    [
+        ("bilstm", None, "glove.txt: no such file"),
+        ("gated-cnn", None, "glove.txt: no such file"),
+        ("bilstm", "directory", "glove.txt: is a directory"),
+        ("bilstm", "movie 1 2 3\n", "student_options.embedding_dim=16, but the vectors of"),  # TINY sets 16
+    ],
+)
+def test_a_word_vector_file_that_cannot_serve_stops_the_run_before_the_teacher_is_fine_tuned(
+    capsys, tmp_path, tiny_bert_dir, student, vectors, message
+):
+    file = tmp_path / "glove.txt"
+    if vectors == "directory":
+        file.mkdir()
+    elif vectors is not None:
+        file.write_text(vectors, encoding="utf-8")
     argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(sst2_with(tmp_path)), *TINY]
-    argv += ["--set", f"student_options.embeddings={tmp_path / 'glove.txt'}", "--output", str(tmp_path / "run")]
+    argv += ["--student", student, "--set", f"student_options.embeddings={file}", "--output", str(tmp_path / "run")]
     code = main(argv)
     captured = capsys.readouterr()
-    assert code == 2 and "glove.txt: no such file" in captured.err, captured.err
+    assert code == 2 and message in captured.err, captured.err
     assert "fine-tuning" not in captured.out  # found before the expensive part, not when the student is built
 
 

@@ -465,6 +465,13 @@ def test_word_vectors_from_a_text_file_start_the_rows_they_name(header, teacher,
     assert weight.shape[1] == 3  # the file's width
 
 
+def test_a_word_vector_file_may_start_with_blank_lines(teacher, task, tmp_path):
+    path = tmp_path / "v.txt"
+    path.write_text("\n\nmovie 1 2 3\n", encoding="utf-8")
+    student = kdplug.create_student("bilstm", task, teacher, hidden_size=16, embeddings=str(path))
+    assert student.embeddings.weight.shape[1] == 3 and student.kdplug_init["words_found"] == 1
+
+
 def test_word_vectors_mistakes_are_usage_errors(teacher, task, tmp_path):
     good = write_vectors(tmp_path / "v.txt", {"movie": [1.0, 2.0], "good": [0.5, 0.1]})
     ragged = tmp_path / "ragged.txt"
@@ -474,6 +481,7 @@ def test_word_vectors_mistakes_are_usage_errors(teacher, task, tmp_path):
     nothing = write_vectors(tmp_path / "none.txt", {"zzzq": [1.0, 2.0]})
     for options, message in (
         ({"embeddings": str(tmp_path / "missing.txt")}, "no such file"),
+        ({"embeddings": str(tmp_path)}, "is a directory"),
         ({"embeddings": str(ragged)}, "line 2: 1 numbers after the word, expected 2"),
         ({"embeddings": str(words)}, "line 2: a field after the word is not a number"),
         ({"embeddings": good, "embedding_dim": 5}, "drop embedding_dim"),
