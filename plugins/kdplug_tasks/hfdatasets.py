@@ -25,7 +25,7 @@ def _datasets():
     except ImportError:
         raise UsageError(
             "reading datasets directories, Parquet or Arrow files needs the datasets library: "
-            "pip install 'kdplug[glue]'"
+            "pip install datasets (kdplug's glue extra)"
         ) from None
     return datasets
 
