@@ -148,7 +148,9 @@ def _require_onnx() -> Any:
         import onnx  # noqa: F401  (the exporter writes through it)
         import onnxruntime
     except ImportError:
-        raise UsageError("ONNX export needs the onnx and onnxruntime packages: pip install onnx onnxruntime (kdplug's deploy extra)") from None
+        raise UsageError(
+            "ONNX export needs the onnx and onnxruntime packages: pip install onnx onnxruntime (kdplug's deploy extra)"
+        ) from None
     return onnxruntime
 
 

@@ -260,7 +260,9 @@ def _onnx_session(path: Path, device: Union[str, torch.device, None]) -> Any:
     try:
         import onnxruntime
     except ImportError:
-        raise UsageError("the onnx runtime needs the onnxruntime package: pip install onnxruntime (kdplug's deploy extra)") from None
+        raise UsageError(
+            "the onnx runtime needs the onnxruntime package: pip install onnxruntime (kdplug's deploy extra)"
+        ) from None
     providers = ["CPUExecutionProvider"]
     if device is not None and torch.device(device).type == "cuda":
         if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():

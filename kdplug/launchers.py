@@ -42,7 +42,9 @@ def make_executor(folder: Path, cluster: str, options: dict[str, Any]) -> Any:
     try:
         import submitit
     except ImportError:
-        raise ConfigError("--launcher submitit needs the submitit package: pip install submitit (kdplug's cluster extra)") from None
+        raise ConfigError(
+            "--launcher submitit needs the submitit package: pip install submitit (kdplug's cluster extra)"
+        ) from None
     if cluster not in CLUSTERS:
         raise ConfigError(f"--cluster must be one of {', '.join(CLUSTERS)}, got {cluster!r}")
     try:

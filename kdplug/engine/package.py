@@ -259,10 +259,11 @@ def model_card(
         elif "selection" in stage:
             lines.append(f"- stage `{name}`: the teacher's pseudo classifiers, {stage['selection']}")
     init = metrics["student"].get("init") or {}
+    teacher_dtype = metrics.get("teacher", {}).get("precision")
     lines += [
         f"- initialisation: {init.get('init', 'random')}" + (f" from `{init['from']}`" if init.get("from") else ""),
         f"- batch size {config.batch_size}, maximum length {config.max_length or 'the task default'}, "
-        f"precision {config.precision}",
+        f"precision {config.precision}" + (f" (the teacher's outputs in {teacher_dtype})" if teacher_dtype else ""),
         "",
         "Reproduce it:",
         "",

@@ -49,7 +49,7 @@ from .rundir import (
     is_completed,
 )
 from .tracking import TRACKING_DIR, Tracking, parse_report_to
-from .trainer import Trainer, build_accelerator, process_state
+from .trainer import Trainer, build_accelerator, inference_precision, process_state
 
 log = logging.getLogger("kdplug")
 
@@ -239,6 +239,7 @@ def _run(
     )
     teacher_stage.freeze(teacher)
     teacher_info["parameters"] = count_parameters(teacher.model)
+    teacher_info["precision"] = inference_precision(config.precision, accelerator.device)  # what auto resolved to
     metrics["teacher"] = teacher_info
     caches = teacher_caches(config, registry, teacher, trainer, task, train, dev, cache_root)
     dev_caches = None

@@ -193,6 +193,7 @@ def test_auto_precision_runs_the_teacher_in_fp32_on_a_cpu_that_would_emulate_bf1
         auto = run(config(tmp_path, tiny_bert_dir, sst2_dir, "auto"), registry(), echo=lambda _: None)
     assert not [r for r in caplog.records if "building the teacher cache" in r.getMessage()]
     assert auto.metrics["teacher"]["dev"] == fp32.metrics["teacher"]["dev"]
+    assert auto.metrics["teacher"]["precision"] == "fp32"  # what auto resolved to, recorded
 
 
 def test_augmented_copies_are_deterministic_and_augment_each_side_of_a_pair_on_its_own():
