@@ -82,9 +82,10 @@ def child(factor: int, examples: int, directory: Path) -> dict:
     labelled = encode(train, teacher.tokenizer, 64, is_regression=False)
     unlabelled = transfer_set.encode(teacher.tokenizer, 64, is_regression=False)
     common = dict(root=directory, precision="auto", teacher_fingerprint="bench", tokenizer_fingerprint="bench")
+    extractor = kdplug.find_layer_extractor(teacher.model)
     caches = ConcatCache(
-        build_cache(teacher, trainer, task, "train", labelled, **common),
-        build_cache(teacher, trainer, task, "transfer", unlabelled, **common),
+        build_cache(teacher, extractor, trainer, task, "train", labelled, **common),
+        build_cache(teacher, extractor, trainer, task, "transfer", unlabelled, **common),
     )
     student = registry.create("student", "bilstm", task, teacher)
     objective = WeightedObjective(

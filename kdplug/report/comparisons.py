@@ -69,6 +69,7 @@ class Method:
     notes: list[str] = field(default_factory=list)
     runs: list[Run] = field(default_factory=list)  # its run directories (a baseline student has none of its own)
     reference: bool = False  # a --baseline student: the method others are measured against
+    origin: str = ""  # the directory its runs came from: its label where nothing in its configuration differs
 
     @property
     def representative(self) -> Optional[Run]:
@@ -117,8 +118,12 @@ def _method_label(values: dict[str, Any], default_recipe: str) -> str:
     return label + (f" / {recipe}" if recipe not in (None, default_recipe, label) else "")  # not "tinybert / tinybert"
 
 
-def _distinguish(labels: dict[str, str], values: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """Labels made unique by the keys in which same-labelled items differ: ``rkd (lr=0.001)``."""
+def _distinguish(
+    labels: dict[str, str], values: dict[str, dict[str, Any]], origins: Optional[dict[str, str]] = None
+) -> dict[str, str]:
+    """Labels made unique by the keys in which same-labelled items differ: ``rkd (lr=0.001)``; where
+    no value differs (the same configuration run by two versions of kdplug, or on two machines), by
+    the directories they came from: ``rkd [before]``."""
     result = dict(labels)
     for label in set(labels.values()):
         same = [k for k, v in labels.items() if v == label]
@@ -127,7 +132,10 @@ def _distinguish(labels: dict[str, str], values: dict[str, dict[str, Any]]) -> d
         keys = sorted({key for k in same for key in values[k]})
         differing = [key for key in keys if len({_key(values[k].get(key)) for k in same}) > 1]
         for k in same:
-            result[k] = label + " (" + ", ".join(f"{key}={values[k].get(key)}" for key in differing) + ")"
+            if differing:
+                result[k] = label + " (" + ", ".join(f"{key}={values[k].get(key)}" for key in differing) + ")"
+            elif origins:
+                result[k] = f"{label} [{origins[k]}]"
     return result
 
 
@@ -157,6 +165,7 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
     paper's rows), others by setup (methods = the remaining keys); a run's ``--baseline`` student
     counts as one more method (its metrics, and its predictions from ``baseline_predictions.json``)."""
     groups: dict[str, Group] = {}
+    placed: dict[tuple[str, str], str] = {}  # (configuration, directory) -> the method its runs joined
     for run in runs:
         seed = run.seed
         student_dev = run.metrics.get("student", {}).get("dev")
@@ -193,7 +202,16 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
             ),
         )
         default_recipe = run.metrics.get("student", {}).get("default_recipe", DEFAULT_RECIPE)
-        method = group.methods.setdefault(_key(values), Method(_method_label(values, default_recipe), values))
+        # a key left unset and one a later version writes as null are the same configuration
+        same = _key({k: v for k, v in values.items() if v is not None})
+        key = placed.get((same, str(run.path.parent)), same)
+        if any(seed in seeds for seeds in getattr(group.methods.get(key), "results", {}).values()):
+            # the same configuration and seed again: another kdplug version or machine, its own method
+            key = _key([same, str(run.path.parent)])
+        placed[(same, str(run.path.parent))] = key  # a directory's runs stay together
+        method = group.methods.setdefault(
+            key, Method(_method_label(values, default_recipe), values, origin=run.path.parent.name)
+        )
         method.add(seed, student_dev, run.predictions(), run.label)
         method.runs.append(run)
         baseline = run.metrics.get("baseline")
@@ -232,7 +250,9 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
     for i, group in enumerate(result):
         group.title = titles[str(i)]
         labels = _distinguish(
-            {k: m.label for k, m in group.methods.items()}, {k: m.values for k, m in group.methods.items()}
+            {k: m.label for k, m in group.methods.items()},
+            {k: m.values for k, m in group.methods.items()},
+            {k: m.origin for k, m in group.methods.items()},
         )
         for key, method in group.methods.items():
             method.label = labels[key]

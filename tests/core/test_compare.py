@@ -396,3 +396,24 @@ def test_a_baseline_student_keeps_its_predictions_for_the_bootstrap(capsys, tmp_
     files = write_report([tmp_path / "runs"], tmp_path / "report", resamples=200)
     [record] = json.loads(files["comparisons"].read_text())
     assert {record["a"], record["b"]} == {"rkd", "nkd"} and record["bootstrap"] is not None
+
+
+def test_the_same_configuration_run_twice_is_two_methods_labelled_by_directory(tmp_path):
+    """Before and after a change of kdplug itself: the same configuration and seeds in two
+    directories are compared, not merged with the second's seeds dropped, and labelled by
+    where they came from; a key one version does not write yet makes no difference either."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 400)
+    for name, accuracy in (("before", 0.70), ("after", 0.90)):
+        for seed in (1, 2, 3):
+            write_run(
+                tmp_path / name / f"seed-{seed}", projector="rkd", seed=seed, accuracy=accuracy, labels=labels, rng=rng
+            )
+        (tmp_path / name / "seeds.json").write_text("{}")  # a 'kdplug run --seeds' output
+    config = tmp_path / "after" / "seed-1" / "config.yaml"
+    config.write_text(config.read_text() + "min_epochs: null\n")  # a key the earlier version did not have
+    files = write_report([tmp_path / "before", tmp_path / "after"], tmp_path / "report", resamples=300)
+    [record] = json.loads(files["comparisons"].read_text())
+    assert {record["a"], record["b"]} == {"rkd [before]", "rkd [after]"}
+    assert record["seeds"] == [1, 2, 3]
+    assert record["verdict"] == ("better" if record["a"] == "rkd [after]" else "worse")
