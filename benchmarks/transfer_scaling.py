@@ -108,7 +108,7 @@ def child(factor: int, examples: int, directory: Path) -> dict:
         teacher_cache=caches,
     )
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    warm = 10  # steps left out: the first ones pay for allocator and kernel warm-up
+    warm = min(10, (len(clock.times) - 1) // 2)  # steps left out: the first pay for allocator and kernel warm-up
     steps = len(clock.times) - 1 - warm
     seconds = clock.times[-1] - clock.times[warm]
     per_example = seconds / (steps * trainer.batch_size)
