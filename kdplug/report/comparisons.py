@@ -131,12 +131,42 @@ def _distinguish(
             continue
         keys = sorted({key for k in same for key in values[k]})
         differing = [key for key in keys if len({_key(values[k].get(key)) for k in same}) > 1]
-        for k in same:
-            if differing:
+        if differing:
+            for k in same:
                 result[k] = label + " (" + ", ".join(f"{key}={values[k].get(key)}" for key in differing) + ")"
-            elif origins:
-                result[k] = f"{label} [{origins[k]}]"
+    for label in set(result.values()) if origins else ():
+        same = [k for k, v in result.items() if v == label]
+        if len(same) > 1:
+            for k, where in zip(same, shortest_unique_suffixes([origins[k] for k in same])):
+                result[k] = f"{label} [{where}]"
     return result
+
+
+def shortest_unique_suffixes(paths: list[str]) -> list[str]:
+    """Each path by as few of its last parts as tell it from the others (``a/points`` and ``b/points``)."""
+    parts = [Path(path).parts for path in paths]
+    for n in range(1, max(map(len, parts), default=0) + 1):
+        names = ["/".join(p[-n:]) for p in parts]
+        if len(set(names)) == len(names):
+            return names
+    return list(paths)
+
+
+def _identity(values: dict[str, Any]) -> str:
+    """A method's configuration; a key left unset is the same as one a later version writes as null."""
+    return _key({k: v for k, v in values.items() if v is not None})
+
+
+def _method_key(group: Group, identity: str, source: str, seeds: set[int], placed: dict) -> str:
+    """The method a directory's runs of one configuration join: the configuration's, unless it has one
+    of their seeds already (the same configuration run again, by another version of kdplug or on
+    another machine: a method of its own, told apart by its directory)."""
+    slot = (id(group), identity, source)
+    if slot not in placed:
+        taken = group.methods.get(identity)
+        clash = taken is not None and any(seeds & set(by_seed) for by_seed in taken.results.values())
+        placed[slot] = _key([identity, source]) if clash else identity
+    return placed[slot]
 
 
 def name_factors(group: Group) -> None:
@@ -165,7 +195,13 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
     paper's rows), others by setup (methods = the remaining keys); a run's ``--baseline`` student
     counts as one more method (its metrics, and its predictions from ``baseline_predictions.json``)."""
     groups: dict[str, Group] = {}
-    placed: dict[tuple[str, str], str] = {}  # (configuration, directory) -> the method its runs joined
+    placed: dict[tuple, str] = {}  # (group, configuration, directory) -> the method its runs joined
+    seeds_of: dict[tuple[str, str, str], set[int]] = {}  # (setup, configuration, directory) -> seeds
+    for run in runs:
+        config = resolved_config(run)
+        values = {k: v for k, v in config.items() if k not in SETUP_KEYS and k not in IGNORED_KEYS}
+        where = (_key({k: config.get(k) for k in SETUP_KEYS}), _identity(values), str(run.source or run.path))
+        seeds_of.setdefault(where, set()).add(run.seed)
     for run in runs:
         seed = run.seed
         student_dev = run.metrics.get("student", {}).get("dev")
@@ -202,16 +238,10 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
             ),
         )
         default_recipe = run.metrics.get("student", {}).get("default_recipe", DEFAULT_RECIPE)
-        # a key left unset and one a later version writes as null are the same configuration
-        same = _key({k: v for k, v in values.items() if v is not None})
-        key = placed.get((same, str(run.path.parent)), same)
-        if any(seed in seeds for seeds in getattr(group.methods.get(key), "results", {}).values()):
-            # the same configuration and seed again: another kdplug version or machine, its own method
-            key = _key([same, str(run.path.parent)])
-        placed[(same, str(run.path.parent))] = key  # a directory's runs stay together
-        method = group.methods.setdefault(
-            key, Method(_method_label(values, default_recipe), values, origin=run.path.parent.name)
-        )
+        source = str(run.source or run.path)
+        seeds = seeds_of[(_key(setup), _identity(values), source)]
+        key = _method_key(group, _identity(values), source, seeds, placed)
+        method = group.methods.setdefault(key, Method(_method_label(values, default_recipe), values, origin=source))
         method.add(seed, student_dev, run.predictions(), run.label)
         method.runs.append(run)
         baseline = run.metrics.get("baseline")
@@ -230,13 +260,13 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
                 "epochs": stage.get("epochs", values.get("epochs")),
                 **{key: weights.get(weight) for key, weight in RESOLVED_FROM_WEIGHTS.items()},
             }
-            key = _key(base_values)
+            key = _method_key(group, _identity(base_values), source, seeds, placed)
             existing = group.methods.get(key)
             if existing is None:
                 existing = group.methods[key] = Method(
-                    _method_label(base_values, default_recipe), base_values, reference=True
+                    _method_label(base_values, default_recipe), base_values, reference=True, origin=source
                 )
-            if all(seed not in seeds for seeds in existing.results.values()):
+            if all(seed not in by_seed for by_seed in existing.results.values()):
                 existing.add(
                     seed, baseline["dev"], run.predictions(BASELINE_PREDICTIONS_FILE), f"{run.label} (baseline)"
                 )

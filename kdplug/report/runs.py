@@ -21,6 +21,8 @@ class Run:
     config: dict[str, Any]
     metrics: dict[str, Any]
     entry: Optional[ZooEntry] = None
+    #: the directory named on the command line that it came from (a --seeds output, a sweep, or itself)
+    source: Optional[Path] = None
 
     @property
     def task(self) -> str:
@@ -49,9 +51,9 @@ class Run:
         return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def expand_run_dirs(paths: list[str | Path]) -> list[Path]:
-    """Run directories; a ``kdplug run --seeds`` output (``seed-*/``) or a sweep (``points/*/``)
-    stands for its finished runs."""
+def expand_run_dirs(paths: list[str | Path]) -> list[tuple[Path, Path]]:
+    """Run directories, each with the path it was found under; a ``kdplug run --seeds`` output
+    (``seed-*/``) or a sweep (``points/*/``) stands for its finished runs."""
     expanded = []
     for raw in paths:
         path = Path(raw)
@@ -60,15 +62,15 @@ def expand_run_dirs(paths: list[str | Path]) -> list[Path]:
             inner = sorted(path.glob(f"{SEED_DIR_PREFIX}*/{METRICS_FILE}")) + sorted(
                 path.glob(f"{POINTS_DIR}/*/{METRICS_FILE}")
             )
-            expanded += [m.parent for m in inner] or [path]
+            expanded += [(m.parent, path) for m in inner] or [(path, path)]
         else:
-            expanded.append(path)
+            expanded.append((path, path))
     return expanded
 
 
 def load_runs(paths: list[str | Path], zoo: Optional[Zoo] = None) -> list[Run]:
     runs = []
-    for path in expand_run_dirs(paths):
+    for path, source in expand_run_dirs(paths):
         metrics_file = path / METRICS_FILE
         if not metrics_file.is_file():
             raise UsageError(
@@ -79,7 +81,7 @@ def load_runs(paths: list[str | Path], zoo: Optional[Zoo] = None) -> list[Run]:
         config_file = path / CONFIG_FILE
         config = parse_yaml(config_file.read_text(encoding="utf-8"), str(config_file)) if config_file.is_file() else {}
         config = config or metrics.get("config", {})
-        runs.append(Run(path, path.name, config, metrics))
+        runs.append(Run(path, path.name, config, metrics, source=source.resolve()))
     seen: dict[str, int] = {}
     for run in runs:  # unique, short labels
         seen[run.label] = seen.get(run.label, 0) + 1

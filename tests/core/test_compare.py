@@ -400,20 +400,38 @@ def test_a_baseline_student_keeps_its_predictions_for_the_bootstrap(capsys, tmp_
 
 def test_the_same_configuration_run_twice_is_two_methods_labelled_by_directory(tmp_path):
     """Before and after a change of kdplug itself: the same configuration and seeds in two
-    directories are compared, not merged with the second's seeds dropped, and labelled by
-    where they came from; a key one version does not write yet makes no difference either."""
+    directories (both named ``exp``) are compared, not merged with the second's seeds dropped, and
+    labelled by where they came from; each directory's runs stay together whatever order their seeds
+    are read in; a key one version does not write yet makes no difference; and each directory's
+    ``--baseline`` students are its own reference."""
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 400)
-    for name, accuracy in (("before", 0.70), ("after", 0.90)):
-        for seed in (1, 2, 3):
-            write_run(
-                tmp_path / name / f"seed-{seed}", projector="rkd", seed=seed, accuracy=accuracy, labels=labels, rng=rng
+    runs = {"before": (0.70, (2, 3, 10)), "after": (0.90, (1, 2, 3, 10))}  # seed-10 sorts before seed-2
+    for name, (accuracy, seeds) in runs.items():
+        for seed in seeds:
+            run = write_run(
+                tmp_path / name / "exp" / f"seed-{seed}",
+                projector="rkd",
+                seed=seed,
+                accuracy=accuracy,
+                labels=labels,
+                rng=rng,
             )
-        (tmp_path / name / "seeds.json").write_text("{}")  # a 'kdplug run --seeds' output
-    config = tmp_path / "after" / "seed-1" / "config.yaml"
+            metrics = json.loads((run / "metrics.json").read_text())
+            baseline = 0.5 if name == "before" else 0.6
+            metrics["baseline"] = {"projector": "nkd", "dev": {"dev": {"accuracy": baseline + seed / 1000}}}
+            (run / "metrics.json").write_text(json.dumps(metrics))
+        (tmp_path / name / "exp" / "seeds.json").write_text("{}")  # a 'kdplug run --seeds' output
+    config = tmp_path / "after" / "exp" / "seed-1" / "config.yaml"
     config.write_text(config.read_text() + "min_epochs: null\n")  # a key the earlier version did not have
-    files = write_report([tmp_path / "before", tmp_path / "after"], tmp_path / "report", resamples=300)
-    [record] = json.loads(files["comparisons"].read_text())
-    assert {record["a"], record["b"]} == {"rkd [before]", "rkd [after]"}
-    assert record["seeds"] == [1, 2, 3]
-    assert record["verdict"] == ("better" if record["a"] == "rkd [after]" else "worse")
+    files = write_report([tmp_path / "before" / "exp", tmp_path / "after" / "exp"], tmp_path / "report", resamples=300)
+    records = {(r["a"], r["b"]): r for r in json.loads(files["comparisons"].read_text())}
+    after_before = (
+        records.get(("rkd [after/exp]", "rkd [before/exp]")) or records[("rkd [before/exp]", "rkd [after/exp]")]
+    )
+    assert after_before["seeds"] == [2, 3, 10]
+    assert after_before["verdict"] == ("better" if after_before["a"] == "rkd [after/exp]" else "worse")
+    nkd = {label for pair in records for label in pair if label.startswith("nkd")}
+    assert nkd == {"nkd [before/exp]", "nkd [after/exp]"}  # each directory's baseline, none dropped
+    after_nkd = next(r for (a, b), r in records.items() if {a, b} == {"rkd [after/exp]", "nkd [after/exp]"})
+    assert after_nkd["seeds"] == [1, 2, 3, 10]
