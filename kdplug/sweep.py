@@ -248,10 +248,17 @@ def run_each(
 
 
 def same_config(run_dir: Path, config: RunConfig) -> bool:
-    """Whether ``run_dir`` holds a run of exactly ``config`` (its config.yaml)."""
+    """Whether ``run_dir`` holds a run of exactly ``config`` (its config.yaml; a key an earlier version
+    did not write is the same as one written as null)."""
     path = run_dir / CONFIG_FILE
-    return path.is_file() and parse_yaml(path.read_text(encoding="utf-8"), str(path)) == parse_yaml(
-        dump_yaml(config), "the configuration"
+    if not path.is_file():
+        return False
+
+    def set_keys(values: Any) -> dict:
+        return {k: v for k, v in (values or {}).items() if v is not None}
+
+    return set_keys(parse_yaml(path.read_text(encoding="utf-8"), str(path))) == set_keys(
+        parse_yaml(dump_yaml(config), "the configuration")
     )
 
 
@@ -267,6 +274,8 @@ TEACHER_KEYS = (
     "teacher_lr",
     "teacher_batch_size",
     "teacher_seed",
+    "patience",  # early stopping ends the teacher's fine-tuning too
+    "min_epochs",
     "precision",
     "weight_decay",
     "warmup_ratio",

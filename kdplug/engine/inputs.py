@@ -93,7 +93,7 @@ def prepare_teacher(
             reloaded = create_teacher(config, registry, task, source=str(stored))
             reloaded.pretrained = teacher.pretrained
             return reloaded, info
-        stopping = stopping_rule(patience, min_epochs)
+        stopping = stopping_rule(patience, min_epochs, epochs)
         echo(
             f"teacher: fine-tuning {teacher.source} on {task.name} ({epochs} epochs at lr {config.teacher_lr:g}"
             f"{stopping})"

@@ -215,7 +215,7 @@ def _cached_outputs(
         return {"train": "computed after fine-tuning", **dict.fromkeys(dev, "computed after fine-tuning")}
     specs, _ = teacher_stage.matchable_specs(registry.find_layer_extractor(teacher.model), teacher.model)
     teacher_fp, tokenizer_fp = fingerprint.of_module(teacher.model), fingerprint.of_tokenizer(teacher.tokenizer)
-    dtype = inference_precision(config.precision, build_accelerator(config.precision).device)  # no run: no accelerator
+    dtype = inference_precision(config.precision, build_accelerator(config.precision).device)
     found = {}
     for name, split in [("train", train), *dev.items()]:
         key = teacher_stage.cache_key(teacher_fp, tokenizer_fp, split, specs, dtype)

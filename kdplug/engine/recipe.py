@@ -596,7 +596,7 @@ class Stage:
             if self.projector is not None
             else ""
         )
-        stopping = stopping_rule(self.patience, self.min_epochs)
+        stopping = stopping_rule(self.patience, self.min_epochs, self.epochs)
         if self.keep_last:
             stopping = ", keeping the last epoch (no term trains the classifier)"
         live = ", the teacher run on every batch for its per-token signals" if self.live_teacher is not None else ""
@@ -607,10 +607,12 @@ class Stage:
         )
 
 
-def stopping_rule(patience: int, min_epochs: int) -> str:
+def stopping_rule(patience: int, min_epochs: int, epochs: int) -> str:
     """How a stage stops early, for the line that announces it (empty when it does not)."""
     if not patience:
         return ""
+    if min_epochs >= epochs:
+        return f", no early stopping (min_epochs {min_epochs} of {epochs} epochs)"
     after = f", not before epoch {min_epochs}" if min_epochs > patience + 1 else ""
     return f", early stopping after {patience} epochs without a dev improvement{after}"
 

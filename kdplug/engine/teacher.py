@@ -117,7 +117,12 @@ def finetune(
         patience=patience,
         min_epochs=min_epochs,
     )
-    return {**result.summary(), "epochs": epochs, "patience": patience}
+    return {
+        **result.summary(),
+        "epochs": epochs,
+        "patience": patience,
+        **({"min_epochs": min_epochs} if min_epochs else {}),
+    }
 
 
 def store(teacher: Teacher, root: Path, key: str, summary: dict[str, Any]) -> Path:

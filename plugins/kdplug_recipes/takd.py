@@ -184,6 +184,8 @@ class TAKD:
             "weight_decay": config.weight_decay,
             "warmup_ratio": config.warmup_ratio,
             "best_checkpoint": config.best_checkpoint,
+            "patience": config.patience,
+            "min_epochs": config.min_epochs,
             "max_length": ctx.max_length,
             "precision": config.precision,  # the assistant's training
             "teacher_precision": ctx.teacher_precision,  # the outputs it learns from

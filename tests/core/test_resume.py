@@ -138,7 +138,9 @@ EARLY_STOPPING = ["--epochs", "10", "--set", "patience=2", "--set", "lr=0.003"]
 @pytest.fixture(scope="module")
 def stopped_early(setup, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("stopped-early") / "run"
-    assert main([*setup, *EARLY_STOPPING, "--output", str(run_dir)]) == 0
+    with pytest.MonkeyPatch.context() as patch:  # module-scoped: before the tests' own isolation applies
+        patch.setenv("KDPLUG_CACHE", str(tmp_path_factory.mktemp("stopped-early-cache")))
+        assert main([*setup, *EARLY_STOPPING, "--output", str(run_dir)]) == 0
     metrics, weights = finished(run_dir)
     stage = metrics["stages"]["distill"]
     stopped = stage["stopped_early"]

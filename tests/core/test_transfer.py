@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import platform
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,11 +14,12 @@ import torch
 
 import kdplug
 from kdplug.config import RunConfig
+from kdplug.engine import trainer as trainer_module
 from kdplug.engine import transfer as transfer_module
 from kdplug.engine.cache import ConcatCache, TeacherCache
 from kdplug.engine.data import Collator, LengthGroupedBatchSampler, WithTransfer, encode
 from kdplug.engine.pipeline import run
-from kdplug.engine.trainer import inference_autocast, inference_precision, native_bf16
+from kdplug.engine.trainer import inference_autocast, inference_precision, native_bf16, x86_flags
 from kdplug.testing.tiny import wordpiece_tokenizer
 from kdplug.types import Example
 
@@ -168,11 +171,21 @@ def test_a_transfer_set_is_built_once_and_its_teacher_outputs_reused(tmp_path, t
     ],
 )
 def test_native_bf16_on_x86_needs_bf16_instructions_not_just_avx512(monkeypatch, flags, native):
-    monkeypatch.setattr(torch._C._cpu, "_get_cpu_capability", lambda: {"architecture": "x86_64", **flags})
+    monkeypatch.setattr(trainer_module, "x86_flags", lambda: {"architecture": "x86_64", **flags})
     assert native_bf16(torch.device("cpu")) is native
     assert inference_precision("auto", torch.device("cpu")) == ("bf16" if native else "fp32")
     assert inference_precision("bf16", torch.device("cpu")) == "bf16"  # asked for: kept
     assert inference_precision("fp16", torch.device("cpu")) == "fp32"  # fp16 autocast is a GPU feature
+
+
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "AMD64") or not Path("/proc/cpuinfo").is_file(), reason="x86 Linux only"
+)
+def test_the_x86_flags_are_the_kernels():
+    flags = next(line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags"))
+    seen = x86_flags()
+    for flag in ("avx2", "avx512_bf16", "amx_bf16"):
+        assert bool(seen.get(flag)) == (flag in flags), flag
 
 
 def test_auto_precision_runs_the_teacher_in_fp32_on_a_cpu_that_would_emulate_bf16(
@@ -180,7 +193,7 @@ def test_auto_precision_runs_the_teacher_in_fp32_on_a_cpu_that_would_emulate_bf1
 ):
     """Emulated bf16 made the demo's transfer-set cache 6x slower than fp32: under auto the teacher's
     outputs are fp32 there, the very cache ``--precision fp32`` builds, and no autocast is entered."""
-    monkeypatch.setattr(torch._C._cpu, "_get_cpu_capability", lambda: {"architecture": "x86_64", "avx2": True})
+    monkeypatch.setattr(trainer_module, "x86_flags", lambda: {"architecture": "x86_64", "avx2": True})
     with inference_autocast("auto", torch.device("cpu")):
         assert not torch.is_autocast_enabled("cpu")
     with inference_autocast("bf16", torch.device("cpu")):  # asked for: kept

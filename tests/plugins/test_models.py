@@ -465,9 +465,10 @@ def test_word_vectors_from_a_text_file_start_the_rows_they_name(header, teacher,
     assert weight.shape[1] == 3  # the file's width
 
 
-def test_a_word_vector_file_may_start_with_blank_lines(teacher, task, tmp_path):
+@pytest.mark.parametrize("header", ["", "1 3\n"])
+def test_a_word_vector_file_may_start_with_blank_lines(teacher, task, tmp_path, header):
     path = tmp_path / "v.txt"
-    path.write_text("\n\nmovie 1 2 3\n", encoding="utf-8")
+    path.write_text(f"\n\n{header}movie 1 2 3\n", encoding="utf-8")
     student = kdplug.create_student("bilstm", task, teacher, hidden_size=16, embeddings=str(path))
     assert student.embeddings.weight.shape[1] == 3 and student.kdplug_init["words_found"] == 1
 

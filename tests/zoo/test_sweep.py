@@ -216,3 +216,21 @@ def test_prepare_teachers_fine_tunes_and_caches_then_stops(tmp_path, tiny_bert_d
     [point] = list((tmp_path / "sweep" / "points").iterdir())
     assert "reused" in json.loads((point / "metrics.json").read_text())["teacher"]["finetuned"]
     assert "building the teacher cache" not in (point / "log.txt").read_text()
+
+
+def test_a_run_written_before_a_new_key_existed_is_the_same_configuration(tmp_path):
+    """A finished --seeds or sweep directory from an earlier version lacks keys added since (written
+    as null now): running the same command again skips it rather than asking for --overwrite."""
+    import yaml
+
+    from kdplug.config import RunConfig, dump_yaml
+    from kdplug.sweep import same_config
+
+    config = RunConfig(task="sst2", student="bilstm", projector="rkd", lr=1e-3)
+    written = yaml.safe_load(dump_yaml(config))
+    assert written["min_epochs"] is None
+    del written["min_epochs"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(written))
+    assert same_config(tmp_path, config)
+    assert not same_config(tmp_path, RunConfig(task="sst2", student="bilstm", projector="rkd", lr=2e-3))
+    assert not same_config(tmp_path, RunConfig(task="sst2", student="bilstm", projector="rkd", lr=1e-3, min_epochs=5))
