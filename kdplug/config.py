@@ -327,6 +327,12 @@ def build_config(
     return config.validate()
 
 
+def set_values(values: Optional[dict]) -> dict:
+    """A configuration's keys that are set: a key an earlier version did not write is the same
+    configuration as one a later version writes as null."""
+    return {key: value for key, value in (values or {}).items() if value is not None}
+
+
 def dump_yaml(config: RunConfig) -> str:
     return yaml.safe_dump(config.to_dict(), sort_keys=False)
 

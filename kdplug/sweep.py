@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 import yaml
 
-from .config import RunConfig, apply, dump_yaml, parse_value, parse_yaml
+from .config import RunConfig, apply, dump_yaml, parse_value, parse_yaml, set_values
 from .engine.interrupt import RunInterrupted
 from .errors import ConfigError, KdplugError, UsageError
 from .layout import CHECKPOINT_DIR, CONFIG_FILE, METRICS_FILE, POINTS_DIR, SWEEP_FILE
@@ -251,13 +251,7 @@ def same_config(run_dir: Path, config: RunConfig) -> bool:
     """Whether ``run_dir`` holds a run of exactly ``config`` (its config.yaml; a key an earlier version
     did not write is the same as one written as null)."""
     path = run_dir / CONFIG_FILE
-    if not path.is_file():
-        return False
-
-    def set_keys(values: Any) -> dict:
-        return {k: v for k, v in (values or {}).items() if v is not None}
-
-    return set_keys(parse_yaml(path.read_text(encoding="utf-8"), str(path))) == set_keys(
+    return path.is_file() and set_values(parse_yaml(path.read_text(encoding="utf-8"), str(path))) == set_values(
         parse_yaml(dump_yaml(config), "the configuration")
     )
 

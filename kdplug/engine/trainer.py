@@ -256,8 +256,8 @@ class Trainer:
         early once that many epochs in a row have not improved the best dev score (see
         :func:`stop_early`), though not before epoch ``min_epochs``. ``live_teacher(batch, device)``
         gives the teacher's per-token signals of a batch, for a projector that distils them
-        (``needs_tokens``). ``keep_last``: the stage
-        trains nothing its dev score measures; keep its last epoch and skip the health checks.
+        (``needs_tokens``). ``keep_last``: the stage trains nothing its dev score measures; keep its
+        last epoch and skip the health checks.
         """
         started = time.perf_counter()
         if module.needs_teacher and teacher_cache is None:

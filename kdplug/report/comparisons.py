@@ -15,6 +15,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .. import compare
+from ..config import set_values
 from ..layout import BASELINE_PREDICTIONS_FILE
 from ..zoo import ZooEntry
 from .runs import RESOLVED_FROM_WEIGHTS, Run, resolved_config
@@ -153,8 +154,13 @@ def shortest_unique_suffixes(paths: list[str]) -> list[str]:
 
 
 def _identity(values: dict[str, Any]) -> str:
-    """A method's configuration; a key left unset is the same as one a later version writes as null."""
-    return _key({k: v for k, v in values.items() if v is not None})
+    """A method's configuration, by its keys that are set (:func:`kdplug.config.set_values`)."""
+    return _key(set_values(values))
+
+
+def _method_values(config: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a run's configuration that make its method (neither its setup nor ignored)."""
+    return {k: v for k, v in config.items() if k not in SETUP_KEYS and k not in IGNORED_KEYS}
 
 
 def _method_key(group: Group, identity: str, source: str, seeds: set[int], placed: dict) -> str:
@@ -197,17 +203,19 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
     groups: dict[str, Group] = {}
     placed: dict[tuple, str] = {}  # (group, configuration, directory) -> the method its runs joined
     seeds_of: dict[tuple[str, str, str], set[int]] = {}  # (setup, configuration, directory) -> seeds
-    for run in runs:
-        config = resolved_config(run)
-        values = {k: v for k, v in config.items() if k not in SETUP_KEYS and k not in IGNORED_KEYS}
-        where = (_key({k: config.get(k) for k in SETUP_KEYS}), _identity(values), str(run.source or run.path))
+    resolved = [(run, resolved_config(run)) for run in runs]
+    for run, config in resolved:
+        where = (
+            _key({k: config.get(k) for k in SETUP_KEYS}),
+            _identity(_method_values(config)),
+            str(run.source or run.path),
+        )
         seeds_of.setdefault(where, set()).add(run.seed)
-    for run in runs:
+    for run, config in resolved:
         seed = run.seed
         student_dev = run.metrics.get("student", {}).get("dev")
         if seed is None or not student_dev:
             continue
-        config = resolved_config(run)
         policy = str(config.get("best_checkpoint", "best"))
         setup = {k: config.get(k) for k in SETUP_KEYS}
         if run.entry is not None:
@@ -226,7 +234,8 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
             method.add(seed, student_dev, run.predictions(), run.label)
             method.runs.append(run)
             continue
-        values = {k: v for k, v in config.items() if k not in SETUP_KEYS and k not in IGNORED_KEYS}
+        values = _method_values(config)
+        identity = _identity(values)
         group = groups.setdefault(
             _key(["setup", setup]),
             Group(
@@ -239,8 +248,8 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
         )
         default_recipe = run.metrics.get("student", {}).get("default_recipe", DEFAULT_RECIPE)
         source = str(run.source or run.path)
-        seeds = seeds_of[(_key(setup), _identity(values), source)]
-        key = _method_key(group, _identity(values), source, seeds, placed)
+        seeds = seeds_of[(_key(setup), identity, source)]
+        key = _method_key(group, identity, source, seeds, placed)
         method = group.methods.setdefault(key, Method(_method_label(values, default_recipe), values, origin=source))
         method.add(seed, student_dev, run.predictions(), run.label)
         method.runs.append(run)
