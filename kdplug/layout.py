@@ -4,6 +4,7 @@ them and by every command that reads runs (report, sweep, seeds, predict).
 A run directory (``kdplug run --output DIR``)::
 
     kdplug_run.json            the marker: status (running, completed, failed, interrupted)
+    kdplug_run.lock            held by the process writing the run, for the run's whole life
     config.yaml                the resolved configuration
     metrics.json               every stage, every epoch, the teacher's check, the student's scores
     log.txt                    the run's log
@@ -19,6 +20,7 @@ Groups of runs: ``seeds.json`` beside ``seed-<s>/`` run directories (``kdplug ru
 """
 
 MARKER_FILE = "kdplug_run.json"
+LOCK_FILE = "kdplug_run.lock"
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.json"
 LOG_FILE = "log.txt"
@@ -34,6 +36,7 @@ TRACKING_DIR = "tracking"
 #: everything a run writes at the top of its directory; nothing else is ever removed from it
 RUN_ENTRIES = (
     MARKER_FILE,
+    LOCK_FILE,
     CONFIG_FILE,
     METRICS_FILE,
     LOG_FILE,

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import fingerprint
-from .errors import KdplugError
+from .errors import KdplugError, UsageError
 
 CHECKSUMS_FILE = "kdplug_checksums.json"
 #: what a staging directory's name starts with; ``kdplug cache clear --stale`` looks for it
@@ -77,6 +77,99 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class WriterLock:
+    """One writer for a directory: an exclusive lock that a process holds for as long as it writes
+    there (a run, a sweep's results, a report), with who holds it written inside.
+
+    The operating system releases the lock when its process dies, so a killed writer never leaves a
+    stale lock behind; the file stays (removing a lock file another process may have opened would
+    let two processes each hold "the" lock).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._handle = None
+
+    def acquire(self, what: str, advice: str) -> WriterLock:
+        """Take the lock without waiting; a :class:`UsageError` naming the process that holds it
+        (``what`` is being written by it; ``advice``: what to do instead)."""
+        handle = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip()
+            handle.close()
+            raise UsageError(f"{what} is being written by {describe_holder(holder)}; {advice}") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "since": time.strftime("%H:%M:%S")}))
+        handle.flush()
+        self._handle = handle
+        return self
+
+    def release(self) -> None:
+        if self._handle is not None:
+            fcntl.flock(self._handle, fcntl.LOCK_UN)
+            self._handle.close()
+            self._handle = None
+
+    def __enter__(self) -> WriterLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    @staticmethod
+    def holder(path: Path) -> Optional[str]:
+        """Who holds the lock at ``path`` now, in words; None when no process does (or no file)."""
+        try:
+            handle = open(path, encoding="utf-8")
+        except OSError:
+            return None
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return describe_holder(handle.read().strip())
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        return None
+
+
+def describe_holder(record: str) -> str:
+    """'kdplug process 1234 (on host, since 10:02:11)' from what :class:`WriterLock` wrote."""
+    try:
+        info = json.loads(record)
+        return f"kdplug process {info['pid']} (on {info['host']}, since {info['since']})"
+    except (ValueError, KeyError, TypeError):
+        return "another kdplug process"
+
+
+def check_own_directory(directory: Path, marker: str, *, writes: str, option: str = "--output") -> None:
+    """Raise a :class:`UsageError` unless ``directory`` is new, empty, or marked by ``marker`` as one
+    kdplug wrote: a command that ``writes`` files never replaces files of the same names of a user's.
+    Its own lock files and staging files (a concurrent writer of the same command) do not count."""
+    if directory.is_symlink() and not directory.exists():
+        raise UsageError(
+            f"{option} {directory} is a symbolic link to {os.readlink(directory)}, which does not exist; create "
+            f"that directory or choose another {option}"
+        )
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"{option} {directory} exists and is not a directory; choose another {option}")
+    if not directory.is_dir() or (directory / marker).is_file():
+        return
+    foreign = sorted(
+        entry.name
+        for entry in directory.iterdir()
+        if not entry.name.endswith(".lock") and not entry.name.startswith(STAGING_PREFIX)
+    )
+    if foreign:
+        raise UsageError(
+            f"{option} {directory} holds files kdplug did not write (e.g. {foreign[0]}); it writes {writes} only "
+            f"into a new or empty directory, or one it wrote before (marked by {marker}): choose another {option}"
+        )
 
 
 # -- write failures ------------------------------------------------------------------------------

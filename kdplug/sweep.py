@@ -32,9 +32,11 @@ from .config import RunConfig, apply, dump_yaml, parse_value, parse_yaml, set_va
 from .engine.interrupt import RunInterrupted
 from .errors import ConfigError, KdplugError, UsageError
 from .layout import CHECKPOINT_DIR, CONFIG_FILE, METRICS_FILE, POINTS_DIR, SWEEP_FILE
-from .storage import write_atomic
+from .storage import check_own_directory, file_lock, write_atomic
 
 RESULTS_MD, RESULTS_JSON = "results.md", "results.json"
+#: held while sweep.yaml or the results are written: the shards of one sweep write them in turn
+SWEEP_LOCK = "kdplug_sweep.lock"
 
 
 def split_values(text: str) -> list[str]:
@@ -139,12 +141,14 @@ class Sweep:
         """sweep.yaml: what every shard must agree on; a different grid in the same directory is an error."""
         spec = yaml.safe_dump({"zoo": self.zoo, "base": self.base, "grid": self.grid}, sort_keys=False)
         path = self.directory / SWEEP_FILE
-        if path.is_file() and parse_yaml(path.read_text(), str(path)) != parse_yaml(spec, "the sweep"):
-            raise UsageError(
-                f"{self.directory} holds another sweep ({path} differs); choose another --output or delete it"
-            )
+        check_own_directory(self.directory, SWEEP_FILE, writes=f"{SWEEP_FILE}, {POINTS_DIR}/ and {RESULTS_MD}")
         self.directory.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, spec)
+        with file_lock(self.directory / SWEEP_LOCK):
+            if path.is_file() and parse_yaml(path.read_text(), str(path)) != parse_yaml(spec, "the sweep"):
+                raise UsageError(
+                    f"{self.directory} holds another sweep ({path} differs); choose another --output or delete it"
+                )
+            write_atomic(path, spec)
 
     def checked_configs(self, registry) -> list[tuple[dict[str, Any], RunConfig]]:
         """Every point's configuration, each name and value checked, before the first run starts."""
@@ -359,8 +363,9 @@ class Results:
         return "\n".join(text) + "\n"
 
     def write(self, directory: Path) -> None:
-        write_atomic(directory / RESULTS_JSON, json.dumps(self.to_json(), indent=2, default=str))
-        write_atomic(directory / RESULTS_MD, self.markdown())
+        with file_lock(directory / SWEEP_LOCK):
+            write_atomic(directory / RESULTS_JSON, json.dumps(self.to_json(), indent=2, default=str))
+            write_atomic(directory / RESULTS_MD, self.markdown())
 
 
 def format_value(value: Any) -> str:

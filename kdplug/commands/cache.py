@@ -47,7 +47,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "clear",
         help="delete entries: all, one kind, one key, or only what killed runs left",
         description="Delete stored entries. With no option: every entry of every kind. --kind limits to one kind, "
-        "--key to the entries whose key starts with KEY (as 'kdplug cache list' shows it), --stale to "
+        "--key to the entries whose key starts with KEY (at least 4 characters, as 'kdplug cache list' shows it), "
+        "--stale to "
         "what killed runs left behind (staging folders no running kdplug is writing, and damaged "
         "copies set aside). Only kdplug's own folders are touched; a later run rebuilds what it needs.",
         epilog="examples:\n  kdplug cache clear --stale\n  kdplug cache clear --kind teacher-cache\n"
@@ -56,7 +57,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     clear.add_argument("--cache-dir", dest="cache_dir", default=argparse.SUPPRESS)
     clear.add_argument("--kind", choices=list(SECTIONS), help="only entries of this kind")
-    clear.add_argument("--key", help="only the entry (or entries) whose key starts with KEY")
+    clear.add_argument(
+        "--key", help="only the entry (or entries) whose key starts with KEY (at least 4 characters, or a whole key)"
+    )
     clear.add_argument("--stale", action="store_true", help="only staging folders of killed runs and damaged copies")
     parser.set_defaults(handler=handle)
 
@@ -170,10 +173,40 @@ def list_entries(root: Path) -> int:
     return 0
 
 
+#: the shortest key prefix ``--key`` takes: shorter ones easily match entries nobody meant
+MIN_KEY_PREFIX = 4
+
+
+def check_key(key: str, entries: list[Item]) -> None:
+    """``--key`` names entries: not blank (an unset shell variable), and a prefix of at least
+    :data:`MIN_KEY_PREFIX` characters unless it is a whole key."""
+    if not key.strip():
+        raise UsageError(
+            "--key is empty (an unset shell variable?); give an entry's key, or its first "
+            f"{MIN_KEY_PREFIX} or more characters, as 'kdplug cache list' shows it; 'kdplug cache clear' without "
+            "--key removes every entry"
+        )
+    if len(key) < MIN_KEY_PREFIX and not any(item.key == key for item in entries):
+        raise UsageError(
+            f"--key {key!r} is too short to name an entry: give at least {MIN_KEY_PREFIX} characters of its key, "
+            f"as 'kdplug cache list' shows it"
+        )
+
+
+def in_use(item: Item, root: Path) -> bool:
+    """Whether a running kdplug holds the entry's lock (it is building or storing it now)."""
+    from ..storage import WriterLock
+
+    return WriterLock.holder(root / item.kind / f"{item.key}.lock") is not None
+
+
 def clear_entries(root: Path, *, kind: Optional[str] = None, key: Optional[str] = None, stale: bool = False) -> int:
+    entries = items(root)
+    if key is not None:
+        check_key(key, entries)
     chosen = [
         item
-        for item in items(root)
+        for item in entries
         if (kind is None or item.kind == kind)
         and (key is None or item.key.startswith(key))
         and (item.stale if stale else True)
@@ -181,8 +214,11 @@ def clear_entries(root: Path, *, kind: Optional[str] = None, key: Optional[str] 
     ]
     if key is not None and not chosen:
         raise UsageError(f"no cache entry's key starts with {key!r}; 'kdplug cache list' shows the keys")
+    busy = [item for item in chosen if not item.stale and in_use(item, root)]
     freed = 0
     for item in chosen:
+        if item in busy:
+            continue
         for path in item.paths:
             freed += _size(path)
             if path.is_dir():
@@ -192,7 +228,10 @@ def clear_entries(root: Path, *, kind: Optional[str] = None, key: Optional[str] 
     for kind in {item.kind for item in chosen}:
         _tidy(root / kind)
     what = "stale entries" if stale else "entries"
-    print(f"removed {len(chosen)} {what} from {root} ({freed / 2**20:.1f} MiB freed)")
+    matched = f" whose key starts with {key!r}" if key is not None else ""
+    print(f"removed {len(chosen) - len(busy)} {what}{matched} from {root} ({freed / 2**20:.1f} MiB freed)")
+    for item in busy:
+        print(f"kept {item.kind}/{item.key}: a running kdplug is writing it; clear it once that run has finished")
     return 0
 
 

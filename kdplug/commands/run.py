@@ -169,6 +169,7 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         from ..engine.pipeline import resume_config
 
         config = apply(resume_config(Path(args.resume)), parse_overrides(args.overrides), source="--set").validate()
+        check_resume_settings(resume_config(Path(args.resume)), config)
         report_failures(manager)
         if args.dry_run:
             from ..engine.plan import dry_run
@@ -231,6 +232,20 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     with explained_failure(config):
         run(config, manager.registry, overwrite=args.overwrite)
     return 0
+
+
+def check_resume_settings(written: RunConfig, resumed: RunConfig) -> None:
+    """``--resume --set`` may change how a run is written or watched (num_workers, report_to, ...),
+    not what it trains: its checkpoints would continue another configuration's training."""
+    from ..engine.checkpoint import settings_difference, training_settings
+
+    differences = settings_difference(training_settings(written), training_settings(resumed))
+    if differences:
+        raise UsageError(
+            f"--resume continues the run in {written.output} as its config.yaml says; --set changes what it "
+            f"trains ({differences.replace(' there,', ' in config.yaml,')}). Resume without that --set, or start "
+            f"a new run with it (another --output)"
+        )
 
 
 @contextlib.contextmanager

@@ -6,6 +6,10 @@ history. It is written into a temporary directory and renamed over the previous 
 kill at any moment leaves the last complete checkpoint intact. Tensors go to safetensors;
 optimizer and scheduler states, which hold plain tensors and numbers, are read back with
 ``torch.load(weights_only=True)``: nothing is unpickled.
+
+Every file is recorded with its checksum, and with the configuration that trained it; a stage is
+resumed only from a checkpoint whose files all pass and whose configuration is the run's, else
+the run stops (exit 2) saying which file or which setting, never training a different student.
 """
 
 from __future__ import annotations
@@ -21,21 +25,33 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..errors import KdplugError
-from ..storage import complete_copy, raise_as_storage_error, replace_directory, staging_directory
+from ..errors import KdplugError, UsageError
+from ..storage import (
+    complete_copy,
+    raise_as_storage_error,
+    replace_directory,
+    staging_directory,
+    verify,
+    write_checksums,
+)
 from . import faults
 
-MODEL, BEST, OPTIMIZER, RNG, STATE = (
+MODEL, BEST, OPTIMIZER, RNG, STATE, WRITTEN_BY = (
     "model.safetensors",
     "best.safetensors",
     "optimizer.pt",
     "rng.safetensors",
     "state.json",
+    "written_by.json",
 )
 
 
 class CheckpointError(KdplugError):
     """A checkpoint could not be written (the previous one is intact) or read."""
+
+
+class UnusableCheckpoint(UsageError):
+    """A checkpoint that must not be resumed: a file missing or changed, or another configuration's."""
 
 
 @dataclass
@@ -91,13 +107,22 @@ class Checkpointer:
     """Checkpoints of every stage of one run, under ``<run dir>/checkpoints/<stage>``."""
 
     def __init__(
-        self, root: Path, *, every_steps: int = 0, enabled: bool = True, how_to_continue: Optional[str] = None
+        self,
+        root: Path,
+        *,
+        every_steps: int = 0,
+        enabled: bool = True,
+        how_to_continue: Optional[str] = None,
+        written_by: Optional[dict[str, Any]] = None,
     ) -> None:
         self.root = root
         self.every_steps = every_steps
         self.enabled = enabled
         #: what a stopped or failed run tells the user to do next (scratch checkpoints say otherwise)
         self.how_to_continue = how_to_continue or f"continue with 'kdplug run --resume {root.parent}'"
+        #: the settings that decide what the stages train (see :func:`training_settings`); a
+        #: checkpoint of other settings is never resumed
+        self.written_by = None if written_by is None else json.loads(json.dumps(written_by, default=str))
 
     def directory(self, stage: str) -> Path:
         return self.root / stage.replace("/", "_")
@@ -121,7 +146,10 @@ class Checkpointer:
             torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, staging / OPTIMIZER)
             rng, progress.python_rng, progress.numpy_rng = capture_rng()
             save_file(rng, str(staging / RNG))
-            (staging / STATE).write_text(json.dumps(asdict(progress)))  # last: its presence marks a complete copy
+            (staging / STATE).write_text(json.dumps(asdict(progress)))
+            if self.written_by is not None:
+                (staging / WRITTEN_BY).write_text(json.dumps(self.written_by, indent=1))
+            write_checksums(staging)  # of every file: what load() verifies before anything is resumed
             replace_directory(staging, target, between=lambda: faults.fire_at("checkpoint-swap"))
         except BaseException as exc:
             shutil.rmtree(staging, ignore_errors=True)
@@ -146,18 +174,74 @@ class Checkpointer:
         return complete_copy(target, lambda path: (path / STATE).is_file())
 
     def load(self, stage: str) -> Optional[tuple[Progress, dict, Optional[dict], dict, dict]]:
-        """``(progress, model state, best state, optimizer+scheduler states, rng tensors)`` or None."""
+        """``(progress, model state, best state, optimizer+scheduler states, rng tensors)`` or None.
+
+        Raises :class:`UnusableCheckpoint` when a file is missing or changed, or when another
+        configuration wrote the checkpoint."""
         directory = self._complete(self.directory(stage)) if self.enabled else None
         if directory is None:
             return None
+        problems = verify(directory)
+        if problems:
+            self._refuse(stage, directory, "; ".join(problems))
+        self._check_written_by(stage, directory)
         try:
             progress = Progress(**json.loads((directory / STATE).read_text()))
             model_state = load_file(str(directory / MODEL))
             best_state = load_file(str(directory / BEST)) if (directory / BEST).is_file() else None
             optimizer = torch.load(directory / OPTIMIZER, weights_only=True)
             rng = load_file(str(directory / RNG))
-        except Exception as exc:
-            raise CheckpointError(
-                f"the checkpoint {directory} is unreadable ({exc}); delete it to restart that stage from scratch"
-            ) from exc
+        except Exception as exc:  # files that pass their checksums but not their reader: a kdplug of another version
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            self._refuse(stage, directory, f"its files cannot be read ({reason})")
         return progress, model_state, best_state, optimizer, rng
+
+    def _check_written_by(self, stage: str, directory: Path) -> None:
+        if self.written_by is None:
+            return
+        try:
+            recorded = json.loads((directory / WRITTEN_BY).read_text())
+        except (OSError, ValueError):
+            self._refuse(stage, directory, f"{WRITTEN_BY} (the configuration that trained it) is missing")
+        differences = settings_difference(recorded, self.written_by)
+        if differences:
+            raise UnusableCheckpoint(
+                f"the checkpoint of stage {stage!r} ({directory}) was written by another configuration: "
+                f"{differences}. Resume with the configuration that wrote it (drop the --set that changes it), "
+                f"or start the run again with --overwrite"
+            )
+
+    def _refuse(self, stage: str, directory: Path, problem: str) -> None:
+        raise UnusableCheckpoint(
+            f"the checkpoint of stage {stage!r} ({directory}) cannot be resumed: {problem}. Train that stage again: "
+            f"remove {directory} and {self.how_to_continue} (the stages before it are kept); or start the run "
+            f"again with --overwrite"
+        )
+
+
+#: settings that change where and how a run is written or watched, never what it trains
+_NOT_TRAINING = (
+    "output",
+    "cache_dir",
+    "num_workers",
+    "zoo",
+    "report_to",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "measure_speed",
+)
+
+
+def training_settings(config: Any) -> dict[str, Any]:
+    """The configuration's settings that decide what its stages train (a key set to null is unset)."""
+    return {key: value for key, value in config.to_dict().items() if value is not None and key not in _NOT_TRAINING}
+
+
+def settings_difference(recorded: dict[str, Any], current: dict[str, Any]) -> str:
+    """``"lr 0.001 there, 0.0005 now; ..."`` for every setting that differs; empty when none does."""
+    keys = sorted(set(recorded) | set(current), key=lambda key: (key not in current, key))
+    return "; ".join(
+        f"{key} {recorded.get(key, 'unset')} there, {current.get(key, 'unset')} now"
+        for key in keys
+        if recorded.get(key) != current.get(key)
+    )

@@ -25,7 +25,7 @@ from ..types import matchable_layers
 from . import analysis, faults, interrupt, preflight
 from . import speed as speed_module
 from . import teacher as teacher_stage
-from .checkpoint import Checkpointer
+from .checkpoint import Checkpointer, training_settings
 from .inputs import (
     broadcast_object,
     build_transfer_set,
@@ -43,7 +43,6 @@ from .rundir import (
     CONFIG_FILE,
     FAILED,
     INTERRUPTED,
-    RUNNING,
     RunDirectory,
     default_output,
     is_completed,
@@ -86,11 +85,9 @@ def run(
         config.output = str(broadcast_object(str(default_output(config))))
     output = Path(config.output)
     preflight.writable_paths(config, output, cache_root)
-    run_dir = RunDirectory(output)
-    if main_process and not resume:
-        run_dir = RunDirectory.create(output, overwrite=overwrite)
-    elif main_process:
-        run_dir.set_status(RUNNING)
+    run_dir = RunDirectory(output)  # the other ranks write nothing in it
+    if main_process:
+        run_dir = RunDirectory.reopen(output) if resume else RunDirectory.create(output, overwrite=overwrite)
     process_state().wait_for_everyone()
     handler = run_dir.attach_log() if main_process else None
     say = echo if main_process else _silent
@@ -121,6 +118,7 @@ def run(
             logging.getLogger("kdplug").removeHandler(handler)
             with suppress(OSError):  # a full disk must not replace the error being reported
                 handler.close()
+        run_dir.release()
 
 
 def record_failure(
@@ -173,6 +171,7 @@ def resume_config(run_dir: Path) -> RunConfig:
     """The configuration of the interrupted run in ``run_dir``."""
     from ..config import build_config
 
+    RunDirectory.check_not_held(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise UsageError(
             f"{run_dir} holds no run to resume (no {CONFIG_FILE}); pass the run directory that 'kdplug run' printed"
@@ -197,7 +196,9 @@ def _run(
 ) -> RunResult:
     if main_process:
         run_dir.write_config(config)
-    checkpoints = Checkpointer(run_dir.path / CHECKPOINT_DIR, every_steps=config.checkpoint_every)
+    checkpoints = Checkpointer(
+        run_dir.path / CHECKPOINT_DIR, every_steps=config.checkpoint_every, written_by=training_settings(config)
+    )
     teacher_seed = config.seed if config.teacher_seed is None else config.teacher_seed
     set_seed(teacher_seed)
     trackers = parse_report_to(config.report_to)

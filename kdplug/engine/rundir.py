@@ -6,12 +6,17 @@ run directory, and ``--overwrite`` removes only the entries a run writes (:data:
 a user's own files, a data directory placed there by mistake, are never deleted. Files are
 written atomically (temporary file, then rename), so an interrupted run never leaves a
 half-written metrics.json or config behind.
+
+One process writes a run directory at a time: the run holds :data:`LOCK_FILE` for its whole life
+(the main process under DDP), and a second ``kdplug run --overwrite`` or ``--resume`` of a
+directory a live run holds is refused, naming that process.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -22,6 +27,7 @@ from ..errors import UsageError
 from ..layout import (  # noqa: F401
     BASELINE_PREDICTIONS_FILE,
     CONFIG_FILE,
+    LOCK_FILE,
     LOG_FILE,
     MARKER_FILE,
     METRICS_FILE,
@@ -29,7 +35,7 @@ from ..layout import (  # noqa: F401
     RUN_ENTRIES,
     STUDENT_DIR,
 )
-from ..storage import write_atomic
+from ..storage import WriterLock, write_atomic
 from ..version import __version__
 
 RUNNING, COMPLETED, FAILED, INTERRUPTED = "running", "completed", "failed", "interrupted"
@@ -55,6 +61,8 @@ def is_completed(path: Path) -> bool:
 def remove_run_entries(path: Path) -> None:
     """Delete what a run wrote in ``path`` (and nothing else)."""
     for name in RUN_ENTRIES:
+        if name == LOCK_FILE:  # held by this process now: removing it would let another take a second one
+            continue
         entry = path / name
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
@@ -71,25 +79,74 @@ def default_output(config: RunConfig) -> Path:
 class RunDirectory:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._lock: Optional[WriterLock] = None
 
     @classmethod
     def create(cls, path: Path, *, overwrite: bool = False) -> RunDirectory:
-        """A run directory at ``path``: new, empty, or replacing a run (never anything else)."""
-        if (
-            cls.check_new(path, overwrite=overwrite) is not None
-        ):  # a failed run, or --overwrite: only the run's own entries go
-            remove_run_entries(path)
+        """A run directory at ``path``: new, empty, or replacing a run (never anything else), locked
+        for this process until :meth:`release`."""
+        cls.check_new(path, overwrite=overwrite)  # before the lock file is written into a directory
         path.mkdir(parents=True, exist_ok=True)
         run_dir = cls(path)
-        run_dir.set_status(RUNNING)
+        run_dir._take_lock()
+        try:
+            # again under the lock: a run that finished a moment ago is seen as it is now
+            if cls._replaced_status(path, overwrite=overwrite) is not None:
+                remove_run_entries(path)  # a failed run, or --overwrite: only the run's own entries go
+            run_dir.set_status(RUNNING)
+        except BaseException:
+            run_dir.release()
+            raise
         return run_dir
 
+    @classmethod
+    def reopen(cls, path: Path) -> RunDirectory:
+        """The run directory at ``path``, to continue its run (``--resume``), locked for this process."""
+        run_dir = cls(path)
+        run_dir._take_lock()
+        try:
+            run_dir.set_status(RUNNING)
+        except BaseException:
+            run_dir.release()
+            raise
+        return run_dir
+
+    def _take_lock(self) -> None:
+        self._lock = WriterLock(self.path / LOCK_FILE).acquire(
+            f"run directory {self.path}", "wait for it to finish, or choose another --output"
+        )
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
     @staticmethod
-    def check_new(path: Path, *, overwrite: bool = False) -> Optional[str]:
+    def check_not_held(path: Path) -> None:
+        """Raise a UsageError when a live kdplug process is writing the run in ``path``."""
+        holder = WriterLock.holder(path / LOCK_FILE)
+        if holder is not None:
+            raise UsageError(
+                f"run directory {path} is being written by {holder}; wait for it to finish, or choose another --output"
+            )
+
+    @classmethod
+    def check_new(cls, path: Path, *, overwrite: bool = False) -> Optional[str]:
         """Raise a UsageError unless a new run may be written to ``path``; the status of the run it
         would replace (None: a new or empty directory)."""
+        if path.is_symlink() and not path.exists():
+            raise UsageError(
+                f"output {path} is a symbolic link to {os.readlink(path)}, which does not exist; create that "
+                f"directory or choose another --output"
+            )
         if path.exists() and not path.is_dir():
             raise UsageError(f"output {path} exists and is not a directory; choose another --output")
+        if path.is_dir():
+            cls.check_not_held(path)
+        return cls._replaced_status(path, overwrite=overwrite)
+
+    @staticmethod
+    def _replaced_status(path: Path, *, overwrite: bool) -> Optional[str]:
         if path.is_dir():
             status = run_status(path)
             others = sorted(entry.name for entry in path.iterdir() if entry.name not in RUN_ENTRIES)

@@ -27,6 +27,8 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
+from ..storage import WriterLock, check_own_directory, write_atomic
+from ..version import __version__
 from ..zoo import Zoo
 from .comparisons import TaskFactory, compare_group, comparison_groups
 from .document import Document
@@ -34,6 +36,9 @@ from .runs import load_runs
 from .sections import comparisons_section, figures_sections, paper_section, summary_section
 
 COMPARISONS_FILE = "comparisons.json"
+#: marks a directory as kdplug's report: only such a directory (or a new or empty one) is written to
+REPORT_MARKER = "kdplug_report.json"
+REPORT_LOCK = "kdplug_report.lock"
 
 
 def write_report(
@@ -49,21 +54,33 @@ def write_report(
     ``output``; return their paths. ``resamples``: of the paired bootstrap (0: t-intervals only).
     ``task_factory``: re-creates a run's task from its configuration, for the bootstrap of a metric
     kdplug has no weighted form of (``kdplug report`` passes one from its registry)."""
+    out = Path(output)
+    check_report_directory(out)  # before any work
     runs = load_runs(paths, zoo)  # collect
     groups = comparison_groups(runs)
     comparisons = [compare_group(group, resamples=resamples, task_factory=task_factory) for group in groups]  # compute
-    out = Path(output)
+    check_report_directory(out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = Document(title)  # write
-    summary_section(doc, runs)
-    paper_section(doc, runs)
-    records = comparisons_section(doc, comparisons, resamples=resamples)
-    figures_sections(doc, groups, out)  # draw
-    files = {"markdown": out / "report.md", "html": out / "report.html", "comparisons": out / COMPARISONS_FILE}
-    files["markdown"].write_text(doc.markdown(), encoding="utf-8")
-    files["html"].write_text(doc.html(), encoding="utf-8")
-    files["comparisons"].write_text(json.dumps(_finite(records), indent=1, allow_nan=False), encoding="utf-8")
+    with WriterLock(out / REPORT_LOCK).acquire(f"report directory {out}", "wait for it, or choose another --output"):
+        write_atomic(out / REPORT_MARKER, json.dumps({"kdplug": __version__, "runs": [str(p) for p in paths]}))
+        doc = Document(title)  # write
+        summary_section(doc, runs)
+        paper_section(doc, runs)
+        records = comparisons_section(doc, comparisons, resamples=resamples)
+        figures_sections(doc, groups, out)  # draw
+        files = {"markdown": out / "report.md", "html": out / "report.html", "comparisons": out / COMPARISONS_FILE}
+        write_atomic(files["markdown"], doc.markdown())
+        write_atomic(files["html"], doc.html())
+        write_atomic(files["comparisons"], json.dumps(_finite(records), indent=1, allow_nan=False))
     return files
+
+
+def check_report_directory(out: Path) -> None:
+    """A report replaces only a report: ``out`` is new, empty, or one kdplug wrote (its marker, or
+    the files of a report an earlier version wrote, which had none)."""
+    if out.is_dir() and all((out / name).is_file() for name in ("report.md", "report.html", COMPARISONS_FILE)):
+        return
+    check_own_directory(out, REPORT_MARKER, writes="report.md, report.html, comparisons.json and figures")
 
 
 def _finite(value: Any) -> Any:
