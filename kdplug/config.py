@@ -102,6 +102,7 @@ class RunConfig:
     cache_dir: Optional[str] = None  # default: $KDPLUG_CACHE or ~/.cache/kdplug
     output: Optional[str] = None  # default: runs/<time>-<task>-<student>-<projector>
     num_workers: int = 0
+    threads: Optional[int] = None  # PyTorch intra-op threads; None: the usable cores other processes leave free
     checkpoint_every: int = 0  # also checkpoint every N steps (0: at epoch ends and stage ends only)
     keep_checkpoints: bool = False  # keep checkpoints/ after the run completes
     measure_speed: bool = True  # time teacher and student at batch 1 and 32 on dev inputs (a few seconds)
@@ -130,6 +131,11 @@ class RunConfig:
         for key in ("head_epochs", "num_workers", "seed"):
             require(getattr(self, key) >= 0, key, "0 or more")
         require(self.teacher_seed is None or self.teacher_seed >= 0, "teacher_seed", "0 or more")
+        require(
+            self.threads is None or self.threads >= 1,
+            "threads",
+            "at least 1 (or unset: the usable cores that other processes leave free)",
+        )
         require(
             self.patience is None or self.patience >= 0,
             "patience",
@@ -338,7 +344,7 @@ def dump_yaml(config: RunConfig) -> str:
 
 
 #: keys a command line never needs to reproduce a run's results
-_LOCAL_KEYS = ("output", "cache_dir", "num_workers", "zoo", "report_to")
+_LOCAL_KEYS = ("output", "cache_dir", "num_workers", "threads", "zoo", "report_to")
 _FLAGS = ("teacher", "student", "projector", "task", "recipe", "data_dir", "seed", "epochs", "precision", "baseline")
 
 

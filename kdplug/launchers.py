@@ -73,9 +73,9 @@ def run_submitit(
     echo: Callable[[str], None] = print,
 ) -> Results:
     """Warm the teachers in one job, then run the pending points as a job array; the results table."""
-    executor = make_executor(sweep.directory / SUBMITIT_DIR, cluster, dict(options or {}))
     sweep.checked_configs(registry)  # every point's names and values, before anything is submitted
-    sweep.write_spec()
+    sweep.write_spec()  # first: it refuses a directory of the user's files before anything is written there
+    executor = make_executor(sweep.directory / SUBMITIT_DIR, cluster, dict(options or {}))
     pending = sweep.pending()
     if not pending:
         echo(f"sweep {sweep.directory}: every point is done already")

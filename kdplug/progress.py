@@ -34,3 +34,16 @@ def progress(
 def human_count(count: int) -> str:
     """A parameter count as people read it in tables: 22700000 -> '22.7M', 41000 -> '41.0K'."""
     return f"{count / 1e6:.1f}M" if count >= 1e5 else f"{count / 1e3:.1f}K"
+
+
+def human_duration(seconds: float) -> str:
+    """A duration as people read it: 0.4 s, 12 s, 3 min 05 s, 1 h 02 min."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"

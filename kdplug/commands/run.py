@@ -145,6 +145,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         dest="cache_dir",
         help="fine-tuned teachers and teacher caches (default: $KDPLUG_CACHE or ~/.cache/kdplug)",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="PyTorch intra-op threads (default: the usable cores that other processes leave free, at least 1; "
+        "OMP_NUM_THREADS also sets it); metrics.json records the choice",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --output")
     parser.add_argument(
         "--resume",
@@ -200,6 +207,7 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
             "transfer",
             "augment",
             "augment_factor",
+            "threads",
         )
     }
     components_given = any(flags[k] for k in ("teacher", "student", "projector", "task")) or args.config

@@ -224,6 +224,7 @@ _NOT_TRAINING = (
     "output",
     "cache_dir",
     "num_workers",
+    "threads",
     "zoo",
     "report_to",
     "checkpoint_every",

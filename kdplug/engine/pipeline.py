@@ -21,6 +21,8 @@ from ..hub import display_name
 from ..layout import CHECKPOINT_DIR
 from ..registry import Registry
 from ..storage import default_cache_root, raise_as_storage_error, write_failure_reason
+from ..threads import apply as apply_threads
+from ..threads import choose as choose_threads
 from ..types import matchable_layers
 from . import analysis, faults, interrupt, preflight
 from . import speed as speed_module
@@ -77,6 +79,7 @@ def run(
     """
     started = time.perf_counter()
     notes = preflight.resolve_components(config, registry)
+    threads = apply_threads(choose_threads(config.threads))
     cache_root = Path(config.cache_dir).expanduser() if config.cache_dir else default_cache_root()
     # Under `accelerate launch` / `torchrun` every rank runs this; only the main one writes files
     # and prints, the others compute their shard and wait.
@@ -98,6 +101,7 @@ def run(
     metrics: dict[str, Any] = {}  # filled as the run goes: a failed run still records what it measured
     try:
         with interrupt.graceful_stop():
+            metrics["threads"] = threads.to_dict()
             result = _run(config, registry, run_dir, cache_root, started, say, main_process, closing, metrics)
         if main_process and not config.keep_checkpoints:
             shutil.rmtree(run_dir.path / CHECKPOINT_DIR, ignore_errors=True)
@@ -203,7 +207,11 @@ def _run(
     set_seed(teacher_seed)
     trackers = parse_report_to(config.report_to)
     accelerator = build_accelerator(config.precision, log_with=trackers, project_dir=run_dir.path / TRACKING_DIR)
-    echo(f"kdplug run -> {run_dir.path}  (device: {accelerator.device}, cache: {cache_root})")
+    threads = metrics.get("threads", {})
+    echo(
+        f"kdplug run -> {run_dir.path}  (device: {accelerator.device}, threads: {threads.get('threads')} "
+        f"({threads.get('reason')}; --threads N sets it), cache: {cache_root})"
+    )
     tracker = Tracking(accelerator, trackers, run_dir.path, config.to_dict()) if trackers else None
     if tracker is not None:
         closing.append(tracker.finish)

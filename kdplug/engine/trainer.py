@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 from transformers import get_linear_schedule_with_warmup
 
 from ..errors import KdplugError
-from ..progress import progress
+from ..progress import human_duration, progress
 from ..types import StageResult, Task
 from . import faults, health, interrupt
 from .cache import TeacherCache
@@ -317,6 +317,7 @@ class Trainer:
             if hasattr(unwrapped.objective, "set_epoch"):  # schedules over epochs, e.g. annealing KD
                 unwrapped.objective.set_epoch(epoch, epochs)
             module.train()
+            epoch_started = time.perf_counter()
             skip = progress.step if epoch == progress.epoch else 0
             batches = self.accelerator.skip_first_batches(loader, skip) if skip else loader
             bar = self.progress(batches, len(loader) - skip, f"{name} epoch {epoch}/{epochs}")
@@ -361,14 +362,17 @@ class Trainer:
             first_split = predictions.get(self.task.dev_splits[0])
             if self.task.labels and first_split:
                 record["predicted_classes"] = len(set(first_split))
+            record["seconds"] = round(time.perf_counter() - epoch_started, 2)  # a resumed epoch: since the resume
             progress.history.append(record)
             log.info(
-                "%s epoch %d/%d: train loss %.4f, %s",
+                "%s epoch %d/%d: train loss %.4f, %s (%s%s)",
                 name,
                 epoch,
                 epochs,
                 record["train"].get("loss", 0.0),
                 _format(metrics),
+                human_duration(record["seconds"]),
+                time_left(progress.history, epochs, early_stopping=bool(patience)),
             )
             if self.tracking is not None:
                 self.tracking.log_epoch(name, epoch * len(loader), epoch, metrics)
@@ -466,6 +470,17 @@ def stop_early(scores: list[float], patience: int, baseline: Optional[float]) ->
     best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # the first epoch with the best score
     learned = baseline is None or scores[best] > baseline
     return learned and len(scores) - 1 - best >= patience
+
+
+def time_left(history: list[dict], epochs: int, *, early_stopping: bool) -> str:
+    """``"; 2 min 10 s left"`` for the stage's remaining epochs at the mean pace of those timed so far
+    (``at most`` where early stopping may end it sooner); empty after the last epoch."""
+    remaining = epochs - history[-1]["epoch"]
+    timed = [record["seconds"] for record in history if "seconds" in record]
+    if remaining <= 0 or not timed:
+        return ""
+    estimate = human_duration(remaining * sum(timed) / len(timed))
+    return f"; {'at most ' if early_stopping else ''}{estimate} left for {remaining} more epoch{'s' * (remaining > 1)}"
 
 
 def _format(metrics: dict[str, dict[str, float]]) -> str:
