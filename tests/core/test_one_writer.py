@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from kdplug.cli import main
-
 from .test_nothing_lost import cache_root, run, tiny_argv
 
 #: four steps an epoch on the tiny SST-2 (12 sentences), so a run can be stopped inside one
@@ -48,9 +46,7 @@ def wait_until_stopped(process: subprocess.Popen, timeout: float = 240) -> None:
 
 def test_a_run_directory_has_one_writer_while_its_run_lives(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     output = tmp_path / "run"
-    first = kdplug_process(
-        tiny_argv(tiny_bert_dir, sst2_dir, output, *STEPS), KDPLUG_SIGNAL_AT="distill:1:2:SIGSTOP"
-    )
+    first = kdplug_process(tiny_argv(tiny_bert_dir, sst2_dir, output, *STEPS), KDPLUG_SIGNAL_AT="distill:1:2:SIGSTOP")
     try:
         wait_until_stopped(first)  # a live run, in the middle of its first distillation epoch
         for extra in (["--overwrite"], ["--seed", "7", "--overwrite"]):
