@@ -135,3 +135,61 @@ def test_the_predict_command_names_a_bad_device(capsys, run, tmp_path):
     code = main(["predict", str(run), "--input", str(texts), "--device", "gpu"])  # was a RuntimeError traceback
     assert code == 2
     assert "device 'gpu' is not a device torch knows: pass cpu, cuda, cuda:1" in capsys.readouterr().err
+
+
+# -- the rest of the Python API: kdplug.distill's flags and the component helpers ---------------------
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"overwrite": "no"}, "overwrite= takes True or False, got str 'no'"),
+        ({"teacher_finetuned": "no"}, "teacher_finetuned= takes True or False, got str 'no'"),
+        ({"echo": 42}, r"echo= takes a function of one str \(print, a logger's info\) or None, got int 42"),
+    ],
+)
+def test_distill_flags_are_booleans_and_echo_a_function_before_anything_runs(arguments, message, monkeypatch):
+    import kdplug.engine.pipeline
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the engine ran")
+
+    monkeypatch.setattr(kdplug.engine.pipeline, "run", must_not_run)
+    with pytest.raises(kdplug.ArgumentError, match=message):
+        kdplug.distill(teacher="minilm", student="bilstm", projector="rkd", task="demo", **arguments)
+
+
+def test_overwrite_no_leaves_an_existing_run_as_it_was(run, tmp_path, tiny_bert_dir):
+    data = write_sst2(tmp_path / "SST-2")
+    before = (run / "metrics.json").read_bytes()
+    with pytest.raises(kdplug.ArgumentError, match="overwrite= takes True or False"):  # "no" read as true: replaced
+        kdplug.distill(
+            teacher=tiny_bert_dir,
+            student="bilstm",
+            projector="rkd",
+            task="sst2",
+            data_dir=str(data),
+            output=str(run),
+            overwrite="no",
+            echo=None,
+            epochs=1,
+            teacher_epochs=1,
+            allow_weak_teacher=True,
+        )
+    assert (run / "metrics.json").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: kdplug.list_components("projectr"), kdplug.UsageError, "unknown component kind 'projectr'. Did you"),
+        (lambda: kdplug.list_projectors(42), kdplug.ArgumentError, r"pattern= takes a glob \(str\) such as 'pkd-\*'"),
+        (lambda: kdplug.create_loss(42), kdplug.ArgumentError, r"create_loss takes a loss's registered name \(str;"),
+        (lambda: kdplug.create_task(["sst2"]), kdplug.ArgumentError, "create_task takes a task's registered name"),
+        (lambda: kdplug.create_task("sst2", data_dir=42), kdplug.ArgumentError, "data_dir= takes a directory"),
+    ],
+    ids=["kind", "pattern", "name", "unhashable name", "data_dir"],
+)
+def test_the_component_helpers_name_a_bad_argument(call, error, message):
+    with pytest.raises(error, match=message):  # were a KeyError, "object of type 'int' has no len()" ...
+        call()
