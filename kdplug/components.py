@@ -9,9 +9,12 @@ with its own manager, or the testing kit's isolated one, sees exactly the plugin
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from .errors import ArgumentError, UsageError, close_matches
 from .plugins import get_plugin_manager
+from .registry import KINDS
 from .types import LayerExtractor, ProjectionRequest, Task, Teacher
 
 
@@ -21,7 +24,23 @@ def _registry():
 
 def list_components(kind: str, pattern: str = "*") -> list[str]:
     """Registered names of ``kind`` (``"projector"``, ``"student"`` ...) matching a glob."""
+    if not isinstance(kind, str) or kind not in KINDS:
+        close = close_matches(str(kind), KINDS)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise UsageError(f"unknown component kind {kind!r}.{hint} Kinds: {', '.join(KINDS)}")
+    if not isinstance(pattern, str):
+        raise ArgumentError(f"pattern= takes a glob (str) such as 'pkd-*', got {type(pattern).__name__} {pattern!r}")
     return _registry().names(kind, pattern)
+
+
+def _create(kind: str, name: Any, *args: Any, **options: Any) -> Any:
+    """``create_KIND(name, ...)``: the component ``name`` names (a str: objects are not names)."""
+    if not isinstance(name, str):
+        raise ArgumentError(
+            f"create_{kind} takes a {kind}'s registered name (str; list_components({kind!r}) lists them), "
+            f"got {type(name).__name__} {name!r}"[:200]
+        )
+    return _registry().create(kind, name, *args, **options)
 
 
 def list_teachers(pattern: str = "*") -> list[str]:
@@ -57,31 +76,33 @@ def list_augmenters(pattern: str = "*") -> list[str]:
 
 
 def create_teacher(name: str, task: Task, **options: Any) -> Teacher:
-    return _registry().create("teacher", name, task, **options)
+    return _create("teacher", name, task, **options)
 
 
 def create_student(name: str, task: Task, teacher: Teacher, **options: Any):
-    return _registry().create("student", name, task, teacher, **options)
+    return _create("student", name, task, teacher, **options)
 
 
 def create_projector(name: str, request: ProjectionRequest, **options: Any):
-    return _registry().create("projector", name, request, **options)
+    return _create("projector", name, request, **options)
 
 
 def create_loss(name: str, **options: Any):
-    return _registry().create("loss", name, **options)
+    return _create("loss", name, **options)
 
 
 def create_task(name: str, data_dir: str | None = None, **options: Any) -> Task:
-    return _registry().create("task", name, data_dir=data_dir, **options)
+    if data_dir is not None and not isinstance(data_dir, (str, os.PathLike)):
+        raise ArgumentError(f"data_dir= takes a directory (str or pathlib.Path), got {type(data_dir).__name__}")
+    return _create("task", name, data_dir=data_dir, **options)
 
 
 def create_recipe(name: str, **options: Any):
-    return _registry().create("recipe", name, **options)
+    return _create("recipe", name, **options)
 
 
 def create_augmenter(name: str, teacher: Teacher, **options: Any):
-    return _registry().create("augmenter", name, teacher, **options)
+    return _create("augmenter", name, teacher, **options)
 
 
 def find_layer_extractor(model: Any) -> LayerExtractor:

@@ -11,7 +11,10 @@ tokenizer it was trained with, its label names and maximum length. Both runtimes
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+import numbers
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -90,11 +93,16 @@ class LoadedStudent:
     def iter_predict(
         self, texts: Union[Text, Sequence[Text]], *, batch_size: int = 32, progress: bool = False
     ) -> Iterator[Prediction]:
-        items = [texts] if isinstance(texts, (str, tuple)) else list(texts)
-        if not items:
-            raise UsageError("nothing to predict: the input holds no texts")
+        """:meth:`predict`, one prediction at a time; the arguments are checked on the call, not on
+        the first ``next()``."""
+        items = text_items(texts)
+        batch_size = check_batch_size(batch_size)
+        check_flag("progress", progress)
         for item in items:
-            self._check(item)
+            self._check_pairing(item)
+        return self._predictions(items, batch_size, progress)
+
+    def _predictions(self, items: list[Text], batch_size: int, progress: bool) -> Iterator[Prediction]:
         bar = None
         if progress:
             from .progress import progress as progress_bar
@@ -108,14 +116,13 @@ class LoadedStudent:
         if bar is not None:
             bar.close()
 
-    def _check(self, item: Text) -> None:
-        if not _is_text(item):
-            raise ArgumentError(f"expected text (a string) or a pair of two strings, got {item!r}"[:200])
+    def _check_pairing(self, item: Text) -> None:
         pair = isinstance(item, tuple)
         if pair != self.is_pair:
+            advice = " (several texts go in a list, not a tuple)" if pair else ""
             raise UsageError(
                 f"this student reads {'sentence pairs' if self.is_pair else 'single texts'} "
-                f"({', '.join(self.text_columns)}), got {'a pair' if pair else 'a single text'}"
+                f"({', '.join(self.text_columns)}), got {'a pair' if pair else 'a single text'}{advice}"
             )
 
     @torch.inference_mode()
@@ -182,13 +189,10 @@ def load_student(
     checksums first (see :mod:`kdplug.integrity`); the tokenizer is checked either way."""
     from .integrity import check_tokenizer, verify_package
 
-    if not isinstance(path, (str, Path)):
-        raise ArgumentError(
-            f"load_student takes a path (str or pathlib.Path) to a run directory or its student/ directory, "
-            f"got {type(path).__name__}"
-        )
-    if runtime not in RUNTIMES:
-        raise UsageError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    check_path("load_student", path)
+    device = check_device(device)
+    check_runtime(runtime)
+    check_flag("verify", verify)
     directory = student_directory(path)
     if verify:
         verify_package(directory)
@@ -304,27 +308,149 @@ def predict(
     runtime: str = "auto",
     verify: bool = True,
 ) -> list[Prediction]:
-    """Predictions of the student in ``path`` for ``texts`` (strings, or (text, pair) tuples)."""
-    items = [texts] if isinstance(texts, (str, tuple)) else list(texts) if _iterable(texts) else [texts]
-    wrong = [item for item in items if not _is_text(item)]
-    if wrong:  # before the student loads
+    """Predictions of the student in ``path`` for ``texts``: a string (one prediction), or a list
+    (or any ordered iterable) of strings, or of (text, pair) tuples. Every argument is checked
+    before the student loads."""
+    items = text_items(texts)
+    batch_size = check_batch_size(batch_size)
+    if isinstance(path, LoadedStudent):
+        if device is not None or runtime != "auto":
+            raise UsageError(
+                f"device= and runtime= choose how predict loads a student, and this one is loaded already "
+                f"({path.runtime} on {path.device}): pass its path instead, or load it with "
+                f"kdplug.load_student(path, device=..., runtime=...)"
+            )
+        return path.predict(items, batch_size=batch_size)
+    check_path("predict", path)
+    return load_student(path, device=device, runtime=runtime, verify=verify).predict(items, batch_size=batch_size)
+
+
+# -- the arguments' checks: each says what was passed and what to pass -------------------------------
+
+#: what ``texts`` may be, for the messages
+TEXTS = "a string, or a list of strings, or of (text, pair) tuples"
+
+
+def text_items(texts: Any) -> list[Text]:
+    """``texts`` as a list of inputs, each a string or a (text, pair) tuple of strings.
+
+    A string is one text, never its characters; a tuple is one pair. A table (a DataFrame iterates
+    its column names, a Dataset its rows as dicts), a mapping (its keys) and a set (no order to give
+    the predictions back in) are refused rather than iterated."""
+    if isinstance(texts, (str, tuple)):
+        items = [texts]
+    elif (columns := _columns(texts)) is not None:
         raise ArgumentError(
-            f"predict takes texts: a string, a list of strings, or of (text, pair) tuples; got "
-            f"{type(wrong[0]).__name__} {wrong[0]!r}"[:200]
+            f"predict takes texts: {TEXTS}; got a table ({type(texts).__name__}): pass one column, "
+            f"texts[{(columns or ['text'])[0]!r}], or a list of (text, pair) tuples"
         )
-    if not isinstance(path, (str, Path, LoadedStudent)):
+    elif isinstance(texts, Mapping):
+        raise ArgumentError(f"predict takes texts: {TEXTS}; got a dict: pass list(texts.values()) or the texts")
+    elif isinstance(texts, AbstractSet):
+        raise ArgumentError(f"predict takes texts: {TEXTS}; got a set, which has no order: pass sorted(texts)")
+    elif isinstance(texts, Iterable) and not isinstance(texts, (bytes, bytearray)):
+        items = list(texts)
+    else:
+        raise ArgumentError(f"predict takes texts: {TEXTS}; got {_describe(texts)}")
+    for index, item in enumerate(items):
+        if not _is_text(item):
+            raise ArgumentError(f"predict takes texts: {TEXTS}; got {_describe(item)}{_item_hint(item, index, items)}")
+    if not items:
+        raise UsageError(f"nothing to predict: texts holds no texts; pass {TEXTS}")
+    return items
+
+
+def _columns(value: Any) -> Optional[list[str]]:
+    """The column names of a table (a pandas DataFrame, a datasets Dataset), None for anything else."""
+    names = getattr(value, "column_names", None)
+    if names is None and not isinstance(value, Mapping):
+        names = getattr(value, "columns", None)
+    return None if names is None or isinstance(value, Mapping) else [str(name) for name in names]
+
+
+def _item_hint(item: Any, index: int, items: list) -> str:
+    where = f" (item {index} of {len(items)})" if len(items) > 1 else ""
+    if isinstance(item, tuple) and all(isinstance(part, str) for part in item):
+        return f"{where}: a tuple is one (text, pair) input; pass several texts as a list"
+    if isinstance(item, list) and len(item) == 2 and all(isinstance(part, str) for part in item):
+        return f"{where}: a pair is a tuple, (text, pair)"
+    if isinstance(item, (bytes, bytearray)):
+        return f"{where}: decode bytes first (text.decode('utf-8'))"
+    return where
+
+
+def check_batch_size(batch_size: Any) -> int:
+    """``batch_size`` as a whole number of at least 1 (not a bool, a float or a string)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
         raise ArgumentError(
-            f"predict takes a run directory or student directory (str or pathlib.Path) or a LoadedStudent, "
-            f"got {type(path).__name__}"
+            f"batch_size= takes a whole number of at least 1, such as 32; got {_describe(batch_size)}"
+            + _whole_number_hint(batch_size)
         )
-    student = (
-        path if isinstance(path, LoadedStudent) else load_student(path, device=device, runtime=runtime, verify=verify)
+    if batch_size < 1:
+        raise UsageError(f"batch_size= must be at least 1 (the number of texts per forward pass), got {batch_size}")
+    return int(batch_size)
+
+
+def _whole_number_hint(value: Any) -> str:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return ""
+    return (
+        f": pass batch_size={int(number)}"
+        if number.is_integer() and number >= 1 and not isinstance(value, bool)
+        else ""
     )
-    return student.predict(items, batch_size=batch_size)
 
 
-def _iterable(value: Any) -> bool:
-    return not isinstance(value, (bytes, bytearray)) and hasattr(value, "__iter__")
+def check_path(function: str, path: Any) -> None:
+    """``path`` names a directory: a str or path-like, and not empty (which would mean the current directory)."""
+    if not isinstance(path, (str, os.PathLike)):
+        what = (
+            "a run directory or student directory (str or pathlib.Path) or a LoadedStudent"
+            if function == "predict"
+            else "a path (str or pathlib.Path) to a run directory or its student/ directory"
+        )
+        raise ArgumentError(f"{function} takes {what}, got {type(path).__name__}")
+    if not str(path).strip():
+        raise UsageError(f"{function} got an empty path: pass a run directory or its student/ directory")
+
+
+def check_device(device: Any) -> Optional[torch.device]:
+    """``device`` as a torch.device this machine has (None: the default, CUDA when available)."""
+    if device is None:
+        return None
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+        raise ArgumentError(f"device= takes 'cpu', 'cuda', 'cuda:1' ... or a torch.device; got {_describe(device)}")
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise UsageError(f"device {device!r} is not a device torch knows: pass cpu, cuda, cuda:1 ...") from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise UsageError(f"device {device!r}: this machine has no CUDA device torch can use; use cpu")
+        if parsed.index is not None and parsed.index >= count:
+            raise UsageError(
+                f"device {device!r}: this machine has {count} CUDA device{'s' if count > 1 else ''} "
+                f"(cuda:0{f' to cuda:{count - 1}' if count > 1 else ''})"
+            )
+    return parsed
+
+
+def check_runtime(runtime: Any) -> None:
+    if not isinstance(runtime, str) or runtime not in RUNTIMES:
+        raise UsageError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+
+
+def check_flag(name: str, value: Any) -> None:
+    """A yes/no argument is True or False: a string such as 'no' would read as true."""
+    if not isinstance(value, bool):
+        raise ArgumentError(f"{name}= takes True or False, got {_describe(value)}")
+
+
+def _describe(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"[:120]
 
 
 def _is_text(item: Any) -> bool:

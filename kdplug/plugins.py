@@ -43,6 +43,7 @@ class PluginFailure:
     distribution: str
     error: str
     stage: str  # "import", "register", "version", "duplicate name"
+    entry_point: str = ""  # "name = module:object": where it was found (an entry point that failed to load)
 
     def message(self) -> str:
         origin = f"plugin {self.name!r} from {self.distribution or 'an unknown distribution'}"
@@ -123,14 +124,15 @@ class PluginManager:
             dist = getattr(entry_point, "dist", None)
             dist_name = dist.metadata["Name"] if dist is not None else ""
             dist_version = dist.version if dist is not None else ""
+            found = f"{entry_point.name} = {entry_point.value}"
             incompatible = _check_kdplug_requirement(dist)
             if incompatible:
-                self._failures.append(PluginFailure(entry_point.name, dist_name, incompatible, "version"))
+                self._failures.append(PluginFailure(entry_point.name, dist_name, incompatible, "version", found))
                 continue
             try:
                 plugin = entry_point.load()
             except Exception as exc:  # a broken plugin must not take the others down
-                self._failures.append(PluginFailure(entry_point.name, dist_name, _describe(exc), "import"))
+                self._failures.append(PluginFailure(entry_point.name, dist_name, _describe(exc), "import", found))
                 continue
             self.register(plugin, entry_point.name, distribution=dist_name, version=dist_version)
 
@@ -207,6 +209,10 @@ class PluginManager:
 
 
 def _describe(exc: BaseException) -> str:
+    """The exception and where it was raised: for a syntax error the offending line of the plugin's
+    file (its traceback ends in the import machinery), else the innermost frame."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{type(exc).__name__}: {exc.msg} (at {exc.filename}:{exc.lineno})"
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
     return f"{type(exc).__name__}: {exc}{where}"

@@ -80,6 +80,13 @@ def distill(
     for name, value in (("data_dir", data_dir), ("output", output)):
         if value is not None and not isinstance(value, (str, Path)):
             raise ArgumentError(f"{name}= takes a directory (str or pathlib.Path), got {type(value).__name__}")
+    for name, value in (("overwrite", overwrite), ("teacher_finetuned", teacher_finetuned)):
+        if not isinstance(value, bool):  # "no" would read as true: a run replaced, a teacher never fine-tuned
+            raise ArgumentError(f"{name}= takes True or False, got {_describe(value)}")
+    if echo is not None and not callable(echo):
+        raise ArgumentError(
+            f"echo= takes a function of one str (print, a logger's info) or None, got {_describe(echo)}"
+        )
     run_config = _base_config(config)
     objects: dict[str, Any] = {}
     values: dict[str, Any] = {}

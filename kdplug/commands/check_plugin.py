@@ -7,8 +7,8 @@ import json
 import sys
 
 from ..config import parse_overrides
-from ..errors import UsageError, close_matches
-from ..plugins import PluginManager
+from ..errors import PluginError, UsageError, close_matches
+from ..plugins import PluginFailure, PluginManager
 from ..registry import Registry
 from . import report_failures
 
@@ -18,7 +18,8 @@ examples:
   kdplug check-plugin kdplug-cosine             # a distribution (or entry-point) name: all its components
   kdplug check-plugin alp --option attention_temperature=2
   kdplug check-plugin sst2 --data-dir glue/SST-2
-exit codes: 0 every check passed, 1 a check failed (or nothing could be checked), 2 unknown name
+exit codes: 0 every check passed, 1 a check failed, nothing could be checked, or the plugin failed to load;
+  2 unknown name
 """
 
 
@@ -95,11 +96,52 @@ def find_targets(registry: Registry, name: str, kind: str | None = None) -> list
     )
 
 
+def targets_or_why_not(manager: PluginManager, name: str, kind: str | None = None) -> list[tuple[str, str]]:
+    """:func:`find_targets`; where nothing has the name, why: a plugin of that name was found but
+    failed to load (:class:`PluginError`, exit 1), or was disabled, or plugins that failed to load
+    might have provided it."""
+    try:
+        return find_targets(manager.registry, name, kind)
+    except UsageError as unknown:
+        lowered = name.lower()
+        failed = [f for f in manager.failures if f.stage != "duplicate name"]
+        for failure in failed:
+            if lowered in (failure.name.lower(), failure.distribution.lower()):
+                raise PluginError(failed_to_load(failure)) from None
+        if name in manager.disabled:
+            raise UsageError(
+                f"plugin {name!r} is disabled (--disable-plugin or KDPLUG_DISABLE_PLUGINS): enable it to check it"
+            ) from None
+        if failed:
+            names = ", ".join(sorted({repr(f.name) for f in failed}))
+            raise UsageError(
+                f"{unknown} Plugins that failed to load may provide it: {names} ('kdplug plugins' says why)"
+            ) from None
+        raise
+
+
+def failed_to_load(failure: PluginFailure) -> str:
+    """A plugin that was found but did not load: where it was found, the error and where it was raised."""
+    found = f"entry point '{failure.entry_point}'" if failure.entry_point else "its plugin object"
+    distribution = failure.distribution or "an unknown distribution"
+    origin = f"plugin {failure.name!r} ({found} of {distribution})"
+    if failure.stage == "import":
+        advice = (
+            f"install the package that provides the missing module (a dependency of {distribution})"
+            if failure.error.startswith(("ModuleNotFoundError", "ImportError"))
+            else "fix the error at that line"
+        )
+        return f"{origin} was found but failed to import: {failure.error}. To check it, {advice}"
+    if failure.stage == "version":
+        return f"{origin} was found but not loaded: {failure.error}"
+    return f"{origin} was imported but failed to register its components: {failure.error}"
+
+
 def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     from ..testing.contracts import Workspace, check_component
 
     registry = manager.registry
-    targets = find_targets(registry, args.name, args.kind)
+    targets = targets_or_why_not(manager, args.name, args.kind)
     options = parse_options(args.options)
     report_failures(manager)
     reports = []

@@ -109,6 +109,68 @@ def test_json_output(capsys):
     assert {"check": "zero for identical inputs", "status": "passed", "detail": "", "case": ""} in report["results"]
 
 
+# A plugin that is installed (its entry point is there) but whose module does not import.
+UNIMPORTABLE = {
+    "missing dependency": (
+        "import kdplug\nimport kdplug_no_such_dependency\n",
+        "ModuleNotFoundError: No module named 'kdplug_no_such_dependency' (at {module}:2)",
+        "install the package that provides the missing module (a dependency of kdplug-unimportable)",
+    ),
+    "syntax error": (
+        "import kdplug\n\ndef register(:\n    pass\n",
+        "SyntaxError: invalid syntax (at {module}:3)",
+        "fix the error at that line",
+    ),
+}
+
+
+def check_plugin_in_a_child(site, *argv):
+    """``kdplug check-plugin`` in a fresh process that sees the distributions installed in ``site``."""
+    path = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return subprocess.run(
+        [sys.executable, "-m", "kdplug.cli", *argv],
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("fault", sorted(UNIMPORTABLE))
+@pytest.mark.parametrize("name", ["unimportable", "kdplug-unimportable"])  # entry-point and distribution names
+def test_a_plugin_that_fails_to_import_is_found_and_its_error_shown(tmp_path, fault, name):
+    source, error, advice = UNIMPORTABLE[fault]
+    module = tmp_path / "kdplug_unimportable.py"
+    module.write_text(source)
+    info = tmp_path / "kdplug_unimportable-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kdplug-unimportable\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[kdplug]\nunimportable = kdplug_unimportable\n")
+    result = check_plugin_in_a_child(tmp_path, "check-plugin", name)
+    assert result.returncode == 1, result.stderr  # the plugin exists: not an unknown name (2), a failed check
+    assert (
+        "plugin 'unimportable' (entry point 'unimportable = kdplug_unimportable' of kdplug-unimportable) "
+        "was found but failed to import: " + error.format(module=module) + ". To check it, " + advice
+    ) in result.stderr
+    assert "no component, plugin or distribution" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_unknown_name_mentions_the_plugins_that_failed_to_load_and_a_disabled_one_says_so(tmp_path):
+    (tmp_path / "kdplug_unimportable.py").write_text(UNIMPORTABLE["missing dependency"][0])
+    info = tmp_path / "kdplug_unimportable-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kdplug-unimportable\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[kdplug]\nunimportable = kdplug_unimportable\n")
+    unknown = check_plugin_in_a_child(tmp_path, "check-plugin", "its-projector")  # a name inside the broken module
+    assert unknown.returncode == 2
+    assert "Plugins that failed to load may provide it: 'unimportable' ('kdplug plugins' says why)" in unknown.stderr
+    disabled = check_plugin_in_a_child(tmp_path, "--disable-plugin", "pkd", "check-plugin", "pkd")
+    assert disabled.returncode == 2
+    assert "plugin 'pkd' is disabled (--disable-plugin or KDPLUG_DISABLE_PLUGINS): enable it to check it" in (
+        disabled.stderr
+    )
+
+
 # -- new-plugin ----------------------------------------------------------------------------------
 
 SKELETON_FILES = {
