@@ -8,7 +8,7 @@ of :mod:`kdplug.components`. No module inside kdplug imports it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .api import *  # noqa: F403  the plugin API: every name of kdplug.api
 from .api import __all__ as _api_names
@@ -33,9 +33,22 @@ from .components import (
 )
 from .config import RunConfig
 from .errors import ArgumentError
-from .inference import LoadedStudent, Prediction, load_student, predict
 from .integrity import PackageIntegrityError
 from .plugins import PluginManager, get_plugin_manager, set_plugin_manager
+
+if TYPE_CHECKING:  # for editors and type checkers; at run time __getattr__ imports them
+    from .inference import LoadedStudent, Prediction, load_student, predict
+
+#: names of kdplug.inference, imported on first use: it needs torch, which `kdplug --help` need not load
+_INFERENCE_NAMES = ("LoadedStudent", "Prediction", "load_student", "predict")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _INFERENCE_NAMES:
+        from . import inference
+
+        return getattr(inference, name)
+    raise AttributeError(f"module 'kdplug' has no attribute {name!r}")
 
 
 def distill(*args: Any, **kwargs: Any):

@@ -9,10 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # torch is imported where a module is hashed: `kdplug --help` does not load it
+    from torch import nn
 
 
 def _hasher() -> hashlib._Hash:
@@ -21,6 +21,8 @@ def _hasher() -> hashlib._Hash:
 
 def of_module(module: nn.Module) -> str:
     """Hash of every parameter and buffer (names, shapes, dtypes, values)."""
+    import torch
+
     digest = _hasher()
     for name, tensor in sorted(module.state_dict().items()):
         tensor = tensor.detach().cpu().contiguous()

@@ -30,6 +30,9 @@ KINDS: dict[str, str] = {
     "augmenter": "kdplug_register_augmenters",
 }
 
+#: the kinds kdplug.testing has a contract for (``kdplug check-plugin --kind``)
+CONTRACT_KINDS = ("teacher", "student", "projector", "loss", "task", "recipe", "augmenter")
+
 #: kind -> its plural, for headings ("losses", not "losss")
 PLURALS = {kind: kind + ("es" if kind.endswith("s") else "s") for kind in KINDS}
 

@@ -11,14 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import (
+    TYPE_CHECKING,
     Any,
     Optional,
     Protocol,
     runtime_checkable,
 )
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # annotations only: `import kdplug` and `kdplug --help` do not load torch
+    import torch
+    from torch import nn
 
 # --------------------------------------------------------------------------------------------
 # Layers

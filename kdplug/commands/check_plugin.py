@@ -24,7 +24,7 @@ exit codes: 0 every check passed, 1 a check failed, nothing could be checked, or
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from ..testing.contracts import CONTRACT_KINDS
+    from ..registry import CONTRACT_KINDS  # not kdplug.testing: `kdplug --help` does not load torch
 
     parser = sub.add_parser(
         "check-plugin",

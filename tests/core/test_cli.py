@@ -281,3 +281,15 @@ def test_cache_list_and_clear(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     code, out, _ = run_cli(capsys, "cache", "clear", "--cache-dir", str(cache))
     assert code == 0 and "MiB freed" in out
     assert not (cache / "teacher-cache").exists() and not (cache / "teachers").exists()
+
+
+@pytest.mark.parametrize("command", ["", "run", "predict", "export", "sweep", "report", "cache", "check-plugin"])
+def test_help_does_not_load_torch(command):
+    """``kdplug --help`` answers in a fraction of a second: torch (seconds to import) stays unloaded."""
+    script = (
+        "import sys\nfrom kdplug.cli import main\n"
+        f"try:\n    main([*{command.split()!r}, '--help'])\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split()[-2:] == ["False", "False"], done.stderr

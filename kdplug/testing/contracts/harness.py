@@ -21,12 +21,11 @@ from torch import nn
 
 from ...errors import PluginError, UsageError
 from ...plugins import ENTRY_POINT_GROUP, PluginManager, get_plugin_manager
-from ...registry import Entry, Registry
+from ...registry import CONTRACT_KINDS, Entry, Registry  # noqa: F401  CONTRACT_KINDS: re-exported by contracts
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 #: the kinds that have a contract (layer extractors are checked through the student contract)
-CONTRACT_KINDS = ("teacher", "student", "projector", "loss", "task", "recipe", "augmenter")
 
 BATCH = 3
 
