@@ -165,7 +165,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="resolve and check everything the run would use (teacher, student, tokenizer, task and "
         "its sizes, recipe, every stage's epochs, lr, weights and temperature, transfer set, "
-        "output, what is cached), print the plan and exit, training nothing",
+        "output, what is cached, how long each part would take here, from a few timed steps), print the plan and "
+        "exit, training nothing",
     )
     parser.set_defaults(handler=handle)
 

@@ -19,6 +19,7 @@ from ..config import RunConfig
 from ..errors import KdplugError, UsageError, debugging
 from ..hub import display_name
 from ..layout import CHECKPOINT_DIR
+from ..progress import human_duration
 from ..registry import Registry
 from ..storage import default_cache_root, raise_as_storage_error, write_failure_reason
 from ..threads import apply as apply_threads
@@ -386,8 +387,23 @@ def _run(
     advice = transfer_advice(config, registry, student, len(train))
     if advice:
         echo(advice)
-    echo(f"wall time {metrics['wall_seconds']:.1f}s; results in {run_dir.path}")
+    echo(f"{stage_times(metrics)}; results in {run_dir.path}")
     return RunResult(run_dir.path, metrics, rows)
+
+
+def stage_times(metrics: dict[str, Any]) -> str:
+    """``time: teacher fine-tuning 1 min 10 s, distill 42 s; wall 2 min 05 s``: where a run's time went."""
+    parts = []
+    finetuned = metrics.get("teacher", {}).get("finetuned", {})
+    if "seconds" in finetuned and "reused" not in finetuned:
+        parts.append(f"teacher fine-tuning {human_duration(finetuned['seconds'])}")
+    parts += [
+        f"{name} {human_duration(stage['seconds'])}"
+        for name, stage in metrics.get("stages", {}).items()
+        if "seconds" in stage
+    ]
+    wall = f"wall {human_duration(metrics['wall_seconds'])}"
+    return f"time: {', '.join(parts)}; {wall}" if parts else f"time: {wall}"
 
 
 #: below this many labelled examples a student trained from scratch gains most from a transfer set

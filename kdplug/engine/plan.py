@@ -12,6 +12,7 @@ nothing into the cache or the output directory.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -21,11 +22,13 @@ from accelerate.utils import set_seed
 
 from .. import fingerprint
 from ..config import RunConfig
-from ..progress import human_count
+from ..progress import human_count, human_duration
 from ..registry import Registry
 from ..storage import default_cache_root
+from ..threads import apply as apply_threads
+from ..threads import choose as choose_threads
 from ..types import StageResult, Teacher, num_outputs
-from . import preflight
+from . import estimate, preflight
 from . import teacher as teacher_stage
 from .cache import is_cached
 from .inputs import create_teacher, finetune_settings, load_task_and_teacher
@@ -55,12 +58,21 @@ class PlanningContext(EngineContext):
     def train_stage(self, name: str, student, projector=None, **options: Any) -> StageResult:
         name = self.stage_prefix + name
         stage = self.prepare_stage(name, student, projector, **options)
+        timing = estimate.epoch_seconds(
+            stage.module.student, self.trainer, stage.train, stage.dev, stage.examples, self.config.batch_size
+        )
         self.stages[name] = {
             **stage.settings(),
             "examples_per_epoch": stage.examples,
             "projector": getattr(stage.projector, "name", None) if stage.projector else None,
             "reads_teacher": stage.module.needs_teacher,
             "plan": stage.describe(),
+            "estimate": {
+                **timing,
+                "fewest_epochs": fewest_epochs(stage),
+                "seconds": round(timing["seconds_per_epoch"] * stage.epochs, 1),
+                "fewest_seconds": round(timing["seconds_per_epoch"] * fewest_epochs(stage), 1),
+            },
         }
         return StageResult(name)
 
@@ -102,6 +114,7 @@ def dry_run(
 ) -> dict[str, Any]:
     """Resolve and check everything ``config`` would use, print the plan, and return it."""
     notes = preflight.resolve_components(config, registry)
+    threads = apply_threads(choose_threads(config.threads))  # as the run would: the timings below use them
     cache_root = Path(config.cache_dir).expanduser() if config.cache_dir else default_cache_root()
     output = Path(config.output) if config.output else default_output(config)
     preflight.writable_paths(config, output, cache_root)
@@ -203,8 +216,51 @@ def dry_run(
     }
     plan["recipe"] = config.recipe
     plan["stages"] = context.stages
+    plan["threads"] = threads.to_dict()
+    plan["time"] = _time_plan(plan, config, trainer, teacher, finetuned, train, dev, max_length)
     echo(format_plan(plan, config))
     return plan
+
+
+def fewest_epochs(stage) -> int:
+    """The epochs a stage runs at the least: early stopping waits for ``min_epochs`` and for
+    ``patience`` epochs without an improvement after the first."""
+    if not stage.patience:
+        return stage.epochs
+    return min(stage.epochs, max(stage.min_epochs, stage.patience + 1))
+
+
+def _time_plan(plan, config, trainer, teacher, finetuned, train, dev, max_length) -> dict[str, Any]:
+    """Seconds for the teacher's fine-tuning and outputs where they are not stored yet, and the
+    stages' sum, from steps timed on this machine now (see :mod:`kdplug.engine.estimate`)."""
+    parts: dict[str, tuple[float, float]] = {}  # the fewest and the most seconds
+    finetune = plan["teacher"]["finetune"]
+    if isinstance(finetune, dict) and not finetune["stored"]:
+        epoch = estimate.epoch_seconds(teacher.model, trainer, train, dev, len(train), config.teacher_batch_size)
+        fewest = min(finetune["epochs"], max(finetune.get("min_epochs", 0), finetune.get("patience", 0) + 1))
+        parts["teacher fine-tuning"] = (
+            epoch["seconds_per_epoch"] * (fewest if finetune.get("patience") else finetune["epochs"]),
+            epoch["seconds_per_epoch"] * finetune["epochs"],
+        )
+    outputs = plan["teacher_outputs"]
+    if isinstance(outputs, dict) and any(value != "cached" for value in outputs.values()):
+        loader, _ = trainer.loader(train, shuffle=False, batch_size=config.teacher_batch_size)
+        forward = estimate.step_seconds((finetuned or teacher).model, loader, train=False)
+        examples = len(train) + sum(len(split) for split in dev.values())
+        seconds = forward * math.ceil(examples / config.teacher_batch_size)
+        parts["teacher outputs"] = (seconds, seconds)
+    for name, stage in plan["stages"].items():
+        if "estimate" in stage:
+            parts[name] = (stage["estimate"]["fewest_seconds"], stage["estimate"]["seconds"])
+    return {
+        "parts": {name: (round(low, 1), round(high, 1)) for name, (low, high) in parts.items()},
+        "fewest_seconds": round(sum(low for low, _ in parts.values()), 1),
+        "seconds": round(sum(high for _, high in parts.values()), 1),
+    }
+
+
+def _span(low: float, high: float) -> str:
+    return human_duration(high) if abs(high - low) < 0.05 else f"{human_duration(low)} to {human_duration(high)}"
 
 
 def _cached_outputs(
@@ -306,7 +362,14 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
         lines.append(f"transfer    {transfer['examples']} examples ({where})")
     lines.append(f"recipe      {plan['recipe']}")
     for name, stage in plan["stages"].items():
-        lines.append(f"  stage {name}: {stage['plan']}")
+        guess = stage.get("estimate")
+        timing = (
+            f"; about {human_duration(guess['seconds_per_epoch'])} an epoch here now, "
+            f"{_span(guess['fewest_seconds'], guess['seconds'])} in all"
+            if guess
+            else ""
+        )
+        lines.append(f"  stage {name}: {stage['plan']}{timing}")
     lines.append(
         f"device      {plan['device']}, precision {config.precision} (the teacher runs in {plan['teacher_precision']})"
     )
@@ -319,4 +382,13 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
     )
     lines.append(f"output      {plan['output']} ({state})")
     lines.append(f"cache       {plan['cache']}")
+    threads, timing = plan["threads"], plan["time"]
+    parts = ", ".join(f"{name} {_span(*seconds)}" for name, seconds in timing["parts"].items())
+    lines.append(
+        f"time        about {_span(timing['fewest_seconds'], timing['seconds'])} ({parts}; the fewer where early "
+        f"stopping ends each stage as soon as it may). Estimated from {estimate.TIMED_STEPS} steps of each model "
+        f"timed here now on the run's batches, with "
+        f"{threads['threads']} thread(s) ({threads['reason']}); the distillation terms come on top (a small share "
+        f"for logit methods)"
+    )
     return "\n".join(lines)

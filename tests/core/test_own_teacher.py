@@ -412,6 +412,12 @@ def test_dry_run_prints_the_plan_and_writes_nothing(capsys, tmp_path, tiny_bert_
     assert "stage stage2:" in out and "weights ce 1, eta 0, lam 0" in out
     assert f"output      {output} (a new run directory)" in out
     assert not output.exists() and sorted(cache.rglob("*")) == before
+    # the time, from steps timed on the run's own batches: the stages' spans and their sum
+    stage2 = next(line for line in out.splitlines() if line.startswith("  stage stage2:"))
+    assert " an epoch here now, " in stage2 and stage2.endswith(" in all")
+    time_line = next(line for line in out.splitlines() if line.startswith("time        about "))
+    assert "teacher fine-tuning " in time_line and "stage1 " in time_line and "stage2 " in time_line
+    assert "Estimated from 3 steps of each model timed here now" in time_line and " thread(s) (" in time_line
 
 
 def test_dry_run_exits_2_with_the_first_problem(capsys, tmp_path, tiny_bert_dir, sst2_dir):

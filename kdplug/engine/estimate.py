@@ -1,0 +1,60 @@
+"""How long a run will take, before it starts: a few real steps timed on this machine, now.
+
+``kdplug run --dry-run`` builds the models anyway; timing a handful of their steps on the run's
+own batches costs a few seconds and gives the only honest figure: it already includes this
+machine's speed, its load and the thread count the run would use. What it cannot include is said
+with the figure: the distillation terms (a projector, the losses: a small share for a BiLSTM, more
+for a BERT student matching every layer) and early stopping (which can only shorten a stage).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import statistics
+import time
+from itertools import chain, islice, repeat
+from typing import Any
+
+import torch
+from torch import nn
+
+from .objective import model_forward
+
+#: steps timed after one warm-up step
+TIMED_STEPS = 3
+
+
+def step_seconds(model: nn.Module, loader, *, train: bool) -> float:
+    """The median seconds of one step of ``model`` on the first batches of ``loader``: forward,
+    backward and an optimizer step when ``train``, a forward pass without gradients otherwise.
+    ``model`` is copied: its weights are not changed."""
+    model = copy.deepcopy(model).train(train)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5) if train else None
+    times = []
+    batches = chain.from_iterable(repeat(loader))  # a split of one batch is timed on that batch again
+    for index, batch in enumerate(islice(batches, TIMED_STEPS + 1)):
+        started = time.perf_counter()
+        with torch.set_grad_enabled(train):
+            outputs = model_forward(model, batch)
+            logits = outputs.logits if hasattr(outputs, "logits") else outputs[0]
+            if optimizer is not None:
+                logits.float().pow(2).mean().backward()  # any scalar: the cost is the backward pass
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        if index:  # the first step allocates and warms up
+            times.append(time.perf_counter() - started)
+    return statistics.median(times) if times else 0.0
+
+
+def epoch_seconds(model: nn.Module, trainer, train, dev: dict, examples: int, batch_size: int) -> dict[str, Any]:
+    """One epoch of training ``model`` on ``examples`` examples and its evaluation on ``dev``."""
+    loader, _ = trainer.loader(train, shuffle=True, batch_size=batch_size)
+    train_step = step_seconds(model, loader, train=True)
+    dev_batches = sum(math.ceil(len(split) / batch_size) for split in dev.values())
+    first_dev = next(iter(dev.values()))
+    eval_step = step_seconds(model, trainer.loader(first_dev, shuffle=False, batch_size=batch_size)[0], train=False)
+    return {
+        "step_seconds": round(train_step, 4),
+        "seconds_per_epoch": round(math.ceil(examples / batch_size) * train_step + dev_batches * eval_step, 2),
+    }
