@@ -355,6 +355,7 @@ def _run(
             "teacher": teacher_speed.as_dict(),
             "student": student_speed.as_dict(),
             "speedup": round(ratio, 3) if ratio else None,
+            "unreliable": teacher_speed.unreliable or student_speed.unreliable,
         }
     metrics["wall_seconds"] = round(time.perf_counter() - started, 2)
     metrics["processes"] = accelerator.num_processes

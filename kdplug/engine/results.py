@@ -102,8 +102,8 @@ def format_table(rows: list[Row], task: Task) -> str:
             cells += (
                 [
                     f"{speed.weights_mb:.1f} MB",
-                    f"{speed.latency_ms:.2f}",
-                    f"{speed.throughput:.0f}",
+                    f"{speed.latency_ms:.2f} {_plus_minus(speed.latency_spread)}",
+                    f"{speed.throughput:.0f} {_plus_minus(speed.throughput_spread)}",
                     f"{row.speedup:.2f}x" if row.speedup else "1.00x",
                 ]
                 if speed
@@ -112,4 +112,16 @@ def format_table(rows: list[Row], task: Task) -> str:
         body.append(cells)
     widths = [max(len(str(r[i])) for r in [header] + body) for i in range(len(header))]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in body])
+    lines = [line(header), line(["-" * w for w in widths])] + [line(r) for r in body]
+    doubts = sorted({row.speed.unreliable for row in rows if row.speed is not None and row.speed.unreliable})
+    if doubts:
+        lines.append(
+            f"the speed columns are not reliable: {'; '.join(doubts)}. Time the run again on an idle machine "
+            f"(python benchmarks/inference.py --run RUN_DIR) before quoting them"
+        )
+    return "\n".join(lines)
+
+
+def _plus_minus(spread: float) -> str:
+    """A timing's spread as ``±4%``: half the distance between its slowest and fastest repeat."""
+    return f"±{spread / 2:.0%}"

@@ -1,39 +1,43 @@
 """How much smaller and faster the student is than its teacher, measured on the run's device.
 
-For each model: parameters, the size of its weights as stored (fp32 safetensors), the latency of
-one example at batch size 1 and the throughput at batch size 32, each the median of timed
-repetitions after warm-up, on real dev inputs (the first dev examples, in each model's own
-tokenisation). The speed-up is the teacher's time over the student's at batch 32: the papers'
+For each model: parameters, the size of its weights as stored (fp32 safetensors, in MB), the
+latency of one example at batch size 1 and the throughput at batch size 32, each the median of
+timed repetitions after warm-up with their spread (:mod:`kdplug.timing`, the routine ``kdplug
+export`` uses too), on real dev inputs (the first dev examples, in each model's own tokenisation).
+Figures measured while other processes kept the CPU busy, or whose repeats disagree, are flagged.
+The speed-up is the teacher's time over the student's at batch 32: the papers'
 headline (PKD Table 4: BERT-6 1.94x faster than BERT-12), measured rather than quoted.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Optional
 
 import torch
 from torch import nn
 
+from ..threads import other_load
+from ..timing import megabytes, time_call, unreliable
 from .data import Collator, EncodedSplit
 from .objective import model_forward
 
 #: examples timed one by one, and the batch size of the throughput measurement
 SINGLE_EXAMPLES, BATCH_SIZE = 16, 32
-WARMUP, REPEATS = 2, 7
 
 
 @dataclass
 class Speed:
     parameters: int
-    weights_mb: float  # fp32 safetensors: 4 bytes a parameter (plus buffers)
+    weights_mb: float  # fp32 safetensors: 4 bytes a parameter (plus buffers), in MB (10^6 bytes)
     latency_ms: float  # one example at batch size 1, median
     throughput: float  # examples per second at batch size 32, median
     batch_size: int  # examples in the throughput batch (fewer when dev has fewer)
     device: str
+    latency_spread: float = 0.0  # (slowest - fastest) / median of the repeats
+    throughput_spread: float = 0.0
+    unreliable: Optional[str] = None  # why the figures are not to be trusted (a busy machine), if so
 
     def as_dict(self) -> dict:
         return {key: round(value, 4) if isinstance(value, float) else value for key, value in asdict(self).items()}
@@ -50,25 +54,11 @@ def weights_bytes(model: nn.Module) -> int:
     return total
 
 
-def _median_seconds(call: Callable[[], None], device: torch.device, repeats: int = REPEATS) -> float:
-    def timed() -> float:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        call()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return time.perf_counter() - start
-
-    for _ in range(WARMUP):
-        call()
-    return statistics.median(timed() for _ in range(repeats))
-
-
 @torch.inference_mode()
 def measure(model: nn.Module, split: EncodedSplit, device: torch.device | str) -> Speed:
     """Time ``model`` (eval mode, fp32) on the first dev examples of ``split``."""
     device = torch.device(device)
+    synchronize = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
     was_training = model.training
     model.eval().to(device)
     collate = Collator(split.pad_id, split.is_regression)
@@ -78,19 +68,24 @@ def measure(model: nn.Module, split: EncodedSplit, device: torch.device | str) -
         {key: value.to(device) for key, value in collate([split[i]]).items()}
         for i in range(min(SINGLE_EXAMPLES, len(split)))
     ]
+    load = other_load()  # before: while the model runs, this process is one of the busy ones
     # batch size 1: the median over examples of each example's median time
-    latency = statistics.median(
-        _median_seconds(lambda one=one: model_forward(model, one), device, repeats=3) for one in singles
-    )
-    batch_seconds = _median_seconds(lambda: model_forward(model, batch), device)
+    per_example = [
+        time_call(lambda one=one: model_forward(model, one), repeats=3, synchronize=synchronize) for one in singles
+    ]
+    batched = time_call(lambda: model_forward(model, batch), synchronize=synchronize)
     model.train(was_training)
+    latency = statistics.median(timing.median for timing in per_example)
     return Speed(
         parameters=sum(p.numel() for p in model.parameters()),
-        weights_mb=weights_bytes(model) / 2**20,
+        weights_mb=megabytes(weights_bytes(model)),
         latency_ms=latency * 1000,
-        throughput=count / batch_seconds,
+        throughput=count / batched.median,
         batch_size=count,
         device=str(device),
+        latency_spread=statistics.median(timing.spread for timing in per_example),
+        throughput_spread=batched.spread,
+        unreliable=unreliable([batched], load if device.type == "cpu" else None),
     )
 
 

@@ -90,3 +90,22 @@ def test_a_child_process_with_omp_num_threads_keeps_it(tmp_path):
         [sys.executable, "-c", script], env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True
     ).stdout
     assert out.split() == ["OMP_NUM_THREADS", "1"]
+
+
+def test_speed_measured_on_a_busy_machine_is_flagged_not_printed_as_a_fact(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 120\nwhile time.time() < end: pass"])
+        for _ in range(threads.usable_cores())
+    ]
+    try:
+        code, out, err = run(capsys, *tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / "run"))
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert code == 0, err
+    speed = json.loads((tmp_path / "run" / "metrics.json").read_text())["speed"]
+    assert "other processes kept" in speed["unreliable"] and "cores busy while it was measured" in speed["unreliable"]
+    assert speed["student"]["throughput_spread"] >= 0 and speed["teacher"]["weights_mb"] > 0
+    assert "the speed columns are not reliable: other processes kept" in out
+    assert " ±" in out  # each timing with its spread
