@@ -53,6 +53,28 @@ MIN_DEFAULT_STEPS = 300
 MAX_DEFAULT_EPOCHS = 30
 #: early stopping where kdplug chose the epoch count: epochs without a dev improvement
 DEFAULT_PATIENCE = 3
+#: the settings a ``--baseline`` student takes from its own method, not from the run
+BASELINE_OWN_SETTINGS = {
+    "eta": None,
+    "lam": None,
+    "ce_weight": None,
+    "temperature": None,
+    "kd_loss": None,
+    "kd_loss_options": {},
+    "ild_loss": None,
+    "ild_loss_options": {},
+}
+
+
+def settings_left_out(config: RunConfig) -> str:
+    """The run's objective settings a ``--baseline`` student does not use, for its stages' lines."""
+    kept = {key: getattr(config, key) for key in BASELINE_OWN_SETTINGS if getattr(config, key) not in (None, {})}
+    if not kept:
+        return ""
+    listed = ", ".join(
+        f"{key} {value:g}" if isinstance(value, (int, float)) else f"{key} {value!r}" for key, value in kept.items()
+    )
+    return f"; trained as its method defines it, not with the run's {listed}"
 
 
 def resolve_patience(configured: Optional[int], epochs_chosen_by_kdplug: bool) -> int:
@@ -118,6 +140,8 @@ class EngineContext:
     transfer_info: dict = field(default_factory=dict)
     #: put before every stage's name: a ``--baseline`` schedule's are ``baseline-<projector>-<stage>``
     stage_prefix: str = ""
+    #: added to every stage's line (a ``--baseline`` schedule's: the run's settings it does not use)
+    stage_note: str = ""
     _size_checked: bool = False
     _transfer_cache: Optional[TeacherCache] = None
     _trimmed: dict = field(default_factory=dict)  # tokenizer id -> (trimmed tokenizer, kept ids)
@@ -216,16 +240,45 @@ class EngineContext:
     def new_loss(self, name: str, **options: Any) -> Any:
         return self.registry.create("loss", name, **options)
 
-    def new_kd_loss(self, temperature: float) -> Any:
+    def kd_loss_choice(self) -> tuple[str, dict]:
+        """The KD term's loss and its options: the run's ``kd_loss`` (else kd), the MSE of the scores
+        for a regression."""
         if self.task.is_regression:
             if self.config.kd_loss or self.config.kd_loss_options:
                 raise UsageError(
                     f"kd_loss / kd_loss_options choose the loss on a classifier's logits, but task "
                     f"{self.task.name!r} is a regression (its KD term is the MSE of the scores); drop them"
                 )
-            return self.new_loss("mse")
-        name = self.config.kd_loss or preflight.DEFAULT_KD_LOSS
-        return self.new_loss(name, temperature=temperature, **self.config.kd_loss_options)
+            return "mse", {}
+        return self.config.kd_loss or preflight.DEFAULT_KD_LOSS, dict(self.config.kd_loss_options)
+
+    def new_kd_loss(self, temperature: float) -> Any:
+        name, options = self.kd_loss_choice()
+        if self.task.is_regression:
+            return self.new_loss(name)
+        return self.new_loss(name, temperature=temperature, **options)
+
+    def ild_loss_choice(self, projector: Optional[nn.Module]) -> Optional[tuple[str, dict]]:
+        """The loss on ``projector``'s pairs and its options: the run's ``ild_loss`` (e.g. a loss plugin)
+        over the projector's own; None where there is none (no projector, or one that returns terms)."""
+        if projector is not None and self.config.ild_loss:
+            return self.config.ild_loss, dict(self.config.ild_loss_options)
+        if getattr(projector, "ild_loss", None):
+            return projector.ild_loss, dict(getattr(projector, "ild_loss_options", {}) or {})
+        return None
+
+    def losses(self, projector: Optional[nn.Module], weights: Weights) -> dict[str, dict]:
+        """The losses of a weighted stage's terms that are on, for its record: KD's where eta > 0, with
+        its temperature, the layer loss where lam > 0."""
+        losses: dict[str, dict] = {}
+        if weights.eta > 0:
+            name, options = self.kd_loss_choice()
+            temperature = {} if self.task.is_regression else {"temperature": weights.temperature}
+            losses["kd"] = {"name": name, **temperature, **options}
+        ild = self.ild_loss_choice(projector) if weights.lam > 0 else None
+        if ild is not None:
+            losses["ild"] = {"name": ild[0], **ild[1]}
+        return losses
 
     def new_teacher(self, name: str, **options: Any) -> Teacher:
         factory, source = self.registry.model_reference("teacher", name)
@@ -288,11 +341,8 @@ class EngineContext:
         regression = self.task.is_regression
         task_loss = self.new_loss("mse") if regression else self.new_loss("ce")
         kd_loss = self.new_kd_loss(weights.temperature)
-        ild_loss = None
-        if projector is not None and self.config.ild_loss:  # the run's choice (e.g. a loss plugin) over the projector's
-            ild_loss = self.new_loss(self.config.ild_loss, **self.config.ild_loss_options)
-        elif getattr(projector, "ild_loss", None):
-            ild_loss = self.new_loss(projector.ild_loss, **dict(getattr(projector, "ild_loss_options", {}) or {}))
+        ild = self.ild_loss_choice(projector)
+        ild_loss = None if ild is None else self.new_loss(ild[0], **ild[1])
         return WeightedObjective(
             eta=weights.eta,
             lam=weights.lam,
@@ -364,10 +414,12 @@ class EngineContext:
         return self._heads
 
     def for_baseline(self) -> EngineContext:
-        """The context of the ``--baseline`` student: the run with the baseline as its projector, that
-        projector's own schedule (its ``default_recipe``, else the default recipe) and default
-        weights (the run's eta, lam, ce_weight and projector options are meant for its projector).
-        Data, teacher and caches are shared; the stages are recorded as ``baseline-<projector>-<stage>``."""
+        """The context of the ``--baseline`` student: the run with the baseline as its projector, trained
+        as that method defines it: its own schedule (its ``default_recipe``, else the default recipe),
+        default weights and temperature, and losses (the run's eta, lam, ce_weight, temperature,
+        kd_loss, ild_loss and their options are meant for its projector; Universal-KD's paper, e.g.,
+        trains at τ = 1 with the KD loss of its eq. 1). Data, teacher and caches are shared; the stages
+        are recorded as ``baseline-<projector>-<stage>``, and their lines name the settings left out."""
         config = self.config
         recipe = preflight.factory_attribute(self.registry, "projector", config.baseline, "default_recipe")
         settings = dataclasses.replace(
@@ -376,12 +428,14 @@ class EngineContext:
             projector_options={},
             recipe=recipe or preflight.default_recipe(self.registry),
             recipe_options={},
-            eta=None,
-            lam=None,
-            ce_weight=None,
+            **BASELINE_OWN_SETTINGS,
         )
         return dataclasses.replace(
-            self, config=settings, stage_prefix=f"baseline-{config.baseline}-", last_distillation=None
+            self,
+            config=settings,
+            stage_prefix=f"baseline-{config.baseline}-",
+            stage_note=settings_left_out(config),
+            last_distillation=None,
         )
 
     def adopt(self, other: EngineContext) -> None:
@@ -459,7 +513,7 @@ class EngineContext:
         stage = self.prepare_stage(
             name, student, projector, weights=weights, objective=objective, epochs=epochs, lr=lr, patience=patience
         )
-        log.info("stage %s: %s", name, stage.describe())
+        log.info("stage %s: %s%s", name, stage.describe(), self.stage_note)
         result = self.trainer.fit(
             name,
             stage.module,
@@ -498,6 +552,7 @@ class EngineContext:
         # no term reaches the classifier (TinyBERT's and MiniLMv2's first stage): its dev score says
         # nothing of the stage, so keep the last epoch and train every epoch
         blind = objective is None and weights.ce == 0 and weights.eta == 0
+        losses = self.losses(projector, weights) if objective is None else {}
         objective = objective or self.objective(projector, weights)
         if weights.lam == 0:
             projector = None  # its pairs would be weighted by 0: skip the work (and the heads' warm-up)
@@ -534,6 +589,7 @@ class EngineContext:
             live_teacher,
             blind,
             min_epochs,
+            losses,
         )
 
     def live_teacher(self, student: nn.Module, stage: str) -> LiveTeacher:
@@ -575,9 +631,13 @@ class Stage:
     keep_last: bool = False
     #: early stopping does not end the stage before this epoch
     min_epochs: int = 0
+    #: the losses of the weighted objective's terms that are on (``kd``, ``ild``): name and options
+    losses: dict[str, dict] = field(default_factory=dict)
 
     def settings(self) -> dict[str, Any]:
         settings = {"weights": self.weights.as_dict(), "lr": self.lr, "epochs": self.epochs, "patience": self.patience}
+        if self.losses:
+            settings["losses"] = self.losses
         if self.patience:
             settings["min_epochs"] = self.min_epochs
         if self.live_teacher is not None:
@@ -601,8 +661,9 @@ class Stage:
             stopping = ", keeping the last epoch (no term trains the classifier)"
         live = ", the teacher run on every batch for its per-token signals" if self.live_teacher is not None else ""
         weights = ", ".join(f"{k} {v:g}" for k, v in self.weights.as_dict().items())
+        losses = "".join(f", {term} loss {spec['name']}" for term, spec in self.losses.items())
         return (
-            f"{student} student{matching}; weights {weights}; {self.epochs} epochs at lr {self.lr:g} over "
+            f"{student} student{matching}; weights {weights}{losses}; {self.epochs} epochs at lr {self.lr:g} over "
             f"{self.examples} examples per epoch{live}{stopping}"
         )
 

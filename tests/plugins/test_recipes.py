@@ -384,6 +384,26 @@ def test_a_staged_baseline_runs_its_own_schedule(capsys, tmp_path, tiny_bert_dir
     )
 
 
+def test_a_universal_kd_baseline_trains_at_the_papers_temperature_and_kd_loss(
+    capsys, tmp_path, tiny_bert_dir, sst2_dir
+):
+    # Universal-KD (eq. 1, appendix A: "We set T to 1 for all experiments"): stage 1 is
+    # beta * 1^2 KL(σ(z_t) ‖ σ(z_s)) + (1 - beta) * L_Univ, whatever temperature and logit loss the run
+    # chose for its own projector
+    argv = ("--baseline", "universal-il", "--set", "temperature=4", "--set", "kd_loss=dist", "--set", "ild_loss=mse")
+    metrics = tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, "standard", "--projector", "pkd-skip", *argv)
+    stage1 = metrics["stages"]["baseline-universal-il-stage1"]
+    assert stage1["weights"] == {"ce": 0.0, "eta": 0.5, "lam": 0.5, "temperature": 1.0}
+    assert stage1["losses"] == {"kd": {"name": "kd", "temperature": 1.0}, "ild": {"name": "kl"}}
+    assert metrics["stages"]["baseline-universal-il-stage2"]["weights"]["temperature"] == 1.0
+    distill = metrics["stages"]["distill"]  # the run's own student keeps the run's settings
+    assert distill["losses"] == {"kd": {"name": "dist", "temperature": 4.0}, "ild": {"name": "mse"}}
+    log = (tmp_path / "run" / "log.txt").read_text()
+    line = next(line for line in log.splitlines() if "stage baseline-universal-il-stage1:" in line)
+    assert "temperature 1, kd loss kd, ild loss kl" in line
+    assert "not with the run's temperature 4, kd_loss 'dist', ild_loss 'mse'" in line
+
+
 def test_a_bilstm_distilled_with_pkd_is_exported_without_the_learned_map(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     # the BiLSTM is as wide as the tiny teacher (32): only the learned map puts its layers beside the teacher's
     extra = ("--projector", "pkd-skip", "--set", "student_options.hidden_size=32")
