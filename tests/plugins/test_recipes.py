@@ -25,6 +25,8 @@ from kdplug_recipes.annealing import AnnealingObjective, annealing_multiplier
 from kdplug_recipes.dih import DIHObjective, default_head_layers, head_positions
 from kdplug_recipes.takd import Link, link_key, plan_chain
 
+from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
+
 TINY_STUDENT = ["--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16"]
 
 
@@ -239,6 +241,20 @@ def test_annealing_run_scales_the_teacher_up_then_fine_tunes(capsys, tmp_path, t
     assert [h["train"]["phi"] for h in phase1["history"]] == pytest.approx([1 / 3, 2 / 3, 1.0])
     assert "ce" not in phase1["history"][0]["train"]  # phase 1 sees no labels
     assert len(phase2["history"]) == 1 and set(phase2["history"][0]["train"]) == {"ce", "loss"}
+
+
+def test_annealing_phase1_runs_its_whole_schedule_whatever_the_patience(capsys, tmp_path, tiny_bert_dir):
+    # a teacher that learns (75% on dev) and a student that reaches 100% in phase 1's 4th epoch: with
+    # patience 1 the 5th epoch, no better, would end phase 1 at phi = 5/6, short of the full logits
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN * 4, dev=SST2_DEV * 2)
+    learns = ["--set", "teacher_epochs=15", "--set", "teacher_lr=0.003", "--set", "lr=0.01", "--set", "batch_size=4"]
+    schedule = ["--set", "recipe_options.e1=6", "--set", "recipe_options.tau_max=6", "--set", "recipe_options.e2=1"]
+    stopping = ["--set", "patience=1", "--set", "min_epochs=1"]
+    metrics = tiny_run(capsys, tmp_path, tiny_bert_dir, data, "annealing", *learns, *schedule, *stopping)
+    phase1 = metrics["stages"]["phase1"]
+    assert [h["epoch"] for h in phase1["history"]] == [1, 2, 3, 4, 5, 6] and "stopped_early" not in phase1
+    assert phase1["history"][-1]["train"]["phi"] == pytest.approx(1.0) and phase1["patience"] == 0
+    assert metrics["stages"]["phase2"]["patience"] == 1  # the run's patience is phase 2's
 
 
 def test_takd_run_trains_each_link_from_the_last_and_reuses_the_ta(capsys, tmp_path, tiny_bert_dir, sst2_dir):
