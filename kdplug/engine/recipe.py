@@ -33,7 +33,7 @@ from ..types import (
     matchable_layers,
     num_outputs,
 )
-from . import preflight
+from . import preflight, variation
 from .cache import ConcatCache, TeacherCache
 from .checkpoint import Checkpointer
 from .data import EncodedSplit, WithTransfer, encode
@@ -143,6 +143,9 @@ class EngineContext:
     #: added to every stage's line (a ``--baseline`` schedule's: the run's settings it does not use)
     stage_note: str = ""
     _size_checked: bool = False
+    #: each teacher layer's input-dependent share of energy (engine/variation.py), measured when a
+    #: stage first matches teacher layers; shared with the baseline's context (the same teacher)
+    layer_variation: dict[int, float] = field(default_factory=dict)
     _transfer_cache: Optional[TeacherCache] = None
     _trimmed: dict = field(default_factory=dict)  # tokenizer id -> (trimmed tokenizer, kept ids)
 
@@ -475,6 +478,7 @@ class EngineContext:
             last_distillation=None,
             _transfer_cache=None,
             transfer_info={},
+            layer_variation={},
         )
 
     # -- stages -----------------------------------------------------------------------------
@@ -531,6 +535,8 @@ class EngineContext:
         if stage.projector is not None:
             self.last_distillation = (name, stage.module)  # for the attention and layer records
         self.stages[name] = {**result.summary(), **stage.settings()}
+        if stage.warnings:
+            self.stages[name]["warnings"] = [*stage.warnings, *self.stages[name].get("warnings", [])]
         return result
 
     def prepare_stage(
@@ -562,6 +568,7 @@ class EngineContext:
         module = DistillationModule(student, self.extractor(student), projector, objective, heads)
         needs_teacher = module.needs_teacher
         train_cache = self.teacher_cache()[0] if needs_teacher else None
+        flat_layers = self.near_constant_layers(projector, train_cache)
         train, dev = self.splits_for(student)
         examples = len(train)
         if needs_teacher:  # a transfer set only teaches through the teacher's outputs
@@ -590,7 +597,22 @@ class EngineContext:
             blind,
             min_epochs,
             losses,
+            [flat_layers] if flat_layers else [],
         )
+
+    def near_constant_layers(self, projector: Optional[nn.Module], train_cache: Any) -> Optional[str]:
+        """The warning (logged now) for the teacher layers ``projector`` matches whose vectors barely vary
+        across the training examples, None if none (engine/variation.py)."""
+        matched = variation.matched_teacher_layers(projector, len(train_cache.specs) if train_cache else 0)
+        if not matched:
+            return None
+        if not self.layer_variation:
+            self.layer_variation.update(variation.input_dependent_shares(train_cache))
+        name = getattr(projector, "name", None) or self.config.projector
+        warning = variation.near_constant_warning(name, projector, matched, self.layer_variation)
+        if warning:
+            log.warning(warning)
+        return warning
 
     def live_teacher(self, student: nn.Module, stage: str) -> LiveTeacher:
         """The teacher run on every batch, for a projector that distils per-token signals: both
@@ -633,6 +655,8 @@ class Stage:
     min_epochs: int = 0
     #: the losses of the weighted objective's terms that are on (``kd``, ``ild``): name and options
     losses: dict[str, dict] = field(default_factory=dict)
+    #: found before training (e.g. near-constant teacher layers), recorded with the trainer's
+    warnings: list[str] = field(default_factory=list)
 
     def settings(self) -> dict[str, Any]:
         settings = {"weights": self.weights.as_dict(), "lr": self.lr, "epochs": self.epochs, "patience": self.patience}
