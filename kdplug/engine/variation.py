@@ -71,7 +71,7 @@ def matched_teacher_layers(projector: Any, num_teacher_layers: int) -> list[int]
         return list(range(1, num_teacher_layers + 1))
     matching = getattr(projector, "matching", None)
     pairs = matching.get("pairs", []) if isinstance(matching, dict) else []
-    return sorted({int(t) for _, teachers in pairs for t in teachers})
+    return sorted({int(t) for _, teachers in pairs for t in teachers} & set(range(1, num_teacher_layers + 1)))
 
 
 def near_constant_warning(name: str, projector: Any, matched: Sequence[int], shares: dict[int, float]) -> Optional[str]:
