@@ -320,6 +320,8 @@ def _run(
         if tracker is not None:
             tracker.log_image(f"{stage}/attention", run_dir.path / analysis.ATTENTION_PLOT)
     metrics["stages"] = context.stages
+    if context.layer_variation:  # measured where a layer method matched the teacher's layers
+        metrics["teacher"]["layer_variation"] = {str(layer): share for layer, share in context.layer_variation.items()}
     if transfer_set is not None:
         metrics["transfer"] = {
             **transfer_set.meta,

@@ -82,6 +82,10 @@ class PlanningContext(EngineContext):
             name: PlannedCache(specs, len(split)) for name, split in self.dev.items()
         }
 
+    def near_constant_layers(self, projector, train_cache) -> None:
+        """None: a plan computes no teacher outputs whose variation it could measure."""
+        return None
+
     def teacher_heads(self):
         specs, _ = teacher_stage.matchable_specs(self.extractor(self.teacher.model), self.teacher.model)
         self.stages.setdefault(

@@ -33,7 +33,7 @@ from ..types import (
     matchable_layers,
     num_outputs,
 )
-from . import preflight
+from . import preflight, variation
 from .cache import ConcatCache, TeacherCache
 from .checkpoint import Checkpointer
 from .data import EncodedSplit, WithTransfer, encode
@@ -53,6 +53,28 @@ MIN_DEFAULT_STEPS = 300
 MAX_DEFAULT_EPOCHS = 30
 #: early stopping where kdplug chose the epoch count: epochs without a dev improvement
 DEFAULT_PATIENCE = 3
+#: the settings a ``--baseline`` student takes from its own method, not from the run
+BASELINE_OWN_SETTINGS = {
+    "eta": None,
+    "lam": None,
+    "ce_weight": None,
+    "temperature": None,
+    "kd_loss": None,
+    "kd_loss_options": {},
+    "ild_loss": None,
+    "ild_loss_options": {},
+}
+
+
+def settings_left_out(config: RunConfig) -> str:
+    """The run's objective settings a ``--baseline`` student does not use, for its stages' lines."""
+    kept = {key: getattr(config, key) for key in BASELINE_OWN_SETTINGS if getattr(config, key) not in (None, {})}
+    if not kept:
+        return ""
+    listed = ", ".join(
+        f"{key} {value:g}" if isinstance(value, (int, float)) else f"{key} {value!r}" for key, value in kept.items()
+    )
+    return f"; trained as its method defines it, not with the run's {listed}"
 
 
 def resolve_patience(configured: Optional[int], epochs_chosen_by_kdplug: bool) -> int:
@@ -118,7 +140,12 @@ class EngineContext:
     transfer_info: dict = field(default_factory=dict)
     #: put before every stage's name: a ``--baseline`` schedule's are ``baseline-<projector>-<stage>``
     stage_prefix: str = ""
+    #: added to every stage's line (a ``--baseline`` schedule's: the run's settings it does not use)
+    stage_note: str = ""
     _size_checked: bool = False
+    #: each teacher layer's input-dependent share of energy (engine/variation.py), measured when a
+    #: stage first matches teacher layers; shared with the baseline's context (the same teacher)
+    layer_variation: dict[int, float] = field(default_factory=dict)
     _transfer_cache: Optional[TeacherCache] = None
     _trimmed: dict = field(default_factory=dict)  # tokenizer id -> (trimmed tokenizer, kept ids)
 
@@ -216,16 +243,45 @@ class EngineContext:
     def new_loss(self, name: str, **options: Any) -> Any:
         return self.registry.create("loss", name, **options)
 
-    def new_kd_loss(self, temperature: float) -> Any:
+    def kd_loss_choice(self) -> tuple[str, dict]:
+        """The KD term's loss and its options: the run's ``kd_loss`` (else kd), the MSE of the scores
+        for a regression."""
         if self.task.is_regression:
             if self.config.kd_loss or self.config.kd_loss_options:
                 raise UsageError(
                     f"kd_loss / kd_loss_options choose the loss on a classifier's logits, but task "
                     f"{self.task.name!r} is a regression (its KD term is the MSE of the scores); drop them"
                 )
-            return self.new_loss("mse")
-        name = self.config.kd_loss or preflight.DEFAULT_KD_LOSS
-        return self.new_loss(name, temperature=temperature, **self.config.kd_loss_options)
+            return "mse", {}
+        return self.config.kd_loss or preflight.DEFAULT_KD_LOSS, dict(self.config.kd_loss_options)
+
+    def new_kd_loss(self, temperature: float) -> Any:
+        name, options = self.kd_loss_choice()
+        if self.task.is_regression:
+            return self.new_loss(name)
+        return self.new_loss(name, temperature=temperature, **options)
+
+    def ild_loss_choice(self, projector: Optional[nn.Module]) -> Optional[tuple[str, dict]]:
+        """The loss on ``projector``'s pairs and its options: the run's ``ild_loss`` (e.g. a loss plugin)
+        over the projector's own; None where there is none (no projector, or one that returns terms)."""
+        if projector is not None and self.config.ild_loss:
+            return self.config.ild_loss, dict(self.config.ild_loss_options)
+        if getattr(projector, "ild_loss", None):
+            return projector.ild_loss, dict(getattr(projector, "ild_loss_options", {}) or {})
+        return None
+
+    def losses(self, projector: Optional[nn.Module], weights: Weights) -> dict[str, dict]:
+        """The losses of a weighted stage's terms that are on, for its record: KD's where eta > 0, with
+        its temperature, the layer loss where lam > 0."""
+        losses: dict[str, dict] = {}
+        if weights.eta > 0:
+            name, options = self.kd_loss_choice()
+            temperature = {} if self.task.is_regression else {"temperature": weights.temperature}
+            losses["kd"] = {"name": name, **temperature, **options}
+        ild = self.ild_loss_choice(projector) if weights.lam > 0 else None
+        if ild is not None:
+            losses["ild"] = {"name": ild[0], **ild[1]}
+        return losses
 
     def new_teacher(self, name: str, **options: Any) -> Teacher:
         factory, source = self.registry.model_reference("teacher", name)
@@ -288,11 +344,8 @@ class EngineContext:
         regression = self.task.is_regression
         task_loss = self.new_loss("mse") if regression else self.new_loss("ce")
         kd_loss = self.new_kd_loss(weights.temperature)
-        ild_loss = None
-        if projector is not None and self.config.ild_loss:  # the run's choice (e.g. a loss plugin) over the projector's
-            ild_loss = self.new_loss(self.config.ild_loss, **self.config.ild_loss_options)
-        elif getattr(projector, "ild_loss", None):
-            ild_loss = self.new_loss(projector.ild_loss, **dict(getattr(projector, "ild_loss_options", {}) or {}))
+        ild = self.ild_loss_choice(projector)
+        ild_loss = None if ild is None else self.new_loss(ild[0], **ild[1])
         return WeightedObjective(
             eta=weights.eta,
             lam=weights.lam,
@@ -364,10 +417,12 @@ class EngineContext:
         return self._heads
 
     def for_baseline(self) -> EngineContext:
-        """The context of the ``--baseline`` student: the run with the baseline as its projector, that
-        projector's own schedule (its ``default_recipe``, else the default recipe) and default
-        weights (the run's eta, lam, ce_weight and projector options are meant for its projector).
-        Data, teacher and caches are shared; the stages are recorded as ``baseline-<projector>-<stage>``."""
+        """The context of the ``--baseline`` student: the run with the baseline as its projector, trained
+        as that method defines it: its own schedule (its ``default_recipe``, else the default recipe),
+        default weights and temperature, and losses (the run's eta, lam, ce_weight, temperature,
+        kd_loss, ild_loss and their options are meant for its projector; Universal-KD's paper, e.g.,
+        trains at τ = 1 with the KD loss of its eq. 1). Data, teacher and caches are shared; the stages
+        are recorded as ``baseline-<projector>-<stage>``, and their lines name the settings left out."""
         config = self.config
         recipe = preflight.factory_attribute(self.registry, "projector", config.baseline, "default_recipe")
         settings = dataclasses.replace(
@@ -376,12 +431,14 @@ class EngineContext:
             projector_options={},
             recipe=recipe or preflight.default_recipe(self.registry),
             recipe_options={},
-            eta=None,
-            lam=None,
-            ce_weight=None,
+            **BASELINE_OWN_SETTINGS,
         )
         return dataclasses.replace(
-            self, config=settings, stage_prefix=f"baseline-{config.baseline}-", last_distillation=None
+            self,
+            config=settings,
+            stage_prefix=f"baseline-{config.baseline}-",
+            stage_note=settings_left_out(config),
+            last_distillation=None,
         )
 
     def adopt(self, other: EngineContext) -> None:
@@ -421,6 +478,7 @@ class EngineContext:
             last_distillation=None,
             _transfer_cache=None,
             transfer_info={},
+            layer_variation={},
         )
 
     # -- stages -----------------------------------------------------------------------------
@@ -459,7 +517,7 @@ class EngineContext:
         stage = self.prepare_stage(
             name, student, projector, weights=weights, objective=objective, epochs=epochs, lr=lr, patience=patience
         )
-        log.info("stage %s: %s", name, stage.describe())
+        log.info("stage %s: %s%s", name, stage.describe(), self.stage_note)
         result = self.trainer.fit(
             name,
             stage.module,
@@ -477,6 +535,8 @@ class EngineContext:
         if stage.projector is not None:
             self.last_distillation = (name, stage.module)  # for the attention and layer records
         self.stages[name] = {**result.summary(), **stage.settings()}
+        if stage.warnings:
+            self.stages[name]["warnings"] = [*stage.warnings, *self.stages[name].get("warnings", [])]
         return result
 
     def prepare_stage(
@@ -498,6 +558,7 @@ class EngineContext:
         # no term reaches the classifier (TinyBERT's and MiniLMv2's first stage): its dev score says
         # nothing of the stage, so keep the last epoch and train every epoch
         blind = objective is None and weights.ce == 0 and weights.eta == 0
+        losses = self.losses(projector, weights) if objective is None else {}
         objective = objective or self.objective(projector, weights)
         if weights.lam == 0:
             projector = None  # its pairs would be weighted by 0: skip the work (and the heads' warm-up)
@@ -507,6 +568,7 @@ class EngineContext:
         module = DistillationModule(student, self.extractor(student), projector, objective, heads)
         needs_teacher = module.needs_teacher
         train_cache = self.teacher_cache()[0] if needs_teacher else None
+        flat_layers = self.near_constant_layers(projector, train_cache)
         train, dev = self.splits_for(student)
         examples = len(train)
         if needs_teacher:  # a transfer set only teaches through the teacher's outputs
@@ -534,7 +596,23 @@ class EngineContext:
             live_teacher,
             blind,
             min_epochs,
+            losses,
+            [flat_layers] if flat_layers else [],
         )
+
+    def near_constant_layers(self, projector: Optional[nn.Module], train_cache: Any) -> Optional[str]:
+        """The warning (logged now) for the teacher layers ``projector`` matches whose vectors barely vary
+        across the training examples, None if none (engine/variation.py)."""
+        matched = variation.matched_teacher_layers(projector, len(train_cache.specs) if train_cache else 0)
+        if not matched:
+            return None
+        if not self.layer_variation:
+            self.layer_variation.update(variation.input_dependent_shares(train_cache))
+        name = getattr(projector, "name", None) or self.config.projector
+        warning = variation.near_constant_warning(name, projector, matched, self.layer_variation)
+        if warning:
+            log.warning(warning)
+        return warning
 
     def live_teacher(self, student: nn.Module, stage: str) -> LiveTeacher:
         """The teacher run on every batch, for a projector that distils per-token signals: both
@@ -575,9 +653,15 @@ class Stage:
     keep_last: bool = False
     #: early stopping does not end the stage before this epoch
     min_epochs: int = 0
+    #: the losses of the weighted objective's terms that are on (``kd``, ``ild``): name and options
+    losses: dict[str, dict] = field(default_factory=dict)
+    #: found before training (e.g. near-constant teacher layers), recorded with the trainer's
+    warnings: list[str] = field(default_factory=list)
 
     def settings(self) -> dict[str, Any]:
         settings = {"weights": self.weights.as_dict(), "lr": self.lr, "epochs": self.epochs, "patience": self.patience}
+        if self.losses:
+            settings["losses"] = self.losses
         if self.patience:
             settings["min_epochs"] = self.min_epochs
         if self.live_teacher is not None:
@@ -601,8 +685,9 @@ class Stage:
             stopping = ", keeping the last epoch (no term trains the classifier)"
         live = ", the teacher run on every batch for its per-token signals" if self.live_teacher is not None else ""
         weights = ", ".join(f"{k} {v:g}" for k, v in self.weights.as_dict().items())
+        losses = "".join(f", {term} loss {spec['name']}" for term, spec in self.losses.items())
         return (
-            f"{student} student{matching}; weights {weights}; {self.epochs} epochs at lr {self.lr:g} over "
+            f"{student} student{matching}; weights {weights}{losses}; {self.epochs} epochs at lr {self.lr:g} over "
             f"{self.examples} examples per epoch{live}{stopping}"
         )
 

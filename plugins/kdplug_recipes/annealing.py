@@ -13,9 +13,11 @@ When E₁ < τ_max, ⌊E₁/τ_max⌋ is 0; kdplug then advances t by τ_max/E�
 (t = ⌈e·τ_max/E₁⌉), so phase 1 still ends on the full logits (E₁ = 2, τ_max = 10: φ = 0.5, 1.0).
 t never exceeds τ_max (E₁ = 10, τ_max = 3: φ = ⅓ ×3, ⅔ ×3, 1 ×4).
 
-Phase 2 starts from the best phase-1 epoch by the task's dev metric: the trainer keeps each
-stage's best dev checkpoint (the run's ``best_checkpoint``; ``last`` takes phase 1's final
-epoch, the fully annealed student, instead).
+Phase 1 runs its whole schedule, never stopped early: an early stop would end it before φ reaches 1,
+on a student that never saw the teacher's full logits. The run's ``patience`` (and ``min_epochs``)
+apply to phase 2 only. Phase 2 starts from the best phase-1 epoch by the task's dev metric: the
+trainer keeps each stage's best dev checkpoint (the run's ``best_checkpoint``; ``last`` takes
+phase 1's final epoch, the fully annealed student, instead).
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ class Annealing:
     """Phase 1: annealed logit regression for ``e1`` epochs; phase 2: CE for ``e2`` epochs.
 
     Options: ``e1`` (10), ``e2`` (3; 0 skips phase 2), ``tau_max`` (10), ``phase2_lr`` (default:
-    the run's learning rate). The run's ``epochs`` is not used: E₁ and E₂ are the schedule.
+    the run's learning rate). The run's ``epochs`` is not used: E₁ and E₂ are the schedule, and
+    the run's ``patience`` may end phase 2 early, never phase 1.
     """
 
     citation = ANNEALING
@@ -93,6 +96,12 @@ class Annealing:
     def run(self, ctx):
         student = ctx.new_student()
         objective = AnnealingObjective(tau_max=self.tau_max, loss=ctx.new_loss("mse"))
+        if ctx.settings.patience:
+            log.info(
+                "annealing: phase 1 runs all its %d epochs (phi up to 1); patience %d applies to phase 2",
+                self.e1,
+                ctx.settings.patience,
+            )
         ctx.train_stage(
             "phase1",
             student,
@@ -100,6 +109,7 @@ class Annealing:
             objective=objective,
             epochs=self.e1,
             weights=ctx.weights(None, eta=1.0, lam=0.0, temperature=1.0),
+            patience=0,  # the schedule ends on the full logits (phi = 1); stopping early would cut it short
         )
         ctx.record("phase1", phi=[annealing_multiplier(e, self.e1, self.tau_max) for e in range(1, self.e1 + 1)])
         if self.e2:

@@ -72,3 +72,16 @@ def test_minilm_teacher_with_each_student_family(tmp_path, data, student, projec
         assert all(abs(sum(row) - 1.0) < 1e-4 for row in rows)  # each row is a distribution over teacher layers
         assert len(attention["examples"]) == min(10, len(SST2_DEV))
         assert (output / "attention.png").stat().st_size > 10_000
+
+
+def test_minilm_layers_1_to_5_are_reported_as_near_constant(tmp_path, data):
+    # all-MiniLM-L6-v2's [CLS] vectors of layers 1-5 barely depend on the input; layer 6's do
+    output = tmp_path / "run"
+    argv = ["run", "--teacher", "minilm", "--student", "bilstm", "--projector", "pkd-skip", "--task", "sst2"]
+    argv += ["--data-dir", str(data), "--epochs", "1", "--set", "teacher_epochs=1", *SMALL["bilstm"]]
+    assert main([*argv, "--output", str(output)]) == 0
+    metrics = json.loads((output / "metrics.json").read_text())
+    shares = metrics["teacher"]["layer_variation"]
+    assert max(shares[str(layer)] for layer in range(1, 6)) < 1e-3 < shares["6"]
+    (warning,) = [w for w in metrics["stages"]["distill"]["warnings"] if "barely vary" in w]
+    assert "here 6: --set projector_options.layer_map=[...]" in warning

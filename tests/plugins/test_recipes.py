@@ -25,6 +25,8 @@ from kdplug_recipes.annealing import AnnealingObjective, annealing_multiplier
 from kdplug_recipes.dih import DIHObjective, default_head_layers, head_positions
 from kdplug_recipes.takd import Link, link_key, plan_chain
 
+from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
+
 TINY_STUDENT = ["--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16"]
 
 
@@ -241,6 +243,20 @@ def test_annealing_run_scales_the_teacher_up_then_fine_tunes(capsys, tmp_path, t
     assert len(phase2["history"]) == 1 and set(phase2["history"][0]["train"]) == {"ce", "loss"}
 
 
+def test_annealing_phase1_runs_its_whole_schedule_whatever_the_patience(capsys, tmp_path, tiny_bert_dir):
+    # a teacher that learns (75% on dev) and a student that reaches 100% in phase 1's 4th epoch: with
+    # patience 1 the 5th epoch, no better, would end phase 1 at phi = 5/6, short of the full logits
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN * 4, dev=SST2_DEV * 2)
+    learns = ["--set", "teacher_epochs=15", "--set", "teacher_lr=0.003", "--set", "lr=0.01", "--set", "batch_size=4"]
+    schedule = ["--set", "recipe_options.e1=6", "--set", "recipe_options.tau_max=6", "--set", "recipe_options.e2=1"]
+    stopping = ["--set", "patience=1", "--set", "min_epochs=1"]
+    metrics = tiny_run(capsys, tmp_path, tiny_bert_dir, data, "annealing", *learns, *schedule, *stopping)
+    phase1 = metrics["stages"]["phase1"]
+    assert [h["epoch"] for h in phase1["history"]] == [1, 2, 3, 4, 5, 6] and "stopped_early" not in phase1
+    assert phase1["history"][-1]["train"]["phi"] == pytest.approx(1.0) and phase1["patience"] == 0
+    assert metrics["stages"]["phase2"]["patience"] == 1  # the run's patience is phase 2's
+
+
 def test_takd_run_trains_each_link_from_the_last_and_reuses_the_ta(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     ta = ["--set", "recipe_options.ta=[bert-2]"]
     metrics = tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, "takd", *ta)
@@ -382,6 +398,26 @@ def test_a_staged_baseline_runs_its_own_schedule(capsys, tmp_path, tiny_bert_dir
     assert metrics["baseline"]["dev"]["dev"]["accuracy"] == pytest.approx(
         next(h["dev"]["dev"]["accuracy"] for h in stage2["history"] if h["epoch"] == stage2["best_epoch"])
     )
+
+
+def test_a_universal_kd_baseline_trains_at_the_papers_temperature_and_kd_loss(
+    capsys, tmp_path, tiny_bert_dir, sst2_dir
+):
+    # Universal-KD (eq. 1, appendix A: "We set T to 1 for all experiments"): stage 1 is
+    # beta * 1^2 KL(σ(z_t) ‖ σ(z_s)) + (1 - beta) * L_Univ, whatever temperature and logit loss the run
+    # chose for its own projector
+    argv = ("--baseline", "universal-il", "--set", "temperature=4", "--set", "kd_loss=dist", "--set", "ild_loss=mse")
+    metrics = tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, "standard", "--projector", "pkd-skip", *argv)
+    stage1 = metrics["stages"]["baseline-universal-il-stage1"]
+    assert stage1["weights"] == {"ce": 0.0, "eta": 0.5, "lam": 0.5, "temperature": 1.0}
+    assert stage1["losses"] == {"kd": {"name": "kd", "temperature": 1.0}, "ild": {"name": "kl"}}
+    assert metrics["stages"]["baseline-universal-il-stage2"]["weights"]["temperature"] == 1.0
+    distill = metrics["stages"]["distill"]  # the run's own student keeps the run's settings
+    assert distill["losses"] == {"kd": {"name": "dist", "temperature": 4.0}, "ild": {"name": "mse"}}
+    log = (tmp_path / "run" / "log.txt").read_text()
+    line = next(line for line in log.splitlines() if "stage baseline-universal-il-stage1:" in line)
+    assert "temperature 1, kd loss kd, ild loss kl" in line
+    assert "not with the run's temperature 4, kd_loss 'dist', ild_loss 'mse'" in line
 
 
 def test_a_bilstm_distilled_with_pkd_is_exported_without_the_learned_map(capsys, tmp_path, tiny_bert_dir, sst2_dir):
