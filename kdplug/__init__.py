@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import startup as _startup  # noqa: F401  first: a Ctrl-C in the seconds of imports below (the CLI)
 from .api import *  # noqa: F403  the plugin API: every name of kdplug.api
 from .api import __all__ as _api_names
 from .components import (

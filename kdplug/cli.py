@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Optional
 
+from . import startup
 from .commands import cache, check_plugin, export, new_plugin, plugins, predict, report, run, sweep, zoo
 from .errors import DEBUG_ENV, KdplugError, debugging
 from .plugins import DISABLE_ENV, PluginManager, set_plugin_manager
@@ -77,6 +78,7 @@ def _quiet_libraries(verbose: bool) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    startup.started()  # from here a Ctrl-C is a KeyboardInterrupt, reported below
     if hasattr(signal, "SIGXFSZ"):  # a file-size limit makes writes fail (EFBIG, reported) instead of killing us
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     logging.raiseExceptions = False  # a log line that cannot be written (full disk) must not bury the real error

@@ -32,10 +32,10 @@ from typing import Any, Optional, Union
 import torch
 from torch import nn
 
-from .engine.package import redact_loading_paths
+from .engine.package import drop_foreign_code, redact_loading_paths
 from .errors import KdplugError, UsageError
 from .inference import INFO_FILE, ONNX_FILE, LoadedStudent, Text, load_student, student_directory
-from .integrity import tokenizer_record, verify_package
+from .integrity import refuse_package_code, tokenizer_record, verify_package
 from .quantize import INT8, TORCH_RECIPE, quantize_onnx
 from .storage import atomic_directory
 
@@ -242,6 +242,7 @@ def _trim(reference: LoadedStudent, staging: Path, texts: Sequence[Text], dev_te
     model.save_pretrained(str(staging))
     tokenizer.save_pretrained(str(staging))
     redact_loading_paths(staging)
+    drop_foreign_code(staging)
     _record(
         staging,
         vocabulary={"before": trimmed.vocab_before, "after": trimmed.vocab_after},
@@ -396,6 +397,7 @@ def export_hf(
 ) -> ExportReport:
     """A copy of the standalone student package (the Hugging Face format)."""
     source = student_directory(path)
+    refuse_package_code(source)
     if verify:
         verify_package(source)
     output = check_output(output, overwrite)
@@ -405,6 +407,8 @@ def export_hf(
 
 
 def _copy_package(source: Path, target: Path, skip: Sequence[str] = ()) -> None:
+    """The package's files, without what would load code it does not carry (a package written before
+    kdplug left its teacher's ``auto_map`` out)."""
     for item in source.iterdir():
         if item.name in skip or item.name.startswith("kdplug_checksums"):
             continue
@@ -412,6 +416,7 @@ def _copy_package(source: Path, target: Path, skip: Sequence[str] = ()) -> None:
             shutil.copytree(item, target / item.name)
         else:
             shutil.copy2(item, target / item.name)
+    drop_foreign_code(target)
 
 
 # -- the hub ---------------------------------------------------------------------------------------

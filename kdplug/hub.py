@@ -119,27 +119,40 @@ def display_name(source: str) -> str:
     return source
 
 
-def load_pretrained(loader: Any, source: str, what: str, *, local_option: Optional[str] = None, **kwargs: Any) -> Any:
+def load_pretrained(
+    loader: Any,
+    source: str,
+    what: str,
+    *,
+    local_option: Optional[str] = None,
+    trust_remote_code: bool = False,
+    **kwargs: Any,
+) -> Any:
     """``loader.from_pretrained(source, **kwargs)`` (an Auto class, a tokenizer ...), failing fast
     when ``source`` is a hub id that is neither in the local cache nor reachable.
 
     ``what`` names the thing in messages (``"teacher"``); ``local_option`` is how the user passes
     a local directory instead (default ``--set <what>_options.source=/path/to/dir``).
+    ``trust_remote_code`` (the user's ``<what>_options.trust_remote_code``) is always passed on,
+    false by default: left unset, transformers would ask on the terminal whether to run the
+    checkpoint's code.
     """
-    if not kwargs.get("trust_remote_code"):
+    if not trust_remote_code:
         refuse_remote_code(source, what)
     try:
-        return _load(loader, source, what, local_option, **kwargs)
+        return _load(loader, source, what, local_option, trust_remote_code=bool(trust_remote_code), **kwargs)
     except ValueError as exc:  # transformers refuses code it was not allowed to run, for an uncached hub id
         if "trust_remote_code" not in str(exc):
             raise
         raise UsageError(remote_code_message(source, what)) from None
 
 
-def _load(loader: Any, source: str, what: str, local_option: Optional[str], **kwargs: Any) -> Any:
+def _load(
+    loader: Any, source: str, what: str, local_option: Optional[str], *, trust_remote_code: bool, **kwargs: Any
+) -> Any:
     if os.path.isdir(source):
         try:
-            return loader.from_pretrained(source, **kwargs)
+            return loader.from_pretrained(source, trust_remote_code=trust_remote_code, **kwargs)
         except OSError as exc:
             raise UsageError(
                 f"{what} directory {source} is not a complete Hugging Face checkpoint "
@@ -150,7 +163,7 @@ def _load(loader: Any, source: str, what: str, local_option: Optional[str], **kw
             f"{what} source {source!r} is not an existing directory (nor a hub id such as owner/name); check the path"
         )
     try:
-        return loader.from_pretrained(source, local_files_only=True, **kwargs)
+        return loader.from_pretrained(source, local_files_only=True, trust_remote_code=trust_remote_code, **kwargs)
     except OSError:
         pass  # not cached: the hub is the only place left
     reason = unreachable_reason()
@@ -162,7 +175,7 @@ def _load(loader: Any, source: str, what: str, local_option: Optional[str], **kw
             f"DIR), then pass the directory: {how}."
         )
     try:
-        return loader.from_pretrained(source, **kwargs)
+        return loader.from_pretrained(source, trust_remote_code=trust_remote_code, **kwargs)
     except OSError as exc:
         raise UsageError(f"cannot load {what} {source!r} from the Hugging Face hub: {exc}") from exc
 

@@ -187,13 +187,14 @@ def load_student(
     the CPU), ``onnx`` (an export's ``model.onnx`` through ONNX Runtime) or ``auto`` (ONNX where
     ``path`` is an ONNX export, else PyTorch). ``verify``: check every file against the package's
     checksums first (see :mod:`kdplug.integrity`); the tokenizer is checked either way."""
-    from .integrity import check_tokenizer, verify_package
+    from .integrity import check_tokenizer, refuse_package_code, verify_package
 
     check_path("load_student", path)
     device = check_device(device)
     check_runtime(runtime)
     check_flag("verify", verify)
     directory = student_directory(path)
+    refuse_package_code(directory)  # checksums or not: they prove who wrote a package, not that its code is safe
     if verify:
         verify_package(directory)
     info = _read_info(directory)
@@ -207,9 +208,7 @@ def load_student(
         )
     if runtime == "torch" and not has_weights:
         raise UsageError(f"{directory} is an ONNX export (no PyTorch weights): use the onnx runtime")
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    tokenizer = _tokenizer(directory)
     check_tokenizer(tokenizer, info, directory)
     model, session = None, None
     if runtime == "onnx":
@@ -232,6 +231,24 @@ def load_student(
     )
 
 
+def _tokenizer(directory: Path) -> Any:
+    """The package's tokenizer; files it cannot be built from (a ``tokenizer.json`` gone, where
+    nothing else describes the tokenizer) are a damaged package, not a library's traceback."""
+    from transformers import AutoTokenizer
+
+    from .integrity import repair_advice
+
+    try:
+        return AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
+    except (OSError, ValueError) as exc:
+        if (directory / "tokenizer.json").is_file():
+            raise damaged(directory, "its tokenizer", exc) from None
+        raise UsageError(
+            f"{directory}: tokenizer.json is missing, and nothing else in the package describes its tokenizer; "
+            f"the package is damaged or incomplete. {repair_advice(directory)}"
+        ) from None
+
+
 def _torch_model(directory: Path, info: dict[str, Any], device: Union[str, torch.device, None]) -> torch.nn.Module:
     from . import model_types
     from .quantize import apply_recipe
@@ -241,7 +258,7 @@ def _torch_model(directory: Path, info: dict[str, Any], device: Union[str, torch
     from transformers import AutoModelForSequenceClassification
 
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(str(directory))
+        model = AutoModelForSequenceClassification.from_pretrained(str(directory), trust_remote_code=False)
     except (SafetensorError, OSError) as exc:
         raise damaged(directory, "its weights", exc) from None
     except (KeyError, ValueError) as exc:
@@ -292,10 +309,12 @@ def _read_info(directory: Path) -> dict[str, Any]:
 
 def damaged(directory: Path, what: str, exc: BaseException) -> UsageError:
     """The error for a package file that cannot be read (a truncated download, a damaged disk)."""
-    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    reason = str(exc).strip().splitlines()[0].rstrip(": ") if str(exc).strip() else type(exc).__name__
+    from .integrity import repair_advice
+
     return UsageError(
-        f"{directory}: {what} cannot be read ({reason}); the package is damaged or incomplete. Export it "
-        f"again from its run (kdplug export RUN_DIR --output DIR) or copy the run's student/ directory whole"
+        f"{directory}: {what} cannot be read ({reason}); the package is damaged or incomplete. "
+        f"{repair_advice(directory)}"
     )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .layout import CHECKPOINT_DIR, CONFIG_FILE, MARKER_FILE, STUDENT_DIR
 from .storage import CHECKSUMS_FILE, recorded_checksums, verify
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,76 @@ class PackageIntegrityError(UsageError):
     one it was trained with."""
 
 
+def refuse_package_code(directory: Path) -> None:
+    """A package is data: one whose ``config.json`` or ``tokenizer_config.json`` names code of its own
+    (``auto_map``) for a model type or tokenizer class this process has no classes for is refused,
+    with or without its checksums (an author can write those too), before transformers sees it.
+    kdplug's own families (``kdplug-bilstm`` ...) are registered model types, so their
+    ``auto_map``, written for users without kdplug, is never used here."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from .model_types import register_model_types
+
+    register_model_types()
+    config = _json_object(directory / "config.json")
+    if config.get("auto_map") and config.get("model_type") not in CONFIG_MAPPING:
+        raise PackageIntegrityError(
+            _own_code_message(directory, "config.json", config["auto_map"], f"model type {config.get('model_type')!r}")
+        )
+    tokenizer = _json_object(directory / "tokenizer_config.json")
+    custom = (tokenizer.get("auto_map") or {}) if isinstance(tokenizer.get("auto_map"), dict) else {}
+    if custom.get("AutoTokenizer") and not is_transformers_tokenizer(tokenizer.get("tokenizer_class")):
+        raise PackageIntegrityError(
+            _own_code_message(
+                directory,
+                "tokenizer_config.json",
+                custom,
+                f"tokenizer class {tokenizer.get('tokenizer_class')!r}",
+            )
+        )
+
+
+def is_transformers_tokenizer(name: Any) -> bool:
+    """Whether transformers itself has the tokenizer class ``name`` (not a checkpoint's code)."""
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    if not isinstance(name, str) or not name:
+        return False
+    found = tokenizer_class_from_name(name) or tokenizer_class_from_name(f"{name}Fast")
+    return found is not None and found.__module__.startswith("transformers.")
+
+
+def _own_code_message(directory: Path, file: str, auto_map: Any, what: str) -> str:
+    modules = sorted({ref.split(".")[0] + ".py" for ref in _code_references(auto_map)})
+    return (
+        f"{directory} asks to run Python code of its own ({', '.join(modules) or 'auto_map'}, named by auto_map in "
+        f"its {file}) for {what}, which neither transformers nor an installed kdplug plugin provides: kdplug never "
+        f"runs a package's code. If it is a kdplug student, install the plugin that provides its model type; "
+        f"otherwise read that code, and if you trust it load the package with transformers yourself "
+        f"(trust_remote_code=True)"
+    )
+
+
+def _code_references(auto_map: Any) -> list[str]:
+    """``module.Class`` references in an ``auto_map`` (values are a reference, or a list of them)."""
+    values = auto_map.values() if isinstance(auto_map, dict) else [auto_map]
+    references = []
+    for value in values:
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, str):
+                references.append(item.split("--")[-1])
+    return references
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    """A JSON file's object; {} when it is missing or unreadable (loading reports that itself)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def verify_package(directory: Path) -> None:
     """Check ``directory`` against its checksums. A package without a checksum file (written by
     hand or by another tool) is loaded with a note. Files added since are not checked."""
@@ -41,10 +112,27 @@ def verify_package(directory: Path) -> None:
     problems = [problem for problem in verify(directory) if problem.split(" ", 1)[0] not in UNCHECKED]
     if problems:
         raise PackageIntegrityError(
-            f"{directory} is not the student package kdplug wrote: {'; '.join(problems)}. Export it again from its "
-            f"run (kdplug export RUN_DIR --output DIR) or copy it whole; if you changed it on purpose, load it "
-            f"with --no-verify (verify=False in Python)"
+            f"{directory} is not the student package kdplug wrote: {'; '.join(problems)}. {repair_advice(directory)}; "
+            f"if you changed it on purpose, load it with --no-verify (verify=False in Python)"
         )
+
+
+def repair_advice(directory: Path) -> str:
+    """How to get an intact copy of the package in ``directory``. A run's own ``student/`` is what
+    exports are made from, so exporting it again cannot repair it: only the run's checkpoints
+    (kept with ``keep_checkpoints``), a copy, or training again can."""
+    run = directory.parent
+    if directory.name != STUDENT_DIR or not (run / MARKER_FILE).is_file():
+        return "Export it again from its run (kdplug export RUN_DIR --output DIR) or copy it whole"
+    if (run / CHECKPOINT_DIR).is_dir():
+        return (
+            f"It is the run's own package: write it again from the run's checkpoints (kdplug run --resume {run}), "
+            f"or restore it from a copy"
+        )
+    return (
+        f"It is the run's own package, and the run kept no checkpoints to write it from: restore it from a copy, "
+        f"or train the student again (kdplug run --config {run / CONFIG_FILE} --output NEW_DIR)"
+    )
 
 
 def tokenizer_record(tokenizer: Any) -> dict[str, Any]:
@@ -71,8 +159,7 @@ def check_tokenizer(tokenizer: Any, info: dict[str, Any], directory: Path) -> No
         hint = f" ({' and '.join(missing)} missing)" if missing else ""
         raise PackageIntegrityError(
             f"the tokenizer in {directory}{hint} does not tokenize as this student was trained: {what}. Its "
-            f"predictions would be wrong, so it is not used. Export the student again from its run (kdplug export "
-            f"RUN_DIR --output DIR), or copy the run's student/ directory whole"
+            f"predictions would be wrong, so it is not used. {repair_advice(directory)}"
         )
 
 

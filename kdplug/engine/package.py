@@ -22,7 +22,7 @@ from safetensors.torch import save_model
 from torch import nn
 
 from ..hub import display_name
-from ..integrity import tokenizer_record
+from ..integrity import is_transformers_tokenizer, tokenizer_record
 from ..storage import atomic_directory
 from ..version import __version__
 
@@ -42,6 +42,7 @@ def write_package(directory: Path, student: nn.Module, tokenizer: Any, info: dic
             info = {**info, "tokenizer": tokenizer_record(readable)}
         (staging / CARD_FILE).write_text(redact(card), encoding="utf-8")
         redact_loading_paths(staging)
+        drop_foreign_code(staging)
         (staging / INFO_FILE).write_text(json.dumps(redact(info), indent=2, default=str))
     return directory
 
@@ -54,6 +55,57 @@ def redact_loading_paths(directory: Path) -> None:
     for name, key in (("config.json", "_name_or_path"), ("tokenizer_config.json", "name_or_path")):
         _redact_field(directory / name, key)
     _drop_call_settings(directory / "tokenizer_config.json")
+
+
+#: the tokenizer class that reads a ``tokenizer.json`` whole, in every transformers version kdplug supports
+GENERIC_TOKENIZER = "PreTrainedTokenizerFast"
+
+
+def drop_foreign_code(directory: Path) -> None:
+    """What would make the package load code it does not carry, which a teacher's files bring into
+    the student's: ``auto_map`` entries of ``config.json`` and ``tokenizer_config.json`` naming a
+    module the package lacks (or one in another repository, ``repo--module.Class``), and a
+    ``tokenizer_class`` transformers does not have (the teacher's own tokenizer code). Such a
+    tokenizer is read by the generic class from its ``tokenizer.json``, which describes it whole;
+    ``kdplug_student.json``'s tokenizer record checks that it still encodes as in training."""
+    for name in ("config.json", "tokenizer_config.json"):
+        path = directory / name
+        if not path.is_file():
+            continue
+        data = json.loads(path.read_text(encoding="utf-8"))
+        kept = dict(data)
+        carried = _carried_code(directory, data.get("auto_map"))
+        if carried:
+            kept["auto_map"] = carried
+        else:
+            kept.pop("auto_map", None)
+        custom_tokenizer = "tokenizer_class" in data and not is_transformers_tokenizer(data["tokenizer_class"])
+        if custom_tokenizer and name == "config.json":
+            del kept["tokenizer_class"]  # tokenizer_config.json says which class reads the tokenizer
+        elif custom_tokenizer and (directory / "tokenizer.json").is_file():
+            kept["tokenizer_class"] = GENERIC_TOKENIZER
+        if kept != data:
+            path.write_text(json.dumps(kept, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _carried_code(directory: Path, auto_map: Any) -> dict[str, Any]:
+    """The entries of ``auto_map`` whose code is in ``directory``."""
+    if not isinstance(auto_map, dict):
+        return {}
+    kept = {}
+    for key, value in auto_map.items():
+        references = [item for item in (value if isinstance(value, list) else [value]) if item is not None]
+        if references and all(_in_package(directory, item) for item in references):
+            kept[key] = value
+    return kept
+
+
+def _in_package(directory: Path, reference: Any) -> bool:
+    """Whether ``module.Class`` names a module of ``directory`` (``repo--module.Class`` is another
+    repository's)."""
+    if not isinstance(reference, str) or "--" in reference or "." not in reference:
+        return False
+    return (directory / f"{reference.rsplit('.', 1)[0]}.py").is_file()
 
 
 #: what a tokenizer call sets (truncation, stride) rather than what the tokenizer is, with the

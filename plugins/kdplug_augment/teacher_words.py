@@ -33,16 +33,19 @@ CITATION = (
 SOURCES = ("auto", "mlm", "embeddings")
 
 
-def load_mlm(source: Optional[str]):
+def load_mlm(source: Optional[str], *, trust_remote_code: bool = False):
     """The masked-language model of a pre-trained checkpoint, or None when it has no MLM head (its
-    weights would be newly initialised) or cannot be loaded without the network."""
+    weights would be newly initialised) or cannot be loaded without the network. Its own code runs
+    only where the user allowed the teacher's (``teacher_options.trust_remote_code``)."""
     if not source:
         return None
     from transformers import AutoModelForMaskedLM
 
     try:
         # the teacher was loaded from the same checkpoint, so its files are local already
-        model, info = AutoModelForMaskedLM.from_pretrained(source, output_loading_info=True, local_files_only=True)
+        model, info = AutoModelForMaskedLM.from_pretrained(
+            source, output_loading_info=True, local_files_only=True, trust_remote_code=trust_remote_code
+        )
     except (OSError, ValueError, KeyError) as exc:
         log.info("no masked-language model for %s (%s)", source, exc)
         return None
@@ -60,7 +63,12 @@ class TeacherWordsAugmenter:
         self.check_options(p_replace=p_replace, candidates=candidates, source=source)
         self.p_replace, self.k = float(p_replace), int(candidates)
         self.tokenizer = teacher.tokenizer
-        self.mlm = load_mlm(teacher.pretrained or teacher.source) if source != "embeddings" else None
+        trusted = bool(teacher.extra.get("trust_remote_code"))
+        self.mlm = (
+            load_mlm(teacher.pretrained or teacher.source, trust_remote_code=trusted)
+            if source != "embeddings"
+            else None
+        )
         if source == "mlm" and self.mlm is None:
             raise ConfigError(
                 f"augment_options.source=mlm: the teacher's checkpoint {teacher.pretrained or teacher.source} "

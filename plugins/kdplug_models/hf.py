@@ -114,6 +114,8 @@ def hf_teacher(
             f"output(s): taken as fine-tuned on {task.name} and used as it is (--set "
             f"teacher_options.finetuned=false fine-tunes it again)"
         )
+    if trust_remote_code:  # the user allowed the checkpoint's own code: what loads it again (an MLM head) may too
+        teacher.extra["trust_remote_code"] = True
     if loaded.labels is not None:
         teacher.extra["labels"] = loaded.labels.as_dict()
         teacher.notes.append(_label_note(loaded.labels, task))

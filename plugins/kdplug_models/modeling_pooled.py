@@ -183,6 +183,8 @@ class PooledStudentForSequenceClassification(PreTrainedModel):
             from transformers import AutoTokenizer
 
             # the model's own config: AutoTokenizer would otherwise load it again, and ask again whether
-            # to run the code this directory carries
-            model.tokenizer = AutoTokenizer.from_pretrained(pretrained_model_name_or_path, config=model.config)
+            # to run the code this directory carries; the tokenizer itself never needs code of its own
+            model.tokenizer = AutoTokenizer.from_pretrained(
+                pretrained_model_name_or_path, config=model.config, trust_remote_code=False
+            )
         return loaded

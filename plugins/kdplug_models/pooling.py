@@ -76,7 +76,7 @@ def student_vocabulary(teacher: Any, tokenizer: Any = None) -> tuple[Any, int, i
                 f"{TEACHER_TOKENIZER!r}, {SENTENCEPIECE_TOKENIZER!r} or a directory written "
                 f"by a tokenizer's save_pretrained"
             )
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=False)
     tokenizer = tokenizer if tokenizer is not None else getattr(teacher, "tokenizer", None)
     if tokenizer is None:
         raise kdplug.UsageError(
@@ -113,7 +113,9 @@ def build_pooled_student(
     """
     cls = model_class(model_path)
     if source is not None:
-        model = cls.from_pretrained(source)
+        model = cls.from_pretrained(
+            source, trust_remote_code=False
+        )  # kdplug's own class: the directory's code never runs
         model.kdplug_init = {"init": "checkpoint", "from": str(source)}
         return model
     if architecture.get("hidden_size") is None:
