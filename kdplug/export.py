@@ -22,7 +22,6 @@ import inspect
 import json
 import shutil
 import statistics
-import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,11 +32,14 @@ import torch
 from torch import nn
 
 from .engine.package import drop_foreign_code, redact_loading_paths
+from .engine.speed import SINGLE_EXAMPLES
 from .errors import KdplugError, UsageError
 from .inference import INFO_FILE, ONNX_FILE, LoadedStudent, Text, load_student, student_directory
 from .integrity import refuse_package_code, tokenizer_record, verify_package
 from .quantize import INT8, TORCH_RECIPE, quantize_onnx
 from .storage import atomic_directory
+from .threads import other_load
+from .timing import megabytes, time_call, unreliable
 
 OPSET = 17
 TOLERANCE = 1e-4
@@ -95,10 +97,17 @@ class ExportReport:
         if self.speed:
             fp32, new = self.speed["fp32"], self.speed["export"]
             out.append(
-                f"speed (this machine, varies from run to run): {fp32['ms_b1']:.2f} -> {new['ms_b1']:.2f} ms/example "
-                f"at batch 1, {fp32['per_s_b32']:.0f} -> {new['per_s_b32']:.0f} examples/s at batch 32 "
-                f"({new['per_s_b32'] / fp32['per_s_b32']:.2f}x)"
+                f"speed (this machine, now): {fp32['ms_b1']:.2f} ±{fp32['spread_b1'] / 2:.0%} -> "
+                f"{new['ms_b1']:.2f} ±{new['spread_b1'] / 2:.0%} ms/example at batch 1, {fp32['per_s_b32']:.0f} "
+                f"±{fp32['spread_b32'] / 2:.0%} -> {new['per_s_b32']:.0f} ±{new['spread_b32'] / 2:.0%} examples/s at "
+                f"batch 32 ({new['per_s_b32'] / fp32['per_s_b32']:.2f}x)"
             )
+            doubt = fp32["unreliable"] or new["unreliable"]
+            if doubt:
+                out.append(
+                    f"the speed figures are not reliable: {doubt}. Time them again on an idle machine "
+                    f"(python benchmarks/inference.py --run RUN_DIR) before quoting them"
+                )
         return out
 
 
@@ -217,7 +226,8 @@ def export_student(
         report.size_mb = {"fp32": _size_mb(reference.directory), "export": _size_mb(staging)}
         if measure:
             exported = load_student(staging, device="cpu", runtime="onnx" if fmt == "onnx" else "torch", verify=False)
-            report.speed = {"fp32": speed(reference, dev.texts), "export": speed(exported, dev.texts)}
+            load = other_load()  # before: while the models run, this process is one of the busy ones
+            report.speed = {"fp32": speed(reference, dev.texts, load), "export": speed(exported, dev.texts, load)}
     return report
 
 
@@ -344,30 +354,27 @@ def _check_drop(
         )
 
 
-def speed(student: LoadedStudent, texts: Sequence[Text], repeats: int = 10) -> dict[str, float]:
+def speed(student: LoadedStudent, texts: Sequence[Text], load: Optional[float] = None) -> dict[str, Any]:
     """Milliseconds per example at batch 1 and examples per second at batch 32, on ``texts``
-    tokenised once (the model's time alone): medians over ``repeats`` after a warm-up."""
-    single = [_encode(student, [text]) for text in list(texts)[:repeats]]
+    tokenised once (the model's time alone), with :mod:`kdplug.timing`'s routine: the run's table
+    uses the same. ``load``: other processes' load while it was measured, which may flag it."""
+    single = [_encode(student, [text]) for text in list(texts)[:SINGLE_EXAMPLES]]
     batch = _encode(student, (list(texts) * 32)[:32])
-
-    def median(call: Callable[[], Any], times: int) -> float:
-        call()
-        samples = []
-        for _ in range(times):
-            start = time.perf_counter()
-            call()
-            samples.append(time.perf_counter() - start)
-        return statistics.median(samples)
-
     with torch.inference_mode():
-        latency = statistics.median(median(lambda s=s: student.logits(s), 3) for s in single)
-        batch_seconds = median(lambda: student.logits(batch), repeats)
-    return {"ms_b1": latency * 1000, "per_s_b32": 32 / batch_seconds}
+        per_example = [time_call(lambda s=s: student.logits(s), repeats=3) for s in single]
+        batched = time_call(lambda: student.logits(batch))
+    return {
+        "ms_b1": statistics.median(timing.median for timing in per_example) * 1000,
+        "per_s_b32": 32 / batched.median,
+        "spread_b1": statistics.median(timing.spread for timing in per_example),
+        "spread_b32": batched.spread,
+        "unreliable": unreliable([batched], load),
+    }
 
 
 def _size_mb(directory: Path) -> float:
     weights = [p for p in directory.iterdir() if p.suffix in (".safetensors", ".onnx")]
-    return sum(p.stat().st_size for p in weights) / 1e6
+    return megabytes(sum(p.stat().st_size for p in weights))
 
 
 def export_onnx(

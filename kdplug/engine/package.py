@@ -257,6 +257,8 @@ def model_card(
         "",
     ]
     lines += _results_table(metrics, speed, student_dev, teacher_dev)
+    if speed.get("unreliable"):
+        lines += ["", f"The timings above are not reliable: {speed['unreliable']}."]
     lines += ["", "## Use it", ""]
     if huggingface_family:
         lines += [

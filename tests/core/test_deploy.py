@@ -541,6 +541,7 @@ def test_int8_export_of_every_family_is_checked_against_the_fp32_student(capsys,
         graph = onnx.load(str(output / "model.onnx")).graph
         assert {n.op_type for n in graph.node} & {"DynamicQuantizeLinear", "MatMulInteger", "DynamicQuantizeLSTM"}
     assert "examples/s at batch 32" in out and "MB exported" in out
+    assert "ms/example at batch 1" in out and " ±" in out  # the run's timing routine: each figure with its spread
 
 
 def test_max_drop_refuses_a_degraded_int8_student():
