@@ -203,8 +203,8 @@ def _written_word(value: bool, names: Sequence[str], whose: str, option: str, la
 
     quoted = "{" + ", ".join(f"{spelled(k)}: {spelled(v)}" for k, v in label_map.items()) + "}"
     raise UsageError(
-        f"{option}: {read}, and {whose} has {len(written)} such words {written}: kdplug cannot tell which you "
-        f"wrote; quote it, e.g. --set '{option}={quoted}' with the words you meant"
+        f"{option}: {read}, and {len(written)} of {whose} {list(names)} are such words: kdplug cannot tell which "
+        f"you wrote; quote it, e.g. --set '{option}={quoted}' with the words you meant"
     )
 
 
