@@ -49,6 +49,12 @@ def kdplug_register_teachers(register):
     The factory returns a :class:`kdplug.types.Teacher`. Its model is put in eval mode and
     frozen by the engine; set ``finetuned=False`` when the engine must fine-tune it on the
     task first (the fine-tuned weights are stored and reused, keyed by a fingerprint).
+
+    An optional ``shape(task, **options)`` attribute returns the
+    :class:`kdplug.types.ModelShape` the teacher will have (its layers, widths and attention
+    heads), read without loading weights (a config, in milliseconds), or None where it cannot
+    tell: the run's projector options are then checked against it before the teacher is
+    loaded or fine-tuned.
     """
 
 
@@ -71,6 +77,11 @@ def kdplug_register_students(register):
     ``input_ids``, ``attention_mask`` (and ``token_type_ids`` when it uses them) and returns an
     object with ``.logits`` ``(batch, C)``; some registered layer extractor must support it.
     An optional ``tokenizer`` attribute replaces the teacher's tokenizer for this student.
+
+    An optional ``shape(task, teacher_shape, **options)`` attribute returns the
+    :class:`kdplug.types.ModelShape` the student will have, given the teacher's, without
+    building it (None where it cannot tell); it may raise a UsageError for options the
+    teacher's shape rules out (``bert-9`` under a 4-layer teacher).
     """
 
 
@@ -122,6 +133,10 @@ def kdplug_register_projectors(register):
     A projector that says ``needs_tokens = True`` (``tinybert``, ``minilm-v2``) also receives
     both models' :class:`kdplug.types.TokenSignals` (the engine runs the teacher on every batch)
     and may return each example's loss terms itself (``ProjectedPairs.terms``, ``ild_loss = None``).
+    Where the teacher and student factories declare their shapes, the engine builds the
+    projector once before the teacher is loaded, on the CPU, from the request those shapes give,
+    and drops it: a constructor that raises UsageError for options the models rule out (a layer
+    map, a head count) stops the run then. Keep the constructor cheap and free of side effects.
     """
 
 

@@ -8,15 +8,19 @@ knows the plugin and distribution that provided it.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import inspect
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from .errors import AmbiguousNameError, ConfigError, PluginError, UnknownComponentError
 from .hub import is_hub_id
+
+if TYPE_CHECKING:
+    from .types import ModelShape
 
 #: kind -> the registration hook that fills it
 KINDS: dict[str, str] = {
@@ -196,6 +200,16 @@ class Registry:
             return loader, {"source": name}
         self.resolve(kind, name)  # an unknown name, with the close ones
         raise AssertionError("unreachable")
+
+    def model_shape(self, kind: str, name: str, *args: Any, **options: Any) -> Optional[ModelShape]:
+        """What the teacher or student ``name`` will be (:class:`~kdplug.types.ModelShape`), from its
+        factory's optional ``shape`` attribute, called as the factory would be; None where it has none."""
+        entry, implied = self.resolve(kind, name)
+        factory, bound = entry.factory, {}
+        if isinstance(factory, functools.partial):  # a name registered with options bound (a hub id's teacher)
+            factory, bound = factory.func, dict(factory.keywords)
+        shape = getattr(factory, "shape", None)
+        return None if shape is None else shape(*args, **{**bound, **implied, **options})
 
     def find_layer_extractor(self, model: Any) -> Any:
         """The first registered layer extractor that supports ``model``."""

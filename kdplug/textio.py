@@ -189,3 +189,17 @@ def read_inputs(
     if not texts:
         raise UsageError(f"{name} holds no texts; {consumer} needs at least one")
     return rows, keys, texts
+
+
+def yaml_word(text: str) -> str:
+    """``text`` as a ``--set`` value (or an item of a list or mapping in one) must spell it to reach
+    kdplug as that string: bare where YAML reads it so (``positive``), double-quoted where YAML
+    would read something else (``"yes"`` is not the boolean true, ``"0"`` not a number, ``"a, b"``
+    not two items)."""
+    import yaml
+
+    try:
+        plain = yaml.safe_load(text) == text and text == text.strip() and not any(c in text for c in ",[]{}#'\"")
+    except yaml.YAMLError:
+        plain = False
+    return text if plain else json.dumps(text)

@@ -87,6 +87,30 @@ class TokenSpec:
     heads: int
 
 
+@dataclass(frozen=True)
+class ModelShape:
+    """What a model will be, as far as distillation methods see it, known before it is built: its
+    matchable layers (as its layer extractor will report them, the embedding layer left out) and
+    its per-token signals (None for a pooled student). Teacher and student factories may declare
+    it, read from a config in milliseconds (see the teacher and student hooks), so that the
+    projector's options are checked against both models before the teacher is loaded or
+    fine-tuned (see :meth:`ProjectionRequest.from_shapes`)."""
+
+    layers: tuple[LayerSpec, ...]
+    tokens: Optional[TokenSpec] = None
+
+    @classmethod
+    def transformer(cls, layers: int, width: int, heads: Optional[int] = None) -> ModelShape:
+        """``layers`` Transformer blocks of ``width`` (and ``heads`` attention heads, where known)."""
+        blocks = tuple(LayerSpec(index, width, "transformer") for index in range(1, layers + 1))
+        return cls(blocks, TokenSpec(layers, width, heads) if heads else None)
+
+    @property
+    def width(self) -> int:
+        """The width of the last layer (the one whose vector a student as wide as its teacher matches)."""
+        return self.layers[-1].width
+
+
 @dataclass
 class TokenSignals:
     """One model's per-token signals for one batch, for methods that distil token by token
@@ -257,6 +281,19 @@ class ProjectionRequest:
     seed: int = 0
     teacher_tokens: Optional[TokenSpec] = None
     student_tokens: Optional[TokenSpec] = None
+
+    @classmethod
+    def from_shapes(cls, teacher: ModelShape, student: ModelShape, task: Task, seed: int = 0) -> ProjectionRequest:
+        """The request a projector will get for these two models on ``task``, from their shapes."""
+        return cls(
+            matchable_layers(teacher.layers),
+            matchable_layers(student.layers),
+            num_outputs(task),
+            task.is_regression,
+            seed=seed,
+            teacher_tokens=teacher.tokens,
+            student_tokens=student.tokens,
+        )
 
 
 @dataclass

@@ -54,6 +54,27 @@ def stuck_since_start(history: Sequence[dict]) -> bool:
     return all(record.get("predicted_classes") == 1 for record in history)
 
 
+#: a training loss that grew this many times since epoch 1, or a CE this many times chance level
+#: (ln C), is a model pushed off by steps too large (one stuck at chance sits near ln C)
+DIVERGED = 3.0
+
+
+def loss_grown(history: Sequence[dict], classes: int) -> Optional[str]:
+    """How the training loss went the wrong way, e.g. ``"ce went from 1.794e+11 to 3.539e+22"``;
+    None when it did not. A model that predicts one class with such a loss was pushed off by a
+    learning rate too large, not held back by one too small."""
+    first, last = history[0]["train"], history[-1]["train"]
+    key = "ce" if "ce" in first and "ce" in last else "loss"
+    if key not in first or key not in last:
+        return None
+    chance = math.log(classes) if classes > 1 else math.inf
+    if last[key] > DIVERGED * abs(first[key]) or (key == "ce" and last[key] > DIVERGED * chance):
+        return (
+            f"{key} went from {first[key]:.4g} to {last[key]:.4g}" if len(history) > 1 else f"{key} is {last[key]:.4g}"
+        )
+    return None
+
+
 def check_epoch(
     stage: str,
     history: Sequence[dict],
@@ -74,14 +95,19 @@ def check_epoch(
         if len(counts) == 1:
             only = next(iter(counts))
             label = labels[only] if 0 <= only < len(labels) else only
+            grown = loss_grown(history, len(labels))
+            advice = (
+                f"its training {grown}: the learning rate {lr:g} is too large. Lower it ({lr_knob}), or leave it "
+                f"unset for kdplug's default."
+                if grown
+                else f"Train longer ({epochs_knob}) or with a larger learning rate ({lr_knob}; it is {lr:g}); a "
+                f"model trained on few examples needs many epochs."
+            )
             findings.append(
                 Finding(
                     "single-class",
-                    (
-                        f"stage {stage!r}, epoch {epoch}: the model predicts {label!r} for every dev example: it "
-                        f"has not learned the task. Train longer ({epochs_knob}) or with a larger learning rate "
-                        f"({lr_knob}; it is {lr:g}); a model trained on few examples needs many epochs."
-                    ),
+                    f"stage {stage!r}, epoch {epoch}: the model predicts {label!r} for every dev example: it has "
+                    f"not learned the task{', and ' if grown else '. '}{advice}",
                 )
             )
     if len(history) >= 2 and settled:

@@ -159,6 +159,7 @@ def load_task_and_teacher(
 ) -> tuple[Task, Teacher, int, EncodedSplit, dict[str, EncodedSplit]]:
     """The task, the teacher as configured, the sequence length and the tokenised train and dev splits."""
     task = registry.create("task", config.task, data_dir=config.data_dir, **config.task_options)
+    preflight.check_projectors(config, registry, task)  # before the teacher is loaded (or fine-tuned)
     teacher = create_teacher(config, registry, task)
     max_length = preflight.sequence_length(config, task, teacher)
     preflight.check_component_options(config, registry, task, teacher)

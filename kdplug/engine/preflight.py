@@ -20,7 +20,7 @@ from ..config import RunConfig
 from ..errors import OfflineError, UnknownComponentError, UsageError
 from ..model_types import register_model_types
 from ..registry import Registry
-from ..types import Task, Teacher
+from ..types import ProjectionRequest, Task, Teacher
 from .tracking import parse_report_to
 
 
@@ -315,6 +315,36 @@ def position_limit(model: Any) -> Optional[int]:
     if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
         return positions - 2
     return positions
+
+
+def check_projectors(config: RunConfig, registry: Registry, task: Task) -> None:
+    """The options that depend on the models (a layer map, layer numbers, relation heads, a head
+    count that must divide a width), checked before the teacher is loaded or fine-tuned: the
+    run's projector (and the baseline's) is built once, on the CPU, from the two models' shapes,
+    which their factories read from configs in milliseconds, and dropped. Its own constructor
+    judges its options, so the message is the one it would give mid-run. Skipped where a factory
+    declares no shape (the projector is then checked when the models are built)."""
+    names = [config.baseline] if config.baseline else []
+    if factory_attribute(registry, "recipe", config.recipe, "uses_projector") is not False:
+        names.insert(0, config.projector)
+    if not names:
+        return
+    teacher, teacher_source = registry.model_reference("teacher", config.teacher)
+    teacher_shape = registry.model_shape("teacher", teacher, task, **{**config.teacher_options, **teacher_source})
+    if teacher_shape is None:
+        return
+    student, student_source = registry.model_reference("student", config.student)
+    student_shape = registry.model_shape(
+        "student", student, task, teacher_shape, **{**config.student_options, **student_source}
+    )
+    if student_shape is None:
+        return
+    request = ProjectionRequest.from_shapes(teacher_shape, student_shape, task, seed=config.seed)
+    with torch.random.fork_rng(devices=[]):  # its initial weights must not move the run's random draws
+        for name in names:
+            registry.create(
+                "projector", name, request, **(config.projector_options if name == config.projector else {})
+            )
 
 
 def check_component_options(config: RunConfig, registry: Registry, task: Task, teacher: Teacher) -> None:

@@ -192,8 +192,9 @@ def arrange(groups: Buckets, layer_map: object, n: int, seed: int, method: str) 
         chosen = dict(pairs)
         return tuple((check_teacher_layer(chosen[j], n, method, "layer_map"),) for j in range(1, k + 1))
     raise UsageError(
-        f"projector {method!r}: layer_map must be one of {', '.join(LAYER_MAPS)}, or student:teacher pairs "
-        f"such as {','.join(f'{j}:{groups[j - 1][-1]}' for j in range(1, k + 1))!r}; got {layer_map!r}"
+        f"projector {method!r}: layer_map must be one of {', '.join(LAYER_MAPS)}, student:teacher pairs "
+        f"such as {','.join(f'{j}:{groups[j - 1][-1]}' for j in range(1, k + 1))!r}, or a list of {k} teacher "
+        f"layer number(s) (1..{n}); got {layer_map!r}"
     )
 
 

@@ -95,7 +95,7 @@ class PKDSkip(nn.Module):
         elif not isinstance(layer_map, (list, tuple)) or len(layer_map) != len(students):
             raise UsageError(
                 f"projector {self.name!r}: layer_map must list one teacher layer (1..{self.n}) per matched "
-                f"student layer h^1..h^{len(students)}, i.e. {len(students)} numbers; got {layer_map!r}"
+                f"student layer h^1..h^{len(students)}, i.e. {len(students)} number(s); got {layer_map!r}"
             )
         self.layer_map = tuple(check_teacher_layer(i, self.n, self.name, "layer_map") for i in layer_map)
         width = common_width([request.teacher_layers[i - 1] for i in self.layer_map], "teacher", self.name)

@@ -11,7 +11,7 @@ from typing import Any, Optional
 import kdplug
 from kdplug.types import Task, Teacher
 
-from .pooling import PooledLayerExtractor, build_pooled_student, check_pooled_options
+from .pooling import PooledLayerExtractor, build_pooled_student, check_pooled_options, pooled_shape
 
 MODEL = "modeling_gated_cnn:GatedCNNForSequenceClassification"
 
@@ -54,6 +54,7 @@ def gated_cnn_student(
 
 
 gated_cnn_student.check_options = check_pooled_options
+gated_cnn_student.shape = pooled_shape(MODEL, default_layers=4)
 gated_cnn_student.token_signals = False  # one pooled vector per layer: no tokens for TinyBERT or MiniLMv2
 
 

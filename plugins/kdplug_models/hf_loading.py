@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from kdplug import hub
 from kdplug.errors import UsageError
-from kdplug.types import Task, num_outputs
+from kdplug.types import ModelShape, Task, num_outputs
 
 from .labels import LabelMatch, match_labels, reorder_outputs
 
@@ -73,6 +73,33 @@ def _config_for_task(
     config.output_hidden_states = True
     config.problem_type = "regression" if task.is_regression else "single_label_classification"
     return config, is_classifier, head_fits
+
+
+def checkpoint_shape(
+    source: str,
+    what: str,
+    overrides: dict[str, Any],
+    *,
+    trust_remote_code: bool = False,
+    revision: Optional[str] = None,
+) -> Optional[ModelShape]:
+    """The layers and attention heads ``source`` will have as the {what}, from its config alone (no
+    weights are read) with the options that override its attributes; None for a model that is not
+    a Transformer encoder (the layer extractor then tells when it is built)."""
+    from transformers import AutoConfig
+
+    load_options = {"trust_remote_code": trust_remote_code, **({"revision": revision} if revision else {})}
+    config = load_pretrained(AutoConfig, os.path.expanduser(str(source)), what, **load_options)
+    config.update({key: value for key, value in overrides.items() if hasattr(config, key)})
+    layers, width = getattr(config, "num_hidden_layers", None), getattr(config, "hidden_size", None)
+    if getattr(config, "is_encoder_decoder", False) or not _positive(layers) or not _positive(width):
+        return None
+    heads = getattr(config, "num_attention_heads", None)
+    return ModelShape.transformer(layers, width, heads if _positive(heads) else None)
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _load_classifier(

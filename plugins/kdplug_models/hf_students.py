@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 from kdplug import hub
 from kdplug.errors import UsageError
-from kdplug.types import Task, Teacher, num_outputs
+from kdplug.types import ModelShape, Task, Teacher, num_outputs
 
-from .hf_loading import _load_classifier
+from .hf_loading import _load_classifier, checkpoint_shape
 
 logger = logging.getLogger(__name__)
 
@@ -88,12 +88,7 @@ def truncated_copy(
     from transformers import AutoModelForSequenceClassification
 
     teacher_model = _hf_teacher_model(teacher, student)
-    total = teacher_model.config.num_hidden_layers
-    if not 1 <= layers <= total:
-        raise UsageError(
-            f"student {student!r} takes the teacher's first {layers} layers, but the teacher "
-            f"({teacher.source}) has {total}; ask for 1 to {total} layers"
-        )
+    check_layer_count(layers, teacher_model.config.num_hidden_layers, student, f"the teacher ({teacher.source})")
     check_truncated_options(teacher_model.config, student, config_overrides)
     config = teacher_model.config.__class__.from_dict(teacher_model.config.to_dict())
     config.update(config_overrides)
@@ -123,6 +118,24 @@ def truncated_copy(
         )
     model.kdplug_init = {**provenance, "layers": list(range(1, layers + 1))}
     return model
+
+
+def check_layer_count(layers: int, total: int, student: str, teacher: str = "the teacher") -> None:
+    if not 1 <= layers <= total:
+        raise UsageError(
+            f"student {student!r} takes the teacher's first {layers} layers, but {teacher} has {total}; "
+            f"ask for 1 to {total} layers"
+        )
+
+
+def truncated_shape(teacher: ModelShape, layers: int, student: str, overrides: dict[str, Any]) -> Optional[ModelShape]:
+    """What ``truncated_copy`` will build, from the teacher's shape: its block with ``layers`` layers."""
+    check_layer_count(layers, len(teacher.layers), student)
+    width = overrides.get("hidden_size", teacher.width)
+    heads = overrides.get("num_attention_heads", teacher.tokens.heads if teacher.tokens else None)
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (width, heads or 1)):
+        return None  # the copy refuses these itself
+    return ModelShape.transformer(layers, width, heads)
 
 
 TRUNCATED_OPTIONS = ("init", "source", "copy_classifier")
@@ -189,7 +202,14 @@ def check_bert_k_options(
     check_truncated_options(_hf_teacher_model(teacher, f"bert-{layers}").config, f"bert-{layers}", config_overrides)
 
 
+def bert_k_shape(task: Task, teacher: ModelShape, layers: int, **options: Any) -> Optional[ModelShape]:
+    """BERT-k's shape (see the student hook): a count of layers the teacher lacks fails here."""
+    overrides = {key: value for key, value in options.items() if key not in TRUNCATED_OPTIONS}
+    return truncated_shape(teacher, layers, f"bert-{layers}", overrides)
+
+
 bert_k_student.check_options = check_bert_k_options
+bert_k_student.shape = bert_k_shape
 
 
 def distilroberta_student(
@@ -260,3 +280,39 @@ def hf_student(
 
 
 hf_student.loads_checkpoints = True
+
+
+def hf_student_shape(
+    task: Task,
+    teacher: ModelShape,
+    source: Optional[str] = None,
+    *,
+    label_map: Optional[dict] = None,
+    trust_remote_code: bool = False,
+    revision: Optional[str] = None,
+    **config_overrides: Any,
+) -> Optional[ModelShape]:
+    """What ``hf_student`` will load, from the checkpoint's config (see the student hook)."""
+    if not source:
+        return None
+    return checkpoint_shape(source, "student", config_overrides, trust_remote_code=trust_remote_code, revision=revision)
+
+
+def distilroberta_shape(
+    task: Task,
+    teacher: ModelShape,
+    *,
+    source: str = "distilroberta-base",
+    from_teacher: bool = False,
+    init: str = INIT_PRETRAINED,
+    layers: int = 6,
+    trust_remote_code: bool = False,
+    **config_overrides: Any,
+) -> Optional[ModelShape]:
+    if from_teacher:
+        return truncated_shape(teacher, layers, "distilroberta", config_overrides)
+    return hf_student_shape(task, teacher, source, trust_remote_code=trust_remote_code, **config_overrides)
+
+
+hf_student.shape = hf_student_shape
+distilroberta_student.shape = distilroberta_shape

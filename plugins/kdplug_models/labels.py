@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from kdplug.errors import UsageError
+from kdplug.textio import yaml_word
 
 _POSITIONAL = re.compile(r"label_?(\d+)")
 
@@ -77,7 +78,7 @@ def _map_example(checkpoint: Sequence[str], task: Sequence[str]) -> str:
     guess = [max(task, key=lambda label: closeness(name, label)) for name in checkpoint]
     if len(set(guess)) != len(task):
         guess = ["TASK_LABEL"] * len(checkpoint)
-    return "{" + ", ".join(f"{name}: {label}" for name, label in zip(checkpoint, guess)) + "}"
+    return "{" + ", ".join(f"{yaml_word(name)}: {yaml_word(label)}" for name, label in zip(checkpoint, guess)) + "}"
 
 
 def match_labels(
@@ -112,39 +113,99 @@ def match_labels(
     )
 
 
+#: the words YAML (and so ``--set`` and config files) reads as the booleans true and false
+YAML_TRUE, YAML_FALSE = ("yes", "true", "on"), ("no", "false", "off")
+
+
 def _from_label_map(
     label_map: Mapping[Any, Any], checkpoint: Sequence[str], task_labels: Sequence[str], source: str, option: str
 ) -> tuple[int, ...]:
+    """The checkpoint output of each task class, from a ``label_map`` that must pair the outputs
+    and the task's labels one to one: every key is resolved to an output (by its label, or its
+    index) before anything is paired, so two spellings of one output are caught."""
+    example = f"--set '{option}={_map_example(checkpoint, task_labels)}'"
     if not isinstance(label_map, Mapping):
         raise UsageError(
-            f"{option} must be a mapping of checkpoint labels to task labels, e.g. "
-            f"{_map_example(checkpoint, task_labels)}, got {label_map!r}"
+            f"{option} must be a mapping of checkpoint labels to task labels, e.g. {example}, got {label_map!r}"
         )
-    outputs = {normalise(name): index for index, name in enumerate(checkpoint)}
-    classes = {normalise(label): index for index, label in enumerate(task_labels)}
+    outputs: dict[int, Any] = {}  # checkpoint output -> the key that named it
     order: dict[int, int] = {}  # task class -> checkpoint output
     for key, value in label_map.items():
-        output = key if isinstance(key, int) and 0 <= key < len(checkpoint) else outputs.get(normalise(key))
-        target = classes.get(normalise(value))
-        if output is None:
+        output = _output(key, checkpoint, source, option, label_map)
+        target = _task_class(value, task_labels, option, label_map)
+        if output in outputs:
             raise UsageError(
-                f"{option}: {key!r} is not a label (or output index) of {source}; its labels are {list(checkpoint)}"
+                f"{option}: {outputs[output]!r} and {key!r} both name output {output} ({checkpoint[output]!r}) of "
+                f"{source}, so two task labels would read one logit; name each of its outputs {list(checkpoint)} "
+                f"once, e.g. {example}"
             )
-        if target is None:
-            raise UsageError(f"{option}: {value!r} is not a label of the task; its labels are {list(task_labels)}")
         if target in order:
             raise UsageError(
-                f"{option}: two checkpoint labels map to the task label {task_labels[target]!r}; "
-                f"each task label needs exactly one"
+                f"{option}: {outputs[order[target]]!r} and {key!r} both map to the task label "
+                f"{task_labels[target]!r}; each task label needs exactly one checkpoint label, e.g. {example}"
             )
-        order[target] = output
+        outputs[output], order[target] = key, output
     if len(order) != len(task_labels):
         missing = [label for index, label in enumerate(task_labels) if index not in order]
         raise UsageError(
             f"{option} leaves the task label(s) {missing} without a checkpoint label; map all "
-            f"{len(task_labels)} of them"
+            f"{len(task_labels)} of them, e.g. {example}"
         )
     return tuple(order[i] for i in range(len(task_labels)))
+
+
+def _output(key: Any, checkpoint: Sequence[str], source: str, option: str, label_map: Mapping[Any, Any]) -> int:
+    """The checkpoint output a ``label_map`` key names: its label, or its index."""
+    if isinstance(key, bool):
+        key = _written_word(key, checkpoint, f"{source}'s labels", option, label_map)
+    if isinstance(key, int):
+        if not 0 <= key < len(checkpoint):
+            raise UsageError(
+                f"{option}: output index {key} is out of range: {source} has {len(checkpoint)} outputs, "
+                f"0..{len(checkpoint) - 1} ({list(checkpoint)})"
+            )
+        return key
+    found = {normalise(name): index for index, name in enumerate(checkpoint)}.get(normalise(key))
+    if found is None:
+        raise UsageError(
+            f"{option}: {key!r} is not a label (or output index) of {source}; its labels are {list(checkpoint)}"
+        )
+    return found
+
+
+def _task_class(value: Any, task_labels: Sequence[str], option: str, label_map: Mapping[Any, Any]) -> int:
+    """The task class a ``label_map`` value names."""
+    if isinstance(value, bool):
+        value = _written_word(value, task_labels, "the task's labels", option, label_map)
+    found = {normalise(label): index for index, label in enumerate(task_labels)}.get(normalise(value))
+    if found is None:
+        raise UsageError(f"{option}: {value!r} is not a label of the task; its labels are {list(task_labels)}")
+    return found
+
+
+def _written_word(value: bool, names: Sequence[str], whose: str, option: str, label_map: Mapping[Any, Any]) -> str:
+    """The word YAML read as ``value`` (``yes: positive`` arrives as ``True: 'positive'``): the one
+    name among ``names`` that YAML reads so; where none is, or several are, a UsageError."""
+    words = YAML_TRUE if value else YAML_FALSE
+    written = [name for name in names if normalise(name) in words]
+    if len(written) == 1:
+        return written[0]
+    read = f"YAML reads {'/'.join(words)} as {str(value).lower()}"
+    if not written:
+        raise UsageError(
+            f"{option}: {read}, and none of {whose} {list(names)} is such a word; name one of those labels instead"
+        )
+
+    def spelled(item: Any) -> str:  # an output index stays a number
+        if isinstance(item, bool):
+            item = (YAML_TRUE if item else YAML_FALSE)[0]
+        return yaml_word(item) if isinstance(item, str) else str(item)
+
+    quoted = "{" + ", ".join(f"{spelled(k)}: {spelled(v)}" for k, v in label_map.items()) + "}"
+    raise UsageError(
+        f"{option}: {read}, and {len(written)} of {whose} {list(names)} are such words: kdplug cannot tell which "
+        f"you wrote; quote it, e.g. --set '{option}={quoted}' with the words you meant"
+    )
 
 
 def classifier_output_layer(model: nn.Module, num_labels: int) -> nn.Linear:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from typing import Any, Optional
 
 import torch
 from torch import nn
 
 import kdplug
-from kdplug.types import LayerSpec, Task, num_outputs
+from kdplug.types import LayerSpec, ModelShape, Task, num_outputs
 
 from .embeddings import from_file, from_teacher, vector_file_width
 
@@ -191,6 +192,31 @@ def check_pooled_options(
     from ``source`` reads no vectors."""
     if embeddings is not None and source is None:
         file_width(embeddings, embedding_dim, init_embeddings_from_teacher)
+
+
+def pooled_shape(model_path: str, default_layers: int) -> Callable[..., Optional[ModelShape]]:
+    """The ``shape`` of a pooled student factory (see the student hook): ``num_layers`` pooled
+    vectors of ``hidden_size`` (the teacher's width unless set), or those of the ``source`` it reloads."""
+
+    def shape(
+        task: Task,
+        teacher: ModelShape,
+        *,
+        hidden_size: Optional[int] = None,
+        num_layers: int = default_layers,
+        source: Optional[str] = None,
+        **_: Any,
+    ) -> Optional[ModelShape]:
+        cls = model_class(model_path)
+        if source is not None:
+            config = cls.config_class.from_pretrained(source)
+            hidden_size, num_layers = config.hidden_size, config.num_layers
+        width = teacher.width if hidden_size is None else hidden_size
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (width, num_layers)):
+            return None  # the factory refuses these itself
+        return ModelShape(tuple(LayerSpec(index, width, cls.layer_kind) for index in range(1, num_layers + 1)))
+
+    return shape
 
 
 def teacher_table_fits(teacher: Any, tokenizer: Any, vocab_size: int, embedding_dim: int) -> bool:

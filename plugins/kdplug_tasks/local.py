@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Sequence
 from typing import Any, Optional
 
 import kdplug
 from kdplug.errors import ConfigError, DataError
+from kdplug.textio import yaml_word
 from kdplug.types import Example
 
 from . import hfdatasets
@@ -169,6 +171,12 @@ def local_task(
             )
     declared = "declared by the option labels" if labels is not None else f"found in {files['train']}"
 
+    def declare_all(unknown: str) -> str:
+        """The option that makes ``unknown`` a label too (declared labels keep their order; found ones are sorted)."""
+        every = [*label_set, unknown] if labels is not None else sorted({*label_set, unknown})
+        value = "task_options.labels=[" + ", ".join(yaml_word(label) for label in every) + "]"
+        return f"declare every label, in class order: --set {shlex.quote(value)} (labels=[...] in Python)."
+
     def example(path: str, line: int, record: dict[str, Any]) -> Example:
         value = record["label"]
         if regression:
@@ -189,7 +197,7 @@ def local_task(
                 column=label_column,
                 path=path,
                 line=line,
-                hint=f"The label set was {declared}; fix the label, or pass labels=[...] with every label.",
+                hint=f"The label set was {declared}; fix the label, or {declare_all(label_text(record['label']))}",
             )
         text_b = str(record["text_b"]) if text_pair_column is not None else None
         return Example(text_a=str(record["text_a"]), text_b=text_b, label=label)

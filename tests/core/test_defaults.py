@@ -14,6 +14,9 @@ from safetensors.torch import load_file
 
 from kdplug.cli import main
 from kdplug.engine import health
+from kdplug.testing.tiny import make_tiny_classifier
+
+from ..conftest import write_sst2
 
 TINY = [
     "--student",
@@ -144,6 +147,39 @@ def test_health_single_class_waits_for_a_third_of_the_stage():
     mixed = history(*losses[:3], classes=1)
     mixed[0]["predicted_classes"] = 2
     assert health.check_epoch("distill", mixed, epochs=6, lr=1e-3, labels=LABELS, predictions=one_class) == []
+
+
+def test_health_a_loss_pushed_off_by_a_learning_rate_too_large_is_told_to_lower_it():
+    one_class = [0, 0, 0]
+    # the training losses of `--set lr=1e6` (a BiLSTM under a tiny teacher): up by 12 orders of magnitude
+    exploded = history({"ce": 7.768e9, "loss": 1.59e11}, {"ce": 2.062e21, "loss": 1.31e22}, classes=1)
+    (finding,) = health.check_epoch("distill", exploded, epochs=2, lr=1e6, labels=LABELS, predictions=one_class)
+    assert finding.code == "single-class" and "the learning rate 1e+06 is too large. Lower it" in finding.message
+    assert "larger learning rate" not in finding.message and "ce went from 7.768e+09 to 2.062e+21" in finding.message
+    # one epoch: a CE far above chance (ln 2) says the same
+    (finding,) = health.check_epoch(
+        "teacher", history({"ce": 40.0, "loss": 40.0}, classes=1), epochs=1, lr=1.0, labels=LABELS, predictions=[1]
+    )
+    assert "too large. Lower it (--set teacher_lr=...)" in finding.message
+    # a slow start near chance still gets the advice to train longer or faster
+    slow = history({"ce": 0.70, "loss": 0.70}, {"ce": 0.71, "loss": 0.71}, classes=1)
+    (finding,) = health.check_epoch("distill", slow, epochs=2, lr=1e-5, labels=LABELS, predictions=one_class)
+    assert "larger learning rate" in finding.message
+
+
+def test_a_run_at_lr_1e6_is_advised_a_lower_learning_rate(tmp_path, caplog):
+    teacher = make_tiny_classifier(tmp_path / "teacher")
+    data = write_sst2(tmp_path / "SST-2")
+    with caplog.at_level(logging.WARNING, logger="kdplug"):
+        code = main(
+            ["run", "--teacher", teacher, "--task", "sst2", "--data-dir", str(data), "--student", "bilstm",
+             "--projector", "rkd", "--epochs", "2", "--set", "student_options.embedding_dim=16", "--set",
+             "student_options.hidden_size=16", "--set", "batch_size=4", "--set", "allow_weak_teacher=true",
+             "--set", "lr=1e6", "--output", str(tmp_path / "run")]
+        )  # fmt: skip
+    advice = [r.message for r in caplog.records if "stage 'distill'" in r.message]
+    assert code == 0 and advice and all("larger learning rate" not in message for message in advice)
+    assert any("the learning rate 1e+06 is too large. Lower it (--set lr=...)" in message for message in advice)
 
 
 def test_health_flat_loss_only_at_chance_level():

@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 
 import kdplug
 from kdplug.cli import main
+from kdplug.config import parse_value
 from kdplug.engine import health
 from kdplug.engine.trainer import stop_early
 from kdplug.testing.tiny import TinyTask, cache_as_hub_model, make_tiny_bert, make_tiny_classifier
@@ -106,6 +107,69 @@ def test_names_that_do_not_match_are_a_usage_error_with_both_sides_and_the_fix(t
     torch.testing.assert_close(logits(indexed), logits(named).flip(-1))
     with pytest.raises(kdplug.UsageError, match="leaves the task label"):
         kdplug.create_teacher("hf", TinyTask(), source=path, label_map={"good": "positive"})
+
+
+def label_map(text: str):
+    """``teacher_options.label_map`` as ``--set teacher_options.label_map=TEXT`` delivers it (read as YAML)."""
+    return parse_value(text)
+
+
+@pytest.mark.parametrize(
+    "written, message",
+    [
+        # 0 is the output called bad: both task classes would read one logit
+        ("{bad: negative, 0: positive}", "'bad' and 0 both name output 0 ('bad')"),
+        ("{0: negative, 2: positive}", "output index 2 is out of range: "),
+        ("{bad: negative, good: negative}", "'bad' and 'good' both map to the task label 'negative'"),
+        ("{bad: negative, good: nice}", "'nice' is not a label of the task"),
+        ("{bad: negative}", "leaves the task label(s) ['positive'] without a checkpoint label"),
+        ("{yes: positive, no: negative}", "YAML reads yes/true/on as true, and none of"),
+    ],
+)
+def test_a_label_map_must_pair_the_outputs_and_the_task_labels_one_to_one(tmp_path, written, message):
+    path = make_tiny_classifier(tmp_path / "other", label_names=["bad", "good"])
+    with pytest.raises(kdplug.UsageError) as error:
+        kdplug.create_teacher("hf", TinyTask(), source=path, label_map=label_map(written))
+    assert message in str(error.value) and "teacher_options.label_map" in str(error.value)
+
+
+def test_label_names_yaml_reads_as_booleans_are_the_words_written(tmp_path):
+    """``--set 'teacher_options.label_map={yes: positive, no: negative}'`` reaches kdplug as
+    ``{True: 'positive', False: 'negative'}``: the checkpoint's outputs called yes and no."""
+    yes_no = make_tiny_classifier(tmp_path / "yes-no", label_names=["no", "yes"])
+    quoted = kdplug.create_teacher("hf", TinyTask(), source=yes_no, label_map={"yes": "negative", "no": "positive"})
+    for written in ("{yes: negative, no: positive}", "{on: negative, off: positive}"):
+        teacher = kdplug.create_teacher("hf", TinyTask(), source=yes_no, label_map=label_map(written))
+        assert teacher.extra["labels"]["checkpoint_output_of_each_task_label"] == [1, 0]
+        torch.testing.assert_close(logits(teacher), logits(quoted))
+    # and the task's labels on the other side of the map
+    bad_good = make_tiny_classifier(tmp_path / "bad-good", label_names=["bad", "good"])
+    teacher = kdplug.create_teacher(
+        "hf", TinyTask(labels=("yes", "no")), source=bad_good, label_map=label_map("{bad: no, good: yes}")
+    )
+    assert teacher.extra["labels"]["checkpoint_output_of_each_task_label"] == [1, 0]
+    # a checkpoint with two such words: which was written is lost, so the quoting to use is said
+    two = make_tiny_classifier(tmp_path / "two", label_names=["true", "yes"])
+    with pytest.raises(kdplug.UsageError) as error:
+        kdplug.create_teacher("hf", TinyTask(), source=two, label_map=label_map("{yes: positive, 0: negative}"))
+    assert """--set 'teacher_options.label_map={"yes": positive, 0: negative}'""" in str(error.value)
+    teacher = kdplug.create_teacher("hf", TinyTask(), source=two, label_map=label_map('{"yes": positive, 0: negative}'))
+    assert teacher.extra["labels"]["checkpoint_output_of_each_task_label"] == [0, 1]
+
+
+def test_a_label_map_naming_one_output_twice_exits_2_and_yes_no_labels_run(capsys, tmp_path):
+    data = write_sst2(tmp_path / "SST-2")
+    bad_good = make_tiny_classifier(tmp_path / "bad-good", label_names=["bad", "good"])
+    yes_no = make_tiny_classifier(tmp_path / "yes-no", label_names=["no", "yes"])
+    common = ("--task", "sst2", "--data-dir", data, *TINY, "--set", "allow_weak_teacher=true", "--set")
+    twice = "teacher_options.label_map={bad: negative, 0: positive}"
+    code, _, err = run_cli(capsys, "run", "--teacher", bad_good, *common, twice, "--output", tmp_path / "twice")
+    assert code == 2 and "'bad' and 0 both name output 0 ('bad')" in err
+    yes_no_map = "teacher_options.label_map={yes: positive, no: negative}"
+    code, _, err = run_cli(capsys, "run", "--teacher", yes_no, *common, yes_no_map, "--output", tmp_path / "yes-no-run")
+    assert code == 0, err
+    labels = json.loads((tmp_path / "yes-no-run" / "metrics.json").read_text())["teacher"]["labels"]
+    assert labels["checkpoint_output_of_each_task_label"] == [0, 1] and labels["matched_by"] == "label_map"
 
 
 def test_positional_names_and_numbered_task_labels_are_matched_by_position(tmp_path):

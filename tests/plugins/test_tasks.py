@@ -15,6 +15,7 @@ from scipy import stats
 from sklearn import metrics as skm
 
 import kdplug
+from kdplug.cli import main
 from kdplug.errors import ConfigError, DataError, OfflineError, UnknownComponentError, UsageError
 from kdplug_tasks import demo, glue
 
@@ -483,6 +484,22 @@ def test_local_csv_with_quoted_commas_and_declared_labels(tmp_path):
         ("well, that was great", 0),
         ('she said "no", twice', 1),
     ]
+
+
+@pytest.mark.parametrize("declared", [None, '[pos, neg, "no"]'])
+def test_a_dev_label_missing_from_train_advises_a_command_that_works(tmp_path, capsys, tiny_bert_dir, declared):
+    """The advice is the --set that declares every label, and running it gets past the data."""
+    write_local(tmp_path / "train.csv", [("good film", "pos"), ("bad film", "neg"), ("so-so", "no")], "csv")
+    write_local(tmp_path / "dev.csv", [("fine, I guess", "maybe, yes"), ("great", "pos")], "csv")
+    argv = ["run", "--dry-run", "--teacher", tiny_bert_dir, "--task", "local", "--data-dir", str(tmp_path)]
+    argv += ["--set", f"task_options.labels={declared}"] if declared else []
+    assert main([*argv, "--output", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    found = re.search(r"--set '(task_options\.labels=[^']*)'", err)
+    assert "label 'maybe, yes' in column 'label' is not in the label set" in err and found, err
+    expected = '[pos, neg, "no", "maybe, yes"]' if declared else '["maybe, yes", neg, "no", pos]'
+    assert found.group(1) == f"task_options.labels={expected}"  # quoted where YAML would read a boolean, or 2 labels
+    assert main([*argv, "--set", found.group(1), "--output", str(tmp_path / "run")]) == 0, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("fmt", ["tsv", "jsonl"])
