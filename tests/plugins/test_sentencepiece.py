@@ -197,8 +197,8 @@ def test_saved_student_reloads_with_the_same_tokenizer(teacher, tmp_path, name):
     ids = student.tokenizer(texts, pairs, truncation=True, max_length=12)["input_ids"]
     assert reloaded.tokenizer(texts, pairs, truncation=True, max_length=12)["input_ids"] == ids
     batch = reloaded.tokenizer(texts, pairs, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        assert torch.equal(reloaded(**batch).logits, student(**batch).logits)
+    with torch.no_grad():  # the same weights in other memory: kernels may round the last bit differently
+        torch.testing.assert_close(reloaded(**batch).logits, student(**batch).logits, rtol=0, atol=1e-6)
 
 
 def test_cli_run_distils_into_a_sentencepiece_student(tmp_path, tiny_bert_dir, sst2_dir, capsys):
