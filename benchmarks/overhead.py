@@ -110,8 +110,8 @@ def bare_epoch(registry, task, teacher, trainer, train, dev, quick) -> float:
 
 
 def hf_epoch(registry, task, teacher, trainer, train, dev, quick) -> float:
-    from transformers import Trainer as HFTrainer
     from transformers import PrinterCallback, TrainingArguments
+    from transformers import Trainer as HFTrainer
 
     student = new_student(registry, task, teacher, quick)
     collate = Collator(train.pad_id, False)
