@@ -20,7 +20,10 @@ from kdplug.engine import health
 from kdplug.engine.trainer import stop_early
 from kdplug.testing.tiny import TinyTask, cache_as_hub_model, make_tiny_bert, make_tiny_classifier
 
-from ..conftest import SST2_TRAIN, write_sst2
+from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
+
+#: enough dev examples for the teacher to be judged (kdplug refuses fewer than 10 unless allow_weak_teacher)
+JUDGED_DEV = SST2_DEV * 3
 
 TINY = [
     "--student",
@@ -36,6 +39,11 @@ TINY = [
     "--set",
     "batch_size=4",
 ]
+
+
+@pytest.fixture
+def sst2_dir(tmp_path):
+    return write_sst2(tmp_path / "SST-2", dev=JUDGED_DEV)
 
 
 def run_cli(capsys, *argv):
@@ -279,7 +287,7 @@ def test_a_teacher_that_predicts_one_class_stops_the_run_before_any_student_trai
 
 
 def test_a_reversed_checkpoint_distils_the_same_student_and_mismatched_names_exit_2(capsys, tmp_path, classifiers):
-    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN * 2)
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN * 2, dev=JUDGED_DEV)
     runs = {}
     for name, checkpoint in classifiers.items():
         code, out, err = run_cli(
@@ -402,7 +410,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(capsys, tmp_path, tiny_bert_
         "--dry-run",
     )
     assert code == 0, err
-    assert "task        sst2: 2 labels (negative, positive); train 12, dev 4" in out
+    assert "task        sst2: 2 labels (negative, positive); train 12, dev 12" in out
     assert (
         "fine-tuning: 30 epochs at lr 5e-05, batch 32, early stopping after 3, not before epoch 8 (not stored yet)"
         in out
