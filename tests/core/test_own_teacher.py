@@ -167,6 +167,16 @@ def test_an_uncached_hub_id_fails_in_seconds_offline_with_what_to_do(capsys, tmp
     assert not (tmp_path / "run").exists()
 
 
+def test_a_registered_short_name_offline_stops_before_the_run_directory_is_made(capsys, tmp_path, sst2_dir):
+    code, out, err = run_cli(
+        capsys, "run", "--teacher", "bert-base", "--task", "sst2", "--data-dir", sst2_dir, "--output", tmp_path / "run"
+    )
+    assert code == 2
+    assert err.startswith("kdplug: error: cannot load teacher 'bert-base' (bert-base-uncased on the Hugging Face hub)")
+    assert "switched off" in err and "hf download bert-base-uncased" in err
+    assert not (tmp_path / "run").exists()  # was a failed run directory
+
+
 def test_an_unreachable_hub_fails_in_seconds(capsys, tmp_path, sst2_dir, monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
@@ -191,6 +201,10 @@ def test_an_unreachable_hub_fails_in_seconds(capsys, tmp_path, sst2_dir, monkeyp
 def test_a_plain_unknown_name_keeps_its_suggestions_and_says_what_a_hub_id_needs(capsys, tmp_path):
     code, _, err = run_cli(capsys, "run", "--teacher", "bert-base-uncased", "--output", tmp_path / "run")
     assert code == 2
+    # the offline explanation opens the message: a plain hub id is the likelier meaning
+    assert err.startswith(
+        "kdplug: error: cannot load teacher 'bert-base-uncased': the Hugging Face hub is switched off"
+    ), err
     assert "unknown teacher 'bert-base-uncased'" in err and "Did you mean 'bert-base'" in err
     assert "If 'bert-base-uncased' is a Hugging Face hub id" in err and "hf download bert-base-uncased" in err
 
