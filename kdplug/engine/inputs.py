@@ -15,9 +15,10 @@ from accelerate.utils import set_seed
 
 from ..config import RunConfig
 from ..errors import DataError, UsageError
+from ..logs import FILE_ONLY
 from ..registry import Registry
 from ..storage import default_cache_root, file_lock
-from ..types import Task, Teacher
+from ..types import Example, Task, Teacher
 from . import health, preflight
 from . import teacher as teacher_stage
 from .cache import TeacherCache
@@ -155,14 +156,22 @@ def finetune_settings(
     }
 
 
-def load_task_and_teacher(
-    config: RunConfig, registry: Registry
-) -> tuple[Task, Teacher, int, EncodedSplit, dict[str, EncodedSplit]]:
-    """The task, the teacher as configured, the sequence length and the tokenised train and dev splits."""
+def load_task(config: RunConfig, registry: Registry) -> tuple[Task, dict[str, list[Example]]]:
+    """The task and its examples (train, then each dev split), read once and checked: what a run
+    calls before it makes its run directory, so that missing or too little data leaves none."""
     task = registry.create("task", config.task, data_dir=config.data_dir, **config.task_options)
     examples = {name: task.load_split(name) for name in ("train", *task.dev_splits)}
     if preflight.reads_teacher(config, registry) and not config.allow_weak_teacher:
         check_enough_to_judge_a_teacher(config, task, examples)
+    return task, examples
+
+
+def load_task_and_teacher(
+    config: RunConfig, registry: Registry, loaded: Optional[tuple[Task, dict[str, list[Example]]]] = None
+) -> tuple[Task, Teacher, int, EncodedSplit, dict[str, EncodedSplit]]:
+    """The task (``loaded`` by :func:`load_task`, or loaded now), the teacher as configured, the
+    sequence length and the tokenised train and dev splits."""
+    task, examples = loaded or load_task(config, registry)
     teacher = create_teacher(config, registry, task)
     max_length = preflight.sequence_length(config, task, teacher)
     preflight.check_component_options(config, registry, task, teacher)
@@ -183,7 +192,7 @@ MIN_DEV_EXAMPLES = 10
 MIN_TRAIN_PER_CLASS = 2
 
 
-def check_enough_to_judge_a_teacher(config: RunConfig, task: Task, examples: dict[str, list]) -> None:
+def check_enough_to_judge_a_teacher(config: RunConfig, task: Task, examples: dict[str, list[Example]]) -> None:
     """Refuse, before any model is loaded, data too small to fine-tune a teacher or to judge it
     against the majority class: a run on it would train for minutes and then stop on a verdict
     that a handful of examples cannot give."""
@@ -253,14 +262,16 @@ def check_teacher(
         f"teacher: dev {task.main_metric} {check['teacher'] * 100:.2f} on {first} ({len(dev[first])} examples); "
         f"the {what} scores {check['majority_class'] * 100:.2f}"
     )
-    log.info("%s", figures)
+    log.info("%s", figures, extra=FILE_ONLY)
     if check["passed"]:
         echo(figures)
         return
     problems = "; ".join(check["problems"])
     if config.allow_weak_teacher:
         echo(f"{figures}. WARNING: {problems}; going on because allow_weak_teacher is set")
-        log.warning("the teacher is weak (%s); allow_weak_teacher is set, distilling it anyway", problems)
+        log.warning(
+            "the teacher is weak (%s); allow_weak_teacher is set, distilling it anyway", problems, extra=FILE_ONLY
+        )
         return
     kept = (
         "The fine-tuned teacher and its outputs are kept in the cache. "
