@@ -108,3 +108,33 @@ def test_the_model_card_names_the_teacher_and_says_how_each_stage_ran():
     assert "- stage `baseline-nkd-distill`: 12 of 50 epochs (early stopping)" in baseline
     hub = card_for("bert-base", "bert-base-uncased")
     assert "from the teacher `bert-base` (`bert-base-uncased`) on the task" in hub
+
+
+def test_export_opens_with_its_own_line_not_pytorchs_packed_sequence_warnings(tmp_path, tiny_bert_dir):
+    pytest.importorskip("onnxruntime")
+    data = write_sst2(tmp_path / "SST-2")
+    run_dir = tmp_path / "run"
+    assert (
+        main(
+            ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), *TINY]
+            + ["--output", str(run_dir)]
+        )
+        == 0
+    )
+    done = kdplug("export", run_dir, "--format", "onnx", "--output", tmp_path / "onnx")
+    assert done.returncode == 0, done.stdout
+    assert "PackPadded" not in done.stdout and "PadPacked" not in done.stdout, done.stdout
+    assert done.stdout.startswith("exported the student to"), done.stdout
+
+
+def test_other_native_output_still_reaches_stderr(tmp_path):
+    """Only the named lines are dropped: anything else written to file descriptor 2 passes."""
+    script = (
+        "import os\n"
+        "from kdplug.native_output import without_native_lines\n"
+        "with without_native_lines('prim::PackPadded type is missing'):\n"
+        "    os.write(2, b'[W] The shape inference of prim::PackPadded type is missing\\n')\n"
+        "    os.write(2, b'a real problem\\n')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "a real problem\n", done.stderr
