@@ -19,6 +19,7 @@ from typing import Optional
 from . import startup
 from .commands import cache, check_plugin, export, new_plugin, plugins, predict, report, run, sweep, zoo
 from .errors import DEBUG_ENV, KdplugError, debugging
+from .logs import not_file_only
 from .plugins import DISABLE_ENV, PluginManager, set_plugin_manager
 from .version import __version__
 
@@ -87,6 +88,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(not_file_only)  # what the run printed already goes to its log.txt alone
     logging.getLogger("kdplug").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     _quiet_libraries(args.verbose)
     if args.debug:

@@ -36,6 +36,7 @@ from .engine.speed import SINGLE_EXAMPLES
 from .errors import KdplugError, UsageError
 from .inference import INFO_FILE, ONNX_FILE, LoadedStudent, Text, load_student, student_directory
 from .integrity import refuse_package_code, tokenizer_record, verify_package
+from .native_output import PACKED_SEQUENCE_SHAPE_WARNINGS, without_native_lines
 from .quantize import INT8, TORCH_RECIPE, quantize_onnx
 from .storage import atomic_directory
 from .threads import other_load
@@ -279,8 +280,9 @@ def _write_onnx(
     wrapper = _LogitsOnly(student.model, names).eval()
     axes = {name: {0: "batch", 1: "sequence"} for name in names}
     axes["logits"] = {0: "batch"}
-    with torch.inference_mode(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the exporter's advice about LSTMs: the check below is the proof
+    # the exporter's advice about LSTMs, Python's and C++'s: the check below is the proof
+    with torch.inference_mode(), warnings.catch_warnings(), without_native_lines(*PACKED_SEQUENCE_SHAPE_WARNINGS):
+        warnings.simplefilter("ignore")
         torch.onnx.export(
             wrapper,
             tuple(encoded[name] for name in names),

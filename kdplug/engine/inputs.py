@@ -4,6 +4,7 @@ stored, or reused; checked against the majority class), its cached outputs and t
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
@@ -13,10 +14,11 @@ import torch
 from accelerate.utils import set_seed
 
 from ..config import RunConfig
-from ..errors import UsageError
+from ..errors import DataError, UsageError
+from ..logs import FILE_ONLY
 from ..registry import Registry
 from ..storage import default_cache_root, file_lock
-from ..types import Task, Teacher
+from ..types import Example, Task, Teacher
 from . import health, preflight
 from . import teacher as teacher_stage
 from .cache import TeacherCache
@@ -154,24 +156,64 @@ def finetune_settings(
     }
 
 
-def load_task_and_teacher(
-    config: RunConfig, registry: Registry
-) -> tuple[Task, Teacher, int, EncodedSplit, dict[str, EncodedSplit]]:
-    """The task, the teacher as configured, the sequence length and the tokenised train and dev splits."""
+def load_task(config: RunConfig, registry: Registry) -> tuple[Task, dict[str, list[Example]]]:
+    """The task and its examples (train, then each dev split), read once and checked: what a run
+    calls before it makes its run directory, so that missing or too little data leaves none."""
     task = registry.create("task", config.task, data_dir=config.data_dir, **config.task_options)
+    examples = {name: task.load_split(name) for name in ("train", *task.dev_splits)}
+    if preflight.reads_teacher(config, registry) and not config.allow_weak_teacher:
+        check_enough_to_judge_a_teacher(config, task, examples)
+    return task, examples
+
+
+def load_task_and_teacher(
+    config: RunConfig, registry: Registry, loaded: Optional[tuple[Task, dict[str, list[Example]]]] = None
+) -> tuple[Task, Teacher, int, EncodedSplit, dict[str, EncodedSplit]]:
+    """The task (``loaded`` by :func:`load_task`, or loaded now), the teacher as configured, the
+    sequence length and the tokenised train and dev splits."""
+    task, examples = loaded or load_task(config, registry)
     preflight.check_projectors(config, registry, task)  # before the teacher is loaded (or fine-tuned)
     teacher = create_teacher(config, registry, task)
     max_length = preflight.sequence_length(config, task, teacher)
     preflight.check_component_options(config, registry, task, teacher)
-    train = encode(task.load_split("train"), teacher.tokenizer, max_length, is_regression=task.is_regression)
-    dev = {
-        name: encode(task.load_split(name), teacher.tokenizer, max_length, is_regression=task.is_regression)
-        for name in task.dev_splits
+    encoded = {
+        name: encode(split, teacher.tokenizer, max_length, is_regression=task.is_regression)
+        for name, split in examples.items()
     }
+    train, dev = encoded.pop("train"), encoded
     for name, split in [("train", train), *dev.items()]:
         if len(split) == 0:
             raise UsageError(f"task {task.name!r}: the {name} split is empty; check --data-dir and the task options")
     return task, teacher, max_length, train, dev
+
+
+#: the fewest dev examples on which a teacher's score says whether it beats the majority class
+MIN_DEV_EXAMPLES = 10
+#: the fewest training examples per class from which a teacher can learn the class
+MIN_TRAIN_PER_CLASS = 2
+
+
+def check_enough_to_judge_a_teacher(config: RunConfig, task: Task, examples: dict[str, list[Example]]) -> None:
+    """Refuse, before any model is loaded, data too small to fine-tune a teacher or to judge it
+    against the majority class: a run on it would train for minutes and then stop on a verdict
+    that a handful of examples cannot give."""
+    first = task.dev_splits[0]
+    problems = []
+    if 0 < len(examples[first]) < MIN_DEV_EXAMPLES:
+        problems.append(f"the {first} split has {len(examples[first])} examples (at least {MIN_DEV_EXAMPLES})")
+    if task.labels and examples["train"]:
+        counts = Counter(int(example.label) for example in examples["train"])
+        few = [f"{name!r} {counts[i]}" for i, name in enumerate(task.labels) if counts[i] < MIN_TRAIN_PER_CLASS]
+        if few:
+            problems.append(f"training examples per class: {', '.join(few)} (at least {MIN_TRAIN_PER_CLASS} of each)")
+    if problems:
+        where = f" in {config.data_dir}" if config.data_dir else ""
+        raise DataError(
+            f"task {task.name!r}{where}: too few examples to fine-tune a teacher and tell whether it beats "
+            f"the majority class: {'; '.join(problems)}. Add labelled examples (kdplug's examples/reviews has "
+            f"232 for training and 80 for dev), or pass --set allow_weak_teacher=true to distil without judging "
+            f"the teacher"
+        )
 
 
 def teacher_caches(
@@ -221,14 +263,16 @@ def check_teacher(
         f"teacher: dev {task.main_metric} {check['teacher'] * 100:.2f} on {first} ({len(dev[first])} examples); "
         f"the {what} scores {check['majority_class'] * 100:.2f}"
     )
-    log.info("%s", figures)
+    log.info("%s", figures, extra=FILE_ONLY)
     if check["passed"]:
         echo(figures)
         return
     problems = "; ".join(check["problems"])
     if config.allow_weak_teacher:
         echo(f"{figures}. WARNING: {problems}; going on because allow_weak_teacher is set")
-        log.warning("the teacher is weak (%s); allow_weak_teacher is set, distilling it anyway", problems)
+        log.warning(
+            "the teacher is weak (%s); allow_weak_teacher is set, distilling it anyway", problems, extra=FILE_ONLY
+        )
         return
     kept = (
         "The fine-tuned teacher and its outputs are kept in the cache. "

@@ -21,7 +21,7 @@ import yaml
 from safetensors.torch import save_model
 from torch import nn
 
-from ..hub import display_name
+from ..hub import display_name, is_hub_id
 from ..integrity import is_transformers_tokenizer, tokenizer_record
 from ..storage import atomic_directory
 from ..version import __version__
@@ -241,10 +241,10 @@ def model_card(
         yaml.safe_dump(metadata, sort_keys=False).strip(),
         "---",
         "",
-        f"# {config.student} distilled from {config.teacher} with {config.projector} ({task.name})",
+        f"# {config.student} distilled from {display_name(config.teacher)} with {config.projector} ({task.name})",
         "",
         f"A `{student_class}` student trained with [kdplug](https://pypi.org/project/kdplug/) {__version__}: "
-        f"knowledge distillation from the teacher `{metrics.get('teacher', {}).get('source', config.teacher)}` on "
+        f"knowledge distillation from the teacher {_teacher_name(config, metrics)} on "
         f"the task `{task.name}` ({getattr(task, 'source', '') or 'see the command below'}), method "
         f"`{config.projector}`, recipe `{config.recipe}`.",
         "",
@@ -303,15 +303,12 @@ def model_card(
         "## Training",
         "",
     ]
-    for name, stage in metrics.get("stages", {}).items():
-        if "weights" in stage:
-            weights = ", ".join(f"{k} {v:g}" for k, v in stage["weights"].items())
-            lines.append(
-                f"- stage `{name}`: {stage.get('epochs')} epochs at lr {stage.get('lr')}, weights {weights}; "
-                f"best epoch {stage.get('best_epoch')}"
-            )
-        elif "selection" in stage:
-            lines.append(f"- stage `{name}`: the teacher's pseudo classifiers, {stage['selection']}")
+    baseline = metrics.get("baseline", {}).get("projector")
+    prefix = f"baseline-{baseline}-" if baseline else None
+    stages = metrics.get("stages", {})
+    ours = {name: stage for name, stage in stages.items() if not (prefix and name.startswith(prefix))}
+    theirs = {name: stage for name, stage in stages.items() if name not in ours}
+    lines += [line for name, stage in ours.items() if (line := _stage_line(name, stage))]
     init = metrics["student"].get("init") or {}
     teacher_dtype = metrics.get("teacher", {}).get("precision")
     lines += [
@@ -319,6 +316,15 @@ def model_card(
         f"- batch size {config.batch_size}, maximum length {config.max_length or 'the task default'}, "
         f"precision {config.precision}" + (f" (the teacher's outputs in {teacher_dtype})" if teacher_dtype else ""),
         "",
+    ]
+    if theirs:
+        lines += [
+            f"The run also trained a comparison student with `{baseline}` (`--baseline {baseline}`), not this one:",
+            "",
+            *[line for name, stage in theirs.items() if (line := _stage_line(name, stage))],
+            "",
+        ]
+    lines += [
         "Reproduce it:",
         "",
         "```bash",
@@ -328,6 +334,34 @@ def model_card(
     if citations:
         lines += ["", "## Citation", "", "```bibtex", *"\n\n".join(citations).splitlines(), "```"]
     return "\n".join(lines) + "\n"
+
+
+def _teacher_name(config: Any, metrics: dict) -> str:
+    """The teacher as the run named it, and the hub id it loaded where that says more
+    (``bert-base``: ``bert-base-uncased``); never a local directory's path."""
+    name = display_name(str(config.teacher))
+    source = str(metrics.get("teacher", {}).get("source") or "")
+    if source and is_hub_id(source) and not Path(source).expanduser().exists() and source != name:
+        return f"`{name}` (`{source}`)"
+    return f"`{name}`"
+
+
+def _stage_line(name: str, stage: dict) -> Optional[str]:
+    """One stage as it ran: the epochs it trained of those planned, when early stopping ended it."""
+    if "selection" in stage:
+        return f"- stage `{name}`: the teacher's pseudo classifiers, {stage['selection']}"
+    if "weights" not in stage:
+        return None
+    weights = ", ".join(f"{k} {v:g}" for k, v in stage["weights"].items())
+    planned = stage.get("epochs")
+    epochs = (
+        f"{stage['stopped_early']} of {planned} epochs (early stopping)"
+        if stage.get("stopped_early")
+        else f"{planned} epochs"
+    )
+    return (
+        f"- stage `{name}`: {epochs} at lr {stage.get('lr')}, weights {weights}; best epoch {stage.get('best_epoch')}"
+    )
 
 
 def _results_table(metrics: dict, speed: dict, student_dev: dict, teacher_dev: dict) -> list[str]:

@@ -19,12 +19,13 @@ from ..config import RunConfig
 from ..errors import KdplugError, UsageError, debugging
 from ..hub import display_name
 from ..layout import CHECKPOINT_DIR
+from ..logs import FILE_ONLY
 from ..progress import human_duration
 from ..registry import Registry
 from ..storage import default_cache_root, raise_as_storage_error, write_failure_reason
 from ..threads import apply as apply_threads
 from ..threads import choose as choose_threads
-from ..types import matchable_layers
+from ..types import Example, Task, matchable_layers
 from . import analysis, faults, interrupt, preflight
 from . import speed as speed_module
 from . import teacher as teacher_stage
@@ -33,6 +34,7 @@ from .inputs import (
     broadcast_object,
     build_transfer_set,
     check_teacher,
+    load_task,
     load_task_and_teacher,
     prepare_teacher,
     teacher_caches,
@@ -89,6 +91,7 @@ def run(
         config.output = str(broadcast_object(str(default_output(config))))
     output = Path(config.output)
     preflight.writable_paths(config, output, cache_root)
+    loaded = load_task(config, registry)  # missing or too little data stops here, and leaves no run directory
     run_dir = RunDirectory(output)  # the other ranks write nothing in it
     if main_process:
         run_dir = RunDirectory.reopen(output) if resume else RunDirectory.create(output, overwrite=overwrite)
@@ -97,13 +100,13 @@ def run(
     say = echo if main_process else _silent
     for note in notes:
         say(note)
-        log.info(note)
+        log.info(note, extra=FILE_ONLY)
     closing: list[Callable[[], None]] = []  # what must end with the run, however it ends (trackers)
     metrics: dict[str, Any] = {}  # filled as the run goes: a failed run still records what it measured
     try:
         with interrupt.graceful_stop():
             metrics["threads"] = threads.to_dict()
-            result = _run(config, registry, run_dir, cache_root, started, say, main_process, closing, metrics)
+            result = _run(config, registry, run_dir, cache_root, started, say, main_process, closing, metrics, loaded)
         if main_process and not config.keep_checkpoints:
             shutil.rmtree(run_dir.path / CHECKPOINT_DIR, ignore_errors=True)
         return result
@@ -198,6 +201,7 @@ def _run(
     main_process: bool,
     closing: list[Callable[[], None]],
     metrics: dict[str, Any],
+    loaded: tuple[Task, dict[str, list[Example]]],
 ) -> RunResult:
     if main_process:
         run_dir.write_config(config)
@@ -217,7 +221,7 @@ def _run(
     if tracker is not None:
         closing.append(tracker.finish)
 
-    task, teacher, max_length, train, dev = load_task_and_teacher(config, registry)
+    task, teacher, max_length, train, dev = load_task_and_teacher(config, registry, loaded)
     trainer = Trainer(
         accelerator,
         task,

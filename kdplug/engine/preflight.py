@@ -166,7 +166,8 @@ def check_model_reference(registry: Registry, kind: str, name: str, options: Opt
     kdplug cannot tell, so the error gives both the close names and what to do about the hub.
     """
     try:
-        registry.resolve(kind, name)
+        entry, _ = registry.resolve(kind, name)
+        check_registered_hub_source(kind, name, entry.factory, options or {})
         return
     except UnknownComponentError as exc:
         unknown = exc
@@ -200,16 +201,35 @@ def check_model_reference(registry: Registry, kind: str, name: str, options: Opt
                 f"({hub.cache_directory()}). To use it, {fix}."
             )
         return
-    # a plain name that no plugin registered: a hub id, or a typo of a registered name?
+    # a plain name that no plugin registered: a hub id, or a typo of a registered name? Offline,
+    # the hub cannot say; what to do about the hub comes first, the close registered names after
     if reason is not None:
-        raise UnknownComponentError(
-            kind,
-            name,
-            registry.names(kind),
-            note=(f"If {name!r} is a Hugging Face hub id: {reason}, and it is not in the local cache; {fix}."),
+        raise OfflineError(
+            f"cannot load {kind} {name!r}: {reason}, and it is neither in the local Hugging Face cache "
+            f"({hub.cache_directory()}) nor a registered {kind} name. If {name!r} is a Hugging Face hub id, {fix}. "
+            f"If you meant a registered name: {unknown}"
         )
     if not hub.exists(name):
         raise UnknownComponentError(kind, name, registry.names(kind), note=f"Nor is {name!r} a model on the hub.")
+
+
+def check_registered_hub_source(kind: str, name: str, factory: Any, options: dict) -> None:
+    """A registered name that loads a hub id (``bert-base`` is ``bert-base-uncased``; ``hf`` with
+    the option ``source``) can be loaded now: it is cached, or the hub is up. Offline, it stops
+    here, before a run directory is made, not when the run builds its teacher."""
+    source = options.get("source") or getattr(factory, "keywords", {}).get("source")
+    if not isinstance(source, str) or options.get("revision") or not hub.is_hub_id(source):
+        return
+    if Path(source).expanduser().exists() or hub.cached_file(source, "config.json") is not None:
+        return
+    reason = hub.unreachable_reason()
+    if reason is not None:
+        raise OfflineError(
+            f"cannot load {kind} {name!r} ({source} on the Hugging Face hub): {reason}, and it is not in the local "
+            f"Hugging Face cache ({hub.cache_directory()}). To use it, download it on a machine with network "
+            f"(hf download {source} --local-dir DIR), copy DIR here and pass --{kind} DIR; or point HF_HUB_CACHE "
+            f"at a Hugging Face cache that holds it"
+        )
 
 
 def check_transfer_sources(config: RunConfig, registry: Registry) -> None:

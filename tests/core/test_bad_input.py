@@ -424,6 +424,8 @@ def test_a_bert_student_option_is_checked_against_the_teachers_config_first(caps
         "bert-2",
         "--set",
         "student_options.hidden_dropout_prb=0.2",
+        "--set",
+        "allow_weak_teacher=true",
         "--output",
         str(tmp_path / "run"),
     )

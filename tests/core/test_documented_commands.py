@@ -6,15 +6,17 @@ in a Hugging Face cache for hub ids, tiny files in the task's layout for data di
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from kdplug.cli import main
-from kdplug.testing.contracts import write_tiny_sst2
+from kdplug.testing.contracts import TINY_SST2_DEV, write_tiny_sst2
 from kdplug.testing.tiny import cache_as_hub_model, make_tiny_bert, make_tiny_roberta
 from kdplug_tasks.glue import SPECS
 
@@ -85,31 +87,43 @@ def model_stand_in(name: str, hub_cache: Path) -> None:
         )
 
 
+#: dev rows a stand-in repeats its few sentences to: enough for the teacher to be judged (at least 10)
+STAND_IN_DEV_ROWS = 12
+
+
+def repeat_dev_rows(directory: Path, spec) -> None:
+    """Each dev file of a GLUE stand-in with its rows repeated up to STAND_IN_DEV_ROWS."""
+    for split in spec.dev_splits:
+        path = directory / f"{split}.tsv"
+        lines = path.read_text(encoding="utf-8").splitlines()
+        header, rows = ([], lines) if spec.fieldnames else (lines[:1], lines[1:])
+        rows = (rows * STAND_IN_DEV_ROWS)[:STAND_IN_DEV_ROWS]
+        path.write_text("\n".join(header + rows) + "\n", encoding="utf-8")
+
+
 def data_stand_in(words, settings) -> None:
     task = option(words, "--task") or settings.get("task") or "demo"
     data_dir = option(words, "--data-dir")
+    if data_dir and (ROOT / data_dir).is_dir() and not Path(data_dir).exists():  # shipped: examples/reviews
+        Path(data_dir).parent.mkdir(parents=True, exist_ok=True)
+        Path(data_dir).symlink_to(ROOT / data_dir)
+        return
     if data_dir and task in SPECS and not Path(data_dir).exists():
         spec = SPECS[task]
-        made = write_glue_task(Path("stand-ins"), spec) if task != "sst2" else write_tiny_sst2("stand-ins/SST-2")
+        if task == "sst2":
+            made = Path(write_tiny_sst2("stand-ins/SST-2", dev=TINY_SST2_DEV * 3))
+        else:
+            made = Path(write_glue_task(Path("stand-ins"), spec))
+            repeat_dev_rows(made, spec)
         Path(data_dir).parent.mkdir(parents=True, exist_ok=True)
-        Path(made).rename(data_dir)
+        made.rename(data_dir)
     if task == "local":
         text, label = (
             settings.get("task_options.text_column", "text"),
             settings.get("task_options.label_column", "label"),
         )
-        rows = (
-            "\n".join(
-                [
-                    f"{text},{label}",
-                    "a great film,positive",
-                    "a dull film,negative",
-                    "i loved it,positive",
-                    "i hated it,negative",
-                ]
-            )
-            + "\n"
-        )
+        examples = ["a great film,positive", "a dull film,negative", "i loved it,positive", "i hated it,negative"]
+        rows = "\n".join([f"{text},{label}", *(examples * 3)]) + "\n"
         files = [settings.get("task_options.train_file", "train.csv"), settings.get("task_options.dev_file", "dev.csv")]
         for file in files:
             path = Path(data_dir or ".") / file
@@ -161,3 +175,120 @@ def test_every_documented_run_resolves_with_dry_run(words, tmp_path, monkeypatch
     out, err = capsys.readouterr()
     assert code == 0, f"kdplug run {' '.join(words)} --dry-run exited {code}:\n{err}"
     assert "the plan (nothing was trained, nothing written)" in out
+
+
+# -- the Python snippets ------------------------------------------------------------------------
+
+PYTHON = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+#: an HTML comment on the line before a ```python fence that the docs test honours (invisible on
+#: the rendered page): ``<!-- docs-test: skip (why) -->`` for a snippet that cannot run offline in seconds
+SKIP_MARKER = re.compile(r"<!-- docs-test: skip \((.+?)\) -->\s*$")
+#: a snippet that is a file of a package (``# file: src/...``): tests/plugin_kit/test_docs.py builds and tests them
+FILE_SNIPPET = "# file: "
+
+
+def python_blocks():
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for found in PYTHON.finditer(text):
+            before = text[: found.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            skip = SKIP_MARKER.search(before)
+            line = text[: found.start()].count("\n") + 1
+            yield pytest.param(page, found.group(1), skip.group(1) if skip else None, id=f"{page.name}:{line}")
+
+
+def imported_modules(code: str) -> set[str]:
+    import ast
+
+    modules = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules.add(node.module.split(".")[0])
+    return modules
+
+
+def project_extras() -> tuple[set[str], dict[str, set[str]]]:
+    """kdplug's own dependencies and, per extra, what it adds (distribution names, normalised)."""
+    import tomllib
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+    def names(requirements):
+        return {Requirement(r).name.lower().replace("_", "-") for r in requirements}
+
+    extras = {name: names(reqs) for name, reqs in project["optional-dependencies"].items() if name != "test"}
+    return names(project["dependencies"]) | {"kdplug"}, extras
+
+
+@pytest.mark.parametrize("page, code, skip", list(python_blocks()))
+def test_every_python_snippet_names_the_extra_it_needs(page, code, skip):
+    """A snippet that imports what kdplug's own install lacks (``datasets``) sits on a page that
+    names the extra bringing it (``pip install ... ".[glue]"``)."""
+    from importlib.metadata import packages_distributions
+
+    if code.startswith(FILE_SNIPPET):
+        pytest.skip("a file of the tutorial's own package, with its own dependencies")
+    base, extras = project_extras()
+    distributions = packages_distributions()
+    text = page.read_text(encoding="utf-8")
+    for module in imported_modules(code):
+        found = {name.lower().replace("_", "-") for name in distributions.get(module, [])}
+        if not found or found & base:
+            continue  # the standard library, kdplug, or what kdplug installs
+        bringing = [extra for extra, names in extras.items() if found & names]
+        assert bringing, f"{page.name}: the snippet imports {module}, which no extra of kdplug brings"
+        assert any(re.search(rf"\[[\w,]*\b{extra}\b[\w,]*\]", text) for extra in bringing), (
+            f"{page.name}: the snippet imports {module}: the page should name the extra {bringing} that brings it"
+        )
+
+
+@pytest.fixture(scope="module")
+def trained_runs(tmp_path_factory, tiny_bert_dir):
+    """What the snippets load: a tiny BiLSTM run on an SST-2 stand-in and a tiny regression run."""
+    root = tmp_path_factory.mktemp("documented-runs")
+    tiny = ["--student", "bilstm", "--projector", "rkd", "--epochs", "1", "--set", "teacher_epochs=1"]
+    tiny += ["--set", "allow_weak_teacher=true", "--set", "student_options.embedding_dim=16"]
+    tiny += ["--set", "student_options.hidden_size=16", "--set", "measure_speed=false"]
+    runs = {}
+    for name, task, data in (
+        ("demo", "sst2", write_tiny_sst2(root / "SST-2")),
+        ("stsb", "stsb", write_glue_task(root, SPECS["stsb"])),
+    ):
+        runs[name] = root / "runs" / name
+        argv = ["run", "--teacher", tiny_bert_dir, "--task", task, "--data-dir", str(data), *tiny]
+        assert main([*argv, "--output", str(runs[name])]) == 0
+    return runs
+
+
+def python_stand_ins(code: str, runs: dict[str, Path]) -> None:
+    """In the current directory: every ``runs/...`` the snippet names, and the GLUE directory it reads."""
+    for found in set(re.findall(r"[\"'](runs/[\w.-]+)", code)):
+        target = runs["stsb"] if "stsb" in found else runs["demo"]
+        Path(found).parent.mkdir(parents=True, exist_ok=True)
+        if not Path(found).exists():
+            Path(found).symlink_to(target, target_is_directory=True)
+    for found in set(re.findall(r"data_dir=[\"']([\w./-]+)[\"']", code)):
+        if not Path(found).exists():
+            write_tiny_sst2(Path(found) / "SST-2")
+
+
+@pytest.mark.parametrize("page, code, skip", list(python_blocks()))
+def test_every_python_snippet_runs(page, code, skip, trained_runs, tmp_path, monkeypatch):
+    if skip:
+        pytest.skip(skip)
+    if code.startswith(FILE_SNIPPET):
+        pytest.skip("a file of the tutorial's package: tests/plugin_kit/test_docs.py builds and tests it")
+    monkeypatch.chdir(tmp_path)
+    python_stand_ins(code, trained_runs)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"},
+    )
+    assert done.returncode == 0, f"{page.name} snippet failed:\n{done.stderr[-3000:]}"

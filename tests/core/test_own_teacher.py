@@ -21,7 +21,10 @@ from kdplug.engine import health
 from kdplug.engine.trainer import stop_early
 from kdplug.testing.tiny import TinyTask, cache_as_hub_model, make_tiny_bert, make_tiny_classifier
 
-from ..conftest import SST2_TRAIN, write_sst2
+from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
+
+#: enough dev examples for the teacher to be judged (kdplug refuses fewer than 10 unless allow_weak_teacher)
+JUDGED_DEV = SST2_DEV * 3
 
 TINY = [
     "--student",
@@ -37,6 +40,11 @@ TINY = [
     "--set",
     "batch_size=4",
 ]
+
+
+@pytest.fixture
+def sst2_dir(tmp_path):
+    return write_sst2(tmp_path / "SST-2", dev=JUDGED_DEV)
 
 
 def run_cli(capsys, *argv):
@@ -223,6 +231,16 @@ def test_an_uncached_hub_id_fails_in_seconds_offline_with_what_to_do(capsys, tmp
     assert not (tmp_path / "run").exists()
 
 
+def test_a_registered_short_name_offline_stops_before_the_run_directory_is_made(capsys, tmp_path, sst2_dir):
+    code, out, err = run_cli(
+        capsys, "run", "--teacher", "bert-base", "--task", "sst2", "--data-dir", sst2_dir, "--output", tmp_path / "run"
+    )
+    assert code == 2
+    assert err.startswith("kdplug: error: cannot load teacher 'bert-base' (bert-base-uncased on the Hugging Face hub)")
+    assert "switched off" in err and "hf download bert-base-uncased" in err
+    assert not (tmp_path / "run").exists()  # was a failed run directory
+
+
 def test_an_unreachable_hub_fails_in_seconds(capsys, tmp_path, sst2_dir, monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
@@ -247,6 +265,10 @@ def test_an_unreachable_hub_fails_in_seconds(capsys, tmp_path, sst2_dir, monkeyp
 def test_a_plain_unknown_name_keeps_its_suggestions_and_says_what_a_hub_id_needs(capsys, tmp_path):
     code, _, err = run_cli(capsys, "run", "--teacher", "bert-base-uncased", "--output", tmp_path / "run")
     assert code == 2
+    # the offline explanation opens the message: a plain hub id is the likelier meaning
+    assert err.startswith(
+        "kdplug: error: cannot load teacher 'bert-base-uncased': the Hugging Face hub is switched off"
+    ), err
     assert "unknown teacher 'bert-base-uncased'" in err and "Did you mean 'bert-base'" in err
     assert "If 'bert-base-uncased' is a Hugging Face hub id" in err and "hf download bert-base-uncased" in err
 
@@ -343,7 +365,7 @@ def test_a_teacher_that_predicts_one_class_stops_the_run_before_any_student_trai
 
 
 def test_a_reversed_checkpoint_distils_the_same_student_and_mismatched_names_exit_2(capsys, tmp_path, classifiers):
-    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN * 2)
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN * 2, dev=JUDGED_DEV)
     runs = {}
     for name, checkpoint in classifiers.items():
         code, out, err = run_cli(
@@ -466,7 +488,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(capsys, tmp_path, tiny_bert_
         "--dry-run",
     )
     assert code == 0, err
-    assert "task        sst2: 2 labels (negative, positive); train 12, dev 4" in out
+    assert "task        sst2: 2 labels (negative, positive); train 12, dev 12" in out
     assert (
         "fine-tuning: 30 epochs at lr 5e-05, batch 32, early stopping after 3, not before epoch 8 (not stored yet)"
         in out
