@@ -273,6 +273,9 @@ def python_stand_ins(code: str, runs: dict[str, Path]) -> None:
     for found in set(re.findall(r"data_dir=[\"']([\w./-]+)[\"']", code)):
         if not Path(found).exists():
             write_tiny_sst2(Path(found) / "SST-2")
+    for found in set(re.findall(r"[\"'](deploy/onnx)[/\"']", code)):  # an ONNX export of the demo run
+        if not Path(found).exists():
+            assert main(["export", str(runs["demo"]), "--format", "onnx", "--output", found]) == 0
 
 
 @pytest.mark.parametrize("page, code, skip", list(python_blocks()))
@@ -292,3 +295,6 @@ def test_every_python_snippet_runs(page, code, skip, trained_runs, tmp_path, mon
         env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"},
     )
     assert done.returncode == 0, f"{page.name} snippet failed:\n{done.stderr[-3000:]}"
+    assert "Do you wish to run the custom code" not in done.stdout + done.stderr, (
+        f"{page.name} snippet asks to run code"
+    )
