@@ -6,6 +6,7 @@ looked up from the teacher cache by index whatever the batch order or the studen
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -18,11 +19,50 @@ from torch.utils.data import Sampler
 from ..types import Example, Task
 
 
+class TokenTable(Sequence[list[int]]):
+    """Token id lists stored flat (one array of ids, one of offsets); ``table[i]`` is one example's
+    ids. In memory for a task's splits (4 bytes a token, where a list of Python ints takes about
+    36), memory-mapped from disk for a stored transfer set."""
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray) -> None:
+        self.ids, self.offsets = ids, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"token table index {index} out of range for {len(self)} sequences")
+        index %= len(self)
+        return self.ids[self.offsets[index] : self.offsets[index + 1]].tolist()
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @classmethod
+    def concatenated(cls, tables: Sequence[TokenTable], dtype: type = np.int32) -> TokenTable:
+        lengths = np.concatenate([table.lengths() for table in tables]) if tables else np.zeros(0, dtype=np.int64)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        ids = np.concatenate([table.ids for table in tables]) if tables else np.zeros(0, dtype=dtype)
+        return cls(ids, offsets)
+
+    @classmethod
+    def packed(cls, sequences: Sequence[Sequence[int]], dtype: type = np.int32) -> TokenTable:
+        """A table of ``sequences`` (e.g. a tokenizer's lists for one chunk of texts)."""
+        lengths = np.fromiter((len(ids) for ids in sequences), dtype=np.int64, count=len(sequences))
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return cls(np.fromiter(itertools.chain.from_iterable(sequences), dtype=dtype, count=int(offsets[-1])), offsets)
+
+
 @dataclass
 class EncodedSplit:
-    """A split tokenised once: token id lists, labels and each example's index."""
+    """A split tokenised once: token ids (a :class:`TokenTable`), labels and each example's index."""
 
-    input_ids: Sequence[list[int]]  # a list, or a memory-mapped table (transfer sets)
+    input_ids: Sequence[list[int]]  # a TokenTable (in memory, or memory-mapped for transfer sets), or lists
     token_type_ids: Sequence[list[int]] | None
     labels: list[float]
     is_regression: bool
@@ -96,15 +136,31 @@ def default_max_length(task: Task) -> int:
     return 128 if task.is_pair else 64
 
 
+#: texts tokenised at once: the tokenizer's Python lists of one chunk are packed before the next
+ENCODE_CHUNK = 8192
+
+
 def encode(examples: Sequence[Example], tokenizer: Any, max_length: int, *, is_regression: bool) -> EncodedSplit:
-    first = [example.text_a for example in examples]
-    second = [example.text_b for example in examples] if examples and examples[0].text_b is not None else None
-    encoded = tokenizer(first, second, truncation=True, max_length=max_length)
+    """``examples`` tokenised in chunks, each packed into a flat token table before the next is
+    tokenised: memory grows with the token count (4 bytes a token), not with Python objects."""
+    pairs = bool(examples) and examples[0].text_b is not None
+    id_tables, type_tables = [], []
+    for start in range(0, len(examples), ENCODE_CHUNK):
+        chunk = examples[start : start + ENCODE_CHUNK]
+        encoded = tokenizer(
+            [example.text_a for example in chunk],
+            [example.text_b for example in chunk] if pairs else None,
+            truncation=True,
+            max_length=max_length,
+        )
+        id_tables.append(TokenTable.packed(encoded["input_ids"]))
+        if "token_type_ids" in encoded:
+            type_tables.append(TokenTable.packed(encoded["token_type_ids"], dtype=np.int8))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     labels = [float(example.label) if is_regression else int(example.label) for example in examples]
     return EncodedSplit(
-        input_ids=[list(ids) for ids in encoded["input_ids"]],
-        token_type_ids=[list(t) for t in encoded["token_type_ids"]] if "token_type_ids" in encoded else None,
+        input_ids=TokenTable.concatenated(id_tables),
+        token_type_ids=TokenTable.concatenated(type_tables, dtype=np.int8) if type_tables else None,
         labels=labels,
         is_regression=is_regression,
         pad_id=pad_id,

@@ -34,7 +34,7 @@ from ..storage import atomic_directory, complete_copy, file_lock, verify
 from ..textio import input_format, read_inputs, read_text
 from ..types import Example, Task, Teacher, text_columns
 from ..words import has_content
-from .data import EncodedSplit
+from .data import EncodedSplit, TokenTable
 
 log = logging.getLogger(__name__)
 
@@ -66,24 +66,6 @@ def augment_factor(config: RunConfig, task: Task) -> int:
 
 
 # -- token ids on disk ---------------------------------------------------------------------------
-
-
-class TokenTable(Sequence[list[int]]):
-    """Token id lists stored flat in memory-mapped arrays; ``table[i]`` is one example's ids."""
-
-    def __init__(self, ids: np.ndarray, offsets: np.ndarray) -> None:
-        self.ids, self.offsets = ids, offsets
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, index):  # type: ignore[override]
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        return self.ids[self.offsets[index] : self.offsets[index + 1]].tolist()
-
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
 
 
 @dataclass

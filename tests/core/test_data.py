@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
 from kdplug.engine.data import Collator, LengthGroupedBatchSampler, padding_ratio
@@ -40,3 +41,31 @@ def test_collator_pads_to_the_longest_in_the_batch():
     assert batch["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
     assert batch["index"].tolist() == [4, 9] and batch["labels"].dtype == torch.long
+
+
+def test_a_split_is_tokenised_in_chunks_into_flat_int32_tables(monkeypatch, tiny_bert_dir):
+    """The token ids of every example, exactly as the tokenizer gives them, whatever the chunking,
+    held as flat arrays (4 bytes a token) rather than a list of Python ints per example."""
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from kdplug.engine import data
+    from kdplug.types import Example
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    rng = random.Random(0)
+    words = ["good", "bad", "film", "plot", "the", "a", "dull", "moving"]
+    examples = [
+        Example(" ".join(rng.choices(words, k=rng.randint(1, 12))), i % 2, " ".join(rng.choices(words, k=3)))
+        for i in range(23)
+    ]
+    expected = tokenizer([e.text_a for e in examples], [e.text_b for e in examples], truncation=True, max_length=9)
+    monkeypatch.setattr(data, "ENCODE_CHUNK", 5)  # 23 examples: five chunks, the last one short
+    split = data.encode(examples, tokenizer, 9, is_regression=False)
+    assert split.input_ids.ids.dtype == np.int32 and split.token_type_ids.ids.dtype == np.int8
+    assert [split[i]["input_ids"] for i in range(len(split))] == expected["input_ids"]
+    assert [split[i]["token_type_ids"] for i in range(len(split))] == expected["token_type_ids"]
+    assert list(split.lengths) == [len(ids) for ids in expected["input_ids"]]
+    assert split.labels == [e.label for e in examples]
+    with pytest.raises(IndexError):
+        split.input_ids[23]
