@@ -315,7 +315,7 @@ class TeacherOutputs:
 
     def record(self) -> dict[str, Any]:
         """Per split opened so far: bytes of logits and of layers, and whether each was reused."""
-        opened = {**(self._dev or {}), **({"train": self._train} if self._train is not None else {})}
+        opened = {**({"train": self._train} if self._train is not None else {}), **(self._dev or {})}
         return {name: cache.record() for name, cache in opened.items()}
 
     def __call__(self, layers: bool = False) -> tuple[cache_module.TeacherCache, dict[str, cache_module.TeacherCache]]:

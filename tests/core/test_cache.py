@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -177,3 +178,117 @@ def test_logits_key_changes_with_teacher_tokenizer_data_and_precision_and_not_wi
         layers_key(key, SPECS[:1]),
         layers_key(logits_key(**{**base, "precision": "fp32"}), SPECS),
     )
+
+
+# -- real runs on a tiny teacher: what each method's cache holds -----------------------------------
+
+TINY = [
+    "--student",
+    "bilstm",
+    "--epochs",
+    "1",
+    "--set",
+    "teacher_epochs=1",
+    "--set",
+    "allow_weak_teacher=true",
+    "--set",
+    "measure_speed=false",
+    "--set",
+    "student_options.embedding_dim=16",
+    "--set",
+    "student_options.hidden_size=16",
+]
+
+
+def tiny_argv(teacher, data, output, projector, *extra):
+    return ["run", "--teacher", teacher, "--task", "sst2", "--data-dir", data, "--projector", projector, *TINY] + [
+        *extra,
+        "--output",
+        output,
+    ]
+
+
+def kdplug(capsys, *argv):
+    from kdplug.cli import main
+
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def teacher_cache() -> Path:
+    return Path(os.environ["KDPLUG_CACHE"]) / "teacher-cache"
+
+
+def entries(kind: str) -> dict[str, dict]:
+    """The complete entries of one kind (``logits`` or ``layers``): key -> meta.json."""
+    metas = {p.parent.name: json.loads(p.read_text()) for p in teacher_cache().glob("*/meta.json")}
+    return {key: meta for key, meta in metas.items() if meta["kind"] == kind}
+
+
+def data_bytes() -> int:
+    """The bytes of the cache's data files (its meta.json files aside)."""
+    return sum(p.stat().st_size for name in ("logits.f32", "layers.f16") for p in teacher_cache().glob(f"*/{name}"))
+
+
+def test_an_rkd_run_caches_no_layer_vectors_and_an_alp_run_adds_them_beside_its_logits(
+    capsys, tmp_path, tiny_bert_dir, sst2_dir
+):
+    code, out, err = kdplug(capsys, *tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / "rkd", "rkd"))
+    assert code == 0, err
+    assert not list(teacher_cache().rglob("layers.f16"))  # no layer vector anywhere in the cache
+    logits = {key: (teacher_cache() / key / "logits.f32").stat() for key in entries("logits")}
+    assert len(logits) == 2 and not entries("layers")  # train and dev, logits only
+    recorded = json.loads((tmp_path / "rkd" / "metrics.json").read_text())["teacher"]["cache"]
+    assert set(recorded) == {"train", "dev"} and all(split["layers"] is None for split in recorded.values())
+    assert " 0 bytes of layer vectors (train built, dev built)" in out
+
+    code, out, err = kdplug(capsys, *tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / "alp", "alp"))
+    assert code == 0, err
+    for key, before in logits.items():  # the stored logits were reused, not written again
+        after = (teacher_cache() / key / "logits.f32").stat()
+        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert set(entries("logits")) == set(logits)  # and no second copy of them
+    layers = entries("layers")
+    assert len(layers) == 2 and {meta["logits"] for meta in layers.values()} == set(logits)
+    assert not any((teacher_cache() / key / "logits.f32").exists() for key in layers)
+    recorded = json.loads((tmp_path / "alp" / "metrics.json").read_text())["teacher"]["cache"]
+    assert all(split["logits"]["reused"] and not split["layers"]["reused"] for split in recorded.values())
+    assert "train logits reused, layers built" in out
+    assert "(logits, reused)" in (tmp_path / "alp" / "log.txt").read_text()
+
+
+def test_a_killed_build_leaves_no_entry_and_the_next_run_builds_it(tmp_path, tiny_bert_dir, sst2_dir):
+    import subprocess
+    import sys
+
+    def run(output, **env):
+        argv = [sys.executable, "-m", "kdplug.cli", *map(str, tiny_argv(tiny_bert_dir, sst2_dir, output, "alp"))]
+        return subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+
+    killed = run(tmp_path / "killed", KDPLUG_FAULT_AT="cache-write:1:SIGKILL")  # its first pass: dev
+    assert killed.returncode == -9, killed.stderr
+    assert not entries("logits") and not entries("layers")
+    assert not [p for p in teacher_cache().iterdir() if p.is_dir() and not p.name.startswith(".staging-")]
+    again = run(tmp_path / "again")
+    assert again.returncode == 0, again.stderr
+    assert len(entries("logits")) == 2 and len(entries("layers")) == 2
+    assert "train built, dev built" in again.stdout
+
+
+def test_the_dry_run_says_the_bytes_a_build_writes(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    import re
+
+    def estimate(projector):
+        code, out, err = kdplug(
+            capsys, *tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / "plan", projector), "--dry-run"
+        )
+        assert code == 0, err
+        return int(re.search(r"cache size: ([\d,]+) bytes", out).group(1).replace(",", ""))
+
+    for projector in ("rkd", "alp"):  # logits only, then logits and every matchable layer
+        estimated = estimate(projector)
+        code, _, err = kdplug(capsys, *tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / projector, projector))
+        assert code == 0, err
+        assert estimated == data_bytes(), projector
+    assert estimate("alp") == data_bytes()  # reused or not: the size of what the run reads
