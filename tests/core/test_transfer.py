@@ -396,7 +396,6 @@ def test_an_unlabelled_batch_trains_on_the_teachers_outputs_alone():
 def test_agreement_is_the_share_of_examples_where_student_and_teacher_classes_match(tmp_path):
     from kdplug.engine import cache as cache_module
     from kdplug.engine.results import agreement
-    from kdplug.types import LayerSpec
 
     logits = torch.tensor([[2.0, 1.0], [0.0, 3.0], [1.0, 0.5], [-1.0, 1.0]])  # teacher classes 0, 1, 0, 1
 
