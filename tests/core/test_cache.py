@@ -280,9 +280,7 @@ def test_the_dry_run_says_the_bytes_a_build_writes(capsys, tmp_path, tiny_bert_d
     import re
 
     def estimate(projector):
-        code, out, err = kdplug(
-            capsys, *tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / "plan", projector), "--dry-run"
-        )
+        code, out, err = kdplug(capsys, *tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / "plan", projector), "--dry-run")
         assert code == 0, err
         return int(re.search(r"cache size: ([\d,]+) bytes", out).group(1).replace(",", ""))
 
