@@ -404,13 +404,13 @@ def _run(
 
 
 def cache_summary(cached: dict[str, Any]) -> str:
-    """``teacher cache: 70,400 bytes of logits, 0 bytes of layer vectors (train built, dev reused)``:
+    """``teacher cache: 70,400 bytes of logits, 0 bytes of layer vectors (train: built; dev: reused)``:
     what the run's teacher outputs take on disk (metrics.json's ``teacher.cache`` has each split's)."""
     sizes = {
         kind: sum(split[kind]["bytes"] for split in cached.values() if split[kind] is not None)
         for kind in ("logits", "layers")
     }
-    states = ", ".join(f"{name} {_reuse(split)}" for name, split in cached.items())
+    states = "; ".join(f"{name}: {_reuse(split)}" for name, split in cached.items())
     return f"teacher cache: {sizes['logits']:,} bytes of logits, {sizes['layers']:,} bytes of layer vectors ({states})"
 
 

@@ -241,7 +241,7 @@ def test_an_rkd_run_caches_no_layer_vectors_and_an_alp_run_adds_them_beside_its_
     assert len(logits) == 2 and not entries("layers")  # train and dev, logits only
     recorded = json.loads((tmp_path / "rkd" / "metrics.json").read_text())["teacher"]["cache"]
     assert set(recorded) == {"train", "dev"} and all(split["layers"] is None for split in recorded.values())
-    assert " 0 bytes of layer vectors (train built, dev built)" in out
+    assert " 0 bytes of layer vectors (train: built; dev: built)" in out
 
     code, out, err = kdplug(capsys, *tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / "alp", "alp"))
     assert code == 0, err
@@ -254,7 +254,7 @@ def test_an_rkd_run_caches_no_layer_vectors_and_an_alp_run_adds_them_beside_its_
     assert not any((teacher_cache() / key / "logits.f32").exists() for key in layers)
     recorded = json.loads((tmp_path / "alp" / "metrics.json").read_text())["teacher"]["cache"]
     assert all(split["logits"]["reused"] and not split["layers"]["reused"] for split in recorded.values())
-    assert "train logits reused, layers built" in out
+    assert "(train: logits reused, layers built; dev: logits reused, layers built)" in out
     assert "(logits, reused)" in (tmp_path / "alp" / "log.txt").read_text()
 
 
@@ -273,7 +273,7 @@ def test_a_killed_build_leaves_no_entry_and_the_next_run_builds_it(tmp_path, tin
     again = run(tmp_path / "again")
     assert again.returncode == 0, again.stderr
     assert len(entries("logits")) == 2 and len(entries("layers")) == 2
-    assert "train built, dev built" in again.stdout
+    assert "(train: built; dev: built)" in again.stdout
 
 
 def test_the_dry_run_says_the_bytes_a_build_writes(capsys, tmp_path, tiny_bert_dir, sst2_dir):
