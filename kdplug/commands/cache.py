@@ -106,7 +106,10 @@ def _cache_info(directory: Path) -> str:
         return "incomplete"
     details = ", ".join(f"{key} {value}" for key, value in meta.description.items())
     if meta.version != FORMAT_VERSION:
-        return f"{meta.num_examples} examples; {details}; format {meta.version}, no longer read (a run rebuilds it)"
+        return (
+            f"{meta.num_examples} examples; {details}; format {meta.version}, no longer read "
+            f"('kdplug cache clear --key {directory.name[:8]}' frees it)"
+        )
     if meta.kind == LAYERS:
         what = f"layer vectors of {len(meta.layers)} layers, {meta.data_bytes:,} bytes; pairs with logits {meta.logits}"
     else:

@@ -110,6 +110,9 @@ def test_an_entry_of_the_old_format_is_not_read(tmp_path):
     meta = json.loads(meta_path.read_text())
     meta_path.write_text(json.dumps({**meta, "version": 1}))
     assert not cache_module.is_cached(tmp_path, "k")
+    from kdplug.commands.cache import _cache_info
+
+    assert "format 1, no longer read ('kdplug cache clear --key k' frees it)" in _cache_info(tmp_path / "k")
     build(tmp_path, calls, layers=False)
     assert calls == [False, False]
 
