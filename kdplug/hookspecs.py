@@ -206,7 +206,9 @@ def kdplug_register_recipes(register):
     An ``objective`` gets a :class:`kdplug.api.StepState` per batch and returns its
     loss terms (key ``"loss"`` is optimised); with ``set_epoch(epoch, epochs)`` it can follow a
     schedule. A recipe whose stages use their own loss and never the run's projector says
-    ``uses_projector = False``; the recipe of runs that name none says ``is_default = True``.
+    ``uses_projector = False``, and ``reads_teacher_layers = False`` when it reads only the
+    teacher's logits (annealing, TAKD: the teacher cache then holds no layer vectors); the recipe
+    of runs that name none says ``is_default = True``.
     ``run`` returns the final student, which the engine evaluates on the dev splits and exports.
     """
 

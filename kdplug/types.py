@@ -363,6 +363,12 @@ class Projector(Protocol):
             and ``inputs.student_tokens``: the engine then runs the teacher on every batch (no
             gradient, eval mode, bf16 autocast where the device runs it natively, outside any DDP
             wrapping), as the cache keeps one vector per layer.
+        reads_teacher_layers: (optional, default True) False for a method that reads only the
+            teacher's logits (rkd): ``inputs.teacher_layers`` is then empty, and the teacher cache
+            of a run whose methods all say False holds no layer vectors (:func:`reads_teacher_layers`).
+            A recipe that trains with its own loss (``uses_projector = False``) says it too (DIH
+            reads them through its heads; annealing and TAKD do not), and a recipe that reads them
+            besides its projector says True.
     forward(inputs: DistillInputs) -> ProjectedPairs | None (None: logit-only method).
     """
 
@@ -371,6 +377,13 @@ class Projector(Protocol):
     default_weights: Mapping[str, float]
 
     def __call__(self, inputs: DistillInputs) -> Optional[ProjectedPairs]: ...
+
+
+def reads_teacher_layers(component: Any) -> bool:
+    """Whether a projector or recipe (its class or an instance) reads the teacher's layer vectors:
+    what it says in ``reads_teacher_layers``, and True where it says nothing (a method kdplug does
+    not know gets the layers rather than an empty list)."""
+    return getattr(component, "reads_teacher_layers", True) is not False
 
 
 @dataclass

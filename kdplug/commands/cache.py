@@ -97,14 +97,24 @@ def _teacher_info(directory: Path) -> str:
 
 
 def _cache_info(directory: Path) -> str:
-    from ..engine.cache import META_FILE, CacheMeta
+    """What a teacher-outputs entry holds, in bytes: a split's logits, or its layer vectors and the
+    logits entry they pair with; an entry of an older format is marked as no longer read."""
+    from ..engine.cache import FORMAT_VERSION, LAYERS, read_meta
 
-    try:
-        meta = CacheMeta(**json.loads((directory / META_FILE).read_text()))
-    except (OSError, ValueError, TypeError):
+    meta = read_meta(directory)
+    if meta is None:
         return "incomplete"
     details = ", ".join(f"{key} {value}" for key, value in meta.description.items())
-    return f"{meta.num_examples} examples; {details}"
+    if meta.version != FORMAT_VERSION:
+        return (
+            f"{meta.num_examples} examples; {details}; format {meta.version}, no longer read "
+            f"('kdplug cache clear --key {directory.name[:8]}' frees it)"
+        )
+    if meta.kind == LAYERS:
+        what = f"layer vectors of {len(meta.layers)} layers, {meta.data_bytes:,} bytes; pairs with logits {meta.logits}"
+    else:
+        what = f"logits, {meta.data_bytes:,} bytes"
+    return f"{meta.num_examples} examples; {what}; {details}"
 
 
 def items(root: Path) -> list[Item]:

@@ -1,27 +1,33 @@
-"""The teacher cache: every teacher output a run needs, computed once, memory-mapped from disk.
+"""The teacher cache: every teacher output a run reads, computed once, memory-mapped from disk.
 
-The teacher never changes during distillation, so its logits and per-layer vectors are
-computed in one pass and stored in half precision (layers) and fp32 (logits), keyed by a
-fingerprint of teacher weights, tokenizer, data and extractor. Later epochs, students,
-projectors and runs read rows by example index; memory stays flat as the data grows, since
-only the rows of the current batch are paged in.
+The teacher never changes during distillation, so its outputs are computed in one pass and
+stored, one row per example, in two kinds of entry, each keyed by a fingerprint: a split's
+**logits** (fp32; keyed by teacher weights, tokenizer, data and precision) and its **layer
+vectors** (fp16; keyed by the logits' key and the layers). A logit-only method (rkd,
+annealing, TAKD: ``reads_teacher_layers = False``) reads only the first, and its run computes and
+stores no layer vector: on BERT-base those are about 18 KB an example, 99.8% of what the cache
+held when both lived in one entry. A later layer method on the same data adds the layers entry beside the
+stored logits, which it reuses and never writes again. Later epochs, students, projectors and
+runs read rows by example index; memory stays flat as the data grows, since only the rows of the
+current batch are paged in.
 
-Safety: a cache is built in a temporary directory and renamed into place only when complete
-(with checksums in ``meta.json``); a file lock makes a second process wait for the first
-instead of building twice; a truncated or corrupted cache fails its check and is rebuilt.
+Safety: each entry is built in a temporary directory and renamed into place only when complete
+(with checksums in ``meta.json``); a file lock per entry makes a second process wait for the
+first instead of building twice; a truncated or corrupted entry fails its check and is rebuilt.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -33,11 +39,26 @@ from . import faults
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+#: 2: logits and layer vectors in separate entries (format 1 held both in one; such entries are
+#: never read, a run computes what it needs again, and ``kdplug cache`` lists and clears them)
+FORMAT_VERSION = 2
 LOGITS_FILE, LAYERS_FILE, META_FILE = "logits.f32", "layers.f16", "meta.json"
+#: the two kinds of entry
+LOGITS, LAYERS = "logits", "layers"
 
-#: a batch of teacher outputs: (example indices, logits (B, C), one (B, w_i) tensor per layer)
+#: a batch of teacher outputs: (example indices, logits (B, C), one (B, w_i) tensor per layer; none
+#: when the pass computes no layers)
 CacheBatch = tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]
+
+
+def logits_bytes(num_examples: int, num_outputs: int) -> int:
+    """What a logits entry's data file holds: fp32 logits, one row per example."""
+    return num_examples * num_outputs * 4
+
+
+def layers_bytes(num_examples: int, widths: Iterable[int]) -> int:
+    """What a layers entry's data file holds: every layer's vector in fp16, one row per example."""
+    return num_examples * sum(widths) * 2
 
 
 @dataclass
@@ -50,6 +71,9 @@ class CacheMeta:
     description: dict
     created: float
     version: int = FORMAT_VERSION
+    kind: str = LOGITS
+    #: a layers entry: the key of the logits entry of the same teacher and data
+    logits: Optional[str] = None
 
     @property
     def specs(self) -> list[LayerSpec]:
@@ -59,31 +83,95 @@ class CacheMeta:
     def total_width(self) -> int:
         return sum(layer["width"] for layer in self.layers)
 
-
-class TeacherCache:
-    """Read access to one cached split."""
-
-    def __init__(self, directory: Path, meta: CacheMeta, *, built: bool = False) -> None:
-        self.directory = directory
-        self.meta = meta
-        self.built = built  # computed by this process (False: found in the store)
-        shape_logits = (meta.num_examples, meta.num_outputs)
-        shape_layers = (meta.num_examples, meta.total_width)
-        self.logits = np.memmap(directory / LOGITS_FILE, dtype=np.float32, mode="r", shape=shape_logits)
-        self.layers = np.memmap(directory / LAYERS_FILE, dtype=np.float16, mode="r", shape=shape_layers)
-        self._offsets = np.cumsum([0] + [layer["width"] for layer in meta.layers]).tolist()
+    @property
+    def data_file(self) -> str:
+        return LAYERS_FILE if self.kind == LAYERS else LOGITS_FILE
 
     @property
-    def specs(self) -> list[LayerSpec]:
-        return self.meta.specs
+    def data_bytes(self) -> int:
+        if self.kind == LAYERS:
+            return layers_bytes(self.num_examples, (layer["width"] for layer in self.layers))
+        return logits_bytes(self.num_examples, self.num_outputs)
+
+    def open(self, directory: Path) -> np.memmap:
+        dtype, width = (np.float16, self.total_width) if self.kind == LAYERS else (np.float32, self.num_outputs)
+        return np.memmap(directory / self.data_file, dtype=dtype, mode="r", shape=(self.num_examples, width))
+
+
+def read_meta(directory: Path) -> Optional[CacheMeta]:
+    """The entry's metadata as written (any format version), None where there is none to read."""
+    try:
+        return CacheMeta(**json.loads((directory / META_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+@dataclass
+class Entry:
+    """One stored entry: a split's logits or its layer vectors, memory-mapped."""
+
+    directory: Path
+    meta: CacheMeta
+    built: bool = False  # computed by this process (False: found in the store)
+    array: Any = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.array = self.meta.open(self.directory)
+
+    @property
+    def key(self) -> str:
+        return self.meta.fingerprint
+
+    def record(self) -> dict[str, Any]:
+        """What metrics.json says of it: key, bytes, and whether it was reused."""
+        return {"key": self.key, "bytes": self.meta.data_bytes, "reused": not self.built}
+
+
+class TeacherCache:
+    """Read access to one cached split: its logits, and its layer vectors where the run reads them."""
+
+    def __init__(self, logits: Entry, layers: Optional[Entry] = None) -> None:
+        self.logits_entry, self.layers_entry = logits, layers
+        self.logits = logits.array
+        self.layers = layers.array if layers is not None else None
+        self.specs: list[LayerSpec] = layers.meta.specs if layers is not None else []
+        self._offsets = np.cumsum([0] + [spec.width for spec in self.specs]).tolist()
+
+    @property
+    def has_layers(self) -> bool:
+        return self.layers_entry is not None
+
+    @property
+    def num_outputs(self) -> int:
+        return self.logits_entry.meta.num_outputs
+
+    @property
+    def fingerprint(self) -> str:
+        """The key of what the split's outputs hold: its layers entry's where it has one."""
+        return (self.layers_entry or self.logits_entry).key
+
+    @property
+    def built(self) -> bool:
+        """Whether this process computed any of it (False: all of it was found in the store)."""
+        return any(entry.built for entry in (self.logits_entry, self.layers_entry) if entry is not None)
+
+    def record(self) -> dict[str, Any]:
+        """The bytes of logits and of layers, and whether each was reused (metrics.json's ``teacher.cache``)."""
+        return {
+            "examples": len(self),
+            LOGITS: self.logits_entry.record(),
+            LAYERS: self.layers_entry.record() if self.layers_entry is not None else None,
+        }
 
     def __len__(self) -> int:
-        return self.meta.num_examples
+        return self.logits_entry.meta.num_examples
 
     def fetch(self, index: torch.Tensor, device: torch.device | str = "cpu") -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Teacher logits ``(B, C)`` and layer vectors (each ``(B, w_i)``, fp32) for ``index``."""
+        """Teacher logits ``(B, C)`` and layer vectors (each ``(B, w_i)``, fp32; none without layers) for ``index``."""
         rows = index.cpu().numpy()
         logits = torch.from_numpy(np.ascontiguousarray(self.logits[rows])).to(device)
+        if self.layers is None:
+            return logits, []
         flat = torch.from_numpy(np.ascontiguousarray(self.layers[rows])).to(device=device, dtype=torch.float32)
         layers = [flat[:, a:b] for a, b in zip(self._offsets[:-1], self._offsets[1:])]
         return logits, layers
@@ -93,14 +181,21 @@ class ConcatCache:
     """The teacher's outputs on the training split followed by a transfer set's (see data.WithTransfer)."""
 
     def __init__(self, labelled: TeacherCache, transfer: TeacherCache) -> None:
-        if labelled.meta.layers != transfer.meta.layers or labelled.meta.num_outputs != transfer.meta.num_outputs:
+        if labelled.specs != transfer.specs or labelled.num_outputs != transfer.num_outputs:
             raise ValueError("the training and transfer caches hold different teacher layers")
         self.labelled, self.transfer = labelled, transfer
-        self.meta = labelled.meta
 
     @property
     def specs(self) -> list[LayerSpec]:
         return self.labelled.specs
+
+    @property
+    def has_layers(self) -> bool:
+        return self.labelled.has_layers
+
+    @property
+    def fingerprint(self) -> str:
+        return self.labelled.fingerprint
 
     def __len__(self) -> int:
         return len(self.labelled) + len(self.transfer)
@@ -126,23 +221,17 @@ class ConcatCache:
 
 
 def is_cached(root: Path, key: str) -> bool:
-    """Whether ``root/key`` holds a complete cache; its sizes are checked, its checksums only when
+    """Whether ``root/key`` holds a complete entry; its size is checked, its checksum only when
     it is opened (reading every byte would take a dry run as long as the cache is large)."""
-    try:
-        meta = CacheMeta(**json.loads((root / key / META_FILE).read_text()))
-    except (OSError, ValueError, TypeError):
+    meta = read_meta(root / key)
+    if meta is None or meta.version != FORMAT_VERSION:
         return False
-    expected = {
-        LOGITS_FILE: meta.num_examples * meta.num_outputs * 4,
-        LAYERS_FILE: meta.num_examples * meta.total_width * 2,
-    }
-    return meta.version == FORMAT_VERSION and all(
-        (root / key / name).is_file() and (root / key / name).stat().st_size == size for name, size in expected.items()
-    )
+    path = root / key / meta.data_file
+    return path.is_file() and path.stat().st_size == meta.data_bytes
 
 
 def _verify(directory: Path) -> Optional[CacheMeta]:
-    """The cache's metadata if its files are complete and intact, else None (with the reason logged)."""
+    """The entry's metadata if its data file is complete and intact, else None (with the reason logged)."""
     meta_path = directory / META_FILE
     if not meta_path.is_file():
         return None
@@ -153,93 +242,136 @@ def _verify(directory: Path) -> Optional[CacheMeta]:
         return None
     if meta.version != FORMAT_VERSION:
         return None
-    expected = {
-        LOGITS_FILE: meta.num_examples * meta.num_outputs * 4,
-        LAYERS_FILE: meta.num_examples * meta.total_width * 2,
-    }
-    for name, size in expected.items():
-        path = directory / name
-        if not path.is_file() or path.stat().st_size != size:
-            log.warning("teacher cache %s: %s is missing or truncated; rebuilding it", directory, name)
-            return None
-        if fingerprint.of_file(str(path)) != meta.checksums.get(name):
-            log.warning("teacher cache %s: %s fails its checksum (corrupted); rebuilding it", directory, name)
-            return None
+    path = directory / meta.data_file
+    if not path.is_file() or path.stat().st_size != meta.data_bytes:
+        log.warning("teacher cache %s: %s is missing or truncated; rebuilding it", directory, meta.data_file)
+        return None
+    if fingerprint.of_file(str(path)) != meta.checksums.get(meta.data_file):
+        log.warning("teacher cache %s: %s fails its checksum (corrupted); rebuilding it", directory, meta.data_file)
+        return None
     return meta
 
 
 def open_or_build(
     root: Path,
-    key: str,
+    logits_key: str,
     *,
+    layers_key: Optional[str] = None,
     num_examples: int,
     num_outputs: int,
     specs: list[LayerSpec],
-    compute: Callable[[], Iterable[CacheBatch]],
+    compute: Callable[[bool], Iterable[CacheBatch]],
     description: dict,
     progress: Callable[[Iterable, int], Iterable] = lambda it, n: it,
 ) -> TeacherCache:
-    """The cache for ``key`` under ``root``, built by ``compute`` unless a valid one exists."""
+    """A split's teacher outputs under ``root``: its logits entry ``logits_key`` and, where
+    ``layers_key`` is given, its layers entry (``specs``). What is missing or damaged is computed
+    by one pass of ``compute(with_layers)``; an entry found intact is reused and never written again."""
     root.mkdir(parents=True, exist_ok=True)
-    directory = root / key
-    with file_lock(root / f"{key}.lock"):
-        meta = _verify(directory)
-        if meta is not None:
-            log.info("teacher cache hit: %s", directory)
-            return TeacherCache(directory, meta)
-        log.info("building the teacher cache %s (%d examples)", directory, num_examples)
-        staging = staging_directory(root, key)
-        try:
-            faults.fire_at("cache-write")
-            meta = _write(staging, key, num_examples, num_outputs, specs, compute, description, progress)
+    keys = {LOGITS: logits_key, **({LAYERS: layers_key} if layers_key else {})}
+    with contextlib.ExitStack() as locks:
+        for key in keys.values():  # always the logits first, so two builders never wait on each other
+            locks.enter_context(file_lock(root / f"{key}.lock"))
+        found = {kind: _verify(root / key) for kind, key in keys.items()}
+        for kind, meta in found.items():
+            if meta is not None:
+                log.info("teacher cache hit: %s (%s, reused)", root / keys[kind], kind)
+        missing = [kind for kind, meta in found.items() if meta is None]
+        if missing:
+            log.info(
+                "building the teacher cache %s (%d examples: %s)",
+                ", ".join(str(root / keys[kind]) for kind in missing),
+                num_examples,
+                " and ".join(missing),
+            )
+            templates = {
+                kind: CacheMeta(
+                    fingerprint=keys[kind],
+                    num_examples=num_examples,
+                    num_outputs=num_outputs,
+                    layers=[{"index": s.index, "width": s.width, "kind": s.kind} for s in specs]
+                    if kind == LAYERS
+                    else [],
+                    checksums={},
+                    description=description,
+                    created=0.0,
+                    kind=kind,
+                    logits=logits_key if kind == LAYERS else None,
+                )
+                for kind in missing
+            }
+            found.update(_build(root, templates, lambda: compute(LAYERS in templates), progress))
+    entries = {kind: Entry(root / keys[kind], meta, built=kind in missing) for kind, meta in found.items()}
+    return TeacherCache(entries[LOGITS], entries.get(LAYERS))
+
+
+def _build(
+    root: Path, templates: dict[str, CacheMeta], compute: Callable[[], Iterable[CacheBatch]], progress
+) -> dict[str, CacheMeta]:
+    """Write the entries of ``templates`` from one pass of ``compute``, each in a staging directory
+    renamed into place only once every entry of the pass is complete: a failure leaves none."""
+    stagings: dict[str, Path] = {}
+    try:
+        for kind, meta in templates.items():
+            stagings[kind] = staging_directory(root, meta.fingerprint)
+        faults.fire_at("cache-write")
+        metas = _write(stagings, templates, compute, progress)
+        for kind in templates:  # the logits first: a layers entry always has its logits beside it
+            directory = root / templates[kind].fingerprint
             if directory.exists():  # an incomplete or corrupted copy, already reported by _verify
                 shutil.rmtree(directory)
-            os.replace(staging, directory)
-        except BaseException as exc:
+            os.replace(stagings.pop(kind), directory)
+    except BaseException as exc:
+        for staging in stagings.values():
             shutil.rmtree(staging, ignore_errors=True)
-            raise_as_storage_error(
-                exc,
-                f"the teacher cache {directory}",
-                "nothing was cached and nothing else was changed; free space (or raise the limit) and run again",
-            )
-            raise
-    return TeacherCache(directory, meta, built=True)
+        raise_as_storage_error(
+            exc,
+            f"the teacher cache {', '.join(str(root / meta.fingerprint) for meta in templates.values())}",
+            "nothing was cached and nothing else was changed; free space (or raise the limit) and run again",
+        )
+        raise
+    return metas
 
 
 def _write(
-    staging: Path,
-    key: str,
-    num_examples: int,
-    num_outputs: int,
-    specs: list[LayerSpec],
-    compute: Callable[[], Iterable[CacheBatch]],
-    description: dict,
-    progress,
-) -> CacheMeta:
-    total_width = sum(spec.width for spec in specs)
-    logits_map = np.memmap(staging / LOGITS_FILE, dtype=np.float32, mode="w+", shape=(num_examples, num_outputs))
-    layers_map = np.memmap(staging / LAYERS_FILE, dtype=np.float16, mode="w+", shape=(num_examples, total_width))
+    stagings: dict[str, Path], templates: dict[str, CacheMeta], compute: Callable[[], Iterable[CacheBatch]], progress
+) -> dict[str, CacheMeta]:
+    any_meta = next(iter(templates.values()))
+    num_examples = any_meta.num_examples
+    maps = {
+        kind: np.memmap(
+            stagings[kind] / meta.data_file,
+            dtype=np.float16 if kind == LAYERS else np.float32,
+            mode="w+",
+            shape=(num_examples, meta.total_width if kind == LAYERS else meta.num_outputs),
+        )
+        for kind, meta in templates.items()
+    }
     seen = np.zeros(num_examples, dtype=bool)
     for index, logits, layers in progress(compute(), num_examples):
         rows = index.cpu().numpy()
-        logits_map[rows] = logits.detach().float().cpu().numpy()
-        layers_map[rows] = (
-            torch.cat([layer.detach().float() for layer in layers], dim=1).cpu().numpy().astype(np.float16)
-        )
+        if LOGITS in maps:
+            maps[LOGITS][rows] = logits.detach().float().cpu().numpy()
+        if LAYERS in maps:
+            maps[LAYERS][rows] = (
+                torch.cat([layer.detach().float() for layer in layers], dim=1).cpu().numpy().astype(np.float16)
+            )
         seen[rows] = True
     if not seen.all():
-        raise RuntimeError(f"teacher cache {key}: {int((~seen).sum())} examples were not computed")
-    logits_map.flush()
-    layers_map.flush()
-    del logits_map, layers_map
-    meta = CacheMeta(
-        fingerprint=key,
-        num_examples=num_examples,
-        num_outputs=num_outputs,
-        layers=[{"index": s.index, "width": s.width, "kind": s.kind} for s in specs],
-        checksums={name: fingerprint.of_file(str(staging / name)) for name in (LOGITS_FILE, LAYERS_FILE)},
-        description=description,
-        created=time.time(),
-    )
-    (staging / META_FILE).write_text(json.dumps(meta.__dict__, indent=1))
-    return meta
+        raise RuntimeError(f"teacher cache {any_meta.fingerprint}: {int((~seen).sum())} examples were not computed")
+    for array in maps.values():
+        array.flush()
+    del maps
+    metas = {}
+    for kind, template in templates.items():
+        path = stagings[kind] / template.data_file
+        meta = CacheMeta(
+            **{
+                **template.__dict__,
+                "checksums": {template.data_file: fingerprint.of_file(str(path))},
+                "created": time.time(),
+            }
+        )
+        (stagings[kind] / META_FILE).write_text(json.dumps(meta.__dict__, indent=1))
+        metas[kind] = meta
+    return metas

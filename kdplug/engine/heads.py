@@ -124,7 +124,7 @@ def warmed_up_heads(
     key = fingerprint.of_values(
         "teacher-heads",
         "held-out-train",
-        cache.meta.fingerprint,
+        cache.fingerprint,  # its layers entry's key
         fingerprint.of_values(labels),
         epochs,
         lr,

@@ -226,7 +226,8 @@ def teacher_caches(
     dev: dict[str, EncodedSplit],
     cache_root: Path,
 ) -> teacher_stage.TeacherOutputs:
-    """The teacher's outputs on train and every dev split, opened (or computed and stored) on first use."""
+    """The teacher's outputs on train and every dev split, opened (or computed and stored) on first
+    use: the logits, and the layer vectors where the run's methods read them."""
     return teacher_stage.TeacherOutputs(
         teacher,
         registry.find_layer_extractor(teacher.model),
@@ -236,6 +237,7 @@ def teacher_caches(
         dev,
         root=cache_root,
         precision=config.precision,
+        layers=preflight.reads_teacher_layers(config, registry),
     )
 
 
@@ -367,7 +369,8 @@ def warm_teacher(config: RunConfig, registry: Registry, *, echo: Callable[[str],
                 dev=dev,
                 caches=None,
                 cache_root=cache_root,
+                cache_layers=preflight.reads_teacher_layers(config, registry),
                 max_length=max_length,
                 transfer=transfer_set,
-            ).transfer_cache()
+            ).transfer_cache(layers=preflight.reads_teacher_layers(config, registry))
             echo(f"teacher outputs cached for the transfer set ({len(transfer_set)} examples)")

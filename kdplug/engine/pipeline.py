@@ -275,6 +275,7 @@ def _run(
         dev=dev,
         caches=caches,
         cache_root=cache_root,
+        cache_layers=caches.layers,
         checkpoints=checkpoints,
     )
 
@@ -324,6 +325,12 @@ def _run(
         if tracker is not None:
             tracker.log_image(f"{stage}/attention", run_dir.path / analysis.ATTENTION_PLOT)
     metrics["stages"] = context.stages
+    cached = {
+        **caches.record(),
+        **({"transfer": context.transfer_info["cache"]} if "cache" in context.transfer_info else {}),
+    }
+    if cached:  # per split: the bytes of logits and of layer vectors, and whether each was reused
+        metrics["teacher"]["cache"] = cached
     if context.layer_variation:  # measured where a layer method matched the teacher's layers
         metrics["teacher"]["layer_variation"] = {str(layer): share for layer, share in context.layer_variation.items()}
     if transfer_set is not None:
@@ -391,11 +398,31 @@ def _run(
     echo(format_table(rows, task))
     if metrics.get("agreement"):
         echo(f"the student predicts the teacher's class on {metrics['agreement'][first] * 100:.2f}% of {first}")
+    if cached:
+        echo(cache_summary(cached))
     advice = transfer_advice(config, registry, student, len(train))
     if advice:
         echo(advice)
     echo(f"{stage_times(metrics)}; results in {run_dir.path}")
     return RunResult(run_dir.path, metrics, rows)
+
+
+def cache_summary(cached: dict[str, Any]) -> str:
+    """``teacher cache: 70,400 bytes of logits, 0 bytes of layer vectors (train: built; dev: reused)``:
+    what the run's teacher outputs take on disk (metrics.json's ``teacher.cache`` has each split's)."""
+    sizes = {
+        kind: sum(split[kind]["bytes"] for split in cached.values() if split[kind] is not None)
+        for kind in ("logits", "layers")
+    }
+    states = "; ".join(f"{name}: {_reuse(split)}" for name, split in cached.items())
+    return f"teacher cache: {sizes['logits']:,} bytes of logits, {sizes['layers']:,} bytes of layer vectors ({states})"
+
+
+def _reuse(split: dict[str, Any]) -> str:
+    reused = {kind: split[kind]["reused"] for kind in ("logits", "layers") if split[kind] is not None}
+    if len(set(reused.values())) == 1:
+        return "reused" if reused["logits"] else "built"
+    return ", ".join(f"{kind} {'reused' if was else 'built'}" for kind, was in reused.items())
 
 
 def stage_times(metrics: dict[str, Any]) -> str:

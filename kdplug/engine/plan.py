@@ -30,7 +30,7 @@ from ..threads import choose as choose_threads
 from ..types import StageResult, Teacher, num_outputs
 from . import estimate, preflight
 from . import teacher as teacher_stage
-from .cache import is_cached
+from .cache import is_cached, layers_bytes, logits_bytes
 from .inputs import create_teacher, finetune_settings, load_task_and_teacher
 from .pipeline import train_baseline
 from .recipe import EngineContext, RecipeView, count_parameters
@@ -43,6 +43,10 @@ class PlannedCache:
 
     def __init__(self, specs: list, size: int) -> None:
         self.specs, self.size, self.built = specs, size, False
+
+    @property
+    def has_layers(self) -> bool:
+        return bool(self.specs)
 
     def __len__(self) -> int:
         return self.size
@@ -76,8 +80,9 @@ class PlanningContext(EngineContext):
         }
         return StageResult(name)
 
-    def teacher_cache(self):
+    def teacher_cache(self, layers: bool = False):
         specs, _ = teacher_stage.matchable_specs(self.extractor(self.teacher.model), self.teacher.model)
+        specs = specs if layers or self.cache_layers else []
         return PlannedCache(specs, len(self.train)), {
             name: PlannedCache(specs, len(split)) for name, split in self.dev.items()
         }
@@ -170,8 +175,9 @@ def dry_run(
         if stored is not None:
             finetuned = create_teacher(config, registry, task, source=str(stored))
     reads_teacher = preflight.reads_teacher(config, registry)
+    reads_layers = preflight.reads_teacher_layers(config, registry)
     plan["teacher_outputs"] = (
-        _cached_outputs(config, registry, finetuned, task, train, dev, cache_root)
+        _cached_outputs(config, registry, finetuned, task, train, dev, cache_root, reads_layers)
         if reads_teacher
         else f"not needed ({config.projector} reads no teacher output)"
     )
@@ -183,6 +189,8 @@ def dry_run(
 
     # -- the transfer set --------------------------------------------------------------------------
     transfer_size = _transfer_plan(config, task, finetuned, cache_root, teacher_seed, plan)
+    if reads_teacher:
+        plan["teacher_cache"] = cache_size(registry, teacher, task, train, dev, reads_layers, transfer_size)
     ratio = config.transfer_ratio
     per_epoch = 0 if not transfer_size else (round(ratio * len(train)) if ratio else transfer_size)
 
@@ -202,6 +210,7 @@ def dry_run(
             dev=dev,
             caches=None,
             cache_root=Path(scratch),
+            cache_layers=reads_layers,
             max_length=max_length,
             transfer_per_epoch=per_epoch,
         )
@@ -268,9 +277,10 @@ def _span(low: float, high: float) -> str:
 
 
 def _cached_outputs(
-    config: RunConfig, registry: Registry, teacher: Optional[Teacher], task, train, dev, root: Path
+    config: RunConfig, registry: Registry, teacher: Optional[Teacher], task, train, dev, root: Path, layers: bool
 ) -> dict[str, Any]:
-    """Which of the teacher's outputs the cache holds (unknown until the teacher is fine-tuned)."""
+    """Which of the teacher's outputs the cache holds (unknown until the teacher is fine-tuned):
+    per split, its logits and, where the run reads them, its layer vectors."""
     if teacher is None:
         return {"train": "computed after fine-tuning", **dict.fromkeys(dev, "computed after fine-tuning")}
     specs, _ = teacher_stage.matchable_specs(registry.find_layer_extractor(teacher.model), teacher.model)
@@ -278,9 +288,40 @@ def _cached_outputs(
     dtype = inference_precision(config.precision, build_accelerator(config.precision).device)
     found = {}
     for name, split in [("train", train), *dev.items()]:
-        key = teacher_stage.cache_key(teacher_fp, tokenizer_fp, split, specs, dtype)
-        found[name] = "cached" if is_cached(root / "teacher-cache", key) else "computed once, then cached"
+        logits = teacher_stage.logits_key(teacher_fp, tokenizer_fp, split, dtype)
+        keys = {"logits": logits, **({"layers": teacher_stage.layers_key(logits, specs)} if layers else {})}
+        cached = [kind for kind, key in keys.items() if is_cached(root / "teacher-cache", key)]
+        found[name] = (
+            "cached"
+            if len(cached) == len(keys)
+            else "computed once, then cached"
+            if not cached
+            else f"{' and '.join(cached)} cached, {' and '.join(k for k in keys if k not in cached)} computed once"
+        )
     return found
+
+
+def cache_size(
+    registry: Registry, teacher: Teacher, task, train, dev, layers: bool, transfer_examples: int
+) -> dict[str, Any]:
+    """The bytes of the run's teacher outputs on disk, before any is computed: per split, examples x
+    (outputs x 4 + the matchable layers' widths x 2, where the run reads layers). The layers'
+    widths are the teacher's architecture's, fine-tuned or not."""
+
+    specs, _ = teacher_stage.matchable_specs(registry.find_layer_extractor(teacher.model), teacher.model)
+    widths = [spec.width for spec in specs] if layers else []
+    splits = {"train": len(train), **{name: len(split) for name, split in dev.items()}}
+    if transfer_examples:
+        splits["transfer"] = transfer_examples
+    sizes = {
+        name: {"examples": n, "logits": logits_bytes(n, num_outputs(task)), "layers": layers_bytes(n, widths)}
+        for name, n in splits.items()
+    }
+    return {
+        "bytes": sum(size["logits"] + size["layers"] for size in sizes.values()),
+        "layers": bool(widths),
+        "splits": sizes,
+    }
 
 
 def _transfer_plan(
@@ -319,6 +360,17 @@ def _transfer_plan(
     return from_files + augmented
 
 
+def cache_size_line(size: dict[str, Any], transfer: Optional[dict[str, Any]]) -> str:
+    """``1,234,560 bytes: logits 64,272, layer vectors 1,170,288 (train 800 examples, dev 200)``."""
+    splits = size["splits"]
+    logits = sum(split["logits"] for split in splits.values())
+    layers = sum(split["layers"] for split in splits.values())
+    counts = ", ".join(f"{name} {split['examples']}" for name, split in splits.items())
+    what = f"layer vectors {layers:,}" if size["layers"] else "no layer vectors (the run reads only the logits)"
+    bound = "at most " if transfer and not transfer.get("stored") else ""
+    return f"{bound}{size['bytes']:,} bytes: logits {logits:,}, {what} (examples: {counts})"
+
+
 def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
     """The plan as lines a person reads before starting a long run."""
     task, teacher, student = plan["task"], plan["teacher"], plan["student"]
@@ -350,6 +402,8 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
     outputs = plan["teacher_outputs"]
     cached = outputs if isinstance(outputs, str) else ", ".join(f"{k} {v}" for k, v in outputs.items())
     lines.append(f"            outputs: {cached}")
+    if plan.get("teacher_cache"):
+        lines.append(f"            cache size: {cache_size_line(plan['teacher_cache'], plan.get('transfer'))}")
     tokenizer = plan["tokenizer"]
     lines.append(
         f"tokenizer   {tokenizer['class']} ({tokenizer['vocabulary']} tokens), max length {tokenizer['max_length']}"

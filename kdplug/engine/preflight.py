@@ -21,6 +21,7 @@ from ..errors import OfflineError, UnknownComponentError, UsageError
 from ..model_types import register_model_types
 from ..registry import Registry
 from ..types import ProjectionRequest, Task, Teacher
+from ..types import reads_teacher_layers as reads_layers
 from .tracking import parse_report_to
 
 
@@ -58,6 +59,33 @@ def reads_teacher(config: RunConfig, registry: Registry) -> bool:
         for name in (config.projector, config.baseline)
         if name
     )
+
+
+def reads_teacher_layers(config: RunConfig, registry: Registry) -> bool:
+    """Whether the run reads the teacher's layer vectors, not only its logits: then its teacher
+    cache holds them too. Each method of the run decides (``reads_teacher_layers``, see
+    :func:`kdplug.types.reads_teacher_layers`): the run's recipe with its projector, and the
+    ``--baseline`` with its own recipe."""
+    if not reads_teacher(config, registry):
+        return False
+    methods = [(config.recipe or default_recipe(registry), config.projector)]
+    if config.baseline:
+        baseline_recipe = factory_attribute(registry, "projector", config.baseline, "default_recipe")
+        methods.append((baseline_recipe or default_recipe(registry), config.baseline))
+    return any(_method_reads_layers(registry, recipe, projector) for recipe, projector in methods)
+
+
+def _method_reads_layers(registry: Registry, recipe: str, projector: str) -> bool:
+    """A recipe with its own loss answers for itself; otherwise the projector does, unless the
+    recipe says it reads the layers besides."""
+    says = factory_attribute(registry, "recipe", recipe, "reads_teacher_layers")
+    if factory_attribute(registry, "recipe", recipe, "uses_projector") is False:
+        return says is not False
+    if says:
+        return True
+    factory = registry.resolve("projector", projector)[0].factory
+    factory = getattr(factory, "func", factory)
+    return getattr(factory, "reads_teacher", True) is not False and reads_layers(factory)
 
 
 def resolve_components(config: RunConfig, registry: Registry) -> list[str]:

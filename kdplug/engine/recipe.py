@@ -32,6 +32,7 @@ from ..types import (
     Weights,
     matchable_layers,
     num_outputs,
+    reads_teacher_layers,
 )
 from . import preflight, variation
 from .cache import ConcatCache, TeacherCache
@@ -124,8 +125,11 @@ class EngineContext:
     trainer: Trainer
     train: EncodedSplit
     dev: dict[str, EncodedSplit]
-    caches: Any  # callable () -> (train cache, dev caches) built on first use
+    caches: Any  # callable (layers=False) -> (train cache, dev caches) built on first use
     cache_root: Any
+    #: whether the teacher's caches hold its layer vectors from the start (preflight.reads_teacher_layers;
+    #: a stage that reads them anyway adds them beside the logits)
+    cache_layers: bool = True
     stages: dict[str, dict] = field(default_factory=dict)
     checkpoints: Optional[Checkpointer] = None
     _heads: Optional[TeacherHeads] = None
@@ -357,12 +361,14 @@ class EngineContext:
         )
 
     # -- teacher side -----------------------------------------------------------------------
-    def teacher_cache(self) -> tuple[TeacherCache, dict[str, TeacherCache]]:
-        return self.caches()
+    def teacher_cache(self, layers: bool = False) -> tuple[TeacherCache, dict[str, TeacherCache]]:
+        """The teacher's outputs on train and dev; with its layer vectors where ``layers`` (or the run reads them)."""
+        return self.caches(layers=layers)
 
-    def transfer_cache(self) -> TeacherCache:
-        """The teacher's outputs on the transfer set, computed once and stored like any split's."""
-        if self._transfer_cache is None:
+    def transfer_cache(self, layers: bool = False) -> TeacherCache:
+        """The teacher's outputs on the transfer set, computed once and stored like any split's (its
+        layer vectors where ``layers``: they are added to a cache opened without them)."""
+        if self._transfer_cache is None or (layers and not self._transfer_cache.has_layers):
             import time
 
             started = time.perf_counter()
@@ -378,10 +384,16 @@ class EngineContext:
                 precision=self.config.precision,
                 teacher_fingerprint=fingerprint.of_module(self.teacher.model),
                 tokenizer_fingerprint=fingerprint.of_tokenizer(self.teacher.tokenizer),
+                layers=layers,
             )
             seconds = time.perf_counter() - started
             self.transfer_info.update(
-                {"examples": len(split), "teacher_seconds": round(seconds, 2), "reused": not self._transfer_cache.built}
+                {
+                    "examples": len(split),
+                    "teacher_seconds": round(seconds, 2),
+                    "reused": not self._transfer_cache.built,
+                    "cache": self._transfer_cache.record(),
+                }
             )
         return self._transfer_cache
 
@@ -394,13 +406,15 @@ class EngineContext:
         transfer = self.transfer.encode(tokenizer, self.max_length, is_regression=self.task.is_regression)
         ratio = self.config.transfer_ratio
         per_epoch = None if ratio is None else round(ratio * len(train))
-        return WithTransfer(train, transfer, per_epoch=per_epoch), ConcatCache(cache, self.transfer_cache())
+        return WithTransfer(train, transfer, per_epoch=per_epoch), ConcatCache(
+            cache, self.transfer_cache(layers=cache.has_layers)
+        )
 
     def teacher_heads(self) -> TeacherHeads:
         """The teacher's pseudo classifiers, warmed up (or reused) on first use; each head is
         selected on a held-out tenth of the training set, never on dev."""
         if self._heads is None:
-            train_cache, _ = self.teacher_cache()
+            train_cache, _ = self.teacher_cache(layers=True)  # the heads read the teacher's layer vectors
             heads, summary = warmed_up_heads(
                 self.cache_root,
                 train_cache,
@@ -468,6 +482,7 @@ class EngineContext:
             dev,
             root=self.cache_root,
             precision=self.config.precision,
+            layers=self.cache_layers,
         )
         caches()  # now, so the next stage starts from the same state whether the teacher was stored or trained
         return dataclasses.replace(
@@ -567,7 +582,8 @@ class EngineContext:
         heads = self.teacher_heads() if needs_heads else None
         module = DistillationModule(student, self.extractor(student), projector, objective, heads)
         needs_teacher = module.needs_teacher
-        train_cache = self.teacher_cache()[0] if needs_teacher else None
+        needs_layers = needs_heads or (projector is not None and reads_teacher_layers(projector))
+        train_cache = self.teacher_cache(layers=needs_layers)[0] if needs_teacher else None
         flat_layers = self.near_constant_layers(projector, train_cache)
         train, dev = self.splits_for(student)
         examples = len(train)

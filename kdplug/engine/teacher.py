@@ -190,27 +190,32 @@ def _teacher_batches(
     precision: str,
     positions: list[int],
 ) -> Iterator[cache_module.CacheBatch]:
+    """The teacher's outputs on ``split``, batch by batch; the layers at ``positions`` (none: the
+    layer vectors are not computed at all)."""
     loader, _ = trainer.loader(split, shuffle=False, batch_size=trainer.batch_size * 2)
     device = trainer.accelerator.device
     teacher.model.to(device)
     with torch.no_grad(), inference_autocast(precision, device):
         for batch in loader:
             outputs = model_forward(teacher.model, {key: value.to(device) for key, value in batch.items()})
-            layers = extractor(teacher.model, outputs)
+            layers = extractor(teacher.model, outputs) if positions else []
             yield batch["index"], outputs.logits.float(), [layers[i].float() for i in positions]
 
 
-def cache_key(
-    teacher_fingerprint: str, tokenizer_fingerprint: str, split: EncodedSplit, specs: list[LayerSpec], precision: str
-) -> str:
+def logits_key(teacher_fingerprint: str, tokenizer_fingerprint: str, split: EncodedSplit, precision: str) -> str:
+    """The key of a split's cached logits: teacher weights, tokenizer, token ids and precision (no layers)."""
     return fingerprint.of_values(
-        "teacher-cache",
+        "teacher-logits",
         teacher_fingerprint,
         tokenizer_fingerprint,
         split.token_fingerprint or fingerprint.of_token_ids(split.input_ids),
-        [(s.index, s.width, s.kind) for s in specs],
         precision,
     )
+
+
+def layers_key(logits: str, specs: list[LayerSpec]) -> str:
+    """The key of a split's cached layer vectors: its logits' key and the layers."""
+    return fingerprint.of_values("teacher-layers", logits, [(s.index, s.width, s.kind) for s in specs])
 
 
 def build_cache(
@@ -225,18 +230,23 @@ def build_cache(
     precision: str,
     teacher_fingerprint: str,
     tokenizer_fingerprint: str,
+    layers: bool = True,
 ) -> cache_module.TeacherCache:
+    """The teacher's outputs on ``split``: its logits, and its layer vectors when ``layers``."""
     specs, positions = matchable_specs(extractor, teacher.model)
     dtype = inference_precision(precision, trainer.accelerator.device)  # keyed by what ran, not by the option
-    key = cache_key(teacher_fingerprint, tokenizer_fingerprint, split, specs, dtype)
+    logits = logits_key(teacher_fingerprint, tokenizer_fingerprint, split, dtype)
     batches_total = (len(split) + trainer.batch_size * 2 - 1) // (trainer.batch_size * 2)
     return cache_module.open_or_build(
         root / "teacher-cache",
-        key,
+        logits,
+        layers_key=layers_key(logits, specs) if layers else None,
         num_examples=len(split),
         num_outputs=num_outputs(task),
         specs=specs,
-        compute=lambda: _teacher_batches(teacher, extractor, trainer, split, precision, positions),
+        compute=lambda with_layers: _teacher_batches(
+            teacher, extractor, trainer, split, precision, positions if with_layers else []
+        ),
         description={"teacher": teacher.source, "task": task.name, "split": split_name, "precision": dtype},
         progress=lambda it, n: trainer.progress(it, batches_total, f"teacher cache {split_name}"),
     )
@@ -245,7 +255,11 @@ def build_cache(
 class TeacherOutputs:
     """The teacher's cached outputs on every dev split and on train, each opened (or computed and
     stored) on first use: dev first, so the teacher is checked before its train outputs, the
-    expensive part on a large data set, are computed. Calling it gives ``(train, dev)``."""
+    expensive part on a large data set, are computed. Calling it gives ``(train, dev)``.
+
+    ``layers``: whether they include the teacher's layer vectors (the run reads them: see
+    :func:`kdplug.engine.preflight.reads_teacher_layers`); a stage that turns out to read them
+    anyway asks with ``layers=True``, which adds them beside the logits already stored."""
 
     def __init__(
         self,
@@ -258,10 +272,11 @@ class TeacherOutputs:
         *,
         root: Path,
         precision: str,
+        layers: bool = True,
     ) -> None:
         self.teacher, self.extractor, self.trainer, self.task = teacher, extractor, trainer, task
         self.train, self.dev = train, dev
-        self.root, self.precision = root, precision
+        self.root, self.precision, self.layers = root, precision, layers
         self._train: Optional[cache_module.TeacherCache] = None
         self._dev: Optional[dict[str, cache_module.TeacherCache]] = None
         self._fingerprints: Optional[dict[str, str]] = None
@@ -272,7 +287,16 @@ class TeacherOutputs:
                 "teacher_fingerprint": fingerprint.of_module(self.teacher.model),
                 "tokenizer_fingerprint": fingerprint.of_tokenizer(self.teacher.tokenizer),
             }
-        return {"root": self.root, "precision": self.precision, **self._fingerprints}
+        return {"root": self.root, "precision": self.precision, "layers": self.layers, **self._fingerprints}
+
+    def require_layers(self) -> None:
+        """From now on, the layer vectors too: the splits opened without them are opened again
+        (their logits entries reused, the layers computed and stored once)."""
+        if self.layers:
+            return
+        log.info("a stage reads the teacher's layer vectors: caching them beside its logits")
+        self.layers = True
+        self._train, self._dev = None, None
 
     def dev_caches(self) -> dict[str, cache_module.TeacherCache]:
         if self._dev is None:
@@ -289,6 +313,13 @@ class TeacherOutputs:
             )
         return self._train
 
-    def __call__(self) -> tuple[cache_module.TeacherCache, dict[str, cache_module.TeacherCache]]:
+    def record(self) -> dict[str, Any]:
+        """Per split opened so far: bytes of logits and of layers, and whether each was reused."""
+        opened = {**({"train": self._train} if self._train is not None else {}), **(self._dev or {})}
+        return {name: cache.record() for name, cache in opened.items()}
+
+    def __call__(self, layers: bool = False) -> tuple[cache_module.TeacherCache, dict[str, cache_module.TeacherCache]]:
+        if layers:
+            self.require_layers()
         dev = self.dev_caches()
         return self.train_cache(), dev

@@ -45,7 +45,7 @@ def input_dependent_shares(cache: Any, *, max_rows: int = MAX_ROWS, chunk_rows: 
     """Each cached teacher layer's input-dependent share of energy (module docstring), keyed by its
     number 1..n as layer maps name it. Chunks are merged by their centred sums of squares (Chan et
     al.'s update), so a share of 1e-7 is not lost to cancellation."""
-    widths = [layer["width"] for layer in cache.meta.layers]
+    widths = [spec.width for spec in cache.specs]
     bounds = np.cumsum([0, *widths])
     count, mean, centred, energy = 0, np.zeros(bounds[-1]), np.zeros(len(widths)), np.zeros(len(widths))
     for chunk in sampled_chunks(cache.layers, max_rows, chunk_rows):

@@ -29,6 +29,8 @@ class NoKD(nn.Module):
     needs_teacher_heads = False
     #: a run with nkd alone needs no teacher outputs (nor a transfer set, which only teaches through them)
     reads_teacher = False
+    #: logit methods read no teacher layer: the teacher cache then holds none (rkd inherits this)
+    reads_teacher_layers = False
     default_weights = {"eta": 0.0, "lam": 0.0, "temperature": 1.0}
 
     def __init__(self, request: ProjectionRequest) -> None:

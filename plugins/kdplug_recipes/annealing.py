@@ -86,6 +86,7 @@ class Annealing:
     #: it trains with its own loss: the run's projector is not used (kdplug says so when one is set)
     uses_projector = False
     uses_kd_loss = False  # its loss is an MSE of annealed logits, not the run's kd_loss
+    reads_teacher_layers = False  # the teacher's logits only: its cache holds no layer vectors
 
     def __init__(self, e1: int = 10, e2: int = 3, tau_max: int = 10, phase2_lr: float | None = None) -> None:
         for name, value, least in (("e1", e1, 1), ("e2", e2, 0), ("tau_max", tau_max, 1)):

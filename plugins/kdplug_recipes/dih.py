@@ -118,6 +118,8 @@ class DIH:
     citation = DIH
     #: it trains with its own loss: the run's projector is not used (kdplug says so when one is set)
     uses_projector = False
+    #: its heads are trained on, and read from, the teacher's cached layer vectors
+    reads_teacher_layers = True
 
     def __init__(self, alpha: float = 0.1, temperature: float = 5.0, layers: Optional[Sequence[int]] = None) -> None:
         if not 0.0 <= alpha <= 1.0:

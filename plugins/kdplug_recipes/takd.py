@@ -105,6 +105,7 @@ class TAKD:
     citation = TAKD
     #: every link is logit KD: the run's projector is not used (kdplug says so when one is set)
     uses_projector = False
+    reads_teacher_layers = False  # logits only: no teacher or TA caches a layer vector
 
     def __init__(
         self,

@@ -240,16 +240,19 @@ def test_a_failed_teacher_cache_write_leaves_no_partial_cache(tmp_path, tiny_ber
         "--data-dir",
         str(data),
         *TINY,
+        "--projector",
+        "alp",  # a layer method: its layer vectors fill the cache (rkd's logits alone are a few bytes)
         "--output",
         str(output),
     ]
-    failed = kdplug_process(*argv, fault="cache-write:1:fsize=2000")  # dev (1 KiB) fits, train (3 KiB) does not
+    failed = kdplug_process(*argv, fault="cache-write:1:fsize=2000")  # dev's layers (1 KiB) fit, train's (4 KiB) not
     assert failed.returncode == 1, failed.stderr
     assert "could not write the teacher cache" in failed.stderr and "size limit" in failed.stderr
     cache = Path(os.environ["KDPLUG_CACHE"])
     assert no_staging_left(cache)
     caches = [p for p in (cache / "teacher-cache").iterdir() if p.is_dir()]
-    assert len(caches) == 1 and (caches[0] / "meta.json").is_file()  # the dev cache, complete; no train cache
+    metas = [json.loads((p / "meta.json").read_text()) for p in caches]  # complete entries only
+    assert sorted((m["kind"], m["description"]["split"]) for m in metas) == [("layers", "dev"), ("logits", "dev")]
     again = kdplug_process(*argv, "--overwrite")
     assert again.returncode == 0, again.stderr
     assert "reusing the fine-tuned teacher" in again.stdout

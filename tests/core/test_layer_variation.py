@@ -37,13 +37,20 @@ def test_shares_match_a_direct_computation_on_a_real_cache(tmp_path):
     varied = rng.standard_normal((examples, 6)) + 0.5
     specs = [LayerSpec(index=1, width=8), LayerSpec(index=2, width=6)]
 
-    def batches():
+    def batches(with_layers):
         for start in range(0, examples, 1000):
             rows = torch.arange(start, min(start + 1000, examples))
             yield rows, torch.zeros(len(rows), 2), [torch.from_numpy(flat[rows]), torch.from_numpy(varied[rows])]
 
     cache = open_or_build(
-        tmp_path, "k", num_examples=examples, num_outputs=2, specs=specs, compute=batches, description={}
+        tmp_path,
+        "k",
+        layers_key="k-layers",
+        num_examples=examples,
+        num_outputs=2,
+        specs=specs,
+        compute=batches,
+        description={},
     )
     stored = np.asarray(cache.layers, dtype=np.float64)  # the fp16 values the shares are computed from
     expected = {1: direct_share(stored[:, :8]), 2: direct_share(stored[:, 8:])}

@@ -335,7 +335,7 @@ def test_batches_mark_transfer_rows_unlabelled_and_the_cache_serves_both_parts(t
     from kdplug.types import LayerSpec
 
     def cache(name, n, offset):
-        def compute():
+        def compute(with_layers):
             index = torch.arange(n)
             yield (
                 index,
@@ -346,6 +346,7 @@ def test_batches_mark_transfer_rows_unlabelled_and_the_cache_serves_both_parts(t
         return cache_module.open_or_build(
             tmp_path,
             name,
+            layers_key=f"{name}-layers",
             num_examples=n,
             num_outputs=2,
             specs=[LayerSpec(1, 3, "transformer")],
@@ -395,19 +396,18 @@ def test_an_unlabelled_batch_trains_on_the_teachers_outputs_alone():
 def test_agreement_is_the_share_of_examples_where_student_and_teacher_classes_match(tmp_path):
     from kdplug.engine import cache as cache_module
     from kdplug.engine.results import agreement
-    from kdplug.types import LayerSpec
 
     logits = torch.tensor([[2.0, 1.0], [0.0, 3.0], [1.0, 0.5], [-1.0, 1.0]])  # teacher classes 0, 1, 0, 1
 
-    def compute():
-        yield torch.arange(4), logits, [torch.zeros(4, 2)]
+    def compute(with_layers):
+        yield torch.arange(4), logits, []
 
     cache = cache_module.open_or_build(
         tmp_path,
         "dev",
         num_examples=4,
         num_outputs=2,
-        specs=[LayerSpec(1, 2, "transformer")],
+        specs=[],
         compute=compute,
         description={},
     )

@@ -209,7 +209,8 @@ def test_prepare_teachers_fine_tunes_and_caches_then_stops(tmp_path, tiny_bert_d
     assert main([*argv, "--prepare-teachers"]) == 0
     assert "1 teacher(s) fine-tuned or found" in capsys.readouterr().out
     assert len(list((cache / "teachers").glob("*/model.safetensors"))) == 1  # four points, one teacher
-    assert len([p for p in (cache / "teacher-cache").iterdir() if p.is_dir()]) == 2  # outputs on train, dev
+    # logits and layer vectors (alp and pkd-skip read them) on train and dev
+    assert len([p for p in (cache / "teacher-cache").iterdir() if p.is_dir()]) == 4
     assert not (tmp_path / "sweep" / "points").exists()
     # a worker then only reads them
     assert main([*argv, "--shard", "1/4"]) == 0
