@@ -209,7 +209,7 @@ def pooled_shape(model_path: str, default_layers: int) -> Callable[..., Optional
     ) -> Optional[ModelShape]:
         cls = model_class(model_path)
         if source is not None:
-            config = cls.config_class.from_pretrained(source)
+            config = cls.config_class.from_pretrained(source, trust_remote_code=False)  # kdplug's own class
             hidden_size, num_layers = config.hidden_size, config.num_layers
         width = teacher.width if hidden_size is None else hidden_size
         if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (width, num_layers)):

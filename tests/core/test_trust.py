@@ -270,20 +270,21 @@ def test_predict_into_an_unwritable_directory_is_a_message_before_any_work(capsy
 def test_a_usage_error_found_during_a_run_prints_its_message_alone_and_debug_adds_the_traceback(
     tmp_path, tiny_bert_dir
 ):
-    """Found after the run started (a label outside the label set, read with the data): the
-    terminal gets the message, log.txt the traceback; --debug puts the traceback on the terminal."""
+    """Found after the run started (a max_length beyond the teacher's positions, checked once the
+    teacher is loaded): the terminal gets the message, log.txt the traceback; --debug puts the
+    traceback on the terminal."""
     data = write_sst2(tmp_path / "SST-2")
-    (data / "train.tsv").write_text("sentence\tlabel\ngood film\t1\nbad film\t7\n")
     for debug in (False, True):
         output = tmp_path / f"run-{debug}"
         command = [sys.executable, "-m", "kdplug.cli", *(["--debug"] if debug else []), "run"]
         command += ["--teacher", tiny_bert_dir, "--student", "bilstm", "--task", "sst2", "--data-dir", str(data)]
-        command += ["--set", "teacher_epochs=1", "--output", str(output)]
+        command += ["--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", "--set", "max_length=100000"]
+        command += ["--output", str(output)]
         result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=dict(os.environ))
         assert result.returncode == 2, result.stderr
         assert ("Traceback" in result.stderr) is debug, result.stderr
         assert result.stderr.rstrip().splitlines()[-1].startswith("kdplug: error: ")
-        assert "line 3" in result.stderr and "'7'" in result.stderr
+        assert "max_length=100000 exceeds the teacher's" in result.stderr
         assert "Traceback" in (output / "log.txt").read_text()
 
 

@@ -492,6 +492,7 @@ def test_a_dev_label_missing_from_train_advises_a_command_that_works(tmp_path, c
     write_local(tmp_path / "train.csv", [("good film", "pos"), ("bad film", "neg"), ("so-so", "no")], "csv")
     write_local(tmp_path / "dev.csv", [("fine, I guess", "maybe, yes"), ("great", "pos")], "csv")
     argv = ["run", "--dry-run", "--teacher", tiny_bert_dir, "--task", "local", "--data-dir", str(tmp_path)]
+    argv += ["--set", "allow_weak_teacher=true"]  # two dev examples: too few to judge a teacher
     argv += ["--set", f"task_options.labels={declared}"] if declared else []
     assert main([*argv, "--output", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
