@@ -58,6 +58,8 @@ class PlanningContext(EngineContext):
 
     #: transfer examples a distillation stage would add to every epoch (estimated when not built)
     transfer_per_epoch: int = 0
+    #: the transfer set is not built yet: its size is an upper bound (duplicates are dropped then)
+    transfer_estimated: bool = False
 
     def train_stage(self, name: str, student, projector=None, **options: Any) -> StageResult:
         name = self.stage_prefix + name
@@ -70,7 +72,7 @@ class PlanningContext(EngineContext):
             "examples_per_epoch": stage.examples,
             "projector": getattr(stage.projector, "name", None) if stage.projector else None,
             "reads_teacher": stage.module.needs_teacher,
-            "plan": stage.describe(),
+            "plan": stage.describe() + self._transfer_caveat(stage),
             "estimate": {
                 **timing,
                 "fewest_epochs": fewest_epochs(stage),
@@ -79,6 +81,14 @@ class PlanningContext(EngineContext):
             },
         }
         return StageResult(name)
+
+    def _transfer_caveat(self, stage) -> str:
+        if not (self.transfer_estimated and stage.examples > len(self.train)):
+            return ""
+        return (
+            " (the transfer set is not built yet: its size here is an upper bound, since duplicates are dropped "
+            "when it is built, so the run may train more epochs of fewer examples)"
+        )
 
     def teacher_cache(self, layers: bool = False):
         specs, _ = teacher_stage.matchable_specs(self.extractor(self.teacher.model), self.teacher.model)
@@ -213,6 +223,7 @@ def dry_run(
             cache_layers=reads_layers,
             max_length=max_length,
             transfer_per_epoch=per_epoch,
+            transfer_estimated=bool(plan["transfer"]) and not plan["transfer"].get("stored"),
         )
         if config.baseline:
             train_baseline(context)

@@ -413,3 +413,14 @@ def test_agreement_is_the_share_of_examples_where_student_and_teacher_classes_ma
     )
     assert agreement([0, 1, 1, 0], cache) == 0.5
     assert agreement([0, 1, 0, 1], cache) == 1.0
+
+
+def test_the_dry_run_says_an_unbuilt_transfer_sets_size_is_an_upper_bound(tmp_path, tiny_bert_dir, sst2_dir, capsys):
+    from kdplug.engine.plan import dry_run
+
+    texts = write_lines(tmp_path / "more.txt", ["a fine film", "a fine film", "a dull plot", "good acting"])
+    plan = dry_run(config(tmp_path, tiny_bert_dir, sst2_dir, transfer=[str(texts)]), registry())
+    stage = plan["stages"]["distill"]
+    assert plan["transfer"]["examples"] == "up to 4" and stage["examples_per_epoch"] == 12 + 4
+    assert "its size here is an upper bound, since duplicates are dropped" in stage["plan"]
+    assert "upper bound" in capsys.readouterr().out
