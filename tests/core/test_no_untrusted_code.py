@@ -303,6 +303,9 @@ def test_ctrl_c_in_an_export_exits_130_with_one_line_and_writes_nothing(run, tmp
         [sys.executable, "-m", "kdplug.cli", "export", str(run), "--format", "onnx", "--output", str(output)],
         stderr=subprocess.PIPE,
         text=True,
+        # a job started in the background by a non-interactive shell inherits SIGINT ignored: a user's
+        # terminal delivers Ctrl-C with its default action, so the child starts with that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     if moment == "importing":
         wait_for(lambda: torch_is_loading(process.pid) or process.poll() is not None)
