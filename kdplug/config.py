@@ -344,7 +344,7 @@ def dump_yaml(config: RunConfig) -> str:
 
 
 #: keys a command line never needs to reproduce a run's results
-_LOCAL_KEYS = ("output", "cache_dir", "num_workers", "threads", "zoo", "report_to")
+LOCAL_KEYS = ("output", "cache_dir", "num_workers", "threads", "zoo", "report_to")
 _FLAGS = ("teacher", "student", "projector", "task", "recipe", "data_dir", "seed", "epochs", "precision", "baseline")
 
 
@@ -361,7 +361,7 @@ def command_line(config: RunConfig) -> str:
         ):
             parts += [f"--{key.replace('_', '-')}", str(value)]
     for key in FIELDS:
-        if key in _FLAGS or key in _LOCAL_KEYS:
+        if key in _FLAGS or key in LOCAL_KEYS:
             continue
         value = getattr(config, key)
         if isinstance(value, dict):

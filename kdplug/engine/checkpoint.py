@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..config import LOCAL_KEYS
 from ..errors import KdplugError, UsageError
 from ..storage import (
     complete_copy,
@@ -220,17 +221,7 @@ class Checkpointer:
 
 
 #: settings that change where and how a run is written or watched, never what it trains
-_NOT_TRAINING = (
-    "output",
-    "cache_dir",
-    "num_workers",
-    "threads",
-    "zoo",
-    "report_to",
-    "checkpoint_every",
-    "keep_checkpoints",
-    "measure_speed",
-)
+_NOT_TRAINING = (*LOCAL_KEYS, "checkpoint_every", "keep_checkpoints", "measure_speed")
 
 
 def training_settings(config: Any) -> dict[str, Any]:
