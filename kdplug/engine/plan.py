@@ -67,6 +67,7 @@ class PlanningContext(EngineContext):
         timing = estimate.epoch_seconds(
             stage.module.student, self.trainer, stage.train, stage.dev, stage.examples, self.config.batch_size
         )
+        fewest = fewest_epochs(stage.epochs, stage.patience, stage.min_epochs)
         self.stages[name] = {
             **stage.settings(),
             "examples_per_epoch": stage.examples,
@@ -75,9 +76,9 @@ class PlanningContext(EngineContext):
             "plan": stage.describe() + self._transfer_caveat(stage),
             "estimate": {
                 **timing,
-                "fewest_epochs": fewest_epochs(stage),
+                "fewest_epochs": fewest,
                 "seconds": round(timing["seconds_per_epoch"] * stage.epochs, 1),
-                "fewest_seconds": round(timing["seconds_per_epoch"] * fewest_epochs(stage), 1),
+                "fewest_seconds": round(timing["seconds_per_epoch"] * fewest, 1),
             },
         }
         return StageResult(name)
@@ -241,29 +242,27 @@ def dry_run(
     plan["recipe"] = config.recipe
     plan["stages"] = context.stages
     plan["threads"] = threads.to_dict()
-    plan["time"] = _time_plan(plan, config, trainer, teacher, finetuned, train, dev, max_length)
+    plan["time"] = _time_plan(plan, config, trainer, teacher, finetuned, train, dev)
     echo(format_plan(plan, config))
     return plan
 
 
-def fewest_epochs(stage) -> int:
+def fewest_epochs(epochs: int, patience: int, min_epochs: int) -> int:
     """The epochs a stage runs at the least: early stopping waits for ``min_epochs`` and for
     ``patience`` epochs without an improvement after the first."""
-    if not stage.patience:
-        return stage.epochs
-    return min(stage.epochs, max(stage.min_epochs, stage.patience + 1))
+    return min(epochs, max(min_epochs, patience + 1)) if patience else epochs
 
 
-def _time_plan(plan, config, trainer, teacher, finetuned, train, dev, max_length) -> dict[str, Any]:
+def _time_plan(plan, config, trainer, teacher, finetuned, train, dev) -> dict[str, Any]:
     """Seconds for the teacher's fine-tuning and outputs where they are not stored yet, and the
     stages' sum, from steps timed on this machine now (see :mod:`kdplug.engine.estimate`)."""
     parts: dict[str, tuple[float, float]] = {}  # the fewest and the most seconds
     finetune = plan["teacher"]["finetune"]
     if isinstance(finetune, dict) and not finetune["stored"]:
         epoch = estimate.epoch_seconds(teacher.model, trainer, train, dev, len(train), config.teacher_batch_size)
-        fewest = min(finetune["epochs"], max(finetune.get("min_epochs", 0), finetune.get("patience", 0) + 1))
+        fewest = fewest_epochs(finetune["epochs"], finetune.get("patience", 0), finetune.get("min_epochs", 0))
         parts["teacher fine-tuning"] = (
-            epoch["seconds_per_epoch"] * (fewest if finetune.get("patience") else finetune["epochs"]),
+            epoch["seconds_per_epoch"] * fewest,
             epoch["seconds_per_epoch"] * finetune["epochs"],
         )
     outputs = plan["teacher_outputs"]
