@@ -40,7 +40,7 @@ from .native_output import PACKED_SEQUENCE_SHAPE_WARNINGS, without_native_lines
 from .quantize import INT8, TORCH_RECIPE, quantize_onnx
 from .storage import atomic_directory
 from .threads import other_load
-from .timing import megabytes, time_call, unreliable
+from .timing import RETIME, megabytes, plus_minus, time_call, unreliable
 
 OPSET = 17
 TOLERANCE = 1e-4
@@ -98,17 +98,14 @@ class ExportReport:
         if self.speed:
             fp32, new = self.speed["fp32"], self.speed["export"]
             out.append(
-                f"speed (this machine, now): {fp32['ms_b1']:.2f} ±{fp32['spread_b1'] / 2:.0%} -> "
-                f"{new['ms_b1']:.2f} ±{new['spread_b1'] / 2:.0%} ms/example at batch 1, {fp32['per_s_b32']:.0f} "
-                f"±{fp32['spread_b32'] / 2:.0%} -> {new['per_s_b32']:.0f} ±{new['spread_b32'] / 2:.0%} examples/s at "
-                f"batch 32 ({new['per_s_b32'] / fp32['per_s_b32']:.2f}x)"
+                f"speed (this machine, now): {fp32['ms_b1']:.2f} {plus_minus(fp32['spread_b1'])} -> "
+                f"{new['ms_b1']:.2f} {plus_minus(new['spread_b1'])} ms/example at batch 1, {fp32['per_s_b32']:.0f} "
+                f"{plus_minus(fp32['spread_b32'])} -> {new['per_s_b32']:.0f} {plus_minus(new['spread_b32'])} "
+                f"examples/s at batch 32 ({new['per_s_b32'] / fp32['per_s_b32']:.2f}x)"
             )
             doubt = fp32["unreliable"] or new["unreliable"]
             if doubt:
-                out.append(
-                    f"the speed figures are not reliable: {doubt}. Time them again on an idle machine "
-                    f"(python benchmarks/inference.py --run RUN_DIR) before quoting them"
-                )
+                out.append(f"the speed figures are not reliable: {doubt}. Time them again {RETIME}")
         return out
 
 

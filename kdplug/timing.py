@@ -69,6 +69,15 @@ def unreliable(timings: Iterable[Timing], load: Optional[float]) -> Optional[str
     return None
 
 
+def plus_minus(spread: float) -> str:
+    """A timing's spread as ``±4%``: half the distance between its slowest and fastest repeat."""
+    return f"±{spread / 2:.0%}"
+
+
+#: where an unreliable timing is taken again
+RETIME = "on an idle machine (python benchmarks/inference.py --run RUN_DIR) before quoting them"
+
+
 def megabytes(size: int) -> float:
     """Bytes in MB (10^6 bytes), the unit every size kdplug prints is in."""
     return size / 1e6

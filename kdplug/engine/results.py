@@ -12,6 +12,7 @@ from torch import nn
 
 from ..config import RunConfig, command_line
 from ..progress import human_count
+from ..timing import RETIME, plus_minus
 from ..types import Task, text_columns
 from . import package, preflight
 from .cache import TeacherCache
@@ -102,8 +103,8 @@ def format_table(rows: list[Row], task: Task) -> str:
             cells += (
                 [
                     f"{speed.weights_mb:.1f} MB",
-                    f"{speed.latency_ms:.2f} {_plus_minus(speed.latency_spread)}",
-                    f"{speed.throughput:.0f} {_plus_minus(speed.throughput_spread)}",
+                    f"{speed.latency_ms:.2f} {plus_minus(speed.latency_spread)}",
+                    f"{speed.throughput:.0f} {plus_minus(speed.throughput_spread)}",
                     f"{row.speedup:.2f}x" if row.speedup else "1.00x",
                 ]
                 if speed
@@ -115,13 +116,5 @@ def format_table(rows: list[Row], task: Task) -> str:
     lines = [line(header), line(["-" * w for w in widths])] + [line(r) for r in body]
     doubts = sorted({row.speed.unreliable for row in rows if row.speed is not None and row.speed.unreliable})
     if doubts:
-        lines.append(
-            f"the speed columns are not reliable: {'; '.join(doubts)}. Time the run again on an idle machine "
-            f"(python benchmarks/inference.py --run RUN_DIR) before quoting them"
-        )
+        lines.append(f"the speed columns are not reliable: {'; '.join(doubts)}. Time the run again {RETIME}")
     return "\n".join(lines)
-
-
-def _plus_minus(spread: float) -> str:
-    """A timing's spread as ``±4%``: half the distance between its slowest and fastest repeat."""
-    return f"±{spread / 2:.0%}"
