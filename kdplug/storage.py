@@ -147,17 +147,23 @@ def describe_holder(record: str) -> str:
         return "another kdplug process"
 
 
+def check_directory_path(directory: Path, name: str, option: str = "--output") -> None:
+    """Raise a :class:`UsageError` when ``directory`` cannot be a directory to write: a symbolic link
+    to nothing, or a file (``name`` is what the message calls it)."""
+    if directory.is_symlink() and not directory.exists():
+        raise UsageError(
+            f"{name} {directory} is a symbolic link to {os.readlink(directory)}, which does not exist; create "
+            f"that directory or choose another {option}"
+        )
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"{name} {directory} exists and is not a directory; choose another {option}")
+
+
 def check_own_directory(directory: Path, marker: str, *, writes: str, option: str = "--output") -> None:
     """Raise a :class:`UsageError` unless ``directory`` is new, empty, or marked by ``marker`` as one
     kdplug wrote: a command that ``writes`` files never replaces files of the same names of a user's.
     Its own lock files and staging files (a concurrent writer of the same command) do not count."""
-    if directory.is_symlink() and not directory.exists():
-        raise UsageError(
-            f"{option} {directory} is a symbolic link to {os.readlink(directory)}, which does not exist; create "
-            f"that directory or choose another {option}"
-        )
-    if directory.exists() and not directory.is_dir():
-        raise UsageError(f"{option} {directory} exists and is not a directory; choose another {option}")
+    check_directory_path(directory, option, option)
     if not directory.is_dir() or (directory / marker).is_file():
         return
     foreign = sorted(
@@ -363,11 +369,4 @@ def _in_use(staging: Path, recent_seconds: float = 60.0) -> bool:
     # whose owner holds no lock in the same folder is left over from a killed process.
     if time.time() - staging.stat().st_mtime < recent_seconds:
         return True
-    for lock in staging.parent.glob("*.lock"):
-        with open(lock, "a+") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(handle, fcntl.LOCK_UN)
-    return False
+    return any(WriterLock.holder(lock) is not None for lock in staging.parent.glob("*.lock"))

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ from ..layout import (  # noqa: F401
     RUN_ENTRIES,
     STUDENT_DIR,
 )
-from ..storage import WriterLock, write_atomic
+from ..storage import WriterLock, check_directory_path, write_atomic
 from ..version import __version__
 
 RUNNING, COMPLETED, FAILED, INTERRUPTED = "running", "completed", "failed", "interrupted"
@@ -134,13 +133,7 @@ class RunDirectory:
     def check_new(cls, path: Path, *, overwrite: bool = False) -> Optional[str]:
         """Raise a UsageError unless a new run may be written to ``path``; the status of the run it
         would replace (None: a new or empty directory)."""
-        if path.is_symlink() and not path.exists():
-            raise UsageError(
-                f"output {path} is a symbolic link to {os.readlink(path)}, which does not exist; create that "
-                f"directory or choose another --output"
-            )
-        if path.exists() and not path.is_dir():
-            raise UsageError(f"output {path} exists and is not a directory; choose another --output")
+        check_directory_path(path, "output")
         if path.is_dir():
             cls.check_not_held(path)
         return cls._replaced_status(path, overwrite=overwrite)
