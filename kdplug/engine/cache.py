@@ -35,7 +35,8 @@ import torch
 from .. import fingerprint
 from ..storage import file_lock, raise_as_storage_error, staging_directory
 from ..types import LayerSpec
-from . import faults
+from . import faults, shares
+from .shares import ONE_PROCESS, Processes
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +131,12 @@ class Entry:
 class TeacherCache:
     """Read access to one cached split: its logits, and its layer vectors where the run reads them."""
 
-    def __init__(self, logits: Entry, layers: Optional[Entry] = None) -> None:
+    def __init__(
+        self, logits: Entry, layers: Optional[Entry] = None, computed_by: Optional[list[dict[str, Any]]] = None
+    ) -> None:
         self.logits_entry, self.layers_entry = logits, layers
+        #: what each process computed of it in this run (rank, examples, seconds); empty when all was reused
+        self.computed_by = computed_by or []
         self.logits = logits.array
         self.layers = layers.array if layers is not None else None
         self.specs: list[LayerSpec] = layers.meta.specs if layers is not None else []
@@ -161,6 +166,7 @@ class TeacherCache:
             "examples": len(self),
             LOGITS: self.logits_entry.record(),
             LAYERS: self.layers_entry.record() if self.layers_entry is not None else None,
+            **({"computed_by": self.computed_by} if self.computed_by else {}),
         }
 
     def __len__(self) -> int:
@@ -260,49 +266,191 @@ def open_or_build(
     num_examples: int,
     num_outputs: int,
     specs: list[LayerSpec],
-    compute: Callable[[bool], Iterable[CacheBatch]],
+    compute: Callable[[bool, range], Iterable[CacheBatch]],
     description: dict,
     progress: Callable[[Iterable, int], Iterable] = lambda it, n: it,
+    processes: Processes = ONE_PROCESS,
+    align: int = 1,
 ) -> TeacherCache:
     """A split's teacher outputs under ``root``: its logits entry ``logits_key`` and, where
     ``layers_key`` is given, its layers entry (``specs``). What is missing or damaged is computed
-    by one pass of ``compute(with_layers)``; an entry found intact is reused and never written again."""
+    by one pass of ``compute(with_layers, rows)`` over the examples ``rows``; an entry found intact
+    is reused and never written again.
+
+    Under a launch of several ``processes``, each computes its share of the rows (cut at
+    multiples of ``align``, the pass's batch size) and rank 0 joins the shares into the entries,
+    equal to what one process builds; every rank returns the same entries."""
     root.mkdir(parents=True, exist_ok=True)
     keys = {LOGITS: logits_key, **({LAYERS: layers_key} if layers_key else {})}
-    with contextlib.ExitStack() as locks:
-        for key in keys.values():  # always the logits first, so two builders never wait on each other
-            locks.enter_context(file_lock(root / f"{key}.lock"))
-        found = {kind: _verify(root / key) for kind, key in keys.items()}
-        for kind, meta in found.items():
-            if meta is not None:
-                log.info("teacher cache hit: %s (%s, reused)", root / keys[kind], kind)
-        missing = [kind for kind, meta in found.items() if meta is None]
+    plan = _Plan(root, keys, num_examples, num_outputs, specs, description, processes, align)
+    computed_by: list[dict[str, Any]] = []
+    if processes.leads:
+        with contextlib.ExitStack() as locks:
+            for key in keys.values():  # always the logits first, so two builders never wait on each other
+                locks.enter_context(file_lock(root / f"{key}.lock"))
+            found = {kind: _verify(root / key) for kind, key in keys.items()}
+            for kind, meta in found.items():
+                if meta is not None:
+                    log.info("teacher cache hit: %s (%s, reused)", root / keys[kind], kind)
+            missing = [kind for kind, meta in found.items() if meta is None]
+            folder = staging_directory(root, f"{logits_key}.shares") if missing and processes.count > 1 else None
+            processes.broadcast({"missing": missing, "folder": str(folder) if folder else None})
+            if missing:
+                metas, computed_by = plan.build(missing, compute, progress, folder)
+                found.update(metas)
+    else:
+        order = processes.broadcast(None)
+        missing = order["missing"]
         if missing:
-            log.info(
-                "building the teacher cache %s (%d examples: %s)",
-                ", ".join(str(root / keys[kind]) for kind in missing),
-                num_examples,
-                " and ".join(missing),
-            )
-            templates = {
-                kind: CacheMeta(
-                    fingerprint=keys[kind],
-                    num_examples=num_examples,
-                    num_outputs=num_outputs,
-                    layers=[{"index": s.index, "width": s.width, "kind": s.kind} for s in specs]
-                    if kind == LAYERS
-                    else [],
-                    checksums={},
-                    description=description,
-                    created=0.0,
-                    kind=kind,
-                    logits=logits_key if kind == LAYERS else None,
-                )
-                for kind in missing
-            }
-            found.update(_build(root, templates, lambda: compute(LAYERS in templates), progress))
+            plan.compute_share(missing, compute, progress, Path(order["folder"]))
+        found = {kind: plan.wait_for(kind, Path(order["folder"]) if missing else None) for kind in keys}
     entries = {kind: Entry(root / keys[kind], meta, built=kind in missing) for kind, meta in found.items()}
-    return TeacherCache(entries[LOGITS], entries.get(LAYERS))
+    return TeacherCache(entries[LOGITS], entries.get(LAYERS), computed_by)
+
+
+@dataclass
+class _Plan:
+    """What one split's teacher pass writes, and how its processes share it."""
+
+    root: Path
+    keys: dict[str, str]
+    num_examples: int
+    num_outputs: int
+    specs: list[LayerSpec]
+    description: dict
+    processes: Processes
+    align: int
+
+    @property
+    def what(self) -> str:
+        return f"the teacher pass over {self.description.get('split', 'a split')}"
+
+    def templates(self, kinds: Iterable[str], num_examples: Optional[int] = None) -> dict[str, CacheMeta]:
+        return {
+            kind: CacheMeta(
+                fingerprint=self.keys[kind],
+                num_examples=self.num_examples if num_examples is None else num_examples,
+                num_outputs=self.num_outputs,
+                layers=[{"index": s.index, "width": s.width, "kind": s.kind} for s in self.specs]
+                if kind == LAYERS
+                else [],
+                checksums={},
+                description=self.description,
+                created=0.0,
+                kind=kind,
+                logits=self.keys[LOGITS] if kind == LAYERS else None,
+            )
+            for kind in kinds
+        }
+
+    def share(self, rank: int) -> range:
+        return shares.share(self.num_examples, rank, self.processes.count, self.align)
+
+    def build(
+        self, missing: list[str], compute, progress, folder: Optional[Path]
+    ) -> tuple[dict[str, CacheMeta], list[dict[str, Any]]]:
+        """Rank 0: the missing entries, computed alone or joined from every process's share."""
+        log.info(
+            "building the teacher cache %s (%d examples: %s%s)",
+            ", ".join(str(self.root / self.keys[kind]) for kind in missing),
+            self.num_examples,
+            " and ".join(missing),
+            f", shared by {self.processes.count} processes" if folder else "",
+        )
+        templates = self.templates(missing)
+        with_layers = LAYERS in templates
+        if folder is None:
+            started = time.perf_counter()
+            metas = _build(self.root, templates, lambda: compute(with_layers, range(self.num_examples)), progress)
+            return metas, [_share_record(0, self.num_examples, started)]
+        shared = shares.Folder(folder, self.what)
+        try:
+            self.compute_share(missing, compute, progress, folder)
+            records = shared.wait_for_shares(range(self.processes.count), beat=lambda: shared.beat(0))
+            metas = _build(self.root, templates, lambda: self._joined(shared, templates), lambda it, n: it)
+        finally:  # everything in it was written by this launch's processes
+            shutil.rmtree(folder, ignore_errors=True)
+        log.info(
+            "%s: %d processes computed %s examples",
+            self.what,
+            len(records),
+            " + ".join(str(record["examples"]) for record in records),
+        )
+        return metas, records
+
+    def compute_share(self, missing: list[str], compute, progress, folder: Path) -> None:
+        """This process's share of the pass, written into ``folder``, then marked done."""
+        rank, rows = self.processes.rank, self.share(self.processes.rank)
+        shared = shares.Folder(folder, self.what)
+        shared.announce(rank)
+        started = time.perf_counter()
+        if not rows:  # fewer batches than processes
+            shared.finish(rank, _share_record(rank, 0, started))
+            return
+        templates = self.templates(missing, num_examples=len(rows))
+        stagings = {kind: shared.share_dir(rank) / kind for kind in templates}
+        try:
+            for staging in stagings.values():
+                staging.mkdir(parents=True)
+
+            def batches() -> Iterable[CacheBatch]:
+                for index, logits, layers in compute(LAYERS in templates, rows):
+                    shared.beat(rank)
+                    faults.fire_at(f"teacher-share-rank{rank}")
+                    yield index - rows.start, logits, layers
+
+            _write(stagings, templates, batches, progress)
+        except BaseException as exc:
+            shutil.rmtree(shared.share_dir(rank), ignore_errors=True)
+            shared.fail(rank, f"{type(exc).__name__}: {exc}")
+            raise_as_storage_error(exc, f"this process's share of {self.what}", "nothing was cached")
+            raise
+        shared.finish(rank, _share_record(rank, len(rows), started))
+
+    def _joined(self, shared: shares.Folder, templates: dict[str, CacheMeta]) -> Iterable[CacheBatch]:
+        """Every process's share, read back in order of the rows, in chunks."""
+        for rank in range(self.processes.count):
+            rows = self.share(rank)
+            if not rows:
+                continue
+            arrays = {}
+            for kind in templates:
+                meta = _verify(shared.share_dir(rank) / kind)
+                if meta is None:
+                    raise shares.ShareFailed(rank, "left a share that is incomplete or corrupted", self.what)
+                arrays[kind] = meta.open(shared.share_dir(rank) / kind)
+            for start in range(0, len(rows), JOIN_ROWS):
+                stop = min(start + JOIN_ROWS, len(rows))
+                index = torch.arange(rows.start + start, rows.start + stop)
+                logits = torch.from_numpy(np.array(arrays[LOGITS][start:stop])) if LOGITS in arrays else None
+                layers = [torch.from_numpy(np.array(arrays[LAYERS][start:stop]))] if LAYERS in arrays else []
+                yield index, logits, layers
+            shared.beat(0)
+
+    def wait_for(self, kind: str, folder: Optional[Path]) -> CacheMeta:
+        """Another rank: the entry rank 0 found or is building, once it is in place."""
+        directory = self.root / self.keys[kind]
+        shared = shares.Folder(folder, self.what) if folder is not None else None
+        while not is_cached(self.root, self.keys[kind]):
+            if shared is None:
+                raise RuntimeError(f"{directory}: rank 0 found this teacher cache entry, but it is gone")
+            if not shared.path.is_dir():
+                if is_cached(self.root, self.keys[kind]):
+                    break
+                raise shares.ShareFailed(0, "stopped (its error is above)", self.what)
+            shared.check_alive(0)
+            time.sleep(shares.POLL_SECONDS)
+        meta = read_meta(directory)
+        assert meta is not None  # is_cached read it
+        return meta
+
+
+#: rows of a share read back at a time when the shares are joined
+JOIN_ROWS = 8192
+
+
+def _share_record(rank: int, examples: int, started: float) -> dict[str, Any]:
+    return {"rank": rank, "examples": examples, "seconds": round(time.perf_counter() - started, 3)}
 
 
 def _build(

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
+from torch.utils.data import DataLoader
 
 from .. import fingerprint
 from ..storage import atomic_directory, complete_copy, move_aside, verify
 from ..types import LayerExtractor, LayerSpec, Task, Teacher, TokenSignals, num_outputs
 from . import cache as cache_module
-from . import faults
-from .data import EncodedSplit
+from . import faults, shares
+from .data import Collator, EncodedSplit
 from .objective import DistillationModule, WeightedObjective, model_forward
 from .trainer import Trainer, inference_autocast, inference_precision
 
@@ -189,10 +190,18 @@ def _teacher_batches(
     split: EncodedSplit,
     precision: str,
     positions: list[int],
+    rows: range,
 ) -> Iterator[cache_module.CacheBatch]:
-    """The teacher's outputs on ``split``, batch by batch; the layers at ``positions`` (none: the
-    layer vectors are not computed at all)."""
-    loader, _ = trainer.loader(split, shuffle=False, batch_size=trainer.batch_size * 2)
+    """The teacher's outputs on the examples ``rows`` of ``split``, batch by batch, in the data's
+    order; the layers at ``positions`` (none: the layer vectors are not computed at all)."""
+    size = pass_batch_size(trainer)
+    batches = [list(range(start, min(start + size, rows.stop))) for start in range(rows.start, rows.stop, size)]
+    loader = DataLoader(
+        split,
+        batch_sampler=batches,
+        collate_fn=Collator(split.pad_id, split.is_regression),
+        num_workers=trainer.num_workers,
+    )
     device = trainer.accelerator.device
     teacher.model.to(device)
     with torch.no_grad(), inference_autocast(precision, device):
@@ -200,6 +209,22 @@ def _teacher_batches(
             outputs = model_forward(teacher.model, {key: value.to(device) for key, value in batch.items()})
             layers = extractor(teacher.model, outputs) if positions else []
             yield batch["index"], outputs.logits.float(), [layers[i].float() for i in positions]
+
+
+def pass_batch_size(trainer: Trainer) -> int:
+    """The teacher pass's batch size: twice training's, since no gradients are kept."""
+    return trainer.batch_size * 2
+
+
+def launch_processes(accelerator) -> shares.Processes:
+    """The processes of this launch, as the teacher pass shares its work among them."""
+    if accelerator.num_processes == 1:
+        return shares.ONE_PROCESS
+    from accelerate.utils import broadcast_object_list
+
+    return shares.Processes(
+        accelerator.process_index, accelerator.num_processes, lambda value: broadcast_object_list([value])[0]
+    )
 
 
 def logits_key(teacher_fingerprint: str, tokenizer_fingerprint: str, split: EncodedSplit, precision: str) -> str:
@@ -236,7 +261,7 @@ def build_cache(
     specs, positions = matchable_specs(extractor, teacher.model)
     dtype = inference_precision(precision, trainer.accelerator.device)  # keyed by what ran, not by the option
     logits = logits_key(teacher_fingerprint, tokenizer_fingerprint, split, dtype)
-    batches_total = (len(split) + trainer.batch_size * 2 - 1) // (trainer.batch_size * 2)
+    size = pass_batch_size(trainer)
     return cache_module.open_or_build(
         root / "teacher-cache",
         logits,
@@ -244,11 +269,13 @@ def build_cache(
         num_examples=len(split),
         num_outputs=num_outputs(task),
         specs=specs,
-        compute=lambda with_layers: _teacher_batches(
-            teacher, extractor, trainer, split, precision, positions if with_layers else []
+        compute=lambda with_layers, rows: _teacher_batches(
+            teacher, extractor, trainer, split, precision, positions if with_layers else [], rows
         ),
         description={"teacher": teacher.source, "task": task.name, "split": split_name, "precision": dtype},
-        progress=lambda it, n: trainer.progress(it, batches_total, f"teacher cache {split_name}"),
+        progress=lambda it, n: trainer.progress(it, (n + size - 1) // size, f"teacher cache {split_name}"),
+        processes=launch_processes(trainer.accelerator),
+        align=size,
     )
 
 

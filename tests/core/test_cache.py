@@ -21,14 +21,14 @@ def fake_teacher(calls: list | None = None, batch: int = 4):
     """Deterministic 'teacher outputs' for N examples: row i holds the value i everywhere. ``calls``
     records each pass, and whether it computed the layers."""
 
-    def compute(with_layers: bool):
+    def compute(with_layers: bool, rows: range):
         if calls is not None:
             calls.append(with_layers)
-        for start in range(0, N, batch):
-            index = torch.arange(start, min(start + batch, N))
-            rows = index.float()[:, None]
-            layers = [rows.repeat(1, spec.width) * (spec.index + 1) for spec in SPECS] if with_layers else []
-            yield index, rows.repeat(1, C), layers
+        for start in range(rows.start, rows.stop, batch):
+            index = torch.arange(start, min(start + batch, rows.stop))
+            value = index.float()[:, None]
+            layers = [value.repeat(1, spec.width) * (spec.index + 1) for spec in SPECS] if with_layers else []
+            yield index, value.repeat(1, C), layers
 
     return compute
 
@@ -118,7 +118,7 @@ def test_an_entry_of_the_old_format_is_not_read(tmp_path):
 
 
 def test_incomplete_build_leaves_no_cache(tmp_path):
-    def failing(with_layers):
+    def failing(with_layers, rows):
         yield torch.arange(2), torch.zeros(2, C), [torch.zeros(2, s.width) for s in SPECS]
         raise RuntimeError("killed mid-build")
 

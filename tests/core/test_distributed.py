@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import torch
 from safetensors.torch import load_file
 
@@ -45,8 +46,10 @@ OPTIONS = [
 TOLERANCE = 1e-5
 
 
-def run(launcher, tiny_bert_dir, data, output, cache):
+def run(launcher, tiny_bert_dir, data, output, cache, fault=None):
     env = {**os.environ, "KDPLUG_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
+    if fault:
+        env["KDPLUG_FAULT_AT"] = fault
     argv = [
         *launcher,
         "-m",
@@ -61,18 +64,45 @@ def run(launcher, tiny_bert_dir, data, output, cache):
         str(output),
     ]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    if fault:
+        assert done.returncode != 0, done.stdout + done.stderr
+        return None, done.stdout + done.stderr
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads((output / "metrics.json").read_text()), done.stdout + done.stderr
+
+
+def cache_entries(cache):
+    """Each teacher-cache entry's data, by split and kind (the keys differ: each run fine-tuned its
+    own teacher, the two within float rounding of each other)."""
+    entries = {}
+    for meta_file in (cache / "teacher-cache").glob("*/meta.json"):
+        meta = json.loads(meta_file.read_text())
+        dtype = np.float16 if meta["kind"] == "layers" else np.float32
+        data = meta_file.parent / ("layers.f16" if meta["kind"] == "layers" else "logits.f32")
+        entries[meta["description"]["split"], meta["kind"]] = np.fromfile(data, dtype=dtype)
+    return entries
 
 
 def test_two_processes_match_one(tmp_path, tiny_bert_dir):
     data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN * 4, dev=SST2_DEV * 2)
     single, _ = run([sys.executable], tiny_bert_dir, data, tmp_path / "one", tmp_path / "cache-one")
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    # rank 1 killed in its share of the teacher pass: the run fails and caches nothing of the pass
+    _, killed = run(torchrun, tiny_bert_dir, data, tmp_path / "killed", tmp_path / "cache-two", "teacher-share-rank1")
+    assert cache_entries(tmp_path / "cache-two") == {}, killed
     double, log = run(torchrun, tiny_bert_dir, data, tmp_path / "two", tmp_path / "cache-two")
 
     assert (single["processes"], double["processes"]) == (1, 2)
     assert log.count("building the teacher cache") == 2  # train and dev, once each, shared by both ranks
+    # each process computed its share of the train split (48 examples: 3 batches of 16) ...
+    shares = [(r["rank"], r["examples"]) for r in double["teacher"]["cache"]["train"]["computed_by"]]
+    assert shares == [(0, 16), (1, 32)], shares
+    assert "teacher pass over train: 2 processes computed 16 + 32 examples" in log
+    # ... and the joined cache is the one-process cache
+    one, two = cache_entries(tmp_path / "cache-one"), cache_entries(tmp_path / "cache-two")
+    assert sorted(one) == sorted(two) and len(one) == 4  # logits and layers of train and dev
+    for key, values in one.items():
+        np.testing.assert_allclose(two[key], values, atol=1e-4 if values.dtype == np.float32 else 2e-3)
     assert double["teacher"]["dev"] == single["teacher"]["dev"]
     assert double["student"]["dev"] == single["student"]["dev"]
     for one, two in zip(single["stages"]["distill"]["history"], double["stages"]["distill"]["history"]):

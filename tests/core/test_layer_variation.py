@@ -37,7 +37,7 @@ def test_shares_match_a_direct_computation_on_a_real_cache(tmp_path):
     varied = rng.standard_normal((examples, 6)) + 0.5
     specs = [LayerSpec(index=1, width=8), LayerSpec(index=2, width=6)]
 
-    def batches(with_layers):
+    def batches(with_layers, rows):
         for start in range(0, examples, 1000):
             rows = torch.arange(start, min(start + 1000, examples))
             yield rows, torch.zeros(len(rows), 2), [torch.from_numpy(flat[rows]), torch.from_numpy(varied[rows])]

@@ -335,7 +335,7 @@ def test_batches_mark_transfer_rows_unlabelled_and_the_cache_serves_both_parts(t
     from kdplug.types import LayerSpec
 
     def cache(name, n, offset):
-        def compute(with_layers):
+        def compute(with_layers, rows):
             index = torch.arange(n)
             yield (
                 index,
@@ -399,7 +399,7 @@ def test_agreement_is_the_share_of_examples_where_student_and_teacher_classes_ma
 
     logits = torch.tensor([[2.0, 1.0], [0.0, 3.0], [1.0, 0.5], [-1.0, 1.0]])  # teacher classes 0, 1, 0, 1
 
-    def compute(with_layers):
+    def compute(with_layers, rows):
         yield torch.arange(4), logits, []
 
     cache = cache_module.open_or_build(

@@ -1,0 +1,162 @@
+"""Work split across the processes of a launch (accelerate, torchrun, SLURM), coordinated through files.
+
+A teacher pass under ``accelerate launch --num_processes N`` is split into N contiguous shares,
+one per process. Each process writes its share into a folder that rank 0 created (on the
+filesystem every process sees), then leaves a marker saying it is done; rank 0 joins the shares.
+Files, not collectives, carry this part: a process that dies mid-pass would leave the others
+waiting in a collective until its timeout (30 minutes), with no word of which one died, while a
+folder shows at once who is alive: every process keeps a heartbeat file there, which names its
+host and pid. A process on the same host that is gone (or a zombie) is dead at once; one on another
+host is taken for dead when its heartbeat is older than :data:`SILENT_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from ..storage import write_atomic
+
+#: a process on another host whose heartbeat is older than this is taken for dead (its pid cannot
+#: be checked); every process beats once a batch, so only a hung one stays silent this long
+SILENT_SECONDS = 600.0
+#: how long a process may take to announce itself in the folder before it is taken for dead
+START_SECONDS = 600.0
+POLL_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class Processes:
+    """The processes that share a piece of work: this one's ``rank`` among ``count``, and a
+    collective ``broadcast`` that gives every rank rank 0's value (used only while all are alive)."""
+
+    rank: int = 0
+    count: int = 1
+    broadcast: Callable[[Any], Any] = lambda value: value
+
+    @property
+    def leads(self) -> bool:
+        return self.rank == 0
+
+
+ONE_PROCESS = Processes()
+
+
+def share(num_items: int, rank: int, count: int, align: int = 1) -> range:
+    """Rank ``rank``'s contiguous share of ``num_items``, cut at multiples of ``align`` (a batch
+    size, so each share's batches are exactly the ones a single process forms)."""
+    blocks = (num_items + align - 1) // align
+    first, last = blocks * rank // count, blocks * (rank + 1) // count
+    return range(min(first * align, num_items), min(last * align, num_items))
+
+
+class ShareFailed(RuntimeError):
+    """Another process of the launch died or failed before finishing its share."""
+
+    def __init__(self, rank: int, reason: str, what: str) -> None:
+        super().__init__(f"process rank {rank} {reason} during {what}; nothing of it was stored. {AFTER}")
+        self.rank = rank
+
+
+AFTER = "Run again to compute it from the start (the folder it left is listed by 'kdplug cache clear --stale')."
+
+
+class Folder:
+    """The folder one shared piece of work is written in, as every process of the launch sees it."""
+
+    def __init__(self, path: Path, what: str) -> None:
+        self.path, self.what = Path(path), what
+        self._created = time.time()
+
+    def _heartbeat(self, rank: int) -> Path:
+        return self.path / f"rank-{rank}.alive"
+
+    def _done(self, rank: int) -> Path:
+        return self.path / f"rank-{rank}.done"
+
+    def _failed(self, rank: int) -> Path:
+        return self.path / f"rank-{rank}.failed"
+
+    def share_dir(self, rank: int) -> Path:
+        return self.path / f"rank-{rank}"
+
+    def announce(self, rank: int) -> None:
+        write_atomic(self._heartbeat(rank), json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+
+    def beat(self, rank: int) -> None:
+        try:
+            os.utime(self._heartbeat(rank))
+        except OSError:  # the folder is gone: the lead gave up, which waiting will say
+            pass
+
+    def finish(self, rank: int, record: dict[str, Any]) -> None:
+        write_atomic(self._done(rank), json.dumps(record))
+
+    def fail(self, rank: int, reason: str) -> None:
+        try:
+            write_atomic(self._failed(rank), reason)
+        except OSError:
+            pass
+
+    def wait_for_shares(self, ranks: range, beat: Callable[[], None]) -> list[dict[str, Any]]:
+        """Each rank's done record, once all are done; :class:`ShareFailed` naming the first rank
+        that failed or died."""
+        records: dict[int, dict[str, Any]] = {}
+        while len(records) < len(ranks):
+            for rank in ranks:
+                if rank in records:
+                    continue
+                if self._done(rank).is_file():
+                    records[rank] = json.loads(self._done(rank).read_text())
+                else:
+                    self.check_alive(rank)
+            beat()
+            if len(records) < len(ranks):
+                time.sleep(POLL_SECONDS)
+        return [records[rank] for rank in ranks]
+
+    def check_alive(self, rank: int) -> None:
+        """:class:`ShareFailed` if ``rank`` reported a failure, died or fell silent."""
+        if self._failed(rank).is_file():
+            raise ShareFailed(rank, f"failed ({self._failed(rank).read_text().strip()})", self.what)
+        reason = self._death(rank)
+        if reason is not None and not self._done(rank).is_file():  # done in the meantime: not dead
+            raise ShareFailed(rank, reason, self.what)
+
+    def _death(self, rank: int) -> Optional[str]:
+        heartbeat = self._heartbeat(rank)
+        try:
+            seen = json.loads(heartbeat.read_text())
+            silent = time.time() - heartbeat.stat().st_mtime
+        except (OSError, ValueError):
+            if time.time() - self._created > START_SECONDS:
+                return f"never started its share in {START_SECONDS:.0f} s"
+            return None
+        if seen["host"] == socket.gethostname():
+            if not pid_alive(int(seen["pid"])):
+                return f"(pid {seen['pid']} on {seen['host']}) died: it was killed or crashed"
+            return None
+        if silent > SILENT_SECONDS:
+            return f"(pid {seen['pid']} on {seen['host']}) fell silent for {silent:.0f} s"
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host; a zombie (dead, not yet reaped) does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (macOS): the signal check is all there is
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"

@@ -1,0 +1,179 @@
+"""The teacher pass shared by the processes of a launch: shares joined into the one-process entry, and a
+process that dies mid-pass named by the others, with nothing cached."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+from kdplug.engine import cache as cache_module
+from kdplug.engine.shares import Processes, share
+
+from .test_cache import SPECS, C, N, fake_teacher
+
+
+def test_shares_cover_the_rows_once_at_batch_boundaries():
+    for items, count, align in [(10, 2, 4), (1001, 3, 16), (5, 4, 8), (0, 2, 4), (64, 8, 8)]:
+        ranges = [share(items, rank, count, align) for rank in range(count)]
+        assert [row for part in ranges for row in part] == list(range(items))
+        assert all(part.start % align == 0 for part in ranges if len(part))
+
+
+class ThreadBroadcast:
+    """Rank 0's value handed to every thread, as accelerate's broadcast hands it to every process."""
+
+    def __init__(self, count: int) -> None:
+        self.barrier, self.value = threading.Barrier(count), None
+
+    def __call__(self, rank: int, value):
+        if rank == 0:
+            self.value = value
+        self.barrier.wait()
+        got = self.value
+        self.barrier.wait()
+        return got
+
+
+def build_together(root, count: int, layers: bool = True):
+    broadcast, results, errors = ThreadBroadcast(count), {}, []
+
+    def rank_main(rank: int) -> None:
+        try:
+            results[rank] = cache_module.open_or_build(
+                root,
+                "k",
+                layers_key="k-layers" if layers else None,
+                num_examples=N,
+                num_outputs=C,
+                specs=SPECS,
+                compute=fake_teacher(batch=4),
+                description={"split": "train"},
+                processes=Processes(rank, count, lambda value, rank=rank: broadcast(rank, value)),
+                align=4,
+            )
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank_main, args=(rank,)) for rank in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+    return results
+
+
+def test_shared_build_equals_the_one_process_build(tmp_path):
+    alone = cache_module.open_or_build(
+        tmp_path / "one",
+        "k",
+        layers_key="k-layers",
+        num_examples=N,
+        num_outputs=C,
+        specs=SPECS,
+        compute=fake_teacher(batch=4),
+        description={"split": "train"},
+    )
+    together = build_together(tmp_path / "two", 2)
+    four = build_together(tmp_path / "four", 4)  # 3 batches for 4 processes: rank 0's share is empty
+    for kind in ("k", "k-layers"):
+        data = "layers.f16" if kind.endswith("layers") else "logits.f32"
+        one, two, many = (tmp_path / where / kind / data for where in ("one", "two", "four"))
+        assert one.read_bytes() == two.read_bytes() == many.read_bytes()
+    assert [r["examples"] for r in four[0].computed_by] == [0, 4, 4, 2]
+    for rank, cache in together.items():
+        assert np.array_equal(np.asarray(cache.layers), np.asarray(alone.layers)), rank
+    # 10 examples in batches of 4: rank 0 computes the first batch, rank 1 the other two
+    assert [(r["rank"], r["examples"]) for r in together[0].computed_by] == [(0, 4), (1, 6)]
+    assert together[0].record()["computed_by"] == together[0].computed_by
+    assert alone.computed_by[0]["examples"] == N
+    assert sorted(p.name for p in (tmp_path / "two").iterdir() if p.is_dir()) == ["k", "k-layers"]  # no shares
+
+
+def test_shared_open_reuses_stored_entries_and_adds_layers(tmp_path):
+    build_together(tmp_path, 2, layers=False)
+    logits = (tmp_path / "k" / "logits.f32").stat().st_mtime_ns
+    again = build_together(tmp_path, 2)  # now with layers: the logits entry is reused, not rewritten
+    assert (tmp_path / "k" / "logits.f32").stat().st_mtime_ns == logits
+    assert all(cache.has_layers for cache in again.values())
+    assert again[0].logits_entry.built is False and again[0].layers_entry.built is True
+
+
+RANK_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    from kdplug.engine import cache as cache_module
+    from kdplug.engine.shares import Processes
+    from tests.core.test_cache import C, N, SPECS, fake_teacher
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+
+    def broadcast(value):
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    try:
+        cache_module.open_or_build(
+            Path(sys.argv[1]), "k", layers_key="k-layers", num_examples=N, num_outputs=C, specs=SPECS,
+            compute=fake_teacher(batch=2), description={"split": "train"},
+            processes=Processes(rank, 2, broadcast), align=2,
+        )
+    except RuntimeError as exc:
+        print(f"rank {rank}: {exc}", flush=True)
+        sys.exit(1)
+    """
+)
+
+
+def test_a_process_killed_mid_pass_is_named_and_nothing_is_cached(tmp_path, free_port):
+    root = tmp_path / "cache"
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port),
+        "WORLD_SIZE": "2",
+        "OMP_NUM_THREADS": "1",
+        "KDPLUG_FAULT_AT": "teacher-share-rank1:2",  # rank 1 is SIGKILLed at its second batch
+        "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]),
+    }
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", RANK_SCRIPT, str(root)],
+            env={**env, "RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    # reap rank 1 at once, as a launcher does; rank 0 must notice on its own
+    assert ranks[1].wait(timeout=120) == -9
+    out, _ = ranks[0].communicate(timeout=120)
+    assert ranks[0].returncode == 1, out
+    assert "rank 0: process rank 1 (pid" in out and "died: it was killed or crashed" in out, out
+    assert "nothing of it was stored" in out and "kdplug cache clear --stale" in out, out
+    assert {p.name for p in root.iterdir()} == {"k.lock", "k-layers.lock"}  # no entry, no share left behind
+
+    rerun = build_together(root, 2)  # the next run builds it
+    assert len(rerun[0]) == N and rerun[0].has_layers
+
+
+@pytest.fixture
+def free_port():
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
