@@ -42,6 +42,14 @@ from .storage import (
 )
 from .types import (
     Augmenter,
+    AugmenterCapabilities,
+    Capabilities,
+    ObjectiveCapabilities,
+    ProjectorCapabilities,
+    RecipeCapabilities,
+    StudentCapabilities,
+    TaskCapabilities,
+    TeacherCapabilities,
     DistillInputs,
     Example,
     LayerExtractor,
@@ -111,6 +119,15 @@ __all__ = [
     "matchable_layers",
     "num_outputs",
     "text_columns",
+    # what a component may declare (its capabilities), one class per kind
+    "AugmenterCapabilities",
+    "Capabilities",
+    "ObjectiveCapabilities",
+    "ProjectorCapabilities",
+    "RecipeCapabilities",
+    "StudentCapabilities",
+    "TaskCapabilities",
+    "TeacherCapabilities",
     # errors (UsageError and its subclasses exit 2)
     "ConfigError",
     "DataError",
