@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from .capabilities import CAPABILITIES, capabilities
 from .errors import AmbiguousNameError, ConfigError, PluginError, UnknownComponentError
 from .hub import is_hub_id
 
@@ -180,7 +181,12 @@ class Registry:
         """The name of the first ``kind`` factory that loads any checkpoint given as ``source`` (it
         says so with a ``loads_checkpoints = True`` attribute), or None."""
         return next(
-            (e.name for e in self._entries[kind].values() if getattr(e.factory, "loads_checkpoints", False)), None
+            (
+                e.name
+                for e in self._entries[kind].values()
+                if capabilities(CAPABILITIES[kind], e.factory).loads_checkpoints
+            ),
+            None,
         )
 
     def model_reference(self, kind: str, name: str) -> tuple[str, dict[str, Any]]:
@@ -208,7 +214,7 @@ class Registry:
         factory, bound = entry.factory, {}
         if isinstance(factory, functools.partial):  # a name registered with options bound (a hub id's teacher)
             factory, bound = factory.func, dict(factory.keywords)
-        shape = getattr(factory, "shape", None)
+        shape = capabilities(CAPABILITIES[kind], factory).shape
         return None if shape is None else shape(*args, **{**bound, **implied, **options})
 
     def find_layer_extractor(self, model: Any) -> Any:
@@ -247,7 +253,7 @@ class Registry:
         entry, implied = self.resolve(kind, name)
         options = {**implied, **options}
         _check_options(entry, name, args, options, option_key)
-        checker = getattr(entry.factory, "check_options", None)
+        checker = capabilities(CAPABILITIES[kind], entry.factory).check_options
         if checker is not None and all(arg is not None for arg in args):
             checker(*args, **options)
 

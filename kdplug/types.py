@@ -6,10 +6,9 @@ the engine. They are deliberately plain: frozen dataclasses and ``typing.Protoco
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -17,6 +16,19 @@ from typing import (
     Protocol,
     runtime_checkable,
 )
+
+from .capabilities import (  # noqa: F401  declared there, re-exported: part of this module's contract
+    AugmenterCapabilities,
+    Capabilities,
+    ObjectiveCapabilities,
+    ProjectorCapabilities,
+    RecipeCapabilities,
+    StudentCapabilities,
+    TaskCapabilities,
+    TeacherCapabilities,
+    capabilities,
+)
+from .settings import Settings
 
 if TYPE_CHECKING:  # annotations only: `import kdplug` and `kdplug --help` do not load torch
     import torch
@@ -174,10 +186,8 @@ class Task(Protocol):
         main_metric: the key of :meth:`compute_metrics` used to pick the best checkpoint.
         dev_splits: the evaluation splits, the first is the one model selection uses
             (MNLI: ``("dev_matched", "dev_mismatched")``).
-        text_columns: (optional) the names of the input columns in the task's files, one or two
-            (SST-2: ``("sentence",)``); ``kdplug predict`` reads files with these columns.
-        hub_dataset: (optional) the data set's Hugging Face hub id (``"nyu-mll/glue"``), which the
-            student's model card names.
+
+    What else a task may declare (``text_columns``, ``hub_dataset``): :class:`TaskCapabilities`.
     """
 
     name: str
@@ -201,7 +211,7 @@ def num_outputs(task: Task) -> int:
 
 def text_columns(task: Task) -> tuple[str, ...]:
     """The task's input column names: its own, else ``text`` (and ``text_pair`` for pairs)."""
-    columns = tuple(getattr(task, "text_columns", ()) or ())
+    columns = tuple(capabilities(TaskCapabilities, task).text_columns or ())
     return columns or (("text", "text_pair") if task.is_pair else ("text",))
 
 
@@ -246,14 +256,9 @@ class Teacher:
 @runtime_checkable
 class Student(Protocol):
     """A student is an ``nn.Module`` whose forward takes ``input_ids``, ``attention_mask`` (and
-    optionally ``token_type_ids``) and returns an object with ``.logits``. It may carry its own
-    ``tokenizer`` attribute (default: the teacher's), a ``save_pretrained(dir)`` method, and
-    ``kdplug_init``: a dict saying where its initial weights came from, which the run records.
-
-    A family's training defaults, as optional class attributes: ``default_lr``, ``default_epochs``
-    (the least), ``default_steps`` (the optimizer-step budget a run without ``epochs`` trains to,
-    stopping early), ``max_default_epochs``, and ``from_scratch = True`` for a family without
-    pre-trained weights (kdplug then points runs on few labels to transfer sets)."""
+    optionally ``token_type_ids``) and returns an object with ``.logits``, and may have a
+    ``save_pretrained(dir)`` method. What else it may declare (its own ``tokenizer``, ``kdplug_init``,
+    the family's training defaults such as ``default_lr``): :class:`StudentCapabilities`."""
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs: Any) -> Any: ...
 
@@ -342,34 +347,11 @@ class ProjectedPairs:
 
 
 class Projector(Protocol):
-    """An ``nn.Module`` built by a projector factory.
+    """An ``nn.Module`` built by a projector factory: ``forward(inputs: DistillInputs) ->
+    ProjectedPairs | None`` (None: a logit-only method).
 
-    Class attributes the engine reads:
-        ild_loss: registry name of the loss that compares the pairs (e.g. ``"mse"``); None for a
-            projector that returns ``ProjectedPairs.terms``.
-        ild_loss_options: (optional) keyword options for that loss, e.g. ``{"reduction": "mean"}``.
-        needs_teacher_heads: True when forward reads ``inputs.teacher_head_logits``; the engine
-            then warms up one pseudo classifier per teacher layer before distillation.
-        default_weights: ``{"eta": .., "lam": .., "temperature": ..}`` (optionally ``"ce"``) used
-            where the run does not set them.
-        default_recipe: (optional) the recipe a run uses when it names none, e.g. ``"two-stage"``
-            for Universal-KD, whose single distillation stage has no CE term.
-        pairs_per_example: (optional, default True) False where the pairs describe the whole batch
-            (CKA's Gram matrices): the run then records no per-example pair vectors or losses.
-        matching: (optional, may be a property) a JSON-able dict of which teacher layers each
-            student layer learns from, which the run records with the stage (e.g. a random
-            layer map drawn from ``ProjectionRequest.seed``).
-        needs_tokens: (optional, default False) True when forward reads ``inputs.teacher_tokens``
-            and ``inputs.student_tokens``: the engine then runs the teacher on every batch (no
-            gradient, eval mode, bf16 autocast where the device runs it natively, outside any DDP
-            wrapping), as the cache keeps one vector per layer.
-        reads_teacher_layers: (optional, default True) False for a method that reads only the
-            teacher's logits (rkd): ``inputs.teacher_layers`` is then empty, and the teacher cache
-            of a run whose methods all say False holds no layer vectors (:func:`reads_teacher_layers`).
-            A recipe that trains with its own loss (``uses_projector = False``) says it too (DIH
-            reads them through its heads; annealing and TAKD do not), and a recipe that reads them
-            besides its projector says True.
-    forward(inputs: DistillInputs) -> ProjectedPairs | None (None: logit-only method).
+    The class attributes it may declare (``ild_loss``, ``default_weights``, ``needs_tokens`` ...),
+    with their defaults and meanings: :class:`ProjectorCapabilities`.
     """
 
     ild_loss: Optional[str]
@@ -383,7 +365,7 @@ def reads_teacher_layers(component: Any) -> bool:
     """Whether a projector or recipe (its class or an instance) reads the teacher's layer vectors:
     what it says in ``reads_teacher_layers``, and True where it says nothing (a method kdplug does
     not know gets the layers rather than an empty list)."""
-    return getattr(component, "reads_teacher_layers", True) is not False
+    return capabilities(ProjectorCapabilities, component).reads_teacher_layers is not False
 
 
 @dataclass
@@ -461,44 +443,6 @@ class StageResult:
         if self.warnings:
             summary["warnings"] = self.warnings
         return summary
-
-
-class Settings(Mapping[str, Any]):
-    """A read-only view of the run's settings (every ``kdplug run`` configuration key):
-    ``ctx.settings.epochs`` or ``ctx.settings["epochs"]``. Values are copies: changing one
-    changes nothing in the run."""
-
-    def __init__(self, values: Mapping[str, Any]) -> None:
-        import copy
-
-        object.__setattr__(self, "_values", MappingProxyType(copy.deepcopy(dict(values))))
-
-    def __getitem__(self, key: str) -> Any:
-        return self._values[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._values)
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        try:
-            return self._values[name]
-        except KeyError:
-            from .errors import close_matches
-
-            close = close_matches(name, list(self._values))
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise AttributeError(f"the run has no setting {name!r}{hint}") from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("the run's settings are read-only")
-
-    def __repr__(self) -> str:
-        return f"Settings({dict(self._values)!r})"
 
 
 @runtime_checkable

@@ -22,6 +22,7 @@ from typing import Any, Optional
 import torch
 from safetensors.torch import save_file
 
+from ..capabilities import ProjectorCapabilities, capabilities
 from ..types import DistillInputs, LayerSpec
 from .cache import TeacherCache
 from .data import EncodedSplit
@@ -73,7 +74,7 @@ def collect(
             if pairs is not None and pairs.attention is not None:
                 attention.append(pairs.attention.float().cpu())
             vectors = pairs is not None and pairs.student is not None  # not a projector's own terms
-            if vectors and getattr(module.projector, "pairs_per_example", True):  # nor CKA's Grams
+            if vectors and capabilities(ProjectorCapabilities, module.projector).pairs_per_example:  # nor CKA's Grams
                 pair_students.append(pairs.student.float().cpu())
                 pair_teachers.append(pairs.teacher.float().cpu())
                 pair_losses.append(_per_pair_losses(getattr(module.objective, "ild_loss", None), pairs))
@@ -135,7 +136,11 @@ def write(
                 tensors[f"pair.{p}.loss"] = pairs[2][:, p].contiguous()
         metadata["pairs"] = json.dumps(
             pair_labels(
-                pairs[0].shape[1], student_specs, cache.specs, attention, getattr(module.projector, "layer_map", None)
+                pairs[0].shape[1],
+                student_specs,
+                cache.specs,
+                attention,
+                capabilities(ProjectorCapabilities, module.projector).layer_map,
             )
         )
         written["ild_loss"] = getattr(module.projector, "ild_loss", None)

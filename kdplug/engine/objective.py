@@ -14,6 +14,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from ..capabilities import ObjectiveCapabilities, ProjectorCapabilities, capabilities
 from ..errors import PluginError
 from ..types import DistillInputs, LayerExtractor, ProjectedPairs, StepState, TokenSignals
 
@@ -119,12 +120,12 @@ class DistillationModule(nn.Module):
 
     @property
     def needs_teacher(self) -> bool:
-        return getattr(self.objective, "needs_teacher", True)
+        return capabilities(ObjectiveCapabilities, self.objective).needs_teacher
 
     @property
     def needs_tokens(self) -> bool:
         """Whether the projector distils per-token signals (the teacher then runs on every batch)."""
-        return bool(getattr(self.projector, "needs_tokens", False))
+        return bool(capabilities(ProjectorCapabilities, self.projector).needs_tokens)
 
     def forward(
         self,

@@ -21,6 +21,7 @@ import yaml
 from safetensors.torch import save_model
 from torch import nn
 
+from ..capabilities import TaskCapabilities, capabilities
 from ..hub import display_name, is_hub_id
 from ..integrity import is_transformers_tokenizer, tokenizer_record
 from ..storage import atomic_directory
@@ -234,7 +235,7 @@ def model_card(
             }
         ],
     }
-    if getattr(task, "hub_dataset", None):  # the data set on the hub, where the task says which
+    if capabilities(TaskCapabilities, task).hub_dataset:  # the data set on the hub, where the task says which
         metadata["datasets"] = [task.hub_dataset]
     lines = [
         "---",

@@ -25,7 +25,7 @@ from ..registry import Registry
 from ..storage import default_cache_root, raise_as_storage_error, write_failure_reason
 from ..threads import apply as apply_threads
 from ..threads import choose as choose_threads
-from ..types import Example, Task, matchable_layers
+from ..types import Example, RecipeCapabilities, Task, matchable_layers
 from . import analysis, faults, interrupt, preflight
 from . import speed as speed_module
 from . import teacher as teacher_stage
@@ -352,7 +352,7 @@ def _run(
         "init": getattr(student, "kdplug_init", {"init": "random"}),
     }
     label = f"{config.student} + {config.projector}"
-    if not preflight.factory_attribute(registry, "recipe", config.recipe, "is_default"):
+    if not preflight.declared(registry, RecipeCapabilities, config.recipe).is_default:
         label += f" ({config.recipe})"
     rows.append(Row(label, count_parameters(student), final))
     first = task.dev_splits[0]

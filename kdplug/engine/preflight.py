@@ -11,17 +11,24 @@ import inspect
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import torch
 
 from .. import hub
+from ..capabilities import (
+    CAPABILITIES,
+    AugmenterCapabilities,
+    ProjectorCapabilities,
+    RecipeCapabilities,
+    StudentCapabilities,
+    capabilities,
+)
 from ..config import RunConfig
 from ..errors import OfflineError, UnknownComponentError, UsageError
 from ..model_types import register_model_types
 from ..registry import Registry
 from ..types import ProjectionRequest, Task, Teacher
-from ..types import reads_teacher_layers as reads_layers
 from .tracking import parse_report_to
 
 
@@ -29,18 +36,22 @@ def looks_like_path(name: str) -> bool:
     return name.startswith((".", "~", "/")) or name.count("/") > 1
 
 
-def factory_attribute(registry: Registry, kind: str, name: str, attribute: str) -> Any:
-    """A class attribute of a registered factory (e.g. a projector's ``default_recipe``), if any."""
+Declaration = TypeVar("Declaration")
+
+
+def declared(registry: Registry, declaration: type[Declaration], name: str) -> Declaration:
+    """What the registered component ``name`` declares (e.g. ``declared(registry, ProjectorCapabilities,
+    config.projector).default_recipe``): its factory read through :func:`kdplug.types.capabilities`."""
+    kind = next(kind for kind, declares in CAPABILITIES.items() if declares is declaration)
     factory = registry.resolve(kind, name)[0].factory
-    factory = getattr(factory, "func", factory)  # functools.partial
-    return getattr(factory, attribute, None)
+    return capabilities(declaration, getattr(factory, "func", factory))  # functools.partial
 
 
 def default_recipe(registry: Registry) -> str:
     """The recipe of a run whose projector names none: the registered recipe that says
     ``is_default = True`` (kdplug's ``standard``)."""
     for entry in registry.entries("recipe"):
-        if getattr(getattr(entry.factory, "func", entry.factory), "is_default", False):
+        if capabilities(RecipeCapabilities, getattr(entry.factory, "func", entry.factory)).is_default:
             return entry.name
     raise UsageError(
         "no registered recipe is the default one (is_default = True): name one with --recipe "
@@ -52,10 +63,10 @@ def reads_teacher(config: RunConfig, registry: Registry) -> bool:
     """Whether the run reads the teacher's outputs: a recipe with its own loss does (DIH, TAKD,
     annealing: ``uses_projector = False``); otherwise the projector or the baseline does unless it
     says ``reads_teacher = False`` (nkd)."""
-    if config.recipe and factory_attribute(registry, "recipe", config.recipe, "uses_projector") is False:
+    if config.recipe and declared(registry, RecipeCapabilities, config.recipe).uses_projector is False:
         return True
     return any(
-        factory_attribute(registry, "projector", name, "reads_teacher") is not False
+        declared(registry, ProjectorCapabilities, name).reads_teacher is not False
         for name in (config.projector, config.baseline)
         if name
     )
@@ -70,7 +81,7 @@ def reads_teacher_layers(config: RunConfig, registry: Registry) -> bool:
         return False
     methods = [(config.recipe or default_recipe(registry), config.projector)]
     if config.baseline:
-        baseline_recipe = factory_attribute(registry, "projector", config.baseline, "default_recipe")
+        baseline_recipe = declared(registry, ProjectorCapabilities, config.baseline).default_recipe
         methods.append((baseline_recipe or default_recipe(registry), config.baseline))
     return any(_method_reads_layers(registry, recipe, projector) for recipe, projector in methods)
 
@@ -78,14 +89,13 @@ def reads_teacher_layers(config: RunConfig, registry: Registry) -> bool:
 def _method_reads_layers(registry: Registry, recipe: str, projector: str) -> bool:
     """A recipe with its own loss answers for itself; otherwise the projector does, unless the
     recipe says it reads the layers besides."""
-    says = factory_attribute(registry, "recipe", recipe, "reads_teacher_layers")
-    if factory_attribute(registry, "recipe", recipe, "uses_projector") is False:
-        return says is not False
-    if says:
+    says = declared(registry, RecipeCapabilities, recipe)
+    if says.uses_projector is False:
+        return says.reads_teacher_layers is not False
+    if says.reads_teacher_layers:
         return True
-    factory = registry.resolve("projector", projector)[0].factory
-    factory = getattr(factory, "func", factory)
-    return getattr(factory, "reads_teacher", True) is not False and reads_layers(factory)
+    method = declared(registry, ProjectorCapabilities, projector)
+    return method.reads_teacher is not False and method.reads_teacher_layers is not False
 
 
 def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
@@ -101,7 +111,7 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
         registry.resolve("projector", config.baseline)
     notes = []
     if config.recipe is None:
-        default = factory_attribute(registry, "projector", config.projector, "default_recipe")
+        default = declared(registry, ProjectorCapabilities, config.projector).default_recipe
         config.recipe = default or default_recipe(registry)
         if default:
             notes.append(
@@ -109,7 +119,7 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
             )
     registry.resolve("recipe", config.recipe)
     if (
-        factory_attribute(registry, "recipe", config.recipe, "uses_projector") is False
+        declared(registry, RecipeCapabilities, config.recipe).uses_projector is False
         and config.projector != RunConfig().projector
     ):
         notes.append(f"recipe {config.recipe} trains with its own loss: --projector {config.projector} is not used")
@@ -120,7 +130,7 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
     student, student_options = registry.model_reference("student", config.student)
     registry.check_options("student", student, None, None, **{**config.student_options, **student_options})
     registry.check_options("projector", config.projector, None, **config.projector_options)
-    check_values = factory_attribute(registry, "projector", config.projector, "check_options")
+    check_values = declared(registry, ProjectorCapabilities, config.projector).check_options
     if check_values is not None:  # values a projector can judge before the models are loaded
         check_values(**config.projector_options)
     registry.check_options("recipe", config.recipe, **config.recipe_options)
@@ -139,9 +149,9 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
 def check_token_method(config: RunConfig, registry: Registry, student: str) -> None:
     """A projector that distils per-token signals (``needs_tokens``: TinyBERT, MiniLMv2) needs a
     student that has tokens and attention, and computes its own loss terms."""
-    if not factory_attribute(registry, "projector", config.projector, "needs_tokens"):
+    if not declared(registry, ProjectorCapabilities, config.projector).needs_tokens:
         return
-    if factory_attribute(registry, "student", student, "token_signals") is False:
+    if declared(registry, StudentCapabilities, student).token_signals is False:
         raise UsageError(
             f"projector {config.projector!r} distils the teacher's per-token hidden states and attention, but "
             f"student {config.student!r} pools each sentence into one vector per layer: it has no tokens or "
@@ -178,8 +188,7 @@ def check_kd_loss(config: RunConfig, registry: Registry) -> None:
             f"loss(temperature=τ, **kd_loss_options)); use kd or dist, or a plugin's logit loss"
         )
     registry.check_options("loss", name, option_key="kd_loss_options", temperature=1.0, **config.kd_loss_options)
-    uses = factory_attribute(registry, "recipe", config.recipe, "uses_kd_loss")
-    if uses is False:
+    if declared(registry, RecipeCapabilities, config.recipe).uses_kd_loss is False:
         raise UsageError(
             f"recipe {config.recipe!r} has a loss on the logits of its own and does not use kd_loss / "
             f"kd_loss_options; drop them"
@@ -286,7 +295,7 @@ def check_transfer_sources(config: RunConfig, registry: Registry) -> None:
     if config.augment:
         registry.resolve("augmenter", config.augment)
         registry.check_options("augmenter", config.augment, None, **config.augment_options)
-        check_values = factory_attribute(registry, "augmenter", config.augment, "check_options")
+        check_values = declared(registry, AugmenterCapabilities, config.augment).check_options
         if check_values is not None:  # values and requirements, where the augmenter can say before building
             check_values(**config.augment_options)
     elif config.augment_options:
@@ -373,7 +382,7 @@ def check_projectors(config: RunConfig, registry: Registry, task: Task) -> None:
     judges its options, so the message is the one it would give mid-run. Skipped where a factory
     declares no shape (the projector is then checked when the models are built)."""
     names = [config.baseline] if config.baseline else []
-    if factory_attribute(registry, "recipe", config.recipe, "uses_projector") is not False:
+    if declared(registry, RecipeCapabilities, config.recipe).uses_projector is not False:
         names.insert(0, config.projector)
     if not names:
         return

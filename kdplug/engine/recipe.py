@@ -23,6 +23,7 @@ from ..registry import Registry
 from ..types import (
     LayerSpec,
     ProjectionRequest,
+    ProjectorCapabilities,
     RecipeContext,
     Settings,
     StageResult,
@@ -438,7 +439,7 @@ class EngineContext:
         trains at τ = 1 with the KD loss of its eq. 1). Data, teacher and caches are shared; the stages
         are recorded as ``baseline-<projector>-<stage>``, and their lines name the settings left out."""
         config = self.config
-        recipe = preflight.factory_attribute(self.registry, "projector", config.baseline, "default_recipe")
+        recipe = preflight.declared(self.registry, ProjectorCapabilities, config.baseline).default_recipe
         settings = dataclasses.replace(
             config,
             projector=config.baseline,

@@ -13,7 +13,7 @@ from torch import nn
 from ..config import RunConfig, command_line
 from ..progress import human_count
 from ..timing import RETIME, plus_minus
-from ..types import Task, text_columns
+from ..types import ProjectorCapabilities, RecipeCapabilities, Task, text_columns
 from . import package, preflight
 from .cache import TeacherCache
 from .recipe import EngineContext
@@ -70,8 +70,8 @@ def write_student_package(
     )
     citations = [
         citation
-        for kind, name in (("projector", config.projector), ("recipe", config.recipe))
-        if (citation := preflight.factory_attribute(context.registry, kind, name, "citation"))
+        for declaration, name in ((ProjectorCapabilities, config.projector), (RecipeCapabilities, config.recipe))
+        if (citation := preflight.declared(context.registry, declaration, name).citation)
     ]
     card = package.model_card(
         config=config,

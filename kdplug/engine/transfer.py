@@ -27,6 +27,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .. import fingerprint
+from ..capabilities import AugmenterCapabilities, capabilities
 from ..config import RunConfig
 from ..errors import UsageError
 from ..registry import Registry
@@ -227,7 +228,7 @@ def augmented(augmenter: Any, examples: Sequence[Example], factor: int, seed: in
     """``(source index, text)`` for ``factor`` augmented copies of every example (duplicates are the
     set's to drop). Each copy's randomness depends only on (seed, example, copy); the sides of a
     pair are augmented each on its own."""
-    schedule = getattr(augmenter, "pair_schedule", "cycle")
+    schedule = capabilities(AugmenterCapabilities, augmenter).pair_schedule
     for index, example in enumerate(examples):
         for copy in range(factor):
             rng = random.Random(f"{seed}:{index}:{copy}")
@@ -371,7 +372,7 @@ def _write_texts(
     augmenter = None
     if config.augment:
         augmenter = registry.create("augmenter", config.augment, teacher, **config.augment_options)
-        if getattr(augmenter, "mask_token", None):
+        if capabilities(AugmenterCapabilities, augmenter).mask_token:
             special.append(augmenter.mask_token)  # an augment_options.mask_token of its own is no word either
     with open(directory / TEXTS_FILE, "w", encoding="utf-8") as handle:
 
@@ -406,7 +407,7 @@ def _write_texts(
         "files": list(config.transfer),
         "augment": config.augment,
         "augment_factor": augment_factor(config, task) if config.augment else None,
-        "mask_token": getattr(augmenter, "mask_token", None),
+        "mask_token": capabilities(AugmenterCapabilities, augmenter).mask_token,
         "augment_options": config.augment_options,
         "seed": seed,
         "training_examples": len(train),

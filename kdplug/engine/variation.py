@@ -20,6 +20,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..capabilities import ProjectorCapabilities, capabilities
+
 log = logging.getLogger(__name__)
 
 #: below this share a matched teacher layer counts as near-constant. The cache stores layers in
@@ -65,11 +67,11 @@ def matched_teacher_layers(projector: Any, num_teacher_layers: int) -> list[int]
     ``matching`` pairs name, all of them for a projector on the teacher's pseudo classifiers (one per
     layer, Universal-KD); none for one that reads per-token signals from the live teacher (TinyBERT,
     MiniLMv2: its tokens vary where a [CLS] vector does not) or says nothing of its layers."""
-    if projector is None or getattr(projector, "needs_tokens", False):
+    if projector is None or capabilities(ProjectorCapabilities, projector).needs_tokens:
         return []
-    if getattr(projector, "needs_teacher_heads", False):
+    if capabilities(ProjectorCapabilities, projector).needs_teacher_heads:
         return list(range(1, num_teacher_layers + 1))
-    matching = getattr(projector, "matching", None)
+    matching = capabilities(ProjectorCapabilities, projector).matching
     pairs = matching.get("pairs", []) if isinstance(matching, dict) else []
     return sorted({int(t) for _, teachers in pairs for t in teachers} & set(range(1, num_teacher_layers + 1)))
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from ...errors import UsageError
 from ...registry import Registry
-from ...types import DistillInputs, LayerSpec, ProjectionRequest, TokenSignals, TokenSpec
+from ...types import DistillInputs, LayerSpec, ProjectionRequest, ProjectorCapabilities, TokenSignals, TokenSpec
 from .harness import (
     BATCH,
     CheckResult,
@@ -256,9 +256,9 @@ def _projector_case(
         return registry.create("projector", name, request, **options)
 
     def first_build() -> nn.Module:
-        from ...engine.preflight import factory_attribute
+        from ...engine.preflight import declared
 
-        if request.student_tokens is None and factory_attribute(registry, "projector", name, "needs_tokens"):
+        if request.student_tokens is None and declared(registry, ProjectorCapabilities, name).needs_tokens:
             try:
                 build(0)
             except UsageError:
