@@ -44,6 +44,7 @@ from .types import (
     Augmenter,
     AugmenterCapabilities,
     Capabilities,
+    LayerExtractorCapabilities,
     DistillInputs,
     Example,
     LayerExtractor,
@@ -122,6 +123,7 @@ __all__ = [
     # what a component may declare (its capabilities), one class per kind
     "AugmenterCapabilities",
     "Capabilities",
+    "LayerExtractorCapabilities",
     "ObjectiveCapabilities",
     "ProjectorCapabilities",
     "RecipeCapabilities",

@@ -65,6 +65,14 @@ class StudentCapabilities(Capabilities):
     """True for a family without pre-trained weights: kdplug then points runs on few labels to transfer sets."""
 
 
+class LayerExtractorCapabilities(Capabilities):
+    """What a layer extractor may declare."""
+
+    reads_inputs: ClassVar[bool] = False
+    """True for an extractor called as ``extractor(model, outputs, inputs)``, with the batch's ``input_ids`` and
+    ``attention_mask``: where it reads depends on them (a decoder's last real token)."""
+
+
 class ProjectorCapabilities(Capabilities):
     """What a projector (its class, which is usually its factory) may declare."""
 
@@ -150,7 +158,7 @@ class AugmenterCapabilities(Capabilities):
 CAPABILITIES: Mapping[str, type[Capabilities]] = {
     "teacher": TeacherCapabilities,
     "student": StudentCapabilities,
-    "layer_extractor": Capabilities,
+    "layer_extractor": LayerExtractorCapabilities,
     "projector": ProjectorCapabilities,
     "loss": Capabilities,
     "task": TaskCapabilities,

@@ -20,6 +20,7 @@ from typing import (
 from .capabilities import (  # noqa: F401  declared there, re-exported: part of this module's contract
     AugmenterCapabilities,
     Capabilities,
+    LayerExtractorCapabilities,
     ObjectiveCapabilities,
     ProjectorCapabilities,
     RecipeCapabilities,

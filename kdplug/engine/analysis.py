@@ -26,7 +26,7 @@ from ..capabilities import ProjectorCapabilities, capabilities
 from ..types import DistillInputs, LayerSpec
 from .cache import TeacherCache
 from .data import EncodedSplit
-from .objective import DistillationModule, model_forward
+from .objective import DistillationModule, layer_vectors, model_forward
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def collect(
         batch = {key: value.to(device) for key, value in batch.items()}
         teacher_logits, teacher = cache.fetch(batch["index"], device)
         outputs = model_forward(module.student, batch)
-        layers = module.extractor(module.student, outputs)
+        layers = layer_vectors(module.extractor, module.student, outputs, batch)
         student = [layers[i] for i in module.matchable_positions]
         heads = module.teacher_heads(teacher) if module.teacher_heads is not None else None
         if module.projector is not None and not module.needs_tokens:  # token methods need the teacher run live

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from ..capabilities import ObjectiveCapabilities, ProjectorCapabilities, capabilities
+from ..capabilities import LayerExtractorCapabilities, ObjectiveCapabilities, ProjectorCapabilities, capabilities
 from ..errors import PluginError
 from ..types import DistillInputs, LayerExtractor, ProjectedPairs, StepState, TokenSignals
 
@@ -142,7 +142,7 @@ class DistillationModule(nn.Module):
         else:
             outputs = model_forward(self.student, batch)
         logits = outputs.logits
-        layers = self.extractor(self.student, outputs)
+        layers = layer_vectors(self.extractor, self.student, outputs, batch)
         student_layers = [layers[i] for i in self.matchable_positions]
         head_logits = None
         if self.teacher_heads is not None and teacher_layers is not None:
@@ -179,6 +179,17 @@ class DistillationModule(nn.Module):
 def takes_token_types(model_class: type) -> bool:
     """Whether a model class's forward accepts ``token_type_ids`` (asked once per class, not per batch)."""
     return "token_type_ids" in inspect.signature(model_class.forward).parameters
+
+
+def layer_vectors(
+    extractor: LayerExtractor, model: nn.Module, outputs: Any, batch: dict[str, torch.Tensor]
+) -> list[torch.Tensor]:
+    """``extractor``'s vectors of ``model``'s ``outputs`` on ``batch``: with the batch's inputs for an
+    extractor that reads them (a decoder's last real token depends on each example's length)."""
+    if capabilities(LayerExtractorCapabilities, extractor).reads_inputs:
+        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        return extractor(model, outputs, inputs)  # type: ignore[call-arg]
+    return extractor(model, outputs)
 
 
 def model_forward(model: nn.Module, batch: dict[str, torch.Tensor]) -> Any:

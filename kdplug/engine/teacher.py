@@ -24,7 +24,7 @@ from ..types import LayerExtractor, LayerSpec, Task, Teacher, TokenSignals, num_
 from . import cache as cache_module
 from . import faults, shares
 from .data import Collator, EncodedSplit
-from .objective import DistillationModule, WeightedObjective, model_forward
+from .objective import DistillationModule, WeightedObjective, layer_vectors, model_forward
 from .trainer import Trainer, inference_autocast, inference_precision
 
 log = logging.getLogger(__name__)
@@ -206,8 +206,9 @@ def _teacher_batches(
     teacher.model.to(device)
     with torch.no_grad(), inference_autocast(precision, device):
         for batch in loader:
-            outputs = model_forward(teacher.model, {key: value.to(device) for key, value in batch.items()})
-            layers = extractor(teacher.model, outputs) if positions else []
+            batch = {key: value.to(device) for key, value in batch.items()}
+            outputs = model_forward(teacher.model, batch)
+            layers = layer_vectors(extractor, teacher.model, outputs, batch) if positions else []
             yield batch["index"], outputs.logits.float(), [layers[i].float() for i in positions]
 
 

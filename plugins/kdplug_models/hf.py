@@ -19,6 +19,7 @@ from kdplug.errors import UsageError
 from kdplug.types import LayerSpec, ModelShape, Task, Teacher, TokenSignals, TokenSpec, num_outputs
 
 from . import tokens
+from .decoders import HFDecoderExtractor, is_decoder_only
 from .hf_loading import Loaded, _load_classifier, available, checkpoint_shape, declared_base_model
 from .hf_students import bert_k_student, distilroberta_student, hf_student
 from .labels import LabelMatch
@@ -234,6 +235,7 @@ class HFEncoderExtractor:
         return (
             isinstance(model, PreTrainedModel)
             and not getattr(config, "is_encoder_decoder", False)
+            and not is_decoder_only(config)  # read at the last real token: HFDecoderExtractor
             and hasattr(config, "num_hidden_layers")
             and hasattr(config, "hidden_size")
         )
@@ -306,4 +308,9 @@ def kdplug_register_layer_extractors(register):
         "hf-encoder",
         HFEncoderExtractor(),
         description="[CLS] state of the embeddings and every layer of a Hugging Face encoder",
+    )
+    register(
+        "hf-decoder",
+        HFDecoderExtractor(),
+        description="last-real-token state of the embeddings and every layer of a decoder-only Hugging Face model",
     )

@@ -7,6 +7,7 @@ where a fine-tuned checkpoint says its pre-trained weights came from."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -16,7 +17,10 @@ from kdplug import hub
 from kdplug.errors import UsageError
 from kdplug.types import ModelShape, Task, num_outputs
 
+from .decoders import give_padding_token, is_decoder_only
 from .labels import LabelMatch, match_labels, reorder_outputs
+
+log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------------------------
 # Loading: local directory, cache, or hub (kdplug.hub fails fast offline)
@@ -134,6 +138,15 @@ def _load_classifier(
         **load_options,
     )
     tokenizer = load_pretrained(AutoTokenizer, source, what, **load_options)
+    if is_decoder_only(model.config):
+        given = give_padding_token(model, tokenizer)
+        if given is not None:
+            log.info(
+                "%s %s has no padding token: using its end-of-sequence token %r, as transformers does",
+                what,
+                source,
+                given,
+            )
     match = None
     if head_fits and task.labels:
         match = match_labels(checkpoint_labels, task.labels, source=source, what=what, label_map=label_map)

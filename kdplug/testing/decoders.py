@@ -1,0 +1,79 @@
+"""Tiny random decoder classifiers (Llama, Qwen2, Mistral, Gemma, GPT-2), saved as plain
+transformers saves them, for testing decoder teachers offline.
+
+Each comes with a byte-level BPE tokenizer trained on :data:`~kdplug.testing.tiny.TINY_WORDS`
+that, like Llama's and GPT-2's, has an end-of-sequence token and no padding token (transformers'
+Qwen2 tokenizer class gives itself ``<|endoftext|>``, as Qwen checkpoints have).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .tiny import TINY_WORDS
+
+#: the decoder families the tests build, each with its config class and options
+FAMILIES = ("llama", "qwen2", "mistral", "gemma", "gpt2")
+
+
+def bpe_tokenizer(vocab_size: int = 300, *, pad: bool = False):
+    """A byte-level BPE tokenizer (GPT-2 style) over the tiny vocabulary: ``<s>``, ``</s>``, no
+    padding token unless ``pad``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    # <|endoftext|>: Qwen2's tokenizer class pads with it by default, and expects it in the vocabulary
+    special = ["<s>", "</s>", "<|endoftext|>", *(["<pad>"] if pad else [])]
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tokenizer.train_from_iterator([" ".join(TINY_WORDS)] * 4, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", **({"pad_token": "<pad>"} if pad else {})
+    )
+
+
+def decoder_config(family: str, vocab_size: int, num_labels: int = 2, **overrides: Any):
+    """A 2-layer, 32-wide config of ``family`` with a classification head of ``num_labels``."""
+    import transformers
+
+    common = {"vocab_size": vocab_size, "num_labels": num_labels, "bos_token_id": 0, "eos_token_id": 1}
+    if family == "gpt2":
+        options = {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 128}
+        return transformers.GPT2Config(**common, **options, **overrides)
+    options = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 128,
+        "head_dim": 8,
+    }
+    config_class = {
+        "llama": transformers.LlamaConfig,
+        "qwen2": transformers.Qwen2Config,
+        "mistral": transformers.MistralConfig,
+        "gemma": transformers.GemmaConfig,
+    }[family]
+    return config_class(**common, **options, **overrides)
+
+
+def make_tiny_decoder(path: str | os.PathLike, family: str = "llama", *, seed: int = 0, pad: bool = False) -> str:
+    """Save a random ``family`` sequence classifier and its tokenizer to ``path``; no padding
+    token in either unless ``pad`` (as many decoder checkpoints ship)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    tokenizer = bpe_tokenizer(pad=pad)
+    config = decoder_config(family, len(tokenizer), pad_token_id=tokenizer.pad_token_id if pad else None)
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_config(config)
+    path = os.fspath(path)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

@@ -1,0 +1,93 @@
+"""Decoder classifiers (Llama, Qwen2, Mistral, Gemma, GPT-2) as teachers: their layer vectors are read
+at the last real token, where their own classifier reads, and so vary with the sentence."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import kdplug
+from kdplug.testing.decoders import FAMILIES, make_tiny_decoder
+from kdplug.testing.tiny import TinyTask
+from kdplug_models.decoders import HFDecoderExtractor, last_real_token
+
+from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
+
+TEXTS = ["the story was good", "a bad film", "i loved the music and the plot", "the plot was boring"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_layers_are_read_where_the_classifier_reads(tmp_path, family):
+    teacher = kdplug.create_teacher("hf", TinyTask(), source=make_tiny_decoder(tmp_path / family, family))
+    model, tokenizer = teacher.model.eval(), teacher.tokenizer
+    # the checkpoint has no padding token: it gets its end-of-sequence token (Qwen2's tokenizer class
+    # has one of its own), in the tokenizer and in the config its classifier pools by
+    assert tokenizer.pad_token == ("<|endoftext|>" if family == "qwen2" else "</s>")
+    assert model.config.get_text_config().pad_token_id == tokenizer.pad_token_id
+    extractor = kdplug.find_layer_extractor(model)
+    assert isinstance(extractor, HFDecoderExtractor)
+    assert [spec.index for spec in extractor.layer_specs(model)] == [0, 1, 2]
+
+    for side in ("right", "left"):
+        tokenizer.padding_side = side
+        inputs = dict(tokenizer(TEXTS, padding=True, return_tensors="pt"))
+        with torch.no_grad():
+            outputs = model(**inputs, output_hidden_states=True)
+            vectors = extractor(model, outputs, inputs)
+            # the model's own classifier, applied to the vector read from its last hidden state,
+            # gives the model's logits: the position read is the one it pools
+            torch.testing.assert_close(model.score(vectors[-1]), outputs.logits, rtol=1e-5, atol=1e-6)
+        for vector in vectors:
+            assert vector.shape == (len(TEXTS), model.config.hidden_size)
+            assert float(vector.std(dim=0).min()) > 0  # every dimension varies across the sentences
+
+
+def test_last_real_token_with_left_and_right_padding():
+    pad = 9
+    right = torch.tensor([[5, 6, 7, pad], [5, pad, pad, pad], [5, 6, 7, 8]])
+    left = torch.tensor([[pad, 5, 6, 7], [pad, pad, pad, 5], [5, 6, 7, 8]])
+    mask = (right != pad).long()
+    assert last_real_token(right, mask, pad).tolist() == [2, 0, 3]
+    assert last_real_token(left, (left != pad).long(), pad).tolist() == [3, 3, 3]
+    assert last_real_token(right, mask, None).tolist() == [2, 0, 3]  # no padding token: the mask
+
+
+def test_encoders_keep_the_first_token(tiny_bert_dir):
+    teacher = kdplug.create_teacher("hf", TinyTask(), source=tiny_bert_dir)
+    assert not isinstance(kdplug.find_layer_extractor(teacher.model), HFDecoderExtractor)
+
+
+def test_a_decoder_teachers_cached_layers_vary_across_examples(tmp_path):
+    """The reported fault: alp with a Llama teacher ran with exit 0 on layer vectors that were the
+    same for every example (the first position, which has seen only the first token)."""
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN * 2, dev=SST2_DEV)
+    argv = [sys.executable, "-m", "kdplug.cli", "run", "--teacher", make_tiny_decoder(tmp_path / "llama", "llama")]
+    argv += ["--student", "bilstm", "--projector", "alp", "--task", "sst2", "--data-dir", str(data), "--epochs", "1"]
+    argv += [
+        "--set",
+        "allow_weak_teacher=true",
+        "--set",
+        "student_options.hidden_size=16",
+        "--output",
+        str(tmp_path / "run"),
+    ]
+    env = {**os.environ, "KDPLUG_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    layers = [
+        meta_file.parent
+        for meta_file in (tmp_path / "cache" / "teacher-cache").glob("*/meta.json")
+        if json.loads(meta_file.read_text())["kind"] == "layers"
+        and json.loads(meta_file.read_text())["description"]["split"] == "train"
+    ]
+    assert len(layers) == 1
+    meta = json.loads((layers[0] / "meta.json").read_text())
+    width = sum(layer["width"] for layer in meta["layers"])
+    stored = np.fromfile(layers[0] / "layers.f16", dtype=np.float16).reshape(meta["num_examples"], width)
+    assert stored.astype(np.float64).std(axis=0).min() > 0
