@@ -24,7 +24,8 @@ from . import teacher as teacher_stage
 from .cache import TeacherCache
 from .checkpoint import Checkpointer
 from .data import EncodedSplit, encode
-from .recipe import EngineContext, default_epochs, resolve_min_epochs, resolve_patience, stopping_rule
+from .recipe import EngineContext
+from .schedule import default_epochs, resolve_min_epochs, resolve_patience, stopping_rule
 from .tracking import Tracking
 from .trainer import Trainer, build_accelerator, predictions_from_logits, process_state
 
