@@ -30,9 +30,9 @@ from ..threads import choose as choose_threads
 from ..types import StageResult, Teacher, num_outputs
 from . import estimate, preflight
 from . import teacher as teacher_stage
+from .baseline import train_baseline
 from .cache import is_cached, layers_bytes, logits_bytes
 from .inputs import create_teacher, finetune_settings, load_task_and_teacher
-from .pipeline import train_baseline
 from .recipe import EngineContext, RecipeView, count_parameters
 from .rundir import RunDirectory, default_output
 from .stage import prepare_stage

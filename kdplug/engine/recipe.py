@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
 
 from accelerate.utils import set_seed
 from torch import nn
@@ -33,7 +34,7 @@ from ..types import (
     matchable_layers,
     num_outputs,
 )
-from . import preflight, variation
+from . import variation
 from .cache import ConcatCache, TeacherCache
 from .checkpoint import Checkpointer
 from .data import EncodedSplit, WithTransfer, encode
@@ -46,30 +47,10 @@ from .stage import kd_loss_choice, prepare_stage
 from .teacher import TeacherOutputs, build_cache, freeze
 from .trainer import Trainer, inference_precision
 
+if TYPE_CHECKING:
+    from .inputs import RunInputs
+
 log = logging.getLogger(__name__)
-
-#: the settings a ``--baseline`` student takes from its own method, not from the run
-BASELINE_OWN_SETTINGS = {
-    "eta": None,
-    "lam": None,
-    "ce_weight": None,
-    "temperature": None,
-    "kd_loss": None,
-    "kd_loss_options": {},
-    "ild_loss": None,
-    "ild_loss_options": {},
-}
-
-
-def settings_left_out(config: RunConfig) -> str:
-    """The run's objective settings a ``--baseline`` student does not use, for its stages' lines."""
-    kept = {key: getattr(config, key) for key in BASELINE_OWN_SETTINGS if getattr(config, key) not in (None, {})}
-    if not kept:
-        return ""
-    listed = ", ".join(
-        f"{key} {value:g}" if isinstance(value, (int, float)) else f"{key} {value!r}" for key, value in kept.items()
-    )
-    return f"; trained as its method defines it, not with the run's {listed}"
 
 
 @dataclass
@@ -119,6 +100,32 @@ class EngineContext:
 
             self.max_length = self.config.max_length or default_max_length(self.task)
 
+    @classmethod
+    def for_run(
+        cls,
+        config: RunConfig,
+        registry: Registry,
+        inputs: RunInputs,
+        cache_root: Path,
+        checkpoints: Optional[Checkpointer] = None,
+    ) -> EngineContext:
+        """The context of a run's recipe over the ``inputs`` it computed once."""
+        return cls(
+            config=config,
+            registry=registry,
+            task=inputs.task,
+            teacher=inputs.teacher,
+            trainer=inputs.trainer,
+            train=inputs.train,
+            dev=inputs.dev,
+            caches=inputs.caches,
+            cache_root=cache_root,
+            cache_layers=inputs.caches.layers,
+            checkpoints=checkpoints,
+            max_length=inputs.max_length,
+            transfer=inputs.transfer,
+        )
+
     # -- the run, read-only -------------------------------------------------------------------
     @property
     def settings(self) -> Settings:
@@ -137,9 +144,7 @@ class EngineContext:
 
         return MappingProxyType(self.stages.get(self.stage_prefix + stage, {}))
 
-    def store_directory(self, kind: str, key: str):
-        from pathlib import Path
-
+    def store_directory(self, kind: str, key: str) -> Path:
         return Path(self.cache_root) / kind / key
 
     @property
@@ -337,31 +342,6 @@ class EngineContext:
             self._heads = heads
         return self._heads
 
-    def for_baseline(self) -> EngineContext:
-        """The context of the ``--baseline`` student: the run with the baseline as its projector, trained
-        as that method defines it: its own schedule (its ``default_recipe``, else the default recipe),
-        default weights and temperature, and losses (the run's eta, lam, ce_weight, temperature,
-        kd_loss, ild_loss and their options are meant for its projector; Universal-KD's paper, e.g.,
-        trains at τ = 1 with the KD loss of its eq. 1). Data, teacher and caches are shared; the stages
-        are recorded as ``baseline-<projector>-<stage>``, and their lines name the settings left out."""
-        config = self.config
-        recipe = preflight.factory_attribute(self.registry, "projector", config.baseline, "default_recipe")
-        settings = dataclasses.replace(
-            config,
-            projector=config.baseline,
-            projector_options={},
-            recipe=recipe or preflight.default_recipe(self.registry),
-            recipe_options={},
-            **BASELINE_OWN_SETTINGS,
-        )
-        return dataclasses.replace(
-            self,
-            config=settings,
-            stage_prefix=f"baseline-{config.baseline}-",
-            stage_note=settings_left_out(config),
-            last_distillation=None,
-        )
-
     def adopt(self, other: EngineContext) -> None:
         """Take over what ``other``, a context over the same teacher and data (the baseline's),
         built once: the teacher's outputs on the transfer set, its heads, the size check."""
@@ -554,3 +534,13 @@ class RecipeView:
 
     def __dir__(self) -> list[str]:
         return sorted(PROTOCOL_NAMES)
+
+
+def run_recipe(context: EngineContext, options: dict[str, Any], returns: str) -> nn.Module:
+    """The student that ``context``'s recipe (built with ``options``) trains, through a :class:`RecipeView`;
+    ``returns`` names what it must return, for the error when it returns something else."""
+    name = context.config.recipe
+    student = context.registry.create("recipe", name, **options).run(RecipeView(context))
+    if not isinstance(student, nn.Module):
+        raise UsageError(f"recipe {name!r} returned {type(student).__name__}, not {returns}")
+    return student
