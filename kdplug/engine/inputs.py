@@ -414,5 +414,5 @@ def warm_teacher(config: RunConfig, registry: Registry, *, echo: Callable[[str],
         inputs.transfer = build_transfer_set(config, registry, inputs, env)
         if inputs.transfer is not None:
             layers = preflight.reads_teacher_layers(config, registry)
-            EngineContext.for_run(config, registry, inputs, cache_root).transfer_cache(layers=layers)
+            EngineContext.for_run(config, registry, inputs, cache_root).transfer_outputs(layers=layers)
             echo(f"teacher outputs cached for the transfer set ({len(inputs.transfer)} examples)")

@@ -1,9 +1,11 @@
 """The engine's recipe context: what a recipe's ``run(ctx)`` drives.
 
-:class:`EngineContext` implements the public protocol :class:`kdplug.types.RecipeContext` and does
-the work behind it (caching, devices, checkpoints, metrics), so a recipe is only its schedule.
-Recipes receive it through :class:`RecipeView`, which lets through the protocol and nothing else:
-the boundary holds by contract, not by convention.
+:class:`EngineContext` implements the public protocol :class:`kdplug.types.RecipeContext` over a
+run's inputs, plus the few hooks a stage's preparation reads (:func:`~kdplug.engine.stage.prepare_stage`:
+the teacher's outputs, the transfer set's share, the data as a student reads it), which the dry
+run's planning context overrides. The defaults live in schedule.py, stage preparation in stage.py,
+``--baseline`` in baseline.py. Recipes receive the context through :class:`RecipeView`, which lets
+through the protocol and nothing else: the boundary holds by contract, not by convention.
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ from .schedule import (
     DEFAULT_TEMPERATURE,
 )
 from .stage import kd_loss_choice, prepare_stage
-from .teacher import TeacherOutputs, build_cache, freeze
+from .teacher import TeacherOutputs, freeze
 from .trainer import Trainer, inference_precision
+from .transfer_outputs import TransferOutputs
 
 if TYPE_CHECKING:
     from .inputs import RunInputs
@@ -79,8 +82,8 @@ class EngineContext:
     max_length: Optional[int] = None
     #: the run's transfer set (engine.transfer.TransferSet): stages that distil also learn on it
     transfer: Any = None
-    #: what caching the teacher's outputs on the transfer set cost (seconds, reused or built)
-    transfer_info: dict = field(default_factory=dict)
+    #: the teacher's outputs on the transfer set, computed on first use (shared with the baseline's context)
+    transfer_outputs: Optional[TransferOutputs] = None
     #: put before every stage's name: a ``--baseline`` schedule's are ``baseline-<projector>-<stage>``
     stage_prefix: str = ""
     #: added to every stage's line (a ``--baseline`` schedule's: the run's settings it does not use)
@@ -89,7 +92,6 @@ class EngineContext:
     #: each teacher layer's input-dependent share of energy (engine/variation.py), measured when a
     #: stage first matches teacher layers; shared with the baseline's context (the same teacher)
     layer_variation: dict[int, float] = field(default_factory=dict)
-    _transfer_cache: Optional[TeacherCache] = None
     _trimmed: dict = field(default_factory=dict)  # tokenizer id -> (trimmed tokenizer, kept ids)
 
     def __post_init__(self) -> None:
@@ -99,6 +101,17 @@ class EngineContext:
             from .data import default_max_length
 
             self.max_length = self.config.max_length or default_max_length(self.task)
+        if self.transfer is not None and self.transfer_outputs is None:
+            self.transfer_outputs = TransferOutputs(
+                self.transfer,
+                self.teacher,
+                self.extractor(self.teacher.model),
+                self.trainer,
+                self.task,
+                self.max_length,
+                root=self.cache_root,
+                precision=self.config.precision,
+            )
 
     @classmethod
     def for_run(
@@ -125,6 +138,11 @@ class EngineContext:
             max_length=inputs.max_length,
             transfer=inputs.transfer,
         )
+
+    @property
+    def transfer_info(self) -> dict[str, Any]:
+        """What caching the teacher's outputs on the transfer set cost (seconds, reused or built)."""
+        return self.transfer_outputs.info if self.transfer_outputs is not None else {}
 
     # -- the run, read-only -------------------------------------------------------------------
     @property
@@ -172,40 +190,11 @@ class EngineContext:
         factory, source = self.registry.model_reference("student", name or self.config.student)
         student = self.registry.create("student", factory, self.task, self.teacher, **{**opts, **source})
         if name is None and self.config.trim_vocab:
-            self.trim_vocabulary(student)
+            trim_vocabulary(student, self.tokenizer, self.task, self.transfer, self._trimmed)
         if name is None and not self._size_checked:
             self._size_checked = True
             warn_if_not_smaller(student, self.teacher.model, self.config.student)
         return student
-
-    def trim_vocabulary(self, student: nn.Module) -> None:
-        """``trim_vocab``: the student keeps only the embedding rows of the tokens the task's texts
-        use (train, transfer set, dev) and reads with a tokenizer trimmed to match (kdplug/vocab.py)."""
-        from ..vocab import TrimReport, trim_embeddings, trim_tokenizer, used_token_ids
-
-        tokenizer = getattr(student, "tokenizer", None) or self.tokenizer
-        rows = student.get_input_embeddings().num_embeddings
-        if rows != len(tokenizer):
-            raise UsageError(
-                f"trim_vocab: the student's embedding table has {rows} rows but its tokenizer "
-                f"{len(tokenizer)} tokens; they do not belong together"
-            )
-        if id(tokenizer) not in self._trimmed:
-            texts = [
-                e.text_a if e.text_b is None else (e.text_a, e.text_b)
-                for split in ("train", *self.task.dev_splits)
-                for e in self.task.load_split(split)
-            ]
-            if self.transfer is not None:
-                texts += [a if b is None else (a, b) for a, b in self.transfer.texts()]
-            self._trimmed[id(tokenizer)] = trim_tokenizer(tokenizer, used_token_ids(tokenizer, texts))
-        trimmed, kept = self._trimmed[id(tokenizer)]
-        trim_embeddings(student, kept)
-        student.tokenizer = trimmed
-        report = TrimReport(kept, rows, len(kept), student.get_input_embeddings().embedding_dim)
-        init = dict(getattr(student, "kdplug_init", None) or {"init": "random"})
-        student.kdplug_init = {**init, "vocabulary": {"before": rows, "after": len(kept)}}
-        log.info("trim_vocab: %s", report.describe())
 
     def new_loss(self, name: str, **options: Any) -> Any:
         return self.registry.create("loss", name, **options)
@@ -277,38 +266,6 @@ class EngineContext:
         """The teacher's outputs on train and dev; with its layer vectors where ``layers`` (or the run reads them)."""
         return self.caches(layers=layers)
 
-    def transfer_cache(self, layers: bool = False) -> TeacherCache:
-        """The teacher's outputs on the transfer set, computed once and stored like any split's (its
-        layer vectors where ``layers``: they are added to a cache opened without them)."""
-        if self._transfer_cache is None or (layers and not self._transfer_cache.has_layers):
-            import time
-
-            started = time.perf_counter()
-            split = self.transfer.encode(self.teacher.tokenizer, self.max_length, is_regression=self.task.is_regression)
-            self._transfer_cache = build_cache(
-                self.teacher,
-                self.extractor(self.teacher.model),
-                self.trainer,
-                self.task,
-                "transfer",
-                split,
-                root=self.cache_root,
-                precision=self.config.precision,
-                teacher_fingerprint=fingerprint.of_module(self.teacher.model),
-                tokenizer_fingerprint=fingerprint.of_tokenizer(self.teacher.tokenizer),
-                layers=layers,
-            )
-            seconds = time.perf_counter() - started
-            self.transfer_info.update(
-                {
-                    "examples": len(split),
-                    "teacher_seconds": round(seconds, 2),
-                    "reused": not self._transfer_cache.built,
-                    "cache": self._transfer_cache.record(),
-                }
-            )
-        return self._transfer_cache
-
     def with_transfer(self, student: nn.Module, train: EncodedSplit, cache: TeacherCache) -> tuple[Any, Any]:
         """The training data and teacher outputs of a distillation stage: the labelled split followed by
         the transfer set (read with the student's tokenizer), and both caches."""
@@ -319,7 +276,7 @@ class EngineContext:
         ratio = self.config.transfer_ratio
         per_epoch = None if ratio is None else round(ratio * len(train))
         return WithTransfer(train, transfer, per_epoch=per_epoch), ConcatCache(
-            cache, self.transfer_cache(layers=cache.has_layers)
+            cache, self.transfer_outputs(layers=cache.has_layers)
         )
 
     def teacher_heads(self) -> TeacherHeads:
@@ -344,8 +301,7 @@ class EngineContext:
 
     def adopt(self, other: EngineContext) -> None:
         """Take over what ``other``, a context over the same teacher and data (the baseline's),
-        built once: the teacher's outputs on the transfer set, its heads, the size check."""
-        self._transfer_cache = self._transfer_cache or other._transfer_cache
+        built once: its heads and the size check (the teacher's outputs on the transfer set are shared)."""
         self._heads = self._heads or other._heads
         self._size_checked = self._size_checked or other._size_checked
 
@@ -378,8 +334,7 @@ class EngineContext:
             caches=caches,
             _heads=None,
             last_distillation=None,
-            _transfer_cache=None,
-            transfer_info={},
+            transfer_outputs=None,
             layer_variation={},
         )
 
@@ -476,6 +431,38 @@ def token_spec(extractor: Any, model: nn.Module) -> Optional[TokenSpec]:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def trim_vocabulary(student: nn.Module, tokenizer: Any, task: Task, transfer: Any, trimmed: dict) -> None:
+    """``trim_vocab``: the student keeps only the embedding rows of the tokens the task's texts
+    use (train, ``transfer`` set, dev) and reads with a tokenizer trimmed to match (kdplug/vocab.py).
+    ``tokenizer``: the run's, for a student without its own; ``trimmed`` keeps each tokenizer's trim
+    (by id) for the students after the first."""
+    from ..vocab import TrimReport, trim_embeddings, trim_tokenizer, used_token_ids
+
+    tokenizer = getattr(student, "tokenizer", None) or tokenizer
+    rows = student.get_input_embeddings().num_embeddings
+    if rows != len(tokenizer):
+        raise UsageError(
+            f"trim_vocab: the student's embedding table has {rows} rows but its tokenizer "
+            f"{len(tokenizer)} tokens; they do not belong together"
+        )
+    if id(tokenizer) not in trimmed:
+        texts = [
+            e.text_a if e.text_b is None else (e.text_a, e.text_b)
+            for split in ("train", *task.dev_splits)
+            for e in task.load_split(split)
+        ]
+        if transfer is not None:
+            texts += [a if b is None else (a, b) for a, b in transfer.texts()]
+        trimmed[id(tokenizer)] = trim_tokenizer(tokenizer, used_token_ids(tokenizer, texts))
+    trimmed_tokenizer, kept = trimmed[id(tokenizer)]
+    trim_embeddings(student, kept)
+    student.tokenizer = trimmed_tokenizer
+    report = TrimReport(kept, rows, len(kept), student.get_input_embeddings().embedding_dim)
+    init = dict(getattr(student, "kdplug_init", None) or {"init": "random"})
+    student.kdplug_init = {**init, "vocabulary": {"before": rows, "after": len(kept)}}
+    log.info("trim_vocab: %s", report.describe())
 
 
 def warn_if_not_smaller(student: nn.Module, teacher: nn.Module, name: str) -> None:
