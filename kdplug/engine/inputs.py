@@ -7,10 +7,12 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
+from accelerate import Accelerator
 from accelerate.utils import set_seed
 
 from ..config import RunConfig
@@ -24,9 +26,13 @@ from . import teacher as teacher_stage
 from .cache import TeacherCache
 from .checkpoint import Checkpointer
 from .data import EncodedSplit, encode
-from .recipe import EngineContext, default_epochs, resolve_min_epochs, resolve_patience, stopping_rule
+from .recipe import EngineContext, count_parameters
+from .schedule import default_epochs, resolve_min_epochs, resolve_patience, stopping_rule
 from .tracking import Tracking
-from .trainer import Trainer, build_accelerator, predictions_from_logits, process_state
+from .trainer import Trainer, build_accelerator, inference_precision, predictions_from_logits, process_state
+
+if TYPE_CHECKING:
+    from .transfer import TransferSet
 
 log = logging.getLogger("kdplug")
 
@@ -46,28 +52,125 @@ def broadcast_object(value):
     return broadcast_object_list([value])[0]
 
 
-def prepare_teacher(
+@dataclass(frozen=True)
+class RunEnvironment:
+    """Where a run computes its inputs: the device, the cache, the checkpoints of the teacher's
+    fine-tuning, this process's rank, where messages go and the trackers (if any)."""
+
+    accelerator: Accelerator
+    cache_root: Path
+    checkpoints: Checkpointer
+    main_process: bool = True
+    echo: Callable[[str], None] = print
+    tracker: Optional[Tracking] = None
+
+
+@dataclass
+class RunInputs:
+    """What a run computes once, before any student trains: the task, the teacher (fine-tuned,
+    frozen), the tokenised splits, the students' trainer, the teacher's outputs (opened or computed
+    on first use), what metrics.json records of the teacher, and the transfer set (None without one).
+    ``dev_caches`` are the teacher's dev outputs where the run judged it (it reads the teacher)."""
+
+    task: Task
+    teacher: Teacher
+    max_length: int
+    train: EncodedSplit
+    dev: dict[str, EncodedSplit]
+    trainer: Trainer
+    teacher_info: dict[str, Any] = field(default_factory=dict)
+    caches: Optional[teacher_stage.TeacherOutputs] = None
+    dev_caches: Optional[dict[str, TeacherCache]] = None
+    transfer: Optional[TransferSet] = None
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer the splits are encoded with: the teacher's."""
+        return self.teacher.tokenizer
+
+
+def teacher_seed(config: RunConfig) -> int:
+    """The seed of everything teacher-side (its fine-tuning, the transfer set): ``teacher_seed``, else ``seed``."""
+    return config.seed if config.teacher_seed is None else config.teacher_seed
+
+
+def prepare_inputs(
     config: RunConfig,
     registry: Registry,
-    task: Task,
-    teacher: Teacher,
-    train,
-    dev,
-    *,
-    accelerator,
-    cache_root: Path,
-    checkpoints: Checkpointer,
-    seed: int,
-    main_process: bool,
-    max_length: int,
-    echo: Callable[[str], None],
-    tracker: Optional[Tracking] = None,
+    env: RunEnvironment,
+    loaded: Optional[tuple[Task, dict[str, list[Example]]]] = None,
+    record: Callable[[dict[str, Any]], None] = lambda facts: None,
+) -> RunInputs:
+    """The run's inputs (see :func:`teacher_inputs`), the teacher judged against the majority class
+    where the run reads it, and the transfer set."""
+    inputs = teacher_inputs(config, registry, env, loaded, record)
+    if preflight.reads_teacher(config, registry):
+        inputs.dev_caches = inputs.caches.dev_caches()
+        check_teacher(config, inputs, env.echo)
+    inputs.transfer = build_transfer_set(config, registry, inputs, env)
+    return inputs
+
+
+def teacher_inputs(
+    config: RunConfig,
+    registry: Registry,
+    env: RunEnvironment,
+    loaded: Optional[tuple[Task, dict[str, list[Example]]]] = None,
+    record: Callable[[dict[str, Any]], None] = lambda facts: None,
+) -> RunInputs:
+    """The task and data (``loaded`` by :func:`load_task`, or loaded now), the teacher fine-tuned
+    (or reused) and frozen, and its outputs, opened on first use. ``record`` receives what
+    metrics.json records as soon as it is known, so that a run that fails later keeps it."""
+    set_seed(teacher_seed(config))
+    task, teacher, max_length, train, dev = load_task_and_teacher(config, registry, loaded)
+    inputs = RunInputs(task, teacher, max_length, train, dev, student_trainer(config, env, task))
+    record({"task": task.name, "main_metric": task.main_metric, "config": config.to_dict()})
+    inputs.teacher, inputs.teacher_info = prepare_teacher(config, registry, inputs, env)
+    teacher_stage.freeze(inputs.teacher)
+    inputs.teacher_info["parameters"] = count_parameters(inputs.teacher.model)
+    # what auto resolved to
+    inputs.teacher_info["precision"] = inference_precision(config.precision, env.accelerator.device)
+    record({"teacher": inputs.teacher_info})
+    inputs.caches = teacher_stage.TeacherOutputs(
+        inputs.teacher,
+        registry.find_layer_extractor(inputs.teacher.model),
+        inputs.trainer,
+        task,
+        train,
+        dev,
+        root=env.cache_root,
+        precision=config.precision,
+        layers=preflight.reads_teacher_layers(config, registry),
+    )
+    return inputs
+
+
+def student_trainer(config: RunConfig, env: RunEnvironment, task: Task) -> Trainer:
+    """The trainer of the run's students (and of the teacher's cached outputs)."""
+    trainer = Trainer(
+        env.accelerator,
+        task,
+        batch_size=config.batch_size,
+        seed=config.seed,
+        weight_decay=config.weight_decay,
+        warmup_ratio=config.warmup_ratio,
+        best_checkpoint=config.best_checkpoint,
+        num_workers=config.num_workers,
+    )
+    trainer.tracking = env.tracker
+    return trainer
+
+
+def prepare_teacher(
+    config: RunConfig, registry: Registry, inputs: RunInputs, env: RunEnvironment
 ) -> tuple[Teacher, dict[str, Any]]:
-    """The teacher fine-tuned on the task: as given, reused from the store, or fine-tuned now and stored.
+    """The teacher fine-tuned on the task: as given, reused from the store, or fine-tuned now and
+    stored; and what metrics.json records of it.
 
     Fine-tuning runs under a lock on its key, so a second run that needs the same teacher waits
     for the first and reuses what it stored instead of fine-tuning again.
     """
+    teacher = inputs.teacher
     info: dict[str, Any] = {
         "name": config.teacher,
         "source": teacher.source,
@@ -75,60 +178,68 @@ def prepare_teacher(
         **teacher.extra,
     }
     for note in teacher.notes:
-        echo(note)
+        env.echo(note)
     if teacher.finetuned:
         info["finetuned"] = {"given": True}
         return teacher, info
-    settings = finetune_settings(config, teacher, train, max_length, seed)
-    epochs, patience, min_epochs = settings["epochs"], settings.get("patience", 0), settings.get("min_epochs", 0)
-    key = teacher_stage.finetune_key(teacher, task, train, dev, settings)
-    lock = file_lock(teacher_stage.teacher_store(cache_root) / f"{key}.lock") if main_process else nullcontext()
+    settings = finetune_settings(config, teacher, inputs.train, inputs.max_length, teacher_seed(config))
+    key = teacher_stage.finetune_key(teacher, inputs.task, inputs.train, inputs.dev, settings)
+    store = teacher_stage.teacher_store(env.cache_root)
+    lock = file_lock(store / f"{key}.lock") if env.main_process else nullcontext()
     with lock:  # the other ranks of a multi-process run follow the main one's decision
-        stored = broadcast_object(teacher_stage.stored_teacher_dir(cache_root, key) if main_process else None)
+        stored = broadcast_object(teacher_stage.stored_teacher_dir(env.cache_root, key) if env.main_process else None)
         if stored is not None:
-            echo(f"teacher: reusing the fine-tuned teacher {stored}")
+            env.echo(f"teacher: reusing the fine-tuned teacher {stored}")
             summary = teacher_stage.stored_summary(stored)
             info["finetuned"] = {
                 "reused": str(stored),
                 **{k: summary[k] for k in ("best_epoch", "dev", "history", "seconds") if k in summary},
             }
-            reloaded = create_teacher(config, registry, task, source=str(stored))
+            reloaded = create_teacher(config, registry, inputs.task, source=str(stored))
             reloaded.pretrained = teacher.pretrained
             return reloaded, info
-        stopping = stopping_rule(patience, min_epochs, epochs)
-        echo(
-            f"teacher: fine-tuning {teacher.source} on {task.name} ({epochs} epochs at lr {config.teacher_lr:g}"
-            f"{stopping})"
-        )
-        trainer = Trainer(
-            accelerator,
-            task,
-            batch_size=config.teacher_batch_size,
-            seed=seed,
-            weight_decay=config.weight_decay,
-            warmup_ratio=config.warmup_ratio,
-        )
-        trainer.tracking = tracker
-        summary = teacher_stage.finetune(
-            teacher,
-            registry.find_layer_extractor(teacher.model),
-            trainer,
-            task,
-            train,
-            dev,
-            epochs=epochs,
-            lr=config.teacher_lr,
-            task_loss=registry.create("loss", "mse" if task.is_regression else "ce"),
-            regression=task.is_regression,
-            checkpoints=checkpoints,
-            patience=patience,
-            min_epochs=min_epochs,
-        )
-        if main_process:
-            teacher_stage.store(teacher, cache_root, key, summary)
-        accelerator.wait_for_everyone()
-    info["finetuned"] = {**summary, "stored": str(teacher_stage.teacher_store(cache_root) / key)}
+        summary = finetune_teacher(config, registry, inputs, env, settings)
+        if env.main_process:
+            teacher_stage.store(teacher, env.cache_root, key, summary)
+        env.accelerator.wait_for_everyone()
+    info["finetuned"] = {**summary, "stored": str(store / key)}
     return teacher, info
+
+
+def finetune_teacher(
+    config: RunConfig, registry: Registry, inputs: RunInputs, env: RunEnvironment, settings: dict[str, Any]
+) -> dict[str, Any]:
+    """Fine-tune the teacher now, as ``settings`` (:func:`finetune_settings`) say; its summary."""
+    teacher, task = inputs.teacher, inputs.task
+    epochs, patience, min_epochs = settings["epochs"], settings.get("patience", 0), settings.get("min_epochs", 0)
+    stopping = stopping_rule(patience, min_epochs, epochs)
+    env.echo(
+        f"teacher: fine-tuning {teacher.source} on {task.name} ({epochs} epochs at lr {config.teacher_lr:g}{stopping})"
+    )
+    trainer = Trainer(
+        env.accelerator,
+        task,
+        batch_size=config.teacher_batch_size,
+        seed=settings["seed"],
+        weight_decay=config.weight_decay,
+        warmup_ratio=config.warmup_ratio,
+    )
+    trainer.tracking = env.tracker
+    return teacher_stage.finetune(
+        teacher,
+        registry.find_layer_extractor(teacher.model),
+        trainer,
+        task,
+        inputs.train,
+        inputs.dev,
+        epochs=epochs,
+        lr=config.teacher_lr,
+        task_loss=registry.create("loss", "mse" if task.is_regression else "ce"),
+        regression=task.is_regression,
+        checkpoints=env.checkpoints,
+        patience=patience,
+        min_epochs=min_epochs,
+    )
 
 
 def finetune_settings(
@@ -216,42 +327,11 @@ def check_enough_to_judge_a_teacher(config: RunConfig, task: Task, examples: dic
         )
 
 
-def teacher_caches(
-    config: RunConfig,
-    registry: Registry,
-    teacher: Teacher,
-    trainer: Trainer,
-    task: Task,
-    train: EncodedSplit,
-    dev: dict[str, EncodedSplit],
-    cache_root: Path,
-) -> teacher_stage.TeacherOutputs:
-    """The teacher's outputs on train and every dev split, opened (or computed and stored) on first
-    use: the logits, and the layer vectors where the run's methods read them."""
-    return teacher_stage.TeacherOutputs(
-        teacher,
-        registry.find_layer_extractor(teacher.model),
-        trainer,
-        task,
-        train,
-        dev,
-        root=cache_root,
-        precision=config.precision,
-        layers=preflight.reads_teacher_layers(config, registry),
-    )
-
-
-def check_teacher(
-    config: RunConfig,
-    task: Task,
-    dev: dict[str, EncodedSplit],
-    dev_caches: dict[str, TeacherCache],
-    info: dict[str, Any],
-    echo: Callable[[str], None],
-) -> None:
+def check_teacher(config: RunConfig, inputs: RunInputs, echo: Callable[[str], None]) -> None:
     """The teacher's dev metrics beside the majority class's, recorded in ``info``; a teacher that is
     not clearly better (or predicts one class) stops the run before any distillation, unless
     ``allow_weak_teacher``: distilling it would teach the student its mistakes."""
+    task, dev, dev_caches, info = inputs.task, inputs.dev, inputs.dev_caches, inputs.teacher_info
     first = task.dev_splits[0]
     predictions = {
         name: predictions_from_logits(torch.from_numpy(cache.logits[:].copy()), task.is_regression).tolist()
@@ -292,32 +372,25 @@ class WeakTeacherError(UsageError):
     """The teacher does not beat the majority class on dev: distilling it would not help."""
 
 
-def build_transfer_set(
-    config: RunConfig,
-    registry: Registry,
-    task: Task,
-    teacher: Teacher,
-    cache_root: Path,
-    seed: int,
-    echo: Callable[[str], None],
-):
+def build_transfer_set(config: RunConfig, registry: Registry, inputs: RunInputs, env: RunEnvironment):
     """The run's transfer set (engine/transfer.py), or None when it has none. Its teacher outputs
     are cached by the first stage that distils."""
     if not (config.transfer or config.augment):
         return None
     from . import transfer
 
+    task = inputs.task
     # built under a lock: the ranks of a multi-process run (and parallel runs) build it once
     return transfer.build_or_load(
         config,
         registry,
         task,
-        teacher,
+        inputs.teacher,
         task.load_split("train"),
         {name: task.load_split(name) for name in task.dev_splits},
-        root=cache_root,
-        seed=seed,
-        echo=echo,
+        root=env.cache_root,
+        seed=teacher_seed(config),
+        echo=env.echo,
     )
 
 
@@ -329,48 +402,17 @@ def warm_teacher(config: RunConfig, registry: Registry, *, echo: Callable[[str],
     preflight.resolve_components(config, registry)
     cache_root = Path(config.cache_dir).expanduser() if config.cache_dir else default_cache_root()
     cache_root.mkdir(parents=True, exist_ok=True)
-    teacher_seed = config.seed if config.teacher_seed is None else config.teacher_seed
-    set_seed(teacher_seed)
     accelerator = build_accelerator(config.precision)
-    task, teacher, max_length, train, dev = load_task_and_teacher(config, registry)
     # the fine-tuning's own checkpoints are scratch here: the fine-tuned teacher lands in the store
     with tempfile.TemporaryDirectory(prefix=".warm-", dir=cache_root) as scratch:
-        teacher, _ = prepare_teacher(
-            config,
-            registry,
-            task,
-            teacher,
-            train,
-            dev,
-            accelerator=accelerator,
-            cache_root=cache_root,
-            checkpoints=Checkpointer(
-                Path(scratch), how_to_continue="run the same command again (the teacher's fine-tuning starts over)"
-            ),
-            seed=teacher_seed,
-            main_process=True,
-            max_length=max_length,
-            echo=echo,
-        )
-    teacher_stage.freeze(teacher)
+        how = "run the same command again (the teacher's fine-tuning starts over)"
+        env = RunEnvironment(accelerator, cache_root, Checkpointer(Path(scratch), how_to_continue=how), echo=echo)
+        inputs = teacher_inputs(config, registry, env)
     if preflight.reads_teacher(config, registry):
-        trainer = Trainer(accelerator, task, batch_size=config.batch_size, seed=config.seed)
-        teacher_caches(config, registry, teacher, trainer, task, train, dev, cache_root)()
-        echo(f"teacher outputs cached for train and {', '.join(dev)}")
-        transfer_set = build_transfer_set(config, registry, task, teacher, cache_root, teacher_seed, echo)
-        if transfer_set is not None:
-            EngineContext(
-                config=config,
-                registry=registry,
-                task=task,
-                teacher=teacher,
-                trainer=trainer,
-                train=train,
-                dev=dev,
-                caches=None,
-                cache_root=cache_root,
-                cache_layers=preflight.reads_teacher_layers(config, registry),
-                max_length=max_length,
-                transfer=transfer_set,
-            ).transfer_cache(layers=preflight.reads_teacher_layers(config, registry))
-            echo(f"teacher outputs cached for the transfer set ({len(transfer_set)} examples)")
+        inputs.caches()
+        echo(f"teacher outputs cached for train and {', '.join(inputs.dev)}")
+        inputs.transfer = build_transfer_set(config, registry, inputs, env)
+        if inputs.transfer is not None:
+            layers = preflight.reads_teacher_layers(config, registry)
+            EngineContext.for_run(config, registry, inputs, cache_root).transfer_outputs(layers=layers)
+            echo(f"teacher outputs cached for the transfer set ({len(inputs.transfer)} examples)")

@@ -12,12 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from accelerate.utils import set_seed
 from torch import nn
 
 from ..config import RunConfig
 from ..errors import KdplugError, UsageError, debugging
-from ..hub import display_name
 from ..layout import CHECKPOINT_DIR
 from ..logs import FILE_ONLY
 from ..progress import human_duration
@@ -25,23 +23,15 @@ from ..registry import Registry
 from ..storage import default_cache_root, raise_as_storage_error, write_failure_reason
 from ..threads import apply as apply_threads
 from ..threads import choose as choose_threads
-from ..types import Example, RecipeCapabilities, Task, matchable_layers
-from . import analysis, faults, interrupt, preflight
-from . import speed as speed_module
-from . import teacher as teacher_stage
+from ..types import Example, Task
+from . import faults, interrupt, preflight
+from .baseline import Baseline, run_baseline
 from .checkpoint import Checkpointer, training_settings
-from .inputs import (
-    broadcast_object,
-    build_transfer_set,
-    check_teacher,
-    load_task,
-    load_task_and_teacher,
-    prepare_teacher,
-    teacher_caches,
-)
+from .evaluation import Evaluation, evaluate
+from .inputs import RunEnvironment, RunInputs, broadcast_object, load_task, prepare_inputs
 from .interrupt import RunInterrupted
-from .recipe import EngineContext, RecipeView, count_parameters
-from .results import Row, agreement, format_table, write_student_package
+from .recipe import EngineContext, run_recipe
+from .results import Row, format_table, write_student_package
 from .rundir import (
     BASELINE_PREDICTIONS_FILE,
     COMPLETED,
@@ -53,7 +43,7 @@ from .rundir import (
     is_completed,
 )
 from .tracking import TRACKING_DIR, Tracking, parse_report_to
-from .trainer import Trainer, build_accelerator, inference_precision, process_state
+from .trainer import build_accelerator, process_state
 
 log = logging.getLogger("kdplug")
 
@@ -101,12 +91,11 @@ def run(
     for note in notes:
         say(note)
         log.info(note, extra=FILE_ONLY)
-    closing: list[Callable[[], None]] = []  # what must end with the run, however it ends (trackers)
-    metrics: dict[str, Any] = {}  # filled as the run goes: a failed run still records what it measured
+    session = RunSession(config, registry, run_dir, cache_root, started, say, main_process)
     try:
         with interrupt.graceful_stop():
-            metrics["threads"] = threads.to_dict()
-            result = _run(config, registry, run_dir, cache_root, started, say, main_process, closing, metrics, loaded)
+            session.metrics["threads"] = threads.to_dict()
+            result = session.run(loaded)
         if main_process and not config.keep_checkpoints:
             shutil.rmtree(run_dir.path / CHECKPOINT_DIR, ignore_errors=True)
         return result
@@ -116,11 +105,11 @@ def run(
         raise
     except BaseException as exc:
         if main_process:
-            record_failure(run_dir, exc, started, metrics, handler)
+            record_failure(run_dir, exc, started, session.metrics, handler)
             exc.kdplug_run_dir = run_dir.path  # what the command line's message may describe
         raise
     finally:
-        for close in closing:
+        for close in session.closing:
             close()
         if handler is not None:
             logging.getLogger("kdplug").removeHandler(handler)
@@ -191,200 +180,81 @@ def resume_config(run_dir: Path) -> RunConfig:
     return config
 
 
-def _run(
-    config: RunConfig,
-    registry: Registry,
-    run_dir: RunDirectory,
-    cache_root: Path,
-    started: float,
-    echo: Callable[[str], None],
-    main_process: bool,
-    closing: list[Callable[[], None]],
-    metrics: dict[str, Any],
-    loaded: tuple[Task, dict[str, list[Example]]],
-) -> RunResult:
-    if main_process:
-        run_dir.write_config(config)
-    checkpoints = Checkpointer(
-        run_dir.path / CHECKPOINT_DIR, every_steps=config.checkpoint_every, written_by=training_settings(config)
-    )
-    teacher_seed = config.seed if config.teacher_seed is None else config.teacher_seed
-    set_seed(teacher_seed)
-    trackers = parse_report_to(config.report_to)
-    accelerator = build_accelerator(config.precision, log_with=trackers, project_dir=run_dir.path / TRACKING_DIR)
-    threads = metrics.get("threads", {})
-    echo(
-        f"kdplug run -> {run_dir.path}  (device: {accelerator.device}, threads: {threads.get('threads')} "
-        f"({threads.get('reason')}; --threads N sets it), cache: {cache_root})"
-    )
-    tracker = Tracking(accelerator, trackers, run_dir.path, config.to_dict()) if trackers else None
-    if tracker is not None:
-        closing.append(tracker.finish)
+@dataclass
+class RunSession:
+    """One run, once its directory is open: the phases inputs -> baseline -> recipe -> evaluation
+    -> results, and what they measured so far (a failed run still records it) and must close."""
 
-    task, teacher, max_length, train, dev = load_task_and_teacher(config, registry, loaded)
-    trainer = Trainer(
-        accelerator,
-        task,
-        batch_size=config.batch_size,
-        seed=config.seed,
-        weight_decay=config.weight_decay,
-        warmup_ratio=config.warmup_ratio,
-        best_checkpoint=config.best_checkpoint,
-        num_workers=config.num_workers,
-    )
-    trainer.tracking = tracker
-    metrics.update({"task": task.name, "main_metric": task.main_metric, "config": config.to_dict()})
+    config: RunConfig
+    registry: Registry
+    run_dir: RunDirectory
+    cache_root: Path
+    started: float
+    echo: Callable[[str], None]
+    main_process: bool
+    #: metrics.json, filled as the run goes
+    metrics: dict[str, Any] = field(default_factory=dict)
+    #: what must end with the run, however it ends (trackers)
+    closing: list[Callable[[], None]] = field(default_factory=list)
 
-    teacher, teacher_info = prepare_teacher(
-        config,
-        registry,
-        task,
-        teacher,
-        train,
-        dev,
-        accelerator=accelerator,
-        cache_root=cache_root,
-        checkpoints=checkpoints,
-        seed=teacher_seed,
-        main_process=main_process,
-        max_length=max_length,
-        echo=echo,
-        tracker=tracker,
-    )
-    teacher_stage.freeze(teacher)
-    teacher_info["parameters"] = count_parameters(teacher.model)
-    teacher_info["precision"] = inference_precision(config.precision, accelerator.device)  # what auto resolved to
-    metrics["teacher"] = teacher_info
-    caches = teacher_caches(config, registry, teacher, trainer, task, train, dev, cache_root)
-    dev_caches = None
-    if preflight.reads_teacher(config, registry):
-        dev_caches = caches.dev_caches()
-        check_teacher(config, task, dev, dev_caches, teacher_info, echo)
-    rows = [Row(f"teacher ({display_name(config.teacher)})", teacher_info["parameters"], teacher_info.get("dev", {}))]
+    def run(self, loaded: tuple[Task, dict[str, list[Example]]]) -> RunResult:
+        config, registry = self.config, self.registry
+        if self.main_process:
+            self.run_dir.write_config(config)
+        env = self.environment()
+        inputs = prepare_inputs(config, registry, env, loaded, record=self.metrics.update)
+        context = EngineContext.for_run(config, registry, inputs, self.cache_root, env.checkpoints)
+        baseline = run_baseline(context, self.echo) if config.baseline else None
+        if baseline is not None:
+            self.metrics["baseline"] = baseline.record
+        self.echo(f"recipe {config.recipe}: {config.student} <- {config.projector}")
+        student = run_recipe(context, config.recipe_options, "the trained student module")
+        evaluation = evaluate(context, inputs, student, baseline, env, self.run_dir.path, self.metrics.update)
+        self.metrics["wall_seconds"] = round(time.perf_counter() - self.started, 2)
+        self.metrics["processes"] = env.accelerator.num_processes
+        if self.main_process:
+            self.write_results(context, evaluation, baseline, env.checkpoints)
+        env.accelerator.wait_for_everyone()
+        self.report(inputs, evaluation)
+        return RunResult(self.run_dir.path, self.metrics, evaluation.rows)
 
-    transfer_set = build_transfer_set(config, registry, task, teacher, cache_root, teacher_seed, echo)
-    context = EngineContext(
-        config=config,
-        registry=registry,
-        task=task,
-        teacher=teacher,
-        trainer=trainer,
-        max_length=max_length,
-        transfer=transfer_set,
-        train=train,
-        dev=dev,
-        caches=caches,
-        cache_root=cache_root,
-        cache_layers=caches.layers,
-        checkpoints=checkpoints,
-    )
-
-    # -- the baseline, for the comparison table ------------------------------------------------
-    baseline_predictions: dict[str, Any] = {}
-    if config.baseline:
-        echo(f"baseline: {config.student} with {config.baseline}")
-        student, baseline_recipe = train_baseline(context)
-        baseline_dev = context.splits_for(student)[1]
-        # the final student's dev scores, and its predictions for paired comparisons with the run's student
-        scores = trainer.evaluate(student, baseline_dev, baseline_predictions)
-        metrics["baseline"] = {
-            "projector": config.baseline,
-            "recipe": baseline_recipe,
-            "dev": scores,
-            "parameters": count_parameters(student),
-        }
-        baseline_predictions = {
-            name: {"predictions": baseline_predictions[name], "labels": split.labels}
-            for name, split in baseline_dev.items()
-        }
-        rows.append(Row(f"{config.student} + {config.baseline}", count_parameters(student), scores))
-
-    # -- the recipe -------------------------------------------------------------------------
-    echo(f"recipe {config.recipe}: {config.student} <- {config.projector}")
-    recipe = registry.create("recipe", config.recipe, **config.recipe_options)
-    student = recipe.run(RecipeView(context))
-    if not isinstance(student, nn.Module):
-        raise UsageError(f"recipe {config.recipe!r} returned {type(student).__name__}, not the trained student module")
-    student_dev = context.splits_for(student)[1]
-    predictions: dict[str, list] = {}
-    final = trainer.evaluate(student, student_dev, predictions)
-    if context.last_distillation is not None and main_process:
-        stage, module = context.last_distillation
-        first = task.dev_splits[0]
-        metrics["analysis"] = analysis.write(
-            run_dir.path,
-            stage,
-            module,
-            first,
-            context.splits_for(student)[1][first],
-            context.teacher_cache()[1][first],
-            list(matchable_layers(registry.find_layer_extractor(student).layer_specs(student))),
-            batch_size=config.batch_size * 2,
-            device=accelerator.device,
+    def environment(self) -> RunEnvironment:
+        """The run's checkpoints, device and trackers; announces the run."""
+        config, path = self.config, self.run_dir.path
+        checkpoints = Checkpointer(
+            path / CHECKPOINT_DIR, every_steps=config.checkpoint_every, written_by=training_settings(config)
         )
+        trackers = parse_report_to(config.report_to)
+        accelerator = build_accelerator(config.precision, log_with=trackers, project_dir=path / TRACKING_DIR)
+        threads = self.metrics.get("threads", {})
+        self.echo(
+            f"kdplug run -> {path}  (device: {accelerator.device}, threads: {threads.get('threads')} "
+            f"({threads.get('reason')}; --threads N sets it), cache: {self.cache_root})"
+        )
+        tracker = Tracking(accelerator, trackers, path, config.to_dict()) if trackers else None
         if tracker is not None:
-            tracker.log_image(f"{stage}/attention", run_dir.path / analysis.ATTENTION_PLOT)
-    metrics["stages"] = context.stages
-    cached = {
-        **caches.record(),
-        **({"transfer": context.transfer_info["cache"]} if "cache" in context.transfer_info else {}),
-    }
-    if cached:  # per split: the bytes of logits and of layer vectors, and whether each was reused
-        metrics["teacher"]["cache"] = cached
-    if context.layer_variation:  # measured where a layer method matched the teacher's layers
-        metrics["teacher"]["layer_variation"] = {str(layer): share for layer, share in context.layer_variation.items()}
-    if transfer_set is not None:
-        metrics["transfer"] = {
-            **transfer_set.meta,
-            "directory": str(transfer_set.directory),
-            "teacher_cache": context.transfer_info,
-        }
-    if dev_caches is not None and not task.is_regression:
-        # how often the student predicts what the teacher predicts: what distillation optimises
-        metrics["agreement"] = {name: agreement(predictions[name], dev_caches[name]) for name in student_dev}
-    metrics["student"] = {
-        "name": config.student,
-        "projector": config.projector,
-        "recipe": config.recipe,
-        "default_recipe": preflight.default_recipe(registry),
-        "dev": final,
-        "parameters": count_parameters(student),
-        "init": getattr(student, "kdplug_init", {"init": "random"}),
-    }
-    label = f"{config.student} + {config.projector}"
-    if not preflight.declared(registry, RecipeCapabilities, config.recipe).is_default:
-        label += f" ({config.recipe})"
-    rows.append(Row(label, count_parameters(student), final))
-    first = task.dev_splits[0]
-    if config.measure_speed:
-        echo("measuring inference speed: teacher and student, batch 1 and 32, on dev inputs")
-        teacher_speed = speed_module.measure(teacher.model, dev[first], accelerator.device)
-        student_speed = speed_module.measure(student, student_dev[first], accelerator.device)
-        ratio = speed_module.speedup(teacher_speed, student_speed)
-        rows[0].speed = teacher_speed
-        for row in rows[1:]:  # the baseline has the student's architecture, so its speed
-            row.speed, row.speedup = student_speed, ratio
-        metrics["speed"] = {
-            "teacher": teacher_speed.as_dict(),
-            "student": student_speed.as_dict(),
-            "speedup": round(ratio, 3) if ratio else None,
-            "unreliable": teacher_speed.unreliable or student_speed.unreliable,
-        }
-    metrics["wall_seconds"] = round(time.perf_counter() - started, 2)
-    metrics["processes"] = accelerator.num_processes
-    if main_process:
+            self.closing.append(tracker.finish)
+        return RunEnvironment(accelerator, self.cache_root, checkpoints, self.main_process, self.echo, tracker)
+
+    def write_results(
+        self, context: EngineContext, evaluation: Evaluation, baseline: Optional[Baseline], checkpoints: Checkpointer
+    ) -> None:
+        """The student's package, the predictions and metrics.json, then the completed marker."""
+        run_dir = self.run_dir
         try:
             faults.fire_at("run-results")
-            write_student_package(run_dir, config, task, student, context, metrics, max_length)
+            write_student_package(
+                run_dir, self.config, context.task, evaluation.student, context, self.metrics, context.max_length
+            )
             run_dir.write_predictions(
                 {
-                    name: {"predictions": predictions[name], "labels": split.labels}
-                    for name, split in student_dev.items()
+                    name: {"predictions": evaluation.predictions[name], "labels": split.labels}
+                    for name, split in evaluation.dev.items()
                 }
             )
-            if baseline_predictions:
-                run_dir.write_predictions(baseline_predictions, BASELINE_PREDICTIONS_FILE)
-            run_dir.write_metrics({"status": COMPLETED, **metrics})
+            if baseline is not None and baseline.predictions:
+                run_dir.write_predictions(baseline.predictions, BASELINE_PREDICTIONS_FILE)
+            run_dir.write_metrics({"status": COMPLETED, **self.metrics})
             run_dir.set_status(COMPLETED)
         except BaseException as exc:
             raise_as_storage_error(
@@ -394,17 +264,20 @@ def _run(
                 f"limit) and finish with 'kdplug run --resume {run_dir.path}'",
             )
             raise
-    accelerator.wait_for_everyone()
-    echo(format_table(rows, task))
-    if metrics.get("agreement"):
-        echo(f"the student predicts the teacher's class on {metrics['agreement'][first] * 100:.2f}% of {first}")
-    if cached:
-        echo(cache_summary(cached))
-    advice = transfer_advice(config, registry, student, len(train))
-    if advice:
-        echo(advice)
-    echo(f"{stage_times(metrics)}; results in {run_dir.path}")
-    return RunResult(run_dir.path, metrics, rows)
+
+    def report(self, inputs: RunInputs, evaluation: Evaluation) -> None:
+        """The closing lines: the table, the agreement, the cache, a hint, where the time went."""
+        echo, metrics, task = self.echo, self.metrics, inputs.task
+        first = task.dev_splits[0]
+        echo(format_table(evaluation.rows, task))
+        if metrics.get("agreement"):
+            echo(f"the student predicts the teacher's class on {metrics['agreement'][first] * 100:.2f}% of {first}")
+        if evaluation.cached:
+            echo(cache_summary(evaluation.cached))
+        advice = transfer_advice(self.config, self.registry, evaluation.student, len(inputs.train))
+        if advice:
+            echo(advice)
+        echo(f"{stage_times(metrics)}; results in {self.run_dir.path}")
 
 
 def cache_summary(cached: dict[str, Any]) -> str:
@@ -457,18 +330,3 @@ def transfer_advice(config: RunConfig, registry: Registry, student: nn.Module, l
         f"transfer set: add --augment tang (or --transfer FILE of unlabelled text of the task); "
         f"{TRANSFER_MEASURED}; see docs/transfer-sets.md"
     )
-
-
-def train_baseline(context: EngineContext) -> tuple[nn.Module, str]:
-    """The ``--baseline`` student and its recipe: the run's student trained by the baseline
-    projector's own schedule and weights (see :meth:`EngineContext.for_baseline`), two stages for
-    universal-*."""
-    baseline = context.for_baseline()
-    recipe = baseline.registry.create("recipe", baseline.config.recipe)
-    student = recipe.run(RecipeView(baseline))
-    if not isinstance(student, nn.Module):
-        raise UsageError(
-            f"recipe {baseline.config.recipe!r} returned {type(student).__name__}, not the trained student"
-        )
-    context.adopt(baseline)
-    return student, baseline.config.recipe

@@ -3,7 +3,7 @@
 The plan comes from the same code as the run: the components are built by their factories, the
 teacher's fine-tuning settings and store key by the functions the run calls, and the recipe's own
 ``run(ctx)`` is executed against a :class:`PlanningContext`, whose stages are resolved exactly as
-:meth:`EngineContext.prepare_stage` resolves them (weights, epochs, learning rate, early stopping,
+:func:`~kdplug.engine.stage.prepare_stage` resolves them (weights, epochs, learning rate, early stopping,
 the vocabulary check) and then recorded instead of trained. What the recipe stores on its own
 (TAKD's assistants) goes to a scratch directory that is removed afterwards: a dry run writes
 nothing into the cache or the output directory.
@@ -30,11 +30,12 @@ from ..threads import choose as choose_threads
 from ..types import StageResult, Teacher, num_outputs
 from . import estimate, preflight
 from . import teacher as teacher_stage
+from .baseline import train_baseline
 from .cache import is_cached, layers_bytes, logits_bytes
 from .inputs import create_teacher, finetune_settings, load_task_and_teacher
-from .pipeline import train_baseline
 from .recipe import EngineContext, RecipeView, count_parameters
 from .rundir import RunDirectory, default_output
+from .stage import prepare_stage
 from .trainer import Trainer, build_accelerator, inference_precision
 
 
@@ -63,7 +64,7 @@ class PlanningContext(EngineContext):
 
     def train_stage(self, name: str, student, projector=None, **options: Any) -> StageResult:
         name = self.stage_prefix + name
-        stage = self.prepare_stage(name, student, projector, **options)
+        stage = prepare_stage(self, name, student, projector, **options)
         timing = estimate.epoch_seconds(
             stage.module.student, self.trainer, stage.train, stage.dev, stage.examples, self.config.batch_size
         )

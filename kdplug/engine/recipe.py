@@ -1,9 +1,11 @@
 """The engine's recipe context: what a recipe's ``run(ctx)`` drives.
 
-:class:`EngineContext` implements the public protocol :class:`kdplug.types.RecipeContext` and does
-the work behind it (caching, devices, checkpoints, metrics), so a recipe is only its schedule.
-Recipes receive it through :class:`RecipeView`, which lets through the protocol and nothing else:
-the boundary holds by contract, not by convention.
+:class:`EngineContext` implements the public protocol :class:`kdplug.types.RecipeContext` over a
+run's inputs, plus the few hooks a stage's preparation reads (:func:`~kdplug.engine.stage.prepare_stage`:
+the teacher's outputs, the transfer set's share, the data as a student reads it), which the dry
+run's planning context overrides. The defaults live in schedule.py, stage preparation in stage.py,
+``--baseline`` in baseline.py. Recipes receive the context through :class:`RecipeView`, which lets
+through the protocol and nothing else: the boundary holds by contract, not by convention.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
 
 from accelerate.utils import set_seed
 from torch import nn
@@ -23,7 +26,6 @@ from ..registry import Registry
 from ..types import (
     LayerSpec,
     ProjectionRequest,
-    ProjectorCapabilities,
     RecipeContext,
     Settings,
     StageResult,
@@ -33,86 +35,25 @@ from ..types import (
     Weights,
     matchable_layers,
     num_outputs,
-    reads_teacher_layers,
 )
-from . import preflight, variation
+from . import variation
 from .cache import ConcatCache, TeacherCache
 from .checkpoint import Checkpointer
 from .data import EncodedSplit, WithTransfer, encode
 from .heads import warmed_up_heads
-from .objective import DistillationModule, TeacherHeads, WeightedObjective
-from .teacher import LiveTeacher, TeacherOutputs, build_cache, freeze
+from .objective import DistillationModule, TeacherHeads
+from .schedule import (
+    DEFAULT_TEMPERATURE,
+)
+from .stage import kd_loss_choice, prepare_stage
+from .teacher import TeacherOutputs, freeze
 from .trainer import Trainer, inference_precision
+from .transfer_outputs import TransferOutputs
+
+if TYPE_CHECKING:
+    from .inputs import RunInputs
 
 log = logging.getLogger(__name__)
-
-DEFAULT_LR = 5e-5
-DEFAULT_EPOCHS = 3
-DEFAULT_TEMPERATURE = 1.0
-#: with its default number of epochs a student still takes at least this many optimizer steps:
-#: a few hundred labelled examples need many more epochs than GLUE's tens of thousands
-MIN_DEFAULT_STEPS = 300
-MAX_DEFAULT_EPOCHS = 30
-#: early stopping where kdplug chose the epoch count: epochs without a dev improvement
-DEFAULT_PATIENCE = 3
-#: the settings a ``--baseline`` student takes from its own method, not from the run
-BASELINE_OWN_SETTINGS = {
-    "eta": None,
-    "lam": None,
-    "ce_weight": None,
-    "temperature": None,
-    "kd_loss": None,
-    "kd_loss_options": {},
-    "ild_loss": None,
-    "ild_loss_options": {},
-}
-
-
-def settings_left_out(config: RunConfig) -> str:
-    """The run's objective settings a ``--baseline`` student does not use, for its stages' lines."""
-    kept = {key: getattr(config, key) for key in BASELINE_OWN_SETTINGS if getattr(config, key) not in (None, {})}
-    if not kept:
-        return ""
-    listed = ", ".join(
-        f"{key} {value:g}" if isinstance(value, (int, float)) else f"{key} {value!r}" for key, value in kept.items()
-    )
-    return f"; trained as its method defines it, not with the run's {listed}"
-
-
-def resolve_patience(configured: Optional[int], epochs_chosen_by_kdplug: bool) -> int:
-    """The run's ``patience`` if set; else early stopping only where kdplug chose the epoch count
-    (a budget the user set is kept whole)."""
-    if configured is not None:
-        return configured
-    return DEFAULT_PATIENCE if epochs_chosen_by_kdplug else 0
-
-
-def resolve_min_epochs(configured: Optional[int], epochs: int) -> int:
-    """The first epoch after which early stopping may end a stage: the run's ``min_epochs`` if set,
-    else a quarter of the stage's epochs. A student trained from scratch can predict the majority
-    class for its first epochs (PKD's layer term leads a BiLSTM for five or six on the demo), and one
-    lucky epoch among them would otherwise start a patience it runs out before it learns."""
-    return configured if configured is not None else -(-epochs // 4)
-
-
-def student_default(student: nn.Module, attribute: str, fallback: Any) -> Any:
-    """A student family's own default (``default_lr``, ``default_epochs``), else ``fallback``."""
-    value = getattr(student, attribute, None)
-    return fallback if value is None else value
-
-
-def default_epochs(student: nn.Module, examples: int, batch_size: int) -> int:
-    """The family's default epochs, raised to reach its step budget: ``default_steps`` optimizer
-    steps (else ``MIN_DEFAULT_STEPS``), in at most ``max_default_epochs`` epochs (else
-    ``MAX_DEFAULT_EPOCHS``). The budget is in steps, so a transfer set 20 times the data makes
-    each epoch longer, not the run 20 times longer; on a small data set three epochs are a few
-    dozen steps, which leaves a freshly initialised student predicting one class. Early stopping
-    (``patience``) ends the stage once the dev score stops improving."""
-    family = int(student_default(student, "default_epochs", DEFAULT_EPOCHS))
-    budget = int(student_default(student, "default_steps", MIN_DEFAULT_STEPS))
-    cap = int(student_default(student, "max_default_epochs", MAX_DEFAULT_EPOCHS))
-    steps_per_epoch = max(1, -(-examples // batch_size))
-    return max(family, min(cap, -(-budget // steps_per_epoch)))
 
 
 @dataclass
@@ -141,8 +82,8 @@ class EngineContext:
     max_length: Optional[int] = None
     #: the run's transfer set (engine.transfer.TransferSet): stages that distil also learn on it
     transfer: Any = None
-    #: what caching the teacher's outputs on the transfer set cost (seconds, reused or built)
-    transfer_info: dict = field(default_factory=dict)
+    #: the teacher's outputs on the transfer set, computed on first use (shared with the baseline's context)
+    transfer_outputs: Optional[TransferOutputs] = None
     #: put before every stage's name: a ``--baseline`` schedule's are ``baseline-<projector>-<stage>``
     stage_prefix: str = ""
     #: added to every stage's line (a ``--baseline`` schedule's: the run's settings it does not use)
@@ -151,7 +92,6 @@ class EngineContext:
     #: each teacher layer's input-dependent share of energy (engine/variation.py), measured when a
     #: stage first matches teacher layers; shared with the baseline's context (the same teacher)
     layer_variation: dict[int, float] = field(default_factory=dict)
-    _transfer_cache: Optional[TeacherCache] = None
     _trimmed: dict = field(default_factory=dict)  # tokenizer id -> (trimmed tokenizer, kept ids)
 
     def __post_init__(self) -> None:
@@ -161,6 +101,48 @@ class EngineContext:
             from .data import default_max_length
 
             self.max_length = self.config.max_length or default_max_length(self.task)
+        if self.transfer is not None and self.transfer_outputs is None:
+            self.transfer_outputs = TransferOutputs(
+                self.transfer,
+                self.teacher,
+                self.extractor(self.teacher.model),
+                self.trainer,
+                self.task,
+                self.max_length,
+                root=self.cache_root,
+                precision=self.config.precision,
+            )
+
+    @classmethod
+    def for_run(
+        cls,
+        config: RunConfig,
+        registry: Registry,
+        inputs: RunInputs,
+        cache_root: Path,
+        checkpoints: Optional[Checkpointer] = None,
+    ) -> EngineContext:
+        """The context of a run's recipe over the ``inputs`` it computed once."""
+        return cls(
+            config=config,
+            registry=registry,
+            task=inputs.task,
+            teacher=inputs.teacher,
+            trainer=inputs.trainer,
+            train=inputs.train,
+            dev=inputs.dev,
+            caches=inputs.caches,
+            cache_root=cache_root,
+            cache_layers=inputs.caches.layers,
+            checkpoints=checkpoints,
+            max_length=inputs.max_length,
+            transfer=inputs.transfer,
+        )
+
+    @property
+    def transfer_info(self) -> dict[str, Any]:
+        """What caching the teacher's outputs on the transfer set cost (seconds, reused or built)."""
+        return self.transfer_outputs.info if self.transfer_outputs is not None else {}
 
     # -- the run, read-only -------------------------------------------------------------------
     @property
@@ -180,9 +162,7 @@ class EngineContext:
 
         return MappingProxyType(self.stages.get(self.stage_prefix + stage, {}))
 
-    def store_directory(self, kind: str, key: str):
-        from pathlib import Path
-
+    def store_directory(self, kind: str, key: str) -> Path:
         return Path(self.cache_root) / kind / key
 
     @property
@@ -210,83 +190,20 @@ class EngineContext:
         factory, source = self.registry.model_reference("student", name or self.config.student)
         student = self.registry.create("student", factory, self.task, self.teacher, **{**opts, **source})
         if name is None and self.config.trim_vocab:
-            self.trim_vocabulary(student)
+            trim_vocabulary(student, self.tokenizer, self.task, self.transfer, self._trimmed)
         if name is None and not self._size_checked:
             self._size_checked = True
             warn_if_not_smaller(student, self.teacher.model, self.config.student)
         return student
 
-    def trim_vocabulary(self, student: nn.Module) -> None:
-        """``trim_vocab``: the student keeps only the embedding rows of the tokens the task's texts
-        use (train, transfer set, dev) and reads with a tokenizer trimmed to match (kdplug/vocab.py)."""
-        from ..vocab import TrimReport, trim_embeddings, trim_tokenizer, used_token_ids
-
-        tokenizer = getattr(student, "tokenizer", None) or self.tokenizer
-        rows = student.get_input_embeddings().num_embeddings
-        if rows != len(tokenizer):
-            raise UsageError(
-                f"trim_vocab: the student's embedding table has {rows} rows but its tokenizer "
-                f"{len(tokenizer)} tokens; they do not belong together"
-            )
-        if id(tokenizer) not in self._trimmed:
-            texts = [
-                e.text_a if e.text_b is None else (e.text_a, e.text_b)
-                for split in ("train", *self.task.dev_splits)
-                for e in self.task.load_split(split)
-            ]
-            if self.transfer is not None:
-                texts += [a if b is None else (a, b) for a, b in self.transfer.texts()]
-            self._trimmed[id(tokenizer)] = trim_tokenizer(tokenizer, used_token_ids(tokenizer, texts))
-        trimmed, kept = self._trimmed[id(tokenizer)]
-        trim_embeddings(student, kept)
-        student.tokenizer = trimmed
-        report = TrimReport(kept, rows, len(kept), student.get_input_embeddings().embedding_dim)
-        init = dict(getattr(student, "kdplug_init", None) or {"init": "random"})
-        student.kdplug_init = {**init, "vocabulary": {"before": rows, "after": len(kept)}}
-        log.info("trim_vocab: %s", report.describe())
-
     def new_loss(self, name: str, **options: Any) -> Any:
         return self.registry.create("loss", name, **options)
 
-    def kd_loss_choice(self) -> tuple[str, dict]:
-        """The KD term's loss and its options: the run's ``kd_loss`` (else kd), the MSE of the scores
-        for a regression."""
-        if self.task.is_regression:
-            if self.config.kd_loss or self.config.kd_loss_options:
-                raise UsageError(
-                    f"kd_loss / kd_loss_options choose the loss on a classifier's logits, but task "
-                    f"{self.task.name!r} is a regression (its KD term is the MSE of the scores); drop them"
-                )
-            return "mse", {}
-        return self.config.kd_loss or preflight.DEFAULT_KD_LOSS, dict(self.config.kd_loss_options)
-
     def new_kd_loss(self, temperature: float) -> Any:
-        name, options = self.kd_loss_choice()
+        name, options = kd_loss_choice(self.config, self.task)
         if self.task.is_regression:
             return self.new_loss(name)
         return self.new_loss(name, temperature=temperature, **options)
-
-    def ild_loss_choice(self, projector: Optional[nn.Module]) -> Optional[tuple[str, dict]]:
-        """The loss on ``projector``'s pairs and its options: the run's ``ild_loss`` (e.g. a loss plugin)
-        over the projector's own; None where there is none (no projector, or one that returns terms)."""
-        if projector is not None and self.config.ild_loss:
-            return self.config.ild_loss, dict(self.config.ild_loss_options)
-        if getattr(projector, "ild_loss", None):
-            return projector.ild_loss, dict(getattr(projector, "ild_loss_options", {}) or {})
-        return None
-
-    def losses(self, projector: Optional[nn.Module], weights: Weights) -> dict[str, dict]:
-        """The losses of a weighted stage's terms that are on, for its record: KD's where eta > 0, with
-        its temperature, the layer loss where lam > 0."""
-        losses: dict[str, dict] = {}
-        if weights.eta > 0:
-            name, options = self.kd_loss_choice()
-            temperature = {} if self.task.is_regression else {"temperature": weights.temperature}
-            losses["kd"] = {"name": name, **temperature, **options}
-        ild = self.ild_loss_choice(projector) if weights.lam > 0 else None
-        if ild is not None:
-            losses["ild"] = {"name": ild[0], **ild[1]}
-        return losses
 
     def new_teacher(self, name: str, **options: Any) -> Teacher:
         factory, source = self.registry.model_reference("teacher", name)
@@ -345,58 +262,9 @@ class EngineContext:
         temperature_value = pick(temperature, config.temperature, defaults.get("temperature"), DEFAULT_TEMPERATURE)
         return Weights(eta=eta_value, lam=lam_value, temperature=temperature_value, ce=max(ce_value, 0.0))
 
-    def objective(self, projector: Optional[nn.Module], weights: Weights) -> WeightedObjective:
-        regression = self.task.is_regression
-        task_loss = self.new_loss("mse") if regression else self.new_loss("ce")
-        kd_loss = self.new_kd_loss(weights.temperature)
-        ild = self.ild_loss_choice(projector)
-        ild_loss = None if ild is None else self.new_loss(ild[0], **ild[1])
-        return WeightedObjective(
-            eta=weights.eta,
-            lam=weights.lam,
-            ce=weights.ce,
-            task_loss=task_loss,
-            kd_loss=kd_loss,
-            ild_loss=ild_loss,
-            regression=regression,
-        )
-
-    # -- teacher side -----------------------------------------------------------------------
     def teacher_cache(self, layers: bool = False) -> tuple[TeacherCache, dict[str, TeacherCache]]:
         """The teacher's outputs on train and dev; with its layer vectors where ``layers`` (or the run reads them)."""
         return self.caches(layers=layers)
-
-    def transfer_cache(self, layers: bool = False) -> TeacherCache:
-        """The teacher's outputs on the transfer set, computed once and stored like any split's (its
-        layer vectors where ``layers``: they are added to a cache opened without them)."""
-        if self._transfer_cache is None or (layers and not self._transfer_cache.has_layers):
-            import time
-
-            started = time.perf_counter()
-            split = self.transfer.encode(self.teacher.tokenizer, self.max_length, is_regression=self.task.is_regression)
-            self._transfer_cache = build_cache(
-                self.teacher,
-                self.extractor(self.teacher.model),
-                self.trainer,
-                self.task,
-                "transfer",
-                split,
-                root=self.cache_root,
-                precision=self.config.precision,
-                teacher_fingerprint=fingerprint.of_module(self.teacher.model),
-                tokenizer_fingerprint=fingerprint.of_tokenizer(self.teacher.tokenizer),
-                layers=layers,
-            )
-            seconds = time.perf_counter() - started
-            self.transfer_info.update(
-                {
-                    "examples": len(split),
-                    "teacher_seconds": round(seconds, 2),
-                    "reused": not self._transfer_cache.built,
-                    "cache": self._transfer_cache.record(),
-                }
-            )
-        return self._transfer_cache
 
     def with_transfer(self, student: nn.Module, train: EncodedSplit, cache: TeacherCache) -> tuple[Any, Any]:
         """The training data and teacher outputs of a distillation stage: the labelled split followed by
@@ -408,7 +276,7 @@ class EngineContext:
         ratio = self.config.transfer_ratio
         per_epoch = None if ratio is None else round(ratio * len(train))
         return WithTransfer(train, transfer, per_epoch=per_epoch), ConcatCache(
-            cache, self.transfer_cache(layers=cache.has_layers)
+            cache, self.transfer_outputs(layers=cache.has_layers)
         )
 
     def teacher_heads(self) -> TeacherHeads:
@@ -431,35 +299,9 @@ class EngineContext:
             self._heads = heads
         return self._heads
 
-    def for_baseline(self) -> EngineContext:
-        """The context of the ``--baseline`` student: the run with the baseline as its projector, trained
-        as that method defines it: its own schedule (its ``default_recipe``, else the default recipe),
-        default weights and temperature, and losses (the run's eta, lam, ce_weight, temperature,
-        kd_loss, ild_loss and their options are meant for its projector; Universal-KD's paper, e.g.,
-        trains at τ = 1 with the KD loss of its eq. 1). Data, teacher and caches are shared; the stages
-        are recorded as ``baseline-<projector>-<stage>``, and their lines name the settings left out."""
-        config = self.config
-        recipe = preflight.declared(self.registry, ProjectorCapabilities, config.baseline).default_recipe
-        settings = dataclasses.replace(
-            config,
-            projector=config.baseline,
-            projector_options={},
-            recipe=recipe or preflight.default_recipe(self.registry),
-            recipe_options={},
-            **BASELINE_OWN_SETTINGS,
-        )
-        return dataclasses.replace(
-            self,
-            config=settings,
-            stage_prefix=f"baseline-{config.baseline}-",
-            stage_note=settings_left_out(config),
-            last_distillation=None,
-        )
-
     def adopt(self, other: EngineContext) -> None:
         """Take over what ``other``, a context over the same teacher and data (the baseline's),
-        built once: the teacher's outputs on the transfer set, its heads, the size check."""
-        self._transfer_cache = self._transfer_cache or other._transfer_cache
+        built once: its heads and the size check (the teacher's outputs on the transfer set are shared)."""
         self._heads = self._heads or other._heads
         self._size_checked = self._size_checked or other._size_checked
 
@@ -492,8 +334,7 @@ class EngineContext:
             caches=caches,
             _heads=None,
             last_distillation=None,
-            _transfer_cache=None,
-            transfer_info={},
+            transfer_outputs=None,
             layer_variation={},
         )
 
@@ -530,8 +371,16 @@ class EngineContext:
         (else the run's, else the family's default), ending early after ``patience`` epochs without a
         dev improvement (else the run's ``patience``, else 3 when no one set the epochs)."""
         name = self.stage_prefix + name
-        stage = self.prepare_stage(
-            name, student, projector, weights=weights, objective=objective, epochs=epochs, lr=lr, patience=patience
+        stage = prepare_stage(
+            self,
+            name,
+            student,
+            projector,
+            weights=weights,
+            objective=objective,
+            epochs=epochs,
+            lr=lr,
+            patience=patience,
         )
         log.info("stage %s: %s%s", name, stage.describe(), self.stage_note)
         result = self.trainer.fit(
@@ -555,68 +404,6 @@ class EngineContext:
             self.stages[name]["warnings"] = [*stage.warnings, *self.stages[name].get("warnings", [])]
         return result
 
-    def prepare_stage(
-        self,
-        name: str,
-        student: nn.Module,
-        projector: Optional[nn.Module] = None,
-        *,
-        weights: Optional[Weights] = None,
-        objective: Optional[nn.Module] = None,
-        epochs: Optional[int] = None,
-        lr: Optional[float] = None,
-        patience: Optional[int] = None,
-    ) -> Stage:
-        """Everything a stage trains with, resolved and checked (see :meth:`train_stage`)."""
-        if name in self.stages:
-            raise UsageError(f"the recipe runs two stages named {name!r}; stage names must be unique")
-        weights = weights or self.weights(projector)
-        # no term reaches the classifier (TinyBERT's and MiniLMv2's first stage): its dev score says
-        # nothing of the stage, so keep the last epoch and train every epoch
-        blind = objective is None and weights.ce == 0 and weights.eta == 0
-        losses = self.losses(projector, weights) if objective is None else {}
-        objective = objective or self.objective(projector, weights)
-        if weights.lam == 0:
-            projector = None  # its pairs would be weighted by 0: skip the work (and the heads' warm-up)
-        # the projector or the objective itself (e.g. DIH's) may read the teacher's pseudo classifiers
-        needs_heads = any(getattr(part, "needs_teacher_heads", False) for part in (projector, objective))
-        heads = self.teacher_heads() if needs_heads else None
-        module = DistillationModule(student, self.extractor(student), projector, objective, heads)
-        needs_teacher = module.needs_teacher
-        needs_layers = needs_heads or (projector is not None and reads_teacher_layers(projector))
-        train_cache = self.teacher_cache(layers=needs_layers)[0] if needs_teacher else None
-        flat_layers = self.near_constant_layers(projector, train_cache)
-        train, dev = self.splits_for(student)
-        examples = len(train)
-        if needs_teacher:  # a transfer set only teaches through the teacher's outputs
-            train, train_cache = self.with_transfer(student, train, train_cache)
-            examples = self.examples_per_epoch(train)
-        parts = [train.labelled, train.transfer] if isinstance(train, WithTransfer) else [train]
-        check_vocabulary(student, name, [*parts, *dev.values()])
-        live_teacher = self.live_teacher(student, name) if module.needs_tokens else None
-        lr = lr or self.config.lr or student_default(student, "default_lr", DEFAULT_LR)
-        chosen = not (epochs or self.config.epochs)
-        epochs = epochs or self.config.epochs or default_epochs(student, examples, self.config.batch_size)
-        patience = 0 if blind else patience if patience is not None else resolve_patience(self.config.patience, chosen)
-        min_epochs = resolve_min_epochs(self.config.min_epochs, epochs) if patience else 0
-        return Stage(
-            module,
-            projector,
-            weights,
-            train,
-            dev,
-            train_cache,
-            epochs,
-            lr,
-            patience,
-            examples,
-            live_teacher,
-            blind,
-            min_epochs,
-            losses,
-            [flat_layers] if flat_layers else [],
-        )
-
     def near_constant_layers(self, projector: Optional[nn.Module], train_cache: Any) -> Optional[str]:
         """The warning (logged now) for the teacher layers ``projector`` matches whose vectors barely vary
         across the training examples, None if none (engine/variation.py)."""
@@ -631,92 +418,9 @@ class EngineContext:
             log.warning(warning)
         return warning
 
-    def live_teacher(self, student: nn.Module, stage: str) -> LiveTeacher:
-        """The teacher run on every batch, for a projector that distils per-token signals: both
-        models read the same tokens, so the student must read with the teacher's tokenizer."""
-        own = getattr(student, "tokenizer", None)
-        if own is not None and fingerprint.of_tokenizer(own) != fingerprint.of_tokenizer(self.tokenizer):
-            raise UsageError(
-                f"stage {stage!r}: {self.config.projector} compares the two models token by token, but the student "
-                f"reads with a tokenizer of its own (not the teacher's), so their tokens do not line up; use a student "
-                f"built from the teacher (bert-k) or one that shares its tokenizer"
-            )
-        return LiveTeacher(self.teacher, self.extractor(self.teacher.model), self.config.precision)
-
     def examples_per_epoch(self, train: Any) -> int:
         """Training examples per epoch: labelled ones plus the transfer set's share."""
         return getattr(train, "epoch_size", len(train))
-
-    def distill(self, name: str, student: nn.Module, projector: Optional[nn.Module], **weights: Any) -> StageResult:
-        return self.train_stage(name, student, projector, weights=self.weights(projector, **weights))
-
-
-@dataclass
-class Stage:
-    """A stage ready to train: what :meth:`EngineContext.prepare_stage` resolved."""
-
-    module: DistillationModule
-    projector: Optional[nn.Module]
-    weights: Weights
-    train: Any
-    dev: dict[str, EncodedSplit]
-    teacher_cache: Any
-    epochs: int
-    lr: float
-    patience: int
-    examples: int
-    live_teacher: Optional[LiveTeacher] = None
-    #: no term of the objective reaches the classifier, so the dev score cannot pick an epoch
-    keep_last: bool = False
-    #: early stopping does not end the stage before this epoch
-    min_epochs: int = 0
-    #: the losses of the weighted objective's terms that are on (``kd``, ``ild``): name and options
-    losses: dict[str, dict] = field(default_factory=dict)
-    #: found before training (e.g. near-constant teacher layers), recorded with the trainer's
-    warnings: list[str] = field(default_factory=list)
-
-    def settings(self) -> dict[str, Any]:
-        settings = {"weights": self.weights.as_dict(), "lr": self.lr, "epochs": self.epochs, "patience": self.patience}
-        if self.losses:
-            settings["losses"] = self.losses
-        if self.patience:
-            settings["min_epochs"] = self.min_epochs
-        if self.live_teacher is not None:
-            settings["teacher_in_the_loop"] = True
-        if self.keep_last:
-            settings["kept"] = "last epoch (no term trains the classifier, so dev scores cannot choose)"
-        matching = getattr(self.projector, "matching", None)  # which teacher layers each student layer learns from
-        if matching is not None:
-            settings["matching"] = matching
-        return settings
-
-    def describe(self) -> str:
-        student = type(self.module.student).__name__
-        matching = (
-            f", layers matched by {getattr(self.projector, 'name', type(self.projector).__name__)}"
-            if self.projector is not None
-            else ""
-        )
-        stopping = stopping_rule(self.patience, self.min_epochs, self.epochs)
-        if self.keep_last:
-            stopping = ", keeping the last epoch (no term trains the classifier)"
-        live = ", the teacher run on every batch for its per-token signals" if self.live_teacher is not None else ""
-        weights = ", ".join(f"{k} {v:g}" for k, v in self.weights.as_dict().items())
-        losses = "".join(f", {term} loss {spec['name']}" for term, spec in self.losses.items())
-        return (
-            f"{student} student{matching}; weights {weights}{losses}; {self.epochs} epochs at lr {self.lr:g} over "
-            f"{self.examples} examples per epoch{live}{stopping}"
-        )
-
-
-def stopping_rule(patience: int, min_epochs: int, epochs: int) -> str:
-    """How a stage stops early, for the line that announces it (empty when it does not)."""
-    if not patience:
-        return ""
-    if min_epochs >= epochs:
-        return f", no early stopping (min_epochs {min_epochs} of {epochs} epochs)"
-    after = f", not before epoch {min_epochs}" if min_epochs > patience + 1 else ""
-    return f", early stopping after {patience} epochs without a dev improvement{after}"
 
 
 def token_spec(extractor: Any, model: nn.Module) -> Optional[TokenSpec]:
@@ -727,6 +431,38 @@ def token_spec(extractor: Any, model: nn.Module) -> Optional[TokenSpec]:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def trim_vocabulary(student: nn.Module, tokenizer: Any, task: Task, transfer: Any, trimmed: dict) -> None:
+    """``trim_vocab``: the student keeps only the embedding rows of the tokens the task's texts
+    use (train, ``transfer`` set, dev) and reads with a tokenizer trimmed to match (kdplug/vocab.py).
+    ``tokenizer``: the run's, for a student without its own; ``trimmed`` keeps each tokenizer's trim
+    (by id) for the students after the first."""
+    from ..vocab import TrimReport, trim_embeddings, trim_tokenizer, used_token_ids
+
+    tokenizer = getattr(student, "tokenizer", None) or tokenizer
+    rows = student.get_input_embeddings().num_embeddings
+    if rows != len(tokenizer):
+        raise UsageError(
+            f"trim_vocab: the student's embedding table has {rows} rows but its tokenizer "
+            f"{len(tokenizer)} tokens; they do not belong together"
+        )
+    if id(tokenizer) not in trimmed:
+        texts = [
+            e.text_a if e.text_b is None else (e.text_a, e.text_b)
+            for split in ("train", *task.dev_splits)
+            for e in task.load_split(split)
+        ]
+        if transfer is not None:
+            texts += [a if b is None else (a, b) for a, b in transfer.texts()]
+        trimmed[id(tokenizer)] = trim_tokenizer(tokenizer, used_token_ids(tokenizer, texts))
+    trimmed_tokenizer, kept = trimmed[id(tokenizer)]
+    trim_embeddings(student, kept)
+    student.tokenizer = trimmed_tokenizer
+    report = TrimReport(kept, rows, len(kept), student.get_input_embeddings().embedding_dim)
+    init = dict(getattr(student, "kdplug_init", None) or {"init": "random"})
+    student.kdplug_init = {**init, "vocabulary": {"before": rows, "after": len(kept)}}
+    log.info("trim_vocab: %s", report.describe())
 
 
 def warn_if_not_smaller(student: nn.Module, teacher: nn.Module, name: str) -> None:
@@ -743,33 +479,6 @@ def warn_if_not_smaller(student: nn.Module, teacher: nn.Module, name: str) -> No
             size / 1e6,
             teacher_size / 1e6,
         )
-
-
-def check_vocabulary(model: nn.Module, stage: str, splits: list[EncodedSplit]) -> None:
-    """Token ids beyond the model's embedding table mean its tokenizer is not the one it was
-    built for; say so instead of failing inside an embedding lookup."""
-    try:
-        embeddings = model.get_input_embeddings()
-    except (AttributeError, NotImplementedError):  # not a Hugging Face model, or one that does not say
-        embeddings = getattr(model, "embeddings", None)
-    rows = getattr(embeddings, "num_embeddings", None)
-    if rows is None:
-        return
-    largest = max((largest_id(split) for split in splits), default=-1)
-    if largest >= rows:
-        raise UsageError(
-            f"stage {stage!r}: the student's embedding table has {rows} rows, but its input is tokenised with ids up "
-            f"to {largest}: the student and the tokenizer reading its data (the teacher's, unless the student "
-            f"carries its own 'tokenizer') do not match. Build the student from this teacher, or give it its own "
-            f"tokenizer (e.g. --set student_options.tokenizer=sentencepiece for bilstm/gated-cnn)."
-        )
-
-
-def largest_id(split: EncodedSplit) -> int:
-    table = split.input_ids
-    if hasattr(table, "ids"):  # a memory-mapped token table: one pass over the flat array
-        return int(table.ids.max()) if len(table.ids) else -1
-    return max((max(ids) for ids in table if ids), default=-1)
 
 
 #: what a recipe may use of its context: the names :class:`kdplug.types.RecipeContext` declares
@@ -812,3 +521,13 @@ class RecipeView:
 
     def __dir__(self) -> list[str]:
         return sorted(PROTOCOL_NAMES)
+
+
+def run_recipe(context: EngineContext, options: dict[str, Any], returns: str) -> nn.Module:
+    """The student that ``context``'s recipe (built with ``options``) trains, through a :class:`RecipeView`;
+    ``returns`` names what it must return, for the error when it returns something else."""
+    name = context.config.recipe
+    student = context.registry.create("recipe", name, **options).run(RecipeView(context))
+    if not isinstance(student, nn.Module):
+        raise UsageError(f"recipe {name!r} returned {type(student).__name__}, not {returns}")
+    return student

@@ -14,6 +14,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -268,22 +269,43 @@ class Trainer:
         if saved is not None and saved[0].complete:
             log.info("stage %s: complete in its checkpoint, reusing it", name)
             module.load_state_dict(saved[1])
-            progress = saved[0]
-            return StageResult(
-                name,
-                progress.history,
-                progress.best_epoch,
-                progress.best_dev,
-                time.perf_counter() - started,
-                progress.warnings,
-                progress.stopped_early,
-            )
+            return stage_result(name, saved[0], started)
+        first_dev = dev_splits.get(self.task.dev_splits[0]) or next(iter(dev_splits.values()))
+        plan = StagePlan(
+            name,
+            epochs,
+            lr,
+            dev_splits,
+            teacher_cache,
+            live_teacher,
+            checkpoints,
+            patience,
+            min_epochs,
+            keep_last,
+            health.constant_baseline(self.task, first_dev.labels) if patience else None,
+        )
+        run = self._start(plan, module, train, saved)
+        for epoch in range(run.progress.epoch, epochs + 1):
+            epoch_started = self._train_epoch(run, epoch)
+            if self._end_epoch(run, epoch, epoch_started):
+                break
+            if epoch < epochs:
+                self._save(run)
+        if run.best_state is not None:
+            run.unwrapped.load_state_dict(run.best_state)
+        self._save(run, complete=True)
+        self.accelerator.free_memory()
+        return stage_result(name, run.progress, started)
+
+    def _start(self, plan: StagePlan, module: DistillationModule, train: EncodedSplit, saved: Any) -> StageRun:
+        """The stage's optimizer, schedule and data, prepared for the device; continued from its
+        checkpoint (``saved``) where it has one."""
         # a stage's randomness depends on the seed and its name only, so a resumed run that
         # skips earlier stages draws the same dropout masks as an uninterrupted one
-        set_seed(self.seed + zlib.crc32(name.encode()) % 100_000)
+        set_seed(self.seed + zlib.crc32(plan.name.encode()) % 100_000)
         loader, sampler = self.loader(train, shuffle=True)
-        optimizer = make_optimizer(module, lr, self.weight_decay)
-        steps = epochs * len(loader)
+        optimizer = make_optimizer(module, plan.lr, self.weight_decay)
+        steps = plan.epochs * len(loader)
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup_ratio * steps), steps)
         progress, best_state, pending_rng = Progress(), None, None
         if saved is not None:
@@ -292,174 +314,232 @@ class Trainer:
             optimizer.load_state_dict(optimizers["optimizer"])
             scheduler.load_state_dict(optimizers["scheduler"])
             pending_rng = (rng, progress.python_rng, progress.numpy_rng)
-            log.info("stage %s: resuming at epoch %d, step %d", name, progress.epoch, progress.step)
+            log.info("stage %s: resuming at epoch %d, step %d", plan.name, progress.epoch, progress.step)
         module, optimizer, loader, scheduler = self.accelerator.prepare(module, optimizer, loader, scheduler)
-        unwrapped = self.accelerator.unwrap_model(module)
-
-        def save(complete: bool = False) -> Optional[Path]:
-            if checkpoints is None:
-                return None
-            progress.complete = complete
-            path = None
-            if self.accelerator.is_main_process:
-                path = checkpoints.save(name, progress, unwrapped.state_dict(), best_state, optimizer, scheduler)
-            self.accelerator.wait_for_everyone()
-            return path
-
-        fault = faults.planned(name)
-        first_dev = dev_splits.get(self.task.dev_splits[0]) or next(iter(dev_splits.values()))
-        baseline = health.constant_baseline(self.task, first_dev.labels) if patience else None
-        for epoch in range(progress.epoch, epochs + 1):
-            # Both: Accelerate's loader re-sets its sampler's epoch on every iteration (one process),
-            # but does not reach it through its sharding wrapper (several processes)
-            loader.set_epoch(epoch)
-            sampler.set_epoch(epoch)
-            if hasattr(unwrapped.objective, "set_epoch"):  # schedules over epochs, e.g. annealing KD
-                unwrapped.objective.set_epoch(epoch, epochs)
-            module.train()
-            epoch_started = time.perf_counter()
-            skip = progress.step if epoch == progress.epoch else 0
-            batches = self.accelerator.skip_first_batches(loader, skip) if skip else loader
-            bar = self.progress(batches, len(loader) - skip, f"{name} epoch {epoch}/{epochs}")
-            iterator = iter(bar)
-            if pending_rng is not None:  # after the iterator exists: creating one may draw random numbers
-                restore_rng(*pending_rng)
-                pending_rng = None
-            for step, batch in enumerate(iterator, start=skip + 1):
-                terms = self._step(
-                    module, batch, teacher_cache, live_teacher, optimizer, scheduler, name, epoch, step, checkpoints
-                )
-                if self.tracking is not None:
-                    self.tracking.log_step(name, (epoch - 1) * len(loader) + step, terms, scheduler.get_last_lr()[0])
-                for key, value in terms.items():
-                    progress.sums[key] = progress.sums.get(key, 0.0) + value
-                progress.count += 1
-                progress.epoch, progress.step = epoch, step
-                faults.fire(fault, epoch, step)
-                bar.set_postfix(loss=f"{progress.sums['loss'] / progress.count:.4f}", refresh=False)
-                every = checkpoints.every_steps if checkpoints is not None else 0
-                if interrupt.requested() or (every and step % every == 0 and step < len(loader)):
-                    path = save()
-                    if interrupt.requested():
-                        how = (
-                            f"checkpoint written to {path}; {checkpoints.how_to_continue}."
-                            if checkpoints is not None
-                            else "no checkpoint (checkpoints are off): run it again to start over."
-                        )
-                        raise RunInterrupted(
-                            f"stopped by signal {interrupt.requested()} in stage {name!r} at epoch {epoch}, step "
-                            f"{step}; {how}",
-                            interrupt.requested(),
-                        )
-            predictions: dict[str, list] = {}
-            metrics = self.evaluate(module, dev_splits, predictions)
-            score = self.main_score(metrics)
-            record = {
-                "epoch": epoch,
-                "train": {k: v / max(progress.count, 1) for k, v in progress.sums.items()},
-                "dev": metrics,
-            }
-            first_split = predictions.get(self.task.dev_splits[0])
-            if self.task.labels and first_split:
-                record["predicted_classes"] = len(set(first_split))
-            record["seconds"] = round(time.perf_counter() - epoch_started, 2)  # a resumed epoch: since the resume
-            progress.history.append(record)
-            log.info(
-                "%s epoch %d/%d: train loss %.4f, %s (%s%s)",
-                name,
-                epoch,
-                epochs,
-                record["train"].get("loss", 0.0),
-                _format(metrics),
-                human_duration(record["seconds"]),
-                time_left(progress.history, epochs, early_stopping=bool(patience)),
-            )
-            if self.tracking is not None:
-                self.tracking.log_epoch(name, epoch * len(loader), epoch, metrics)
-            findings = health.check_epoch(
-                name,
-                progress.history,
-                epochs=epochs,
-                lr=lr,
-                labels=self.task.labels,
-                predictions=predictions.get(self.task.dev_splits[0]),
-            )
-            for finding in [] if keep_last else findings:
-                if finding.code not in progress.warned:
-                    progress.warned.append(finding.code)
-                    progress.warnings.append(finding.message)
-                    log.warning(finding.message)
-            if (
-                keep_last
-                or self.best_checkpoint == "last"
-                or progress.best_score is None
-                or score > progress.best_score
-            ):
-                progress.best_score, progress.best_epoch, progress.best_dev = score, epoch, metrics
-                best_state = copy.deepcopy(unwrapped.state_dict())
-            progress.epoch, progress.step, progress.sums, progress.count = epoch + 1, 0, {}, 0
-            if (
-                patience
-                and min_epochs <= epoch < epochs
-                and stop_early([self.main_score(r["dev"]) for r in progress.history], patience, baseline)
-            ):
-                progress.stopped_early = epoch
-                log.info(
-                    "%s: no dev improvement for %d epochs since epoch %d: stopping early (patience %d)",
-                    name,
-                    patience,
-                    progress.best_epoch,
-                    patience,
-                )
-                break
-            if epoch < epochs:
-                save()
-        if best_state is not None:
-            unwrapped.load_state_dict(best_state)
-        save(complete=True)
-        self.accelerator.free_memory()
-        return StageResult(
-            name,
-            progress.history,
-            progress.best_epoch,
-            progress.best_dev,
-            time.perf_counter() - started,
-            progress.warnings,
-            progress.stopped_early,
+        return StageRun(
+            plan,
+            module,
+            self.accelerator.unwrap_model(module),
+            optimizer,
+            scheduler,
+            loader,
+            sampler,
+            progress,
+            best_state,
+            pending_rng,
+            faults.planned(plan.name),
         )
 
-    def _step(
-        self, module, batch, teacher_cache, live_teacher, optimizer, scheduler, name, epoch, step, checkpoints
-    ) -> dict[str, float]:
+    def _train_epoch(self, run: StageRun, epoch: int) -> float:
+        """One epoch's steps (the rest of it, for the epoch a resumed stage stopped in); when it started."""
+        plan, progress, loader = run.plan, run.progress, run.loader
+        # Both: Accelerate's loader re-sets its sampler's epoch on every iteration (one process),
+        # but does not reach it through its sharding wrapper (several processes)
+        loader.set_epoch(epoch)
+        run.sampler.set_epoch(epoch)
+        if hasattr(run.unwrapped.objective, "set_epoch"):  # schedules over epochs, e.g. annealing KD
+            run.unwrapped.objective.set_epoch(epoch, plan.epochs)
+        run.module.train()
+        epoch_started = time.perf_counter()
+        skip = progress.step if epoch == progress.epoch else 0
+        batches = self.accelerator.skip_first_batches(loader, skip) if skip else loader
+        bar = self.progress(batches, len(loader) - skip, f"{plan.name} epoch {epoch}/{plan.epochs}")
+        iterator = iter(bar)
+        if run.pending_rng is not None:  # after the iterator exists: creating one may draw random numbers
+            restore_rng(*run.pending_rng)
+            run.pending_rng = None
+        for step, batch in enumerate(iterator, start=skip + 1):
+            terms = self._step(run, batch, epoch, step)
+            if self.tracking is not None:
+                at = (epoch - 1) * len(loader) + step
+                self.tracking.log_step(plan.name, at, terms, run.scheduler.get_last_lr()[0])
+            for key, value in terms.items():
+                progress.sums[key] = progress.sums.get(key, 0.0) + value
+            progress.count += 1
+            progress.epoch, progress.step = epoch, step
+            faults.fire(run.fault, epoch, step)
+            bar.set_postfix(loss=f"{progress.sums['loss'] / progress.count:.4f}", refresh=False)
+            every = plan.checkpoints.every_steps if plan.checkpoints is not None else 0
+            if interrupt.requested() or (every and step % every == 0 and step < len(loader)):
+                path = self._save(run)
+                if interrupt.requested():
+                    raise stopped_by_signal(plan, epoch, step, path)
+        return epoch_started
+
+    def _end_epoch(self, run: StageRun, epoch: int, epoch_started: float) -> bool:
+        """The epoch's dev scores recorded, logged and checked, the best weights kept; whether early
+        stopping ends the stage here."""
+        plan, progress = run.plan, run.progress
+        predictions: dict[str, list] = {}
+        metrics = self.evaluate(run.module, plan.dev_splits, predictions)
+        score = self.main_score(metrics)
+        record = {
+            "epoch": epoch,
+            "train": {k: v / max(progress.count, 1) for k, v in progress.sums.items()},
+            "dev": metrics,
+        }
+        first_split = predictions.get(self.task.dev_splits[0])
+        if self.task.labels and first_split:
+            record["predicted_classes"] = len(set(first_split))
+        record["seconds"] = round(time.perf_counter() - epoch_started, 2)  # a resumed epoch: since the resume
+        progress.history.append(record)
+        log.info(
+            "%s epoch %d/%d: train loss %.4f, %s (%s%s)",
+            plan.name,
+            epoch,
+            plan.epochs,
+            record["train"].get("loss", 0.0),
+            _format(metrics),
+            human_duration(record["seconds"]),
+            time_left(progress.history, plan.epochs, early_stopping=bool(plan.patience)),
+        )
+        if self.tracking is not None:
+            self.tracking.log_epoch(plan.name, epoch * len(run.loader), epoch, metrics)
+        findings = health.check_epoch(
+            plan.name,
+            progress.history,
+            epochs=plan.epochs,
+            lr=plan.lr,
+            labels=self.task.labels,
+            predictions=first_split,
+        )
+        for finding in [] if plan.keep_last else findings:
+            if finding.code not in progress.warned:
+                progress.warned.append(finding.code)
+                progress.warnings.append(finding.message)
+                log.warning(finding.message)
+        best = progress.best_score is None or score > progress.best_score
+        if plan.keep_last or self.best_checkpoint == "last" or best:
+            progress.best_score, progress.best_epoch, progress.best_dev = score, epoch, metrics
+            run.best_state = copy.deepcopy(run.unwrapped.state_dict())
+        progress.epoch, progress.step, progress.sums, progress.count = epoch + 1, 0, {}, 0
+        return self._stops_early(plan, progress, epoch)
+
+    def _stops_early(self, plan: StagePlan, progress: Progress, epoch: int) -> bool:
+        """Whether early stopping ends the stage after ``epoch`` (and says so)."""
+        if not (plan.patience and plan.min_epochs <= epoch < plan.epochs):
+            return False
+        if not stop_early([self.main_score(r["dev"]) for r in progress.history], plan.patience, plan.baseline):
+            return False
+        progress.stopped_early = epoch
+        log.info(
+            "%s: no dev improvement for %d epochs since epoch %d: stopping early (patience %d)",
+            plan.name,
+            plan.patience,
+            progress.best_epoch,
+            plan.patience,
+        )
+        return True
+
+    def _save(self, run: StageRun, complete: bool = False) -> Optional[Path]:
+        """Checkpoint the stage (the main process writes, every process waits); its directory."""
+        checkpoints = run.plan.checkpoints
+        if checkpoints is None:
+            return None
+        run.progress.complete = complete
+        path = None
+        if self.accelerator.is_main_process:
+            path = checkpoints.save(
+                run.plan.name, run.progress, run.unwrapped.state_dict(), run.best_state, run.optimizer, run.scheduler
+            )
+        self.accelerator.wait_for_everyone()
+        return path
+
+    def _step(self, run: StageRun, batch: dict, epoch: int, step: int) -> dict[str, float]:
+        """One optimizer step on ``batch``; its loss terms (over the global batch)."""
         teacher = {}
-        unwrapped = self.accelerator.unwrap_model(module)
-        if teacher_cache is not None and unwrapped.needs_teacher:
-            logits, layers = teacher_cache.fetch(batch["index"], self.accelerator.device)
+        plan, unwrapped = run.plan, run.unwrapped
+        if plan.teacher_cache is not None and unwrapped.needs_teacher:
+            logits, layers = plan.teacher_cache.fetch(batch["index"], self.accelerator.device)
             teacher = {"teacher_logits": logits, "teacher_layers": layers}
-        if live_teacher is not None and unwrapped.needs_tokens:
-            teacher["teacher_tokens"] = live_teacher(batch, self.accelerator.device)
+        if plan.live_teacher is not None and unwrapped.needs_tokens:
+            teacher["teacher_tokens"] = plan.live_teacher(batch, self.accelerator.device)
         with self.accelerator.autocast():
-            terms = module(batch, **teacher)
+            terms = run.module(batch, **teacher)
         loss = terms["loss"]
         if not torch.isfinite(loss):
             values = {k: float(v.detach()) for k, v in terms.items()}
-            last = checkpoints.directory(name) if checkpoints is not None else None
+            last = plan.checkpoints.directory(plan.name) if plan.checkpoints is not None else None
             kept = (
                 f"the last good checkpoint is {last}"
                 if last is not None and last.exists()
                 else "no checkpoint was written yet"
             )
             raise NonFiniteLossError(
-                f"stage {name!r}, epoch {epoch}, step {step}: the loss is not finite ({values}); {kept}. "
+                f"stage {plan.name!r}, epoch {epoch}, step {step}: the loss is not finite ({values}); {kept}. "
                 f"Lower the learning rate or the temperature and resume or rerun."
             )
         self.accelerator.backward(loss)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        run.optimizer.step()
+        run.scheduler.step()
+        run.optimizer.zero_grad(set_to_none=True)
         if self.accelerator.num_processes > 1:  # log the loss of the global batch, not of this rank's share
             terms = {key: self.accelerator.reduce(value.detach(), reduction="mean") for key, value in terms.items()}
         return {key: float(value.detach()) for key, value in terms.items()}
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """What :meth:`Trainer.fit` was asked to train a stage with (see its docstring)."""
+
+    name: str
+    epochs: int
+    lr: float
+    dev_splits: dict[str, EncodedSplit]
+    teacher_cache: Optional[TeacherCache]
+    live_teacher: Optional[Callable[[dict, torch.device], Any]]
+    checkpoints: Optional[Checkpointer]
+    patience: int
+    min_epochs: int
+    keep_last: bool
+    #: the dev score of one constant prediction, below which early stopping waits (with ``patience``)
+    baseline: Optional[float]
+
+
+@dataclass
+class StageRun:
+    """A stage in training: the module, optimizer, schedule and data as prepared for the device, and
+    where it stands (its progress, the best weights so far, random states still to restore)."""
+
+    plan: StagePlan
+    module: Any  # the DistillationModule, wrapped for the device
+    unwrapped: DistillationModule
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    loader: Any
+    sampler: LengthGroupedBatchSampler
+    progress: Progress
+    best_state: Optional[dict] = None
+    #: the random states of a resumed stage, restored once its first batch iterator exists
+    pending_rng: Optional[tuple] = None
+    #: a fault planned for this stage (tests: engine/faults.py)
+    fault: Any = None
+
+
+def stage_result(name: str, progress: Progress, started: float) -> StageResult:
+    """What training the stage ``name`` gave, from where it stands."""
+    return StageResult(
+        name,
+        progress.history,
+        progress.best_epoch,
+        progress.best_dev,
+        time.perf_counter() - started,
+        progress.warnings,
+        progress.stopped_early,
+    )
+
+
+def stopped_by_signal(plan: StagePlan, epoch: int, step: int, path: Optional[Path]) -> RunInterrupted:
+    """The error that ends a stage stopped by a signal: where it stopped and how to continue."""
+    how = (
+        f"checkpoint written to {path}; {plan.checkpoints.how_to_continue}."
+        if plan.checkpoints is not None
+        else "no checkpoint (checkpoints are off): run it again to start over."
+    )
+    return RunInterrupted(
+        f"stopped by signal {interrupt.requested()} in stage {plan.name!r} at epoch {epoch}, step {step}; {how}",
+        interrupt.requested(),
+    )
 
 
 def stop_early(scores: list[float], patience: int, baseline: Optional[float]) -> bool:

@@ -202,6 +202,6 @@ def test_health_ild_collapse_while_ce_stays_at_chance():
 
 @pytest.mark.parametrize("examples, expected", [(67349, 3), (800, 12), (240, 30), (40, 30)])
 def test_default_epochs_reach_enough_optimizer_steps(examples, expected):
-    from kdplug.engine.recipe import default_epochs
+    from kdplug.engine.schedule import default_epochs
 
     assert default_epochs(torch.nn.Linear(1, 1), examples, 32) == expected

@@ -432,7 +432,7 @@ def test_stop_early(scores, patience, baseline, stop):
 
 
 def test_early_stopping_waits_a_quarter_of_the_epochs_unless_told():
-    from kdplug.engine.recipe import resolve_min_epochs
+    from kdplug.engine.schedule import resolve_min_epochs
 
     assert [resolve_min_epochs(None, epochs) for epochs in (1, 4, 5, 12, 50)] == [1, 1, 2, 3, 13]
     assert resolve_min_epochs(0, 50) == 0 and resolve_min_epochs(20, 50) == 20
@@ -456,7 +456,7 @@ def test_a_warm_up_that_changes_nothing_leaves_the_stored_teachers_key():
 
 
 def test_patience_defaults_on_only_where_kdplug_chose_the_epochs():
-    from kdplug.engine.recipe import DEFAULT_PATIENCE, resolve_patience
+    from kdplug.engine.schedule import DEFAULT_PATIENCE, resolve_patience
 
     assert resolve_patience(None, epochs_chosen_by_kdplug=True) == DEFAULT_PATIENCE
     assert resolve_patience(None, epochs_chosen_by_kdplug=False) == 0

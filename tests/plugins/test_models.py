@@ -415,7 +415,7 @@ def test_minilm_teacher_has_seven_layers_of_384(task):
 )
 @pytest.mark.parametrize("name", ["bilstm", "gated-cnn"])
 def test_students_from_scratch_train_to_a_step_budget(name, examples, expected, teacher, task):
-    from kdplug.engine.recipe import default_epochs
+    from kdplug.engine.schedule import default_epochs
 
     student = kdplug.create_student(name, task, teacher, hidden_size=8)
     assert default_epochs(student, examples, 32) == expected
