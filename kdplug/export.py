@@ -34,8 +34,9 @@ from torch import nn
 from .engine.package import drop_foreign_code, redact_loading_paths
 from .engine.speed import SINGLE_EXAMPLES
 from .errors import KdplugError, UsageError
-from .inference import INFO_FILE, ONNX_FILE, LoadedStudent, Text, load_student, student_directory
+from .inference import ONNX_FILE, LoadedStudent, Text, load_student, student_directory
 from .integrity import refuse_package_code, tokenizer_record, verify_package
+from .layout import INFO_FILE
 from .native_output import PACKED_SEQUENCE_SHAPE_WARNINGS, without_native_lines
 from .quantize import INT8, TORCH_RECIPE, quantize_onnx
 from .storage import atomic_directory
