@@ -377,28 +377,6 @@ def _size_mb(directory: Path) -> float:
     return megabytes(sum(p.stat().st_size for p in weights))
 
 
-def export_onnx(
-    path: Union[str, Path],
-    output: Union[str, Path],
-    *,
-    sample: Sequence[Text],
-    tolerance: float = TOLERANCE,
-    overwrite: bool = False,
-    verify: bool = True,
-) -> ExportReport:
-    """``output/model.onnx`` plus the tokenizer, config and kdplug's record, checked on ``sample``."""
-    return export_student(
-        path,
-        output,
-        fmt="onnx",
-        dev=DevSet(list(sample)),
-        tolerance=tolerance,
-        measure=False,
-        overwrite=overwrite,
-        verify=verify,
-    )
-
-
 def export_hf(
     path: Union[str, Path], output: Union[str, Path], *, overwrite: bool = False, verify: bool = True
 ) -> ExportReport:
