@@ -127,7 +127,8 @@ def run_variants(run: Path, repeats: int) -> int:
     import kdplug  # noqa: F401  (registers the pooled students' model types)
     from kdplug.config import build_config
     from kdplug.export import DevSet, _encode, export_student
-    from kdplug.inference import INFO_FILE, load_student
+    from kdplug.inference import load_student
+    from kdplug.layout import INFO_FILE
     from kdplug.plugins import PluginManager
 
     metrics = json.loads((run / "metrics.json").read_text())

@@ -2,9 +2,10 @@
 ``create_projector(name, request)`` (timm's registry helpers).
 
 This module is the only place that reads the process-wide plugin manager
-(:func:`kdplug.plugins.get_plugin_manager`): it serves users at a prompt and plugin tests. The
-engine never does: a run looks components up in the registry it was given, so ``kdplug.distill``
-with its own manager, or the testing kit's isolated one, sees exactly the plugins it was meant to.
+(:func:`kdplug.plugins.get_plugin_manager`): it serves users at a prompt, ``kdplug.distill`` (through
+:func:`process_manager`) and plugin tests (through :func:`process_registry`). The engine never does:
+a run looks components up in the registry it was given, so ``kdplug.distill`` with its own manager,
+or the testing kit's isolated one, sees exactly the plugins it was meant to.
 """
 
 from __future__ import annotations
@@ -13,13 +14,20 @@ import os
 from typing import Any
 
 from .errors import ArgumentError, UsageError, close_matches
-from .plugins import get_plugin_manager
-from .registry import KINDS
+from .plugins import PluginManager, get_plugin_manager
+from .registry import KINDS, Registry
 from .types import LayerExtractor, ProjectionRequest, Task, Teacher
 
 
-def _registry():
-    return get_plugin_manager().registry
+def process_manager() -> PluginManager:
+    """The process's plugin manager: the CLI's (``--disable-plugin`` applied), or the one
+    :func:`kdplug.set_plugin_manager` installed."""
+    return get_plugin_manager()
+
+
+def process_registry() -> Registry:
+    """The components the process's plugins registered."""
+    return process_manager().registry
 
 
 def list_components(kind: str, pattern: str = "*") -> list[str]:
@@ -30,7 +38,7 @@ def list_components(kind: str, pattern: str = "*") -> list[str]:
         raise UsageError(f"unknown component kind {kind!r}.{hint} Kinds: {', '.join(KINDS)}")
     if not isinstance(pattern, str):
         raise ArgumentError(f"pattern= takes a glob (str) such as 'pkd-*', got {type(pattern).__name__} {pattern!r}")
-    return _registry().names(kind, pattern)
+    return process_registry().names(kind, pattern)
 
 
 def _create(kind: str, name: Any, *args: Any, **options: Any) -> Any:
@@ -40,7 +48,7 @@ def _create(kind: str, name: Any, *args: Any, **options: Any) -> Any:
             f"create_{kind} takes a {kind}'s registered name (str; list_components({kind!r}) lists them), "
             f"got {type(name).__name__} {name!r}"[:200]
         )
-    return _registry().create(kind, name, *args, **options)
+    return process_registry().create(kind, name, *args, **options)
 
 
 def list_teachers(pattern: str = "*") -> list[str]:
@@ -107,4 +115,4 @@ def create_augmenter(name: str, teacher: Teacher, **options: Any):
 
 def find_layer_extractor(model: Any) -> LayerExtractor:
     """The first registered layer extractor that supports ``model``."""
-    return _registry().find_layer_extractor(model)
+    return process_registry().find_layer_extractor(model)

@@ -34,8 +34,9 @@ from torch import nn
 from .engine.package import drop_foreign_code, redact_loading_paths
 from .engine.speed import SINGLE_EXAMPLES
 from .errors import KdplugError, UsageError
-from .inference import INFO_FILE, ONNX_FILE, LoadedStudent, Text, load_student, student_directory
+from .inference import ONNX_FILE, LoadedStudent, Text, load_student, student_directory
 from .integrity import refuse_package_code, tokenizer_record, verify_package
+from .layout import INFO_FILE
 from .native_output import PACKED_SEQUENCE_SHAPE_WARNINGS, without_native_lines
 from .quantize import INT8, TORCH_RECIPE, quantize_onnx
 from .storage import atomic_directory
@@ -374,28 +375,6 @@ def speed(student: LoadedStudent, texts: Sequence[Text], load: Optional[float] =
 def _size_mb(directory: Path) -> float:
     weights = [p for p in directory.iterdir() if p.suffix in (".safetensors", ".onnx")]
     return megabytes(sum(p.stat().st_size for p in weights))
-
-
-def export_onnx(
-    path: Union[str, Path],
-    output: Union[str, Path],
-    *,
-    sample: Sequence[Text],
-    tolerance: float = TOLERANCE,
-    overwrite: bool = False,
-    verify: bool = True,
-) -> ExportReport:
-    """``output/model.onnx`` plus the tokenizer, config and kdplug's record, checked on ``sample``."""
-    return export_student(
-        path,
-        output,
-        fmt="onnx",
-        dev=DevSet(list(sample)),
-        tolerance=tolerance,
-        measure=False,
-        overwrite=overwrite,
-        verify=verify,
-    )
 
 
 def export_hf(

@@ -22,9 +22,8 @@ from typing import Any, Optional, Union
 import torch
 
 from .errors import ArgumentError, UsageError
+from .layout import INFO_FILE, STUDENT_DIR
 
-INFO_FILE = "kdplug_student.json"
-STUDENT_DIR = "student"
 ONNX_FILE = "model.onnx"
 RUNTIMES = ("auto", "torch", "onnx")
 #: what a student directory must hold, and what each file is

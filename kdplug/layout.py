@@ -10,7 +10,8 @@ A run directory (``kdplug run --output DIR``)::
     log.txt                    the run's log
     predictions.json           the student's dev predictions and the gold labels
     baseline_predictions.json  the --baseline student's
-    student/                   the student package (weights, config, tokenizer, model card)
+    student/                   the student package (weights, config, tokenizer, model card, and
+                               kdplug_student.json: labels, input columns, maximum length)
     checkpoints/               while the run goes on (and with keep_checkpoints)
     attention.json, attention.png, layers_dev.safetensors   what the last distillation compared
     tracking/                  --report-to's stores
@@ -27,6 +28,8 @@ LOG_FILE = "log.txt"
 PREDICTIONS_FILE = "predictions.json"
 BASELINE_PREDICTIONS_FILE = "baseline_predictions.json"
 STUDENT_DIR = "student"
+#: in a student package (``student/``, or what ``kdplug export`` writes): what kdplug needs to read inputs
+INFO_FILE = "kdplug_student.json"
 CHECKPOINT_DIR = "checkpoints"
 ATTENTION_FILE = "attention.json"
 ATTENTION_PLOT = "attention.png"

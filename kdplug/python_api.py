@@ -18,9 +18,10 @@ from typing import Any, Optional, Union
 
 from torch import nn
 
+from .components import process_manager
 from .config import RunConfig, apply, load_yaml
 from .errors import ArgumentError, UsageError
-from .plugins import PluginManager, get_plugin_manager, hookimpl
+from .plugins import PluginManager, hookimpl
 from .types import Task, Teacher, num_outputs
 
 IN_MEMORY = "python:{kind}"
@@ -103,7 +104,7 @@ def distill(
             values[key] = str(given)
     apply(run_config, {**values, **settings}, source="kdplug.distill")
     run_config.validate()
-    manager = get_plugin_manager().copy()  # the process's plugins (and --disable-plugin), plus ours
+    manager = process_manager().copy()  # the process's plugins (and --disable-plugin), plus ours
     if objects:
         manager.register(_InMemory(objects, teacher_finetuned, manager), "kdplug-python-api", distribution="kdplug")
     result = run(run_config, manager.registry, overwrite=overwrite, echo=echo or (lambda text: None))

@@ -232,10 +232,6 @@ class Registry:
         """Names that two third-party plugins both registered, with the rivals."""
         return dict(self._conflicts)
 
-    def get(self, kind: str, name: str) -> Any:
-        """The registered object itself (used for layer extractors, which are not factories)."""
-        return self.resolve(kind, name)[0].factory
-
     def create(self, kind: str, name: str, *args: Any, **options: Any) -> Any:
         entry, implied = self.resolve(kind, name)
         options = {**implied, **options}

@@ -42,10 +42,6 @@ class TrimReport:
     vocab_after: int
     embedding_dim: int
 
-    @property
-    def rows_removed(self) -> int:
-        return self.vocab_before - self.vocab_after
-
     def describe(self) -> str:
         mb = lambda rows: rows * self.embedding_dim * 4 / 1e6  # noqa: E731  float32 bytes, as MB
         return (

@@ -376,7 +376,3 @@ class Zoo:
 def load_entry(path: Path, *, expected_name: Optional[str] = None) -> ZooEntry:
     data = parse_yaml(path.read_text(encoding="utf-8"), f"zoo entry {path}")
     return parse_entry(data, path=path, expected_name=expected_name)
-
-
-def config_keys() -> list[str]:
-    return sorted(FIELDS)

@@ -1,5 +1,6 @@
-"""``kdplug cache list|clear``: the fine-tuned teachers, teacher outputs, heads, assistants and
-tokenizers kdplug stores for reuse, and what killed runs left behind."""
+"""``kdplug cache list|clear``: the fine-tuned teachers, teacher outputs, heads and transfer sets
+kdplug stores for reuse, what its plugins store (the folders a component declares in ``stores``),
+and what killed runs left behind."""
 
 from __future__ import annotations
 
@@ -7,22 +8,34 @@ import argparse
 import json
 import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from ..errors import UsageError
 from ..plugins import PluginManager
+from ..registry import Registry
 
-#: what lives under the cache root: folder -> title
+#: what the engine keeps under the cache root: folder -> title
 SECTIONS = {
     "teachers": "fine-tuned teachers",
     "teacher-cache": "teacher outputs",
     "heads": "teacher heads",
-    "takd": "trained teacher assistants (TAKD)",
-    "sentencepiece": "SentencePiece student tokenizers",
     "transfer": "transfer sets (texts and token ids; their teacher outputs are under teacher outputs)",
 }
+
+
+def sections(registry: Registry) -> dict[str, str]:
+    """The engine's folders, then those the registered components declare they keep there
+    (``stores = {folder: title}`` on the factory, as a recipe's ``ctx.store_directory(folder, key)``
+    writes them): the folders ``kdplug cache`` lists and clears, and no other."""
+    found = dict(SECTIONS)
+    for entry in registry:
+        factory = getattr(entry.factory, "func", entry.factory)  # functools.partial
+        for folder, title in (getattr(factory, "stores", None) or {}).items():
+            found.setdefault(folder, title)
+    return found
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="show or free the fine-tuned teachers, teacher outputs and heads kdplug stores",
         description="kdplug stores what it can reuse under the cache directory ($KDPLUG_CACHE or ~/.cache/kdplug), "
         "each entry keyed by a fingerprint of what produced it: fine-tuned teachers, teacher outputs, "
-        "teacher heads, TAKD assistants, SentencePiece tokenizers and transfer sets.",
+        "teacher heads, transfer sets, and what plugins store there (trained assistants, tokenizers).",
     )
     parser.add_argument("--cache-dir", dest="cache_dir", help="default: $KDPLUG_CACHE or ~/.cache/kdplug")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -56,7 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     clear.add_argument("--cache-dir", dest="cache_dir", default=argparse.SUPPRESS)
-    clear.add_argument("--kind", choices=list(SECTIONS), help="only entries of this kind")
+    clear.add_argument("--kind", help="only entries of this kind (a folder 'kdplug cache list' names)")
     clear.add_argument(
         "--key", help="only the entry (or entries) whose key starts with KEY (at least 4 characters, or a whole key)"
     )
@@ -117,12 +130,12 @@ def _cache_info(directory: Path) -> str:
     return f"{meta.num_examples} examples; {what}; {details}"
 
 
-def items(root: Path) -> list[Item]:
+def items(root: Path, kinds: Iterable[str]) -> list[Item]:
     from ..storage import DAMAGED_SUFFIX, PREVIOUS_SUFFIX, STAGING_PREFIX, stale_staging
 
     stale = set(stale_staging(root))
     found: list[Item] = []
-    for kind in SECTIONS:
+    for kind in kinds:
         directory = root / kind
         if not directory.is_dir():
             continue
@@ -160,16 +173,19 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     from ..storage import default_cache_root
 
     root = Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_root()
+    known = sections(manager.registry)
     if args.action == "list":
-        return list_entries(root)
-    return clear_entries(root, kind=args.kind, key=args.key, stale=args.stale)
+        return list_entries(root, known)
+    if args.kind is not None and args.kind not in known:
+        raise UsageError(f"--kind {args.kind!r} is not a kind of cache entry; the kinds: {', '.join(known)}")
+    return clear_entries(root, known, kind=args.kind, key=args.key, stale=args.stale)
 
 
-def list_entries(root: Path) -> int:
+def list_entries(root: Path, known: dict[str, str]) -> int:
     print(f"cache: {root}")
-    entries = items(root)
+    entries = items(root, known)
     total = 0
-    for kind, title in SECTIONS.items():
+    for kind, title in known.items():
         group = [item for item in entries if item.kind == kind]
         if not group:
             continue
@@ -210,8 +226,10 @@ def in_use(item: Item, root: Path) -> bool:
     return WriterLock.holder(root / item.kind / f"{item.key}.lock") is not None
 
 
-def clear_entries(root: Path, *, kind: Optional[str] = None, key: Optional[str] = None, stale: bool = False) -> int:
-    entries = items(root)
+def clear_entries(
+    root: Path, known: dict[str, str], *, kind: Optional[str] = None, key: Optional[str] = None, stale: bool = False
+) -> int:
+    entries = items(root, known)
     if key is not None:
         check_key(key, entries)
     chosen = [

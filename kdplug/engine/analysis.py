@@ -23,14 +23,13 @@ import torch
 from safetensors.torch import save_file
 
 from ..capabilities import ProjectorCapabilities, capabilities
+from ..layout import ATTENTION_FILE, ATTENTION_PLOT, LAYERS_FILE
 from ..types import DistillInputs, LayerSpec
 from .cache import TeacherCache
 from .data import EncodedSplit
 from .objective import DistillationModule, layer_vectors, model_forward
 
 log = logging.getLogger(__name__)
-
-from ..layout import ATTENTION_FILE, ATTENTION_PLOT, LAYERS_FILE  # noqa: E402, F401
 
 
 @torch.no_grad()

@@ -24,10 +24,11 @@ from torch import nn
 from ..capabilities import TaskCapabilities, capabilities
 from ..hub import display_name, is_hub_id
 from ..integrity import is_transformers_tokenizer, tokenizer_record
+from ..layout import INFO_FILE
 from ..storage import atomic_directory
 from ..version import __version__
 
-INFO_FILE, CARD_FILE = "kdplug_student.json", "README.md"
+CARD_FILE = "README.md"
 PACKAGE_VERSION = 1
 
 

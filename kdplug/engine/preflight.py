@@ -155,8 +155,8 @@ def check_token_method(config: RunConfig, registry: Registry, student: str) -> N
         raise UsageError(
             f"projector {config.projector!r} distils the teacher's per-token hidden states and attention, but "
             f"student {config.student!r} pools each sentence into one vector per layer: it has no tokens or "
-            f"attention to match. Use a Transformer student (bert-k, distilroberta, --student DIR), or a method "
-            f"for pooled students (universal-ca, cka, rkd)"
+            f"attention to match. Use a Transformer student (a registered one, or --student DIR) or a method for "
+            f"pooled students ('kdplug plugins --kind student' and '--kind projector' list them)"
         )
     if config.ild_loss:
         raise UsageError(
@@ -277,8 +277,8 @@ def check_transfer_sources(config: RunConfig, registry: Registry) -> None:
     if (config.transfer or config.augment) and not reads_teacher(config, registry):
         raise UsageError(
             f"a transfer set has no gold labels, and {config.projector} learns from gold labels alone: it "
-            f"would go unused. Distil with a teacher (--projector rkd, alp, universal-ca ...), or drop "
-            f"--transfer/--augment"
+            f"would go unused. Distil with a projector that reads the teacher ('kdplug plugins --kind projector' "
+            f"lists them), or drop --transfer/--augment"
         )
     for path in config.transfer:
         source = Path(path).expanduser()

@@ -11,16 +11,14 @@ import torch
 from torch import nn
 
 from ..config import RunConfig, command_line
+from ..layout import STUDENT_DIR
 from ..progress import human_count
 from ..timing import RETIME, plus_minus
 from ..types import ProjectorCapabilities, RecipeCapabilities, Task, text_columns
 from . import package, preflight
 from .cache import TeacherCache
 from .recipe import EngineContext
-from .rundir import (
-    STUDENT_DIR,
-    RunDirectory,
-)
+from .rundir import RunDirectory
 from .speed import Speed
 from .trainer import predictions_from_logits
 

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from ..config import RunConfig, dump_yaml
 from ..errors import UsageError
-from ..layout import (  # noqa: F401
+from ..layout import (  # noqa: F401  BASELINE_PREDICTIONS_FILE: until pipeline.py imports it from layout
     BASELINE_PREDICTIONS_FILE,
     CONFIG_FILE,
     LOCK_FILE,
@@ -32,7 +32,6 @@ from ..layout import (  # noqa: F401
     METRICS_FILE,
     PREDICTIONS_FILE,
     RUN_ENTRIES,
-    STUDENT_DIR,
 )
 from ..storage import WriterLock, check_directory_path, write_atomic
 from ..version import __version__

@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from ..config import TRACKERS, tracker_names
 from ..errors import ConfigError, UsageError
-from ..layout import TRACKING_DIR  # noqa: F401
+from ..layout import TRACKING_DIR
 
 PROJECT = "kdplug"
 

@@ -12,6 +12,7 @@ import kdplug
 from kdplug.types import Task, Teacher
 
 from .pooling import PooledLayerExtractor, build_pooled_student, check_pooled_options, pooled_shape
+from .sentencepiece_tokenizer import STORES
 
 MODEL = "modeling_bilstm:BiLSTMForSequenceClassification"
 
@@ -55,6 +56,7 @@ def bilstm_student(
 
 bilstm_student.check_options = check_pooled_options
 bilstm_student.shape = pooled_shape(MODEL, default_layers=3)
+bilstm_student.stores = STORES  # its tokenizer=sentencepiece option trains and keeps them there
 bilstm_student.token_signals = False  # one pooled vector per layer: no tokens for TinyBERT or MiniLMv2
 
 

@@ -12,6 +12,7 @@ import kdplug
 from kdplug.types import Task, Teacher
 
 from .pooling import PooledLayerExtractor, build_pooled_student, check_pooled_options, pooled_shape
+from .sentencepiece_tokenizer import STORES
 
 MODEL = "modeling_gated_cnn:GatedCNNForSequenceClassification"
 
@@ -55,6 +56,7 @@ def gated_cnn_student(
 
 gated_cnn_student.check_options = check_pooled_options
 gated_cnn_student.shape = pooled_shape(MODEL, default_layers=4)
+gated_cnn_student.stores = STORES  # its tokenizer=sentencepiece option trains and keeps them there
 gated_cnn_student.token_signals = False  # one pooled vector per layer: no tokens for TinyBERT or MiniLMv2
 
 

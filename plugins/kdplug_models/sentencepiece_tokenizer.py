@@ -39,6 +39,9 @@ MODEL_TYPES = ("unigram", "bpe")
 DEFAULT_VOCAB_SIZE = 8000
 #: bumped whenever training settings change, so that older stored models are not reused
 FORMAT_VERSION = 1
+#: the folder of the cache root the trained models go to, for ``kdplug cache`` (a student using them declares it)
+STORE = "sentencepiece"
+STORES = {STORE: "SentencePiece student tokenizers"}
 
 
 def _normalizer():
@@ -114,7 +117,7 @@ def trained_model(
         "model_type": model_type,
     }
     key = fingerprint.of_values(settings, _digest(texts))
-    directory = Path(cache_root or default_cache_root()) / "sentencepiece"
+    directory = Path(cache_root or default_cache_root()) / STORE
     path = directory / f"{key}.model"
     with file_lock(directory / f"{key}.lock"):
         if path.is_file():

@@ -106,6 +106,8 @@ class TAKD:
     #: every link is logit KD: the run's projector is not used (kdplug says so when one is set)
     uses_projector = False
     reads_teacher_layers = False  # logits only: no teacher or TA caches a layer vector
+    #: the folder of the cache root the trained TAs go to, for ``kdplug cache``
+    stores = {"takd": "trained teacher assistants (TAKD)"}
 
     def __init__(
         self,

@@ -12,6 +12,7 @@ import pytest
 
 import kdplug
 from kdplug.cli import main
+from kdplug.testing import tiny_run_args
 
 from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
 
@@ -25,11 +26,9 @@ def run(tmp_path_factory, tiny_bert_dir):
     output = tmp_path_factory.mktemp("runs") / "bilstm"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KDPLUG_CACHE", str(tmp_path_factory.mktemp("cache")))
-        argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), "--student", "bilstm"]
-        argv += ["--projector", "rkd", "--epochs", "1", "--output", str(output)]
-        for setting in ("teacher_epochs=1", "allow_weak_teacher=true", "student_options.hidden_size=16"):
-            argv += ["--set", setting]
-        assert main(argv) == 0
+        narrow = {"hidden_size": 16}
+        tiny = tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(data), student_options=narrow)
+        assert main(["run", *tiny, "--output", str(output)]) == 0
     return output
 
 

@@ -13,25 +13,9 @@ import pytest
 import torch
 
 from kdplug.cli import main
+from kdplug.testing import tiny_run_args
 
 from ..conftest import write_sst2
-
-TINY = [
-    "--student",
-    "bilstm",
-    "--projector",
-    "rkd",
-    "--epochs",
-    "1",
-    "--set",
-    "teacher_epochs=1",
-    "--set",
-    "allow_weak_teacher=true",
-    "--set",
-    "student_options.embedding_dim=16",
-    "--set",
-    "student_options.hidden_size=16",
-]
 
 
 def sst2_with(tmp_path, train_text=None, dev_text=None):
@@ -76,13 +60,7 @@ def run(capsys, *argv):
 def test_usage_errors(capsys, tmp_path, tiny_bert_dir, case, extra, code, messages):
     argv = [
         "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(sst2_with(tmp_path)),
-        *TINY,
+        *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_with(tmp_path))),
         *extra,
         "--output",
         str(tmp_path / "run"),
@@ -121,13 +99,7 @@ def test_data_errors_name_the_file_and_line(capsys, tmp_path, tiny_bert_dir, cas
     code, err = run(
         capsys,
         "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(data),
-        *TINY,
+        *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(data)),
         "--output",
         str(tmp_path / "run"),
     )
@@ -142,7 +114,7 @@ def test_data_errors_name_the_file_and_line(capsys, tmp_path, tiny_bert_dir, cas
         ("bilstm", None, "glove.txt: no such file"),
         ("gated-cnn", None, "glove.txt: no such file"),
         ("bilstm", "directory", "glove.txt: is a directory"),
-        ("bilstm", "movie 1 2 3\n", "student_options.embedding_dim=16, but the vectors of"),  # TINY sets 16
+        ("bilstm", "movie 1 2 3\n", "student_options.embedding_dim=16, but the vectors of"),  # tiny_run_args sets 16
     ],
 )
 def test_a_word_vector_file_that_cannot_serve_stops_the_run_before_the_teacher_is_fine_tuned(
@@ -153,7 +125,7 @@ def test_a_word_vector_file_that_cannot_serve_stops_the_run_before_the_teacher_i
         file.mkdir()
     elif vectors is not None:
         file.write_text(vectors, encoding="utf-8")
-    argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(sst2_with(tmp_path)), *TINY]
+    argv = ["run", *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_with(tmp_path)))]
     argv += ["--student", student, "--set", f"student_options.embeddings={file}", "--output", str(tmp_path / "run")]
     code = main(argv)
     captured = capsys.readouterr()
@@ -168,13 +140,7 @@ def test_output_directory_with_another_run_is_left_intact(capsys, tmp_path, tiny
     code, err = run(
         capsys,
         "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(sst2_with(tmp_path)),
-        *TINY,
+        *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_with(tmp_path))),
         "--output",
         str(output),
     )
@@ -202,13 +168,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_checkpoint(tmp_path, tiny_
     output, data = tmp_path / "run", sst2_with(tmp_path)
     argv = [
         "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(data),
-        *TINY,
+        *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(data)),
         "--epochs",
         "3",
         "--output",
@@ -233,13 +193,7 @@ def test_a_failed_teacher_cache_write_leaves_no_partial_cache(tmp_path, tiny_ber
     output, data = tmp_path / "run", sst2_with(tmp_path)
     argv = [
         "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(data),
-        *TINY,
+        *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(data)),
         "--projector",
         "alp",  # a layer method: its layer vectors fill the cache (rkd's logits alone are a few bytes)
         "--output",
@@ -262,13 +216,7 @@ def test_a_failed_teacher_store_stores_nothing(tmp_path, tiny_bert_dir):
     output, data = tmp_path / "run", sst2_with(tmp_path)
     failed = kdplug_process(
         "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(data),
-        *TINY,
+        *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(data)),
         "--output",
         str(output),
         fault="teacher-store:1:fsize=10000",
@@ -283,13 +231,7 @@ def test_a_failed_student_save_keeps_the_trained_student_for_resume(tmp_path, ti
     output, data = tmp_path / "run", sst2_with(tmp_path)
     failed = kdplug_process(
         "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(data),
-        *TINY,
+        *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(data)),
         "--output",
         str(output),
         fault="run-results:1:fsize=1000",
@@ -364,13 +306,7 @@ def test_bad_values_are_usage_errors_naming_key_value_and_range(capsys, tmp_path
     code, err = run(
         capsys,
         "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(sst2_with(tmp_path)),
-        *TINY,
+        *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_with(tmp_path))),
         "--set",
         setting,
         "--output",
@@ -394,13 +330,7 @@ def test_values_that_need_the_models_fail_before_the_teacher_is_fine_tuned(
     code, err = run(
         capsys,
         "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(sst2_with(tmp_path)),
-        *TINY,
+        *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_with(tmp_path))),
         "--set",
         setting,
         "--output",
@@ -462,13 +392,7 @@ def local_run(capsys, tmp_path, tiny_bert_dir, data, *extra):
     return run(
         capsys,
         "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--task",
-        "local",
-        "--data-dir",
-        str(data),
-        *TINY,
+        *tiny_run_args(teacher=tiny_bert_dir, task="local", data_dir=str(data)),
         *extra,
         "--output",
         str(tmp_path / "run"),

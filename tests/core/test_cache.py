@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from kdplug.engine import cache as cache_module
+from kdplug.testing import tiny_run_args
 from kdplug.types import LayerSpec
 
 SPECS = [LayerSpec(1, 4, "transformer"), LayerSpec(2, 3, "transformer")]
@@ -185,30 +186,10 @@ def test_logits_key_changes_with_teacher_tokenizer_data_and_precision_and_not_wi
 
 # -- real runs on a tiny teacher: what each method's cache holds -----------------------------------
 
-TINY = [
-    "--student",
-    "bilstm",
-    "--epochs",
-    "1",
-    "--set",
-    "teacher_epochs=1",
-    "--set",
-    "allow_weak_teacher=true",
-    "--set",
-    "measure_speed=false",
-    "--set",
-    "student_options.embedding_dim=16",
-    "--set",
-    "student_options.hidden_size=16",
-]
-
 
 def tiny_argv(teacher, data, output, projector, *extra):
-    return ["run", "--teacher", teacher, "--task", "sst2", "--data-dir", data, "--projector", projector, *TINY] + [
-        *extra,
-        "--output",
-        output,
-    ]
+    tiny = tiny_run_args(teacher=teacher, task="sst2", data_dir=data, projector=projector, measure_speed=False)
+    return ["run", *tiny, *extra, "--output", output]
 
 
 def kdplug(capsys, *argv):

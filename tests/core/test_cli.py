@@ -11,10 +11,9 @@ import pytest
 from safetensors.torch import load_file
 
 from kdplug.cli import main
+from kdplug.testing import tiny_run_args
 
 from ..conftest import SST2_DEV
-
-TINY_STUDENT = ["--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16"]
 
 
 def run_cli(capsys, *argv):
@@ -92,27 +91,11 @@ def test_missing_data_directory_exits_2_naming_it(capsys, tmp_path, tiny_bert_di
 def test_tiny_run_writes_the_run_directory_and_reuses_the_teacher(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     argv = [
         "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--student",
-        "bilstm",
-        "--projector",
-        "pkd-skip",
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(sst2_dir),
-        "--epochs",
-        "2",
-        "--set",
-        "teacher_epochs=1",
-        "--set",
-        "allow_weak_teacher=true",
+        *tiny_run_args(
+            teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_dir), projector="pkd-skip", epochs=2, eta=0.3
+        ),
         "--baseline",
         "nkd",
-        "--set",
-        "eta=0.3",
-        *TINY_STUDENT,
     ]
     code, out, _ = run_cli(capsys, *argv, "--output", str(tmp_path / "first"))
     assert code == 0, out
@@ -181,25 +164,7 @@ def test_the_log_reads_well(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     code, _, _ = run_cli(
         capsys,
         "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--student",
-        "bilstm",
-        "--projector",
-        "rkd",
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(sst2_dir),
-        "--epochs",
-        "1",
-        "--set",
-        "teacher_epochs=1",
-        "--set",
-        "allow_weak_teacher=true",
-        *TINY_STUDENT,
-        "--output",
-        str(tmp_path / "run"),
+        *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_dir), output=str(tmp_path / "run")),
     )
     assert code == 0
     log = (tmp_path / "run" / "log.txt").read_text()
@@ -213,25 +178,7 @@ def test_run_directory_holds_dev_predictions(capsys, tmp_path, tiny_bert_dir, ss
     code, _, _ = run_cli(
         capsys,
         "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--student",
-        "bilstm",
-        "--projector",
-        "rkd",
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(sst2_dir),
-        "--epochs",
-        "1",
-        "--set",
-        "teacher_epochs=1",
-        "--set",
-        "allow_weak_teacher=true",
-        *TINY_STUDENT,
-        "--output",
-        str(tmp_path / "run"),
+        *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_dir), output=str(tmp_path / "run")),
     )
     assert code == 0
     predictions = json.loads((tmp_path / "run" / "predictions.json").read_text())
@@ -248,27 +195,11 @@ def test_cache_list_and_clear(capsys, tmp_path, tiny_bert_dir, sst2_dir):
         main(
             [
                 "run",
-                "--teacher",
-                tiny_bert_dir,
-                "--student",
-                "bilstm",
-                "--projector",
-                "rkd",
-                "--task",
-                "sst2",
-                "--data-dir",
-                str(sst2_dir),
-                "--epochs",
-                "1",
-                "--set",
-                "teacher_epochs=1",
-                "--set",
-                "allow_weak_teacher=true",
-                *TINY_STUDENT,
+                *tiny_run_args(
+                    teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_dir), output=str(tmp_path / "run")
+                ),
                 "--cache-dir",
                 str(cache),
-                "--output",
-                str(tmp_path / "run"),
             ]
         )
         == 0

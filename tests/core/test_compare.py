@@ -13,6 +13,7 @@ import yaml
 from kdplug import compare
 from kdplug.cli import main
 from kdplug.report import write_report
+from kdplug.testing import tiny_run_args
 from kdplug_tasks.base import METRICS
 
 T_3_975 = 3.182446  # Student's t, 3 degrees of freedom, 97.5th percentile (any statistics table)
@@ -357,35 +358,8 @@ def test_a_note_shared_by_every_comparison_is_said_once(tmp_path):
 
 
 def test_a_baseline_student_keeps_its_predictions_for_the_bootstrap(capsys, tmp_path, tiny_bert_dir, sst2_dir):
-    argv = [
-        "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(sst2_dir),
-        "--student",
-        "bilstm",
-        "--projector",
-        "rkd",
-        "--baseline",
-        "nkd",
-        "--seeds",
-        "1,2",
-        "--epochs",
-        "1",
-        "--set",
-        "teacher_epochs=1",
-        "--set",
-        "allow_weak_teacher=true",
-        "--set",
-        "student_options.embedding_dim=16",
-        "--set",
-        "student_options.hidden_size=16",
-        "--output",
-        str(tmp_path / "runs"),
-    ]
+    argv = ["run", *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_dir), output=tmp_path / "runs")]
+    argv += ["--baseline", "nkd", "--seeds", "1,2"]
     assert main(argv) == 0
     run = tmp_path / "runs" / "seed-1"
     baseline = json.loads((run / "baseline_predictions.json").read_text())

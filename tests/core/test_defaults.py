@@ -14,26 +14,10 @@ from safetensors.torch import load_file
 
 from kdplug.cli import main
 from kdplug.engine import health
+from kdplug.testing import tiny_run_args
 from kdplug.testing.tiny import make_tiny_classifier
 
 from ..conftest import write_sst2
-
-TINY = [
-    "--student",
-    "bilstm",
-    "--set",
-    "student_options.embedding_dim=16",
-    "--set",
-    "student_options.hidden_size=16",
-    "--set",
-    "teacher_epochs=1",
-    "--set",
-    "allow_weak_teacher=true",
-    "--set",
-    "head_epochs=2",
-    "--epochs",
-    "2",
-]
 
 
 def cache_files(pattern):
@@ -44,13 +28,7 @@ def tiny_run(capsys, tmp_path, teacher, data, *extra, output="run"):
     code = main(
         [
             "run",
-            "--teacher",
-            teacher,
-            "--task",
-            "sst2",
-            "--data-dir",
-            str(data),
-            *TINY,
+            *tiny_run_args(teacher=teacher, task="sst2", data_dir=str(data), projector=None, epochs=2, head_epochs=2),
             *extra,
             "--output",
             str(tmp_path / output),
@@ -170,13 +148,9 @@ def test_health_a_loss_pushed_off_by_a_learning_rate_too_large_is_told_to_lower_
 def test_a_run_at_lr_1e6_is_advised_a_lower_learning_rate(tmp_path, caplog):
     teacher = make_tiny_classifier(tmp_path / "teacher")
     data = write_sst2(tmp_path / "SST-2")
+    tiny = tiny_run_args(teacher=teacher, task="sst2", data_dir=str(data), epochs=2, teacher_epochs=None, batch_size=4)
     with caplog.at_level(logging.WARNING, logger="kdplug"):
-        code = main(
-            ["run", "--teacher", teacher, "--task", "sst2", "--data-dir", str(data), "--student", "bilstm",
-             "--projector", "rkd", "--epochs", "2", "--set", "student_options.embedding_dim=16", "--set",
-             "student_options.hidden_size=16", "--set", "batch_size=4", "--set", "allow_weak_teacher=true",
-             "--set", "lr=1e6", "--output", str(tmp_path / "run")]
-        )  # fmt: skip
+        code = main(["run", *tiny, "--set", "lr=1e6", "--output", str(tmp_path / "run")])
     advice = [r.message for r in caplog.records if "stage 'distill'" in r.message]
     assert code == 0 and advice and all("larger learning rate" not in message for message in advice)
     assert any("the learning rate 1e+06 is too large. Lower it (--set lr=...)" in message for message in advice)

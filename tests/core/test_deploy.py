@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 import kdplug
 from kdplug.cli import main
+from kdplug.testing import tiny_run_args
 
 from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
 
@@ -35,33 +36,10 @@ def runs(tmp_path_factory, tiny_bert_dir, data):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KDPLUG_CACHE", str(tmp_path_factory.mktemp("deploy-cache")))
         for family in FAMILIES:
-            argv = [
-                "run",
-                "--teacher",
-                tiny_bert_dir,
-                "--task",
-                "sst2",
-                "--data-dir",
-                str(data),
-                "--student",
-                family,
-                "--projector",
-                projectors[family],
-                "--epochs",
-                "2",
-                "--set",
-                "teacher_epochs=1",
-                "--set",
-                "allow_weak_teacher=true",
-                "--set",
-                "head_epochs=1",
-                "--set",
-                "lr=0.01",
-                "--output",
-                str(root / family),
-            ]
-            if family != "bert-2":
-                argv += ["--set", "student_options.hidden_size=16", "--set", "student_options.embedding_dim=16"]
+            width = {} if family == "bert-2" else {"hidden_size": 16, "embedding_dim": 16}
+            settings = dict(student=family, projector=projectors[family], epochs=2, student_options=width)
+            tiny = tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(data), **settings)
+            argv = ["run", *tiny, "--set", "head_epochs=1", "--set", "lr=0.01", "--output", str(root / family)]
             assert main(argv) == 0
     return {family: root / family for family in FAMILIES}
 
@@ -279,30 +257,15 @@ def test_predict_on_regression_gives_scores(tmp_path, tiny_bert_dir):
         main(
             [
                 "run",
-                "--teacher",
-                tiny_bert_dir,
-                "--task",
-                "local",
-                "--data-dir",
-                str(data),
-                "--student",
-                "bert-2",
-                "--projector",
-                "rkd",
-                "--epochs",
-                "1",
-                "--set",
-                "teacher_epochs=1",
-                "--set",
-                "allow_weak_teacher=true",
-                "--set",
-                "task_options.text_pair_column=other",
-                "--set",
-                "task_options.label_column=score",
-                "--set",
-                "task_options.regression=true",
-                "--output",
-                str(tmp_path / "run"),
+                *tiny_run_args(
+                    teacher=tiny_bert_dir,
+                    task="local",
+                    data_dir=str(data),
+                    student="bert-2",
+                    student_options=None,
+                    task_options={"text_pair_column": "other", "label_column": "score", "regression": True},
+                    output=tmp_path / "run",
+                ),
             ]
         )
         == 0
@@ -647,30 +610,9 @@ def test_a_run_can_train_its_student_on_a_trimmed_vocabulary(tmp_path, tiny_bert
         main(
             [
                 "run",
-                "--teacher",
-                tiny_bert_dir,
-                "--task",
-                "sst2",
-                "--data-dir",
-                str(data),
-                "--student",
-                "bilstm",
-                "--projector",
-                "rkd",
-                "--epochs",
-                "1",
-                "--set",
-                "teacher_epochs=1",
-                "--set",
-                "allow_weak_teacher=true",
-                "--set",
-                "student_options.hidden_size=16",
-                "--set",
-                "student_options.embedding_dim=16",
-                "--set",
-                "trim_vocab=true",
-                "--output",
-                str(output),
+                *tiny_run_args(
+                    teacher=tiny_bert_dir, task="sst2", data_dir=str(data), trim_vocab=True, output=str(output)
+                ),
             ]
         )
         == 0

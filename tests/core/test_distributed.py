@@ -11,37 +11,20 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
+from kdplug.testing import tiny_run_args
+
 from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
 
 # Dropout off everywhere: with it, each rank draws its own masks and the runs differ by chance.
-OPTIONS = [
-    "--student",
-    "bilstm",
-    "--projector",
-    "pkd-skip",
-    "--task",
-    "sst2",
-    "--epochs",
-    "2",
-    "--set",
-    "teacher_epochs=1",
-    "--set",
-    "allow_weak_teacher=true",
-    "--set",
-    "batch_size=8",
-    "--set",
-    "teacher_batch_size=8",
-    "--set",
-    "student_options.embedding_dim=16",
-    "--set",
-    "student_options.hidden_size=16",
-    "--set",
-    "student_options.dropout=0.0",
-    "--set",
-    "teacher_options.hidden_dropout_prob=0.0",
-    "--set",
-    "teacher_options.attention_probs_dropout_prob=0.0",
-]
+OPTIONS = tiny_run_args(
+    task="sst2",
+    projector="pkd-skip",
+    epochs=2,
+    student_options={"embedding_dim": 16, "hidden_size": 16, "dropout": 0.0},
+    batch_size=8,
+    teacher_batch_size=8,
+    teacher_options={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
+)
 #: float sums are reduced in another order across two processes; nothing else may differ
 TOLERANCE = 1e-5
 

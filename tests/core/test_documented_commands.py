@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kdplug.cli import main
+from kdplug.testing import tiny_run_args
 from kdplug.testing.contracts import TINY_SST2_DEV, write_tiny_sst2
 from kdplug.testing.tiny import cache_as_hub_model, make_tiny_bert, make_tiny_roberta
 from kdplug_tasks.glue import SPECS
@@ -249,9 +250,7 @@ def test_every_python_snippet_names_the_extra_it_needs(page, code, skip):
 def trained_runs(tmp_path_factory, tiny_bert_dir):
     """What the snippets load: a tiny BiLSTM run on an SST-2 stand-in and a tiny regression run."""
     root = tmp_path_factory.mktemp("documented-runs")
-    tiny = ["--student", "bilstm", "--projector", "rkd", "--epochs", "1", "--set", "teacher_epochs=1"]
-    tiny += ["--set", "allow_weak_teacher=true", "--set", "student_options.embedding_dim=16"]
-    tiny += ["--set", "student_options.hidden_size=16", "--set", "measure_speed=false"]
+    tiny = tiny_run_args(measure_speed=False)
     runs = {}
     for name, task, data in (
         ("demo", "sst2", write_tiny_sst2(root / "SST-2")),

@@ -11,25 +11,9 @@ import sys
 import pytest
 
 from kdplug.cli import main
+from kdplug.testing import tiny_run_args
 
 from ..conftest import SST2_DEV, write_sst2
-
-TINY = [
-    "--student",
-    "bilstm",
-    "--projector",
-    "rkd",
-    "--epochs",
-    "1",
-    "--set",
-    "teacher_epochs=1",
-    "--set",
-    "allow_weak_teacher=true",
-    "--set",
-    "student_options.embedding_dim=16",
-    "--set",
-    "student_options.hidden_size=16",
-]
 
 
 def kdplug(*argv, cwd=None) -> subprocess.CompletedProcess:
@@ -48,7 +32,7 @@ def kdplug(*argv, cwd=None) -> subprocess.CompletedProcess:
 def test_the_teacher_line_reaches_the_terminal_once_and_log_txt_too(tmp_path, tiny_bert_dir):
     data = write_sst2(tmp_path / "SST-2", dev=SST2_DEV * 3)
     output = tmp_path / "run"
-    done = kdplug("run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", data, *TINY, "--output", output)
+    done = kdplug("run", *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=data), "--output", output)
     assert done.returncode == 0, done.stdout
     lines = done.stdout.splitlines()
     assert sum("the majority class scores" in line for line in lines) == 1, done.stdout
@@ -61,7 +45,7 @@ def test_a_run_refused_for_missing_data_leaves_no_run_directory(tmp_path, tiny_b
     output = tmp_path / "run"
     missing = tmp_path / "no-such-dir"
     if command == "run":
-        argv = ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", missing, *TINY]
+        argv = ["run", *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=missing)]
     else:
         argv = ["zoo", "run", "alp-kd/table1-sst2-alp", "--set", f"teacher={tiny_bert_dir}", "--data-dir", missing]
     code = main([*map(str, argv), "--output", str(output)])
@@ -116,8 +100,7 @@ def test_export_opens_with_its_own_line_not_pytorchs_packed_sequence_warnings(tm
     run_dir = tmp_path / "run"
     assert (
         main(
-            ["run", "--teacher", tiny_bert_dir, "--task", "sst2", "--data-dir", str(data), *TINY]
-            + ["--output", str(run_dir)]
+            ["run", *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(data))] + ["--output", str(run_dir)]
         )
         == 0
     )

@@ -19,6 +19,7 @@ import torch
 from kdplug.cli import main
 from kdplug.engine import variation
 from kdplug.engine.cache import open_or_build
+from kdplug.testing import tiny_run_args
 from kdplug.types import LayerSpec
 
 from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
@@ -65,24 +66,7 @@ def test_shares_match_a_direct_computation_on_a_real_cache(tmp_path):
 def layer_run(tmp_path, teacher, data, *extra):
     argv = [
         "run",
-        "--teacher",
-        teacher,
-        "--student",
-        "bilstm",
-        "--projector",
-        "pkd-skip",
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(data),
-        "--epochs",
-        "1",
-        "--set",
-        "allow_weak_teacher=true",
-        "--set",
-        "student_options.embedding_dim=16",
-        "--set",
-        "student_options.hidden_size=16",
+        *tiny_run_args(teacher=teacher, task="sst2", data_dir=str(data), projector="pkd-skip", teacher_epochs=None),
         *extra,
         "--output",
         str(tmp_path / "run"),

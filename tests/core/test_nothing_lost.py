@@ -14,23 +14,7 @@ from pathlib import Path
 import pytest
 
 from kdplug.cli import main
-
-TINY = [
-    "--student",
-    "bilstm",
-    "--projector",
-    "rkd",
-    "--epochs",
-    "1",
-    "--set",
-    "teacher_epochs=1",
-    "--set",
-    "allow_weak_teacher=true",
-    "--set",
-    "student_options.embedding_dim=16",
-    "--set",
-    "student_options.hidden_size=16",
-]
+from kdplug.testing import tiny_run_args
 
 
 def run(capsys, *argv):
@@ -40,7 +24,7 @@ def run(capsys, *argv):
 
 
 def tiny_argv(teacher, data, output, *extra):
-    return ["run", "--teacher", teacher, "--task", "sst2", "--data-dir", data, *TINY, *extra, "--output", output]
+    return ["run", *tiny_run_args(teacher=teacher, task="sst2", data_dir=data), *extra, "--output", output]
 
 
 def cache_root() -> Path:

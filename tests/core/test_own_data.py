@@ -11,24 +11,11 @@ from pathlib import Path
 import pytest
 
 from kdplug.cli import main
+from kdplug.testing import tiny_run_args
 
 ROOT = Path(__file__).resolve().parents[2]
 REVIEWS = ROOT / "examples" / "reviews"
 COLUMNS = ["--set", "task_options.text_column=review", "--set", "task_options.label_column=sentiment"]
-TINY = [
-    "--student",
-    "bilstm",
-    "--projector",
-    "rkd",
-    "--epochs",
-    "1",
-    "--set",
-    "teacher_epochs=1",
-    "--set",
-    "student_options.embedding_dim=16",
-    "--set",
-    "student_options.hidden_size=16",
-]
 
 
 def write_reviews(directory: Path, train: list[tuple[str, str]], dev: list[tuple[str, str]]) -> Path:
@@ -82,8 +69,8 @@ def test_data_too_small_to_judge_a_teacher_is_refused_before_any_training(
 ):
     data = write_reviews(tmp_path / "my_data", train, dev)
     output = tmp_path / "run"
-    argv = ["run", "--teacher", tiny_bert_dir, "--task", "local", "--data-dir", str(data), *COLUMNS, *TINY]
-    code = main([*argv, "--output", str(output), *(["--dry-run"] if dry_run else [])])
+    judged = tiny_run_args(teacher=tiny_bert_dir, task="local", data_dir=str(data), allow_weak_teacher=None)
+    code = main(["run", *judged, *COLUMNS, "--output", str(output), *(["--dry-run"] if dry_run else [])])
     err = capsys.readouterr().err
     assert code == 2
     assert "too few examples to fine-tune a teacher and tell whether it beats the majority class" in err
@@ -97,8 +84,8 @@ def test_allow_weak_teacher_distils_from_two_rows_without_judging(capsys, tiny_b
     """kdplug's own tests distil on a handful of examples: with allow_weak_teacher the teacher is
     not judged, so the size check does not apply."""
     data = write_reviews(tmp_path / "my_data", *TWO_ROWS)
-    argv = ["run", "--teacher", tiny_bert_dir, "--task", "local", "--data-dir", str(data), *COLUMNS, *TINY]
-    code = main([*argv, "--set", "allow_weak_teacher=true", "--output", str(tmp_path / "run"), "--dry-run"])
+    argv = ["run", *tiny_run_args(teacher=tiny_bert_dir, task="local", data_dir=str(data)), *COLUMNS]
+    code = main([*argv, "--output", str(tmp_path / "run"), "--dry-run"])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "check before distilling: off" in out

@@ -19,6 +19,7 @@ from kdplug.cli import main
 from kdplug.config import parse_value
 from kdplug.engine import health
 from kdplug.engine.trainer import stop_early
+from kdplug.testing import tiny_run_args
 from kdplug.testing.tiny import TinyTask, cache_as_hub_model, make_tiny_bert, make_tiny_classifier
 
 from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
@@ -26,20 +27,8 @@ from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
 #: enough dev examples for the teacher to be judged (kdplug refuses fewer than 10 unless allow_weak_teacher)
 JUDGED_DEV = SST2_DEV * 3
 
-TINY = [
-    "--student",
-    "bilstm",
-    "--projector",
-    "rkd",
-    "--epochs",
-    "2",
-    "--set",
-    "student_options.embedding_dim=16",
-    "--set",
-    "student_options.hidden_size=16",
-    "--set",
-    "batch_size=4",
-]
+#: a tiny run from a teacher used as given (never fine-tuned): two student epochs, small batches
+AS_GIVEN = dict(epochs=2, teacher_epochs=None, batch_size=4)
 
 
 @pytest.fixture
@@ -169,12 +158,16 @@ def test_a_label_map_naming_one_output_twice_exits_2_and_yes_no_labels_run(capsy
     data = write_sst2(tmp_path / "SST-2")
     bad_good = make_tiny_classifier(tmp_path / "bad-good", label_names=["bad", "good"])
     yes_no = make_tiny_classifier(tmp_path / "yes-no", label_names=["no", "yes"])
-    common = ("--task", "sst2", "--data-dir", data, *TINY, "--set", "allow_weak_teacher=true", "--set")
-    twice = "teacher_options.label_map={bad: negative, 0: positive}"
-    code, _, err = run_cli(capsys, "run", "--teacher", bad_good, *common, twice, "--output", tmp_path / "twice")
+    common = dict(task="sst2", data_dir=data, **AS_GIVEN)
+    twice = {"teacher_options": {"label_map": "{bad: negative, 0: positive}"}}
+    code, _, err = run_cli(
+        capsys, "run", *tiny_run_args(teacher=bad_good, **common, **twice, output=tmp_path / "twice")
+    )
     assert code == 2 and "'bad' and 0 both name output 0 ('bad')" in err
-    yes_no_map = "teacher_options.label_map={yes: positive, no: negative}"
-    code, _, err = run_cli(capsys, "run", "--teacher", yes_no, *common, yes_no_map, "--output", tmp_path / "yes-no-run")
+    yes_no_map = {"teacher_options": {"label_map": "{yes: positive, no: negative}"}}
+    code, _, err = run_cli(
+        capsys, "run", *tiny_run_args(teacher=yes_no, **common, **yes_no_map, output=tmp_path / "yes-no-run")
+    )
     assert code == 0, err
     labels = json.loads((tmp_path / "yes-no-run" / "metrics.json").read_text())["teacher"]["labels"]
     assert labels["checkpoint_output_of_each_task_label"] == [0, 1] and labels["matched_by"] == "label_map"
@@ -323,13 +316,7 @@ def test_a_teacher_that_predicts_one_class_stops_the_run_before_any_student_trai
     code, out, err = run_cli(
         capsys,
         "run",
-        "--teacher",
-        teacher,
-        "--task",
-        "sst2",
-        "--data-dir",
-        sst2_dir,
-        *TINY,
+        *tiny_run_args(teacher=teacher, task="sst2", data_dir=sst2_dir, allow_weak_teacher=None, **AS_GIVEN),
         "--baseline",
         "nkd",
         "--output",
@@ -346,15 +333,7 @@ def test_a_teacher_that_predicts_one_class_stops_the_run_before_any_student_trai
     code, out, err = run_cli(
         capsys,
         "run",
-        "--teacher",
-        teacher,
-        "--task",
-        "sst2",
-        "--data-dir",
-        sst2_dir,
-        *TINY,
-        "--set",
-        "allow_weak_teacher=true",
+        *tiny_run_args(teacher=teacher, task="sst2", data_dir=sst2_dir, **AS_GIVEN),
         "--output",
         output,
         "--overwrite",
@@ -371,15 +350,7 @@ def test_a_reversed_checkpoint_distils_the_same_student_and_mismatched_names_exi
         code, out, err = run_cli(
             capsys,
             "run",
-            "--teacher",
-            checkpoint,
-            "--task",
-            "sst2",
-            "--data-dir",
-            data,
-            *TINY,
-            "--set",
-            "allow_weak_teacher=true",
+            *tiny_run_args(teacher=checkpoint, task="sst2", data_dir=data, **AS_GIVEN),
             "--output",
             tmp_path / name,
         )
@@ -401,13 +372,7 @@ def test_a_reversed_checkpoint_distils_the_same_student_and_mismatched_names_exi
     code, _, err = run_cli(
         capsys,
         "run",
-        "--teacher",
-        mismatched,
-        "--task",
-        "sst2",
-        "--data-dir",
-        data,
-        *TINY,
+        *tiny_run_args(teacher=mismatched, task="sst2", data_dir=data, allow_weak_teacher=None, **AS_GIVEN),
         "--output",
         tmp_path / "mismatched-run",
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import kdplug
+from kdplug.testing import tiny_run_args
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "python-api.md"
 
@@ -45,28 +46,9 @@ def test_distill_with_names_is_what_kdplug_run_runs(tmp_path, tiny_bert_dir, sst
         main(
             [
                 "run",
-                "--teacher",
-                tiny_bert_dir,
-                "--student",
-                "bilstm",
-                "--projector",
-                "rkd",
-                "--task",
-                "sst2",
-                "--data-dir",
-                str(sst2_dir),
-                "--epochs",
-                "1",
-                "--set",
-                "teacher_epochs=1",
-                "--set",
-                "allow_weak_teacher=true",
-                "--set",
-                "student_options.hidden_size=16",
-                "--set",
-                "student_options.embedding_dim=16",
-                "--output",
-                str(tmp_path / "cli"),
+                *tiny_run_args(
+                    teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_dir), output=str(tmp_path / "cli")
+                ),
             ]
         )
         == 0

@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from kdplug.cli import main
+from kdplug.testing import tiny_run_args
 
 from ..conftest import SST2_DEV, SST2_TRAIN, interrupted_run, write_sst2
 
@@ -19,32 +20,17 @@ def setup(tmp_path_factory, tiny_bert_dir):
     data = write_sst2(tmp_path_factory.mktemp("data") / "SST-2", train=SST2_TRAIN * 4, dev=SST2_DEV * 2)
     argv = [
         "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--student",
-        "bilstm",
-        "--projector",
-        "pkd-skip",
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(data),
-        "--epochs",
-        "3",
-        "--set",
-        "teacher_epochs=2",
-        "--set",
-        "allow_weak_teacher=true",
-        "--set",
-        "batch_size=4",
-        "--set",
-        "checkpoint_every=5",
-        "--set",
-        "teacher_batch_size=8",
-        "--set",
-        "student_options.embedding_dim=16",
-        "--set",
-        "student_options.hidden_size=16",
+        *tiny_run_args(
+            teacher=tiny_bert_dir,
+            task="sst2",
+            data_dir=str(data),
+            projector="pkd-skip",
+            epochs=3,
+            teacher_epochs=2,
+            batch_size=4,
+            checkpoint_every=5,
+            teacher_batch_size=8,
+        ),
     ]
     return argv
 

@@ -12,8 +12,7 @@ from kdplug.cli import main
 from kdplug.errors import ConfigError
 from kdplug.seeds import parse_seeds
 from kdplug.sweep import Sweep
-
-TINY_STUDENT = ["--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16"]
+from kdplug.testing import tiny_run_args
 
 
 def test_parse_seeds_takes_a_count_or_a_list():
@@ -34,31 +33,13 @@ def test_a_sweeps_seed_axis_keeps_one_teacher(tmp_path):
 def test_seeds_share_the_teacher_and_summarise(capsys, tmp_path, tiny_bert_dir, sst2_dir):
     argv = [
         "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--student",
-        "bilstm",
-        "--projector",
-        "rkd",
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(sst2_dir),
-        "--epochs",
-        "1",
-        "--set",
-        "teacher_epochs=1",
-        "--set",
-        "allow_weak_teacher=true",
+        *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_dir), output=str(tmp_path / "rkd")),
         "--baseline",
         "nkd",
-        *TINY_STUDENT,
         "--seed",
         "7",
         "--seeds",
         "2",
-        "--output",
-        str(tmp_path / "rkd"),
     ]
     assert main(argv) == 0
     out = capsys.readouterr().out

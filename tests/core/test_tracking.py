@@ -11,23 +11,7 @@ import pytest
 from kdplug.cli import main
 from kdplug.engine.tracking import parse_report_to
 from kdplug.errors import ConfigError
-
-TINY = [
-    "--student",
-    "bilstm",
-    "--projector",
-    "alp",
-    "--set",
-    "student_options.embedding_dim=16",
-    "--set",
-    "student_options.hidden_size=16",
-    "--set",
-    "teacher_epochs=1",
-    "--set",
-    "allow_weak_teacher=true",
-    "--epochs",
-    "2",
-]
+from kdplug.testing import tiny_run_args
 
 
 def tiny_run(capsys, tmp_path, teacher, data, report_to, *extra):
@@ -35,13 +19,7 @@ def tiny_run(capsys, tmp_path, teacher, data, report_to, *extra):
     code = main(
         [
             "run",
-            "--teacher",
-            teacher,
-            "--task",
-            "sst2",
-            "--data-dir",
-            str(data),
-            *TINY,
+            *tiny_run_args(teacher=teacher, task="sst2", data_dir=str(data), projector="alp", epochs=2),
             "--report-to",
             report_to,
             "--output",

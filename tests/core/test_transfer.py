@@ -20,28 +20,18 @@ from kdplug.engine.cache import ConcatCache, TeacherCache
 from kdplug.engine.data import Collator, LengthGroupedBatchSampler, WithTransfer, encode
 from kdplug.engine.pipeline import run
 from kdplug.engine.trainer import inference_autocast, inference_precision, native_bf16, x86_flags
+from kdplug.testing import tiny_run_settings
 from kdplug.testing.tiny import wordpiece_tokenizer
 from kdplug.types import Example
 
 from ..conftest import SST2_DEV, SST2_TRAIN
 
-TINY = {
-    "student": "bilstm",
-    "projector": "rkd",
-    "task": "sst2",
-    "epochs": 1,
-    "teacher_epochs": 1,
-    "allow_weak_teacher": True,
-    "batch_size": 8,
-    "student_options": {"embedding_dim": 16, "hidden_size": 16},
-    "measure_speed": False,
-}
-
 
 def config(tmp_path, tiny_bert_dir, sst2_dir, name="run", **settings):
+    tiny = tiny_run_settings(task="sst2", batch_size=8, measure_speed=False)
     return RunConfig(
         **{
-            **TINY,
+            **tiny,
             "teacher": tiny_bert_dir,
             "data_dir": str(sst2_dir),
             "cache_dir": str(tmp_path / "cache"),

@@ -20,14 +20,13 @@ import kdplug
 from kdplug import fingerprint
 from kdplug.cli import main
 from kdplug.errors import ConfigError
+from kdplug.testing import tiny_run_args
 from kdplug.types import LayerSpec, StepState
 from kdplug_recipes.annealing import AnnealingObjective, annealing_multiplier
 from kdplug_recipes.dih import DIHObjective, default_head_layers, head_positions
 from kdplug_recipes.takd import Link, link_key, plan_chain
 
 from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
-
-TINY_STUDENT = ["--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16"]
 
 
 def softmax(values, tau=1.0):
@@ -172,25 +171,11 @@ def test_takd_link_key_chains_through_the_previous_link():
 def tiny_run(capsys, tmp_path, tiny_bert_dir, sst2_dir, recipe, *extra, output="run"):
     argv = [
         "run",
-        "--teacher",
-        tiny_bert_dir,
-        "--student",
-        "bilstm",
-        "--task",
-        "sst2",
-        "--data-dir",
-        str(sst2_dir),
+        *tiny_run_args(
+            teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_dir), projector=None, epochs=2, head_epochs=2
+        ),
         "--recipe",
         recipe,
-        "--epochs",
-        "2",
-        "--set",
-        "teacher_epochs=1",
-        "--set",
-        "allow_weak_teacher=true",
-        "--set",
-        "head_epochs=2",
-        *TINY_STUDENT,
         *extra,
         "--output",
         str(tmp_path / output),
@@ -299,27 +284,11 @@ def test_takd_run_trains_each_link_from_the_last_and_reuses_the_ta(capsys, tmp_p
 def test_recipe_with_the_minilm_teacher_on_the_demo_task(capsys, tmp_path, recipe, options):
     argv = [
         "run",
-        "--teacher",
-        "minilm",
-        "--student",
-        "bilstm",
-        "--task",
-        "demo",
+        *tiny_run_args(
+            teacher="minilm", task="demo", projector=None, head_epochs=1, task_options={"num_train": 64, "num_dev": 32}
+        ),
         "--recipe",
         recipe,
-        "--epochs",
-        "1",
-        "--set",
-        "task_options.num_train=64",
-        "--set",
-        "task_options.num_dev=32",
-        "--set",
-        "teacher_epochs=1",
-        "--set",
-        "allow_weak_teacher=true",
-        "--set",
-        "head_epochs=1",
-        *TINY_STUDENT,
         *options,
         "--output",
         str(tmp_path / "run"),
@@ -437,17 +406,15 @@ def test_a_bilstm_distilled_with_pkd_is_exported_without_the_learned_map(capsys,
 
 
 def test_a_student_from_scratch_on_few_labels_is_told_about_transfer_sets(capsys, tmp_path, tiny_bert_dir, sst2_dir):
-    argv = ["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--task", "sst2", "--data-dir", str(sst2_dir)]
-    argv += ["--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true"]
-    argv += ["--set", "measure_speed=false"]
+    common = dict(teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_dir), measure_speed=False)
     outputs = {}
-    for name, extra in {
-        "rkd": ["--projector", "rkd", *TINY_STUDENT],
-        "nkd": ["--projector", "nkd", *TINY_STUDENT],  # no teacher: nothing for a transfer set to teach
-        "augmented": ["--projector", "rkd", "--augment", "tang", "--augment-factor", "2", *TINY_STUDENT],
-        "bert": ["--projector", "rkd", "--student", "bert-1"],  # pre-trained layers, not from scratch
+    for name, argv in {
+        "rkd": tiny_run_args(**common),
+        "nkd": tiny_run_args(**common, projector="nkd"),  # no teacher: nothing for a transfer set to teach
+        "augmented": [*tiny_run_args(**common), "--augment", "tang", "--augment-factor", "2"],
+        "bert": tiny_run_args(**common, student="bert-1", student_options=None),  # pre-trained, not from scratch
     }.items():
-        assert main([*argv, *extra, "--output", str(tmp_path / name)]) == 0
+        assert main(["run", *argv, "--output", str(tmp_path / name)]) == 0
         outputs[name] = capsys.readouterr().out
     assert "tip: a student trained from scratch on 12 labelled examples" in outputs["rkd"]
     tip = next(line for line in outputs["rkd"].splitlines() if line.startswith("tip: "))

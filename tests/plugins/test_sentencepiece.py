@@ -13,6 +13,7 @@ import torch
 import kdplug
 from kdplug import fingerprint
 from kdplug.engine.data import encode
+from kdplug.testing import tiny_run_args
 from kdplug.testing.tiny import TINY_SENTENCES, TinyTask
 from kdplug_models import sentencepiece_tokenizer as spt
 
@@ -207,30 +208,14 @@ def test_cli_run_distils_into_a_sentencepiece_student(tmp_path, tiny_bert_dir, s
     code = main(
         [
             "run",
-            "--teacher",
-            tiny_bert_dir,
-            "--student",
-            "bilstm",
-            "--projector",
-            "universal-ca",
-            "--task",
-            "sst2",
-            "--data-dir",
-            str(sst2_dir),
-            "--epochs",
-            "1",
-            "--set",
-            "teacher_epochs=1",
-            "--set",
-            "allow_weak_teacher=true",
-            "--set",
-            "student_options.tokenizer=sentencepiece",
-            "--set",
-            "student_options.embedding_dim=16",
-            "--set",
-            "student_options.hidden_size=16",
-            "--output",
-            str(tmp_path / "run"),
+            *tiny_run_args(
+                teacher=tiny_bert_dir,
+                task="sst2",
+                data_dir=str(sst2_dir),
+                projector="universal-ca",
+                student_options={"tokenizer": "sentencepiece", "embedding_dim": 16, "hidden_size": 16},
+                output=str(tmp_path / "run"),
+            ),
         ]
     )
     out = capsys.readouterr().out

@@ -5,24 +5,14 @@ from __future__ import annotations
 import pytest
 
 from kdplug.cli import main
-
-#: every zoo run in these tests: the tiny teacher, one short epoch, small batches
-TINY = [
-    "--set",
-    "teacher_epochs=1",
-    "--set",
-    "allow_weak_teacher=true",
-    "--set",
-    "epochs=1",
-    "--set",
-    "batch_size=4",
-    "--set",
-    "teacher_batch_size=4",
-]
+from kdplug.testing import set_args, tiny_run_settings
 
 
 def tiny_overrides(teacher: str, data_dir) -> list[str]:
-    return ["--set", f"teacher={teacher}", "--set", f"data_dir={data_dir}", *TINY]
+    """Every zoo run in these tests: the tiny teacher, one short epoch, small batches (the zoo entry
+    names the student and the method)."""
+    tiny = tiny_run_settings(student=None, projector=None, student_options=None, batch_size=4, teacher_batch_size=4)
+    return set_args({"teacher": teacher, "data_dir": data_dir, **tiny})
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import pytest
 from kdplug.cli import main
 from kdplug.errors import ConfigError
 from kdplug.sweep import Point, Results, grid_points, parse_grid, parse_shard, point_id
+from kdplug.testing import set_args, tiny_run_settings
 
 
 def test_grid_values_are_yaml_and_keep_bracketed_commas():
@@ -82,26 +83,10 @@ def test_a_stop_request_ends_the_sweep_and_the_next_run_continues_it(tmp_path, t
     from tests.conftest import write_sst2
 
     data = write_sst2(tmp_path / "SST-2")
+    tiny = tiny_run_settings(teacher=tiny_bert_dir, data_dir=data, task="sst2", projector=None, epochs=2)
     argv = [
         "sweep",
-        "--set",
-        f"teacher={tiny_bert_dir}",
-        "--set",
-        f"data_dir={data}",
-        "--set",
-        "task=sst2",
-        "--set",
-        "student=bilstm",
-        "--set",
-        "student_options.embedding_dim=16",
-        "--set",
-        "student_options.hidden_size=16",
-        "--set",
-        "epochs=2",
-        "--set",
-        "teacher_epochs=1",
-        "--set",
-        "allow_weak_teacher=true",
+        *set_args(tiny),
         "--grid",
         "projector=rkd,nkd",
         "--output",

@@ -19,8 +19,9 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from ...components import process_registry
 from ...errors import PluginError, UsageError
-from ...plugins import ENTRY_POINT_GROUP, PluginManager, get_plugin_manager
+from ...plugins import ENTRY_POINT_GROUP, PluginManager
 from ...registry import CONTRACT_KINDS, Entry, Registry  # noqa: F401  CONTRACT_KINDS: re-exported by contracts
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -291,7 +292,7 @@ def _borrowed(workspace: Optional[Workspace]) -> Iterator[Workspace]:
 
 
 def _registry(registry: Optional[Registry]) -> Registry:
-    return registry if registry is not None else get_plugin_manager().registry
+    return registry if registry is not None else process_registry()
 
 
 TINY_SST2_TRAIN = [
