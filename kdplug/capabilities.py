@@ -22,6 +22,10 @@ from typing import Any, ClassVar, Optional, TypeVar, cast
 class Capabilities:
     """What a component of any kind may declare (here, on its factory)."""
 
+    stores: ClassVar[Mapping[str, str]] = {}
+    """``{folder: title}``: the folders it keeps under kdplug's cache directory, which ``kdplug cache`` lists and
+    clears (and no other)."""
+
     check_options: ClassVar[Optional[Callable[..., None]]] = None
     """``check_options(*args, **options)``: raises UsageError for option values it rules out, without building
     anything (before the models load)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..capabilities import Capabilities, capabilities
 from ..errors import UsageError
 from ..plugins import PluginManager
 from ..registry import Registry
@@ -33,7 +34,7 @@ def sections(registry: Registry) -> dict[str, str]:
     found = dict(SECTIONS)
     for entry in registry:
         factory = getattr(entry.factory, "func", entry.factory)  # functools.partial
-        for folder, title in (getattr(factory, "stores", None) or {}).items():
+        for folder, title in (capabilities(Capabilities, factory).stores or {}).items():
             found.setdefault(folder, title)
     return found
 

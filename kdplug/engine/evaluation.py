@@ -12,6 +12,7 @@ from typing import Any, Optional
 from torch import nn
 
 from ..hub import display_name
+from ..layout import ATTENTION_PLOT
 from ..types import RecipeCapabilities, matchable_layers
 from . import analysis, preflight
 from . import speed as speed_module
@@ -95,7 +96,7 @@ def analyse(context: EngineContext, student: nn.Module, env: RunEnvironment, run
         device=env.accelerator.device,
     )
     if env.tracker is not None:
-        env.tracker.log_image(f"{stage}/attention", run_dir / analysis.ATTENTION_PLOT)
+        env.tracker.log_image(f"{stage}/attention", run_dir / ATTENTION_PLOT)
     return written
 
 

@@ -16,14 +16,14 @@ from torch import nn
 
 from ..config import RunConfig
 from ..errors import KdplugError, UsageError, debugging
-from ..layout import CHECKPOINT_DIR
+from ..layout import BASELINE_PREDICTIONS_FILE, CHECKPOINT_DIR, CONFIG_FILE, TRACKING_DIR
 from ..logs import FILE_ONLY
 from ..progress import human_duration
 from ..registry import Registry
 from ..storage import default_cache_root, raise_as_storage_error, write_failure_reason
 from ..threads import apply as apply_threads
 from ..threads import choose as choose_threads
-from ..types import Example, Task
+from ..types import Example, StudentCapabilities, Task, capabilities
 from . import faults, interrupt, preflight
 from .baseline import Baseline, run_baseline
 from .checkpoint import Checkpointer, training_settings
@@ -32,17 +32,8 @@ from .inputs import RunEnvironment, RunInputs, broadcast_object, load_task, prep
 from .interrupt import RunInterrupted
 from .recipe import EngineContext, run_recipe
 from .results import Row, format_table, write_student_package
-from .rundir import (
-    BASELINE_PREDICTIONS_FILE,
-    COMPLETED,
-    CONFIG_FILE,
-    FAILED,
-    INTERRUPTED,
-    RunDirectory,
-    default_output,
-    is_completed,
-)
-from .tracking import TRACKING_DIR, Tracking, parse_report_to
+from .rundir import COMPLETED, FAILED, INTERRUPTED, RunDirectory, default_output, is_completed
+from .tracking import Tracking, parse_report_to
 from .trainer import build_accelerator, process_state
 
 log = logging.getLogger("kdplug")
@@ -315,18 +306,17 @@ def stage_times(metrics: dict[str, Any]) -> str:
 
 #: below this many labelled examples a student trained from scratch gains most from a transfer set
 FEW_LABELS = 5000
-#: what ``--augment tang`` gave on the demo task (docs/transfer-sets.md, measured there)
-TRANSFER_MEASURED = "on the demo task (800 sentences) it took BiLSTM + rkd from 92.30 to 94.42, its teacher 94.00"
 
 
 def transfer_advice(config: RunConfig, registry: Registry, student: nn.Module, labelled: int) -> Optional[str]:
     """The closing hint for a student trained from scratch on few labels without a transfer set."""
     if config.transfer or config.augment or labelled >= FEW_LABELS:
         return None
-    if not getattr(student, "from_scratch", False) or not preflight.reads_teacher(config, registry):
+    if not capabilities(StudentCapabilities, student).from_scratch or not preflight.reads_teacher(config, registry):
         return None
+    augmenters = " or ".join(f"--augment {name}" for name in registry.names("augmenter"))
+    add = f"{augmenters} (or --transfer FILE of unlabelled text of the task)" if augmenters else "--transfer FILE"
     return (
         f"tip: a student trained from scratch on {labelled} labelled examples learns more of the teacher from a "
-        f"transfer set: add --augment tang (or --transfer FILE of unlabelled text of the task); "
-        f"{TRANSFER_MEASURED}; see docs/transfer-sets.md"
+        f"transfer set: add {add}; see docs/transfer-sets.md for what it gave on the demo task"
     )

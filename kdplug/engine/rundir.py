@@ -23,8 +23,7 @@ from typing import Any, Optional
 
 from ..config import RunConfig, dump_yaml
 from ..errors import UsageError
-from ..layout import (  # noqa: F401  BASELINE_PREDICTIONS_FILE: until pipeline.py imports it from layout
-    BASELINE_PREDICTIONS_FILE,
+from ..layout import (
     CONFIG_FILE,
     LOCK_FILE,
     LOG_FILE,

@@ -14,7 +14,7 @@ import kdplug
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the modules already free of plugin names (grow it as others are cleaned)
-CLEAN = ["kdplug/engine/preflight.py", "kdplug/commands/cache.py"]
+CLEAN = ["kdplug/engine/preflight.py", "kdplug/commands/cache.py", "kdplug/engine/pipeline.py"]
 #: registered names that are ordinary words in a message
 WORDS = {"hf", "local", "standard", "demo", "kd", "ce", "mse", "kl", "dist"}
 
