@@ -60,6 +60,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=RUN_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_component_arguments(parser)
+    _add_training_arguments(parser)
+    _add_transfer_arguments(parser)
+    _add_environment_arguments(parser)
+    parser.set_defaults(handler=handle)
+
+
+def _add_component_arguments(parser: argparse.ArgumentParser) -> None:
+    """What to distil: the components, their data and where the settings come from."""
     parser.add_argument(
         "--teacher",
         help="a teacher name (see 'kdplug plugins'), a local checkpoint directory or a "
@@ -87,6 +96,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="set any configuration key, e.g. --set lr=2e-5 --set projector_options.layer_map=[1,5,9]",
     )
+
+
+def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the run goes and how the student trains."""
     parser.add_argument("--output", help="run directory (default: runs/<time>-<task>-<student>-<projector>)")
     parser.add_argument("--seed", type=int, help="random seed (default: 42)")
     parser.add_argument(
@@ -111,6 +124,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "a CPU that would emulate it; training in fp32 on CPU and bf16/fp16 mixed precision on CUDA",
     )
     parser.add_argument("--baseline", help="also train the student with this projector (e.g. nkd) for the table")
+
+
+def _add_transfer_arguments(parser: argparse.ArgumentParser) -> None:
+    """Extra text the student learns the teacher's outputs on."""
     parser.add_argument(
         "--transfer",
         nargs="+",
@@ -133,6 +150,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="augmented copies per training example (default: 20, 10 for sentence pairs, as Tang et al.)",
     )
+
+
+def _add_environment_arguments(parser: argparse.ArgumentParser) -> None:
+    """Tracking, the machine, the cache, and what to do with an existing, interrupted or planned run."""
     parser.add_argument(
         "--report-to",
         dest="report_to",
@@ -168,7 +189,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "output, what is cached, how long each part would take here, from a few timed steps), print the plan and "
         "exit, training nothing",
     )
-    parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, manager: PluginManager) -> int:

@@ -219,28 +219,9 @@ def model_card(
     split = task.dev_splits[0]
     student_dev = metrics["student"]["dev"].get(split, {})
     teacher_dev = metrics.get("teacher", {}).get("dev", {}).get(split, {})
-    metadata = {
-        "library_name": "transformers",
-        "pipeline_tag": "text-classification",
-        "tags": ["kdplug", "knowledge-distillation", config.projector, config.student],
-        "model-index": [
-            {
-                "name": f"{config.student}-{config.projector}-{task.name}",
-                "results": [
-                    {
-                        "task": {"type": "text-classification", "name": "Text Classification"},
-                        "dataset": {"name": task.name, "type": task.name, "split": split},
-                        "metrics": [{"type": name, "value": round(value, 4)} for name, value in student_dev.items()],
-                    }
-                ],
-            }
-        ],
-    }
-    if capabilities(TaskCapabilities, task).hub_dataset:  # the data set on the hub, where the task says which
-        metadata["datasets"] = [task.hub_dataset]
     lines = [
         "---",
-        yaml.safe_dump(metadata, sort_keys=False).strip(),
+        yaml.safe_dump(_card_metadata(config, task, split, student_dev), sort_keys=False).strip(),
         "---",
         "",
         f"# {config.student} distilled from {display_name(config.teacher)} with {config.projector} ({task.name})",
@@ -262,8 +243,50 @@ def model_card(
     if speed.get("unreliable"):
         lines += ["", f"The timings above are not reliable: {speed['unreliable']}."]
     lines += ["", "## Use it", ""]
+    lines += _usage_lines(huggingface_family)
+    lines += ["## Training", ""]
+    lines += _training_lines(config, metrics)
+    lines += [
+        "Reproduce it:",
+        "",
+        "```bash",
+        command,
+        "```",
+    ]
+    if citations:
+        lines += ["", "## Citation", "", "```bibtex", *"\n\n".join(citations).splitlines(), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def _card_metadata(config: Any, task: Any, split: str, student_dev: dict) -> dict[str, Any]:
+    """The card's YAML header: what the hub indexes (library, pipeline, tags, the dev results)."""
+    metadata: dict[str, Any] = {
+        "library_name": "transformers",
+        "pipeline_tag": "text-classification",
+        "tags": ["kdplug", "knowledge-distillation", config.projector, config.student],
+        "model-index": [
+            {
+                "name": f"{config.student}-{config.projector}-{task.name}",
+                "results": [
+                    {
+                        "task": {"type": "text-classification", "name": "Text Classification"},
+                        "dataset": {"name": task.name, "type": task.name, "split": split},
+                        "metrics": [{"type": name, "value": round(value, 4)} for name, value in student_dev.items()],
+                    }
+                ],
+            }
+        ],
+    }
+    if capabilities(TaskCapabilities, task).hub_dataset:  # the data set on the hub, where the task says which
+        metadata["datasets"] = [task.hub_dataset]
+    return metadata
+
+
+def _usage_lines(huggingface_family: bool) -> list[str]:
+    """How to load the package: a Hugging Face family loads as it is; kdplug's own models carry
+    their modeling code, so they need ``trust_remote_code`` where kdplug is not installed."""
     if huggingface_family:
-        lines += [
+        lines = [
             "```python",
             "from transformers import pipeline",
             "",
@@ -273,7 +296,7 @@ def model_card(
             "",
         ]
     else:
-        lines += [
+        lines = [
             "Anywhere transformers and torch are installed: this directory carries its modeling code "
             "(`modeling_*.py`, named by `auto_map` in config.json), so allow it to run:",
             "",
@@ -295,22 +318,25 @@ def model_card(
             "```",
             "",
         ]
-    lines += [
+    return lines + [
         "or with kdplug's command line (and `kdplug export --format onnx --quantize int8` for a smaller, faster copy):",
         "",
         "```bash",
         "kdplug predict PATH/TO/THIS/DIRECTORY --input texts.tsv --output predictions.tsv",
         "```",
         "",
-        "## Training",
-        "",
     ]
+
+
+def _training_lines(config: Any, metrics: dict) -> list[str]:
+    """This student's stages and settings; the ``--baseline`` student's stages apart, since the
+    package does not hold that one."""
     baseline = metrics.get("baseline", {}).get("projector")
     prefix = f"baseline-{baseline}-" if baseline else None
     stages = metrics.get("stages", {})
     ours = {name: stage for name, stage in stages.items() if not (prefix and name.startswith(prefix))}
     theirs = {name: stage for name, stage in stages.items() if name not in ours}
-    lines += [line for name, stage in ours.items() if (line := _stage_line(name, stage))]
+    lines = [line for name, stage in ours.items() if (line := _stage_line(name, stage))]
     init = metrics["student"].get("init") or {}
     teacher_dtype = metrics.get("teacher", {}).get("precision")
     lines += [
@@ -326,16 +352,7 @@ def model_card(
             *[line for name, stage in theirs.items() if (line := _stage_line(name, stage))],
             "",
         ]
-    lines += [
-        "Reproduce it:",
-        "",
-        "```bash",
-        command,
-        "```",
-    ]
-    if citations:
-        lines += ["", "## Citation", "", "```bibtex", *"\n\n".join(citations).splitlines(), "```"]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _teacher_name(config: Any, metrics: dict) -> str:

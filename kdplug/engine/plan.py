@@ -149,43 +149,21 @@ def dry_run(
         "cache": str(cache_root),
         "resume": resume,
         "replaces": replaces,
+        "task": _task_plan(task, train, dev),
+        "tokenizer": _tokenizer_plan(teacher.tokenizer, max_length),
     }
-    plan["task"] = {
-        "name": task.name,
-        "labels": list(task.labels),
-        "regression": task.is_regression,
-        "pairs": task.is_pair,
-        "train": len(train),
-        "dev": {name: len(split) for name, split in dev.items()},
-        "main_metric": task.main_metric,
-    }
-    tokenizer = teacher.tokenizer
-    plan["tokenizer"] = {
-        "class": type(tokenizer).__name__,
-        "vocabulary": len(tokenizer) if tokenizer is not None else None,
-        "max_length": max_length,
-    }
-
-    # -- the teacher: given fine-tuned, stored, or to be fine-tuned ---------------------------------
-    plan["teacher"] = {
-        "name": config.teacher,
-        "source": teacher.source,
-        "class": type(teacher.model).__name__,
-        "parameters": count_parameters(teacher.model),
-        "outputs": num_outputs(task),
-        "pretrained": teacher.pretrained,
-        **teacher.extra,
-    }
-    finetuned = teacher if teacher.finetuned else None
-    if teacher.finetuned:
-        plan["teacher"]["finetune"] = "no: it comes fine-tuned for the task"
-    else:
-        settings = finetune_settings(config, teacher, train, max_length, teacher_seed)
-        key = teacher_stage.finetune_key(teacher, task, train, dev, settings)
-        stored = teacher_stage.stored_teacher_dir(cache_root, key)
-        plan["teacher"]["finetune"] = {**settings, "stored": str(stored) if stored else None}
-        if stored is not None:
-            finetuned = create_teacher(config, registry, task, source=str(stored))
+    finetuned = _plan_teacher(
+        plan,
+        config,
+        registry,
+        task=task,
+        teacher=teacher,
+        train=train,
+        dev=dev,
+        max_length=max_length,
+        cache_root=cache_root,
+        teacher_seed=teacher_seed,
+    )
     reads_teacher = preflight.reads_teacher(config, registry)
     reads_layers = preflight.reads_teacher_layers(config, registry)
     plan["teacher_outputs"] = (
@@ -199,14 +177,102 @@ def dry_run(
         else "off"
     )
 
-    # -- the transfer set --------------------------------------------------------------------------
     transfer_size = _transfer_plan(config, task, finetuned, cache_root, teacher_seed, plan)
     if reads_teacher:
         plan["teacher_cache"] = cache_size(registry, teacher, task, train, dev, reads_layers, transfer_size)
     ratio = config.transfer_ratio
     per_epoch = 0 if not transfer_size else (round(ratio * len(train)) if ratio else transfer_size)
 
-    # -- the stages, from the recipe itself ----------------------------------------------------------
+    trainer, context, student = _plan_stages(
+        plan,
+        config,
+        registry,
+        task=task,
+        teacher=finetuned or teacher,
+        train=train,
+        dev=dev,
+        max_length=max_length,
+        reads_layers=reads_layers,
+        transfer_per_epoch=per_epoch,
+    )
+    plan["student"] = _student_plan(config, student, context.tokenizer)
+    plan["recipe"] = config.recipe
+    plan["stages"] = context.stages
+    plan["threads"] = threads.to_dict()
+    plan["time"] = _time_plan(plan, config, trainer, teacher, finetuned, train, dev)
+    echo(format_plan(plan, config))
+    return plan
+
+
+def _task_plan(task, train, dev) -> dict[str, Any]:
+    return {
+        "name": task.name,
+        "labels": list(task.labels),
+        "regression": task.is_regression,
+        "pairs": task.is_pair,
+        "train": len(train),
+        "dev": {name: len(split) for name, split in dev.items()},
+        "main_metric": task.main_metric,
+    }
+
+
+def _tokenizer_plan(tokenizer, max_length: int) -> dict[str, Any]:
+    return {
+        "class": type(tokenizer).__name__,
+        "vocabulary": len(tokenizer) if tokenizer is not None else None,
+        "max_length": max_length,
+    }
+
+
+def _plan_teacher(
+    plan: dict[str, Any],
+    config: RunConfig,
+    registry: Registry,
+    *,
+    task,
+    teacher: Teacher,
+    train,
+    dev,
+    max_length: int,
+    cache_root: Path,
+    teacher_seed: int,
+) -> Optional[Teacher]:
+    """The teacher: given fine-tuned, stored, or to be fine-tuned (``plan["teacher"]``); returns
+    the fine-tuned teacher where there is one already, else None."""
+    plan["teacher"] = {
+        "name": config.teacher,
+        "source": teacher.source,
+        "class": type(teacher.model).__name__,
+        "parameters": count_parameters(teacher.model),
+        "outputs": num_outputs(task),
+        "pretrained": teacher.pretrained,
+        **teacher.extra,
+    }
+    if teacher.finetuned:
+        plan["teacher"]["finetune"] = "no: it comes fine-tuned for the task"
+        return teacher
+    settings = finetune_settings(config, teacher, train, max_length, teacher_seed)
+    key = teacher_stage.finetune_key(teacher, task, train, dev, settings)
+    stored = teacher_stage.stored_teacher_dir(cache_root, key)
+    plan["teacher"]["finetune"] = {**settings, "stored": str(stored) if stored else None}
+    return create_teacher(config, registry, task, source=str(stored)) if stored is not None else None
+
+
+def _plan_stages(
+    plan: dict[str, Any],
+    config: RunConfig,
+    registry: Registry,
+    *,
+    task,
+    teacher: Teacher,
+    train,
+    dev,
+    max_length: int,
+    reads_layers: bool,
+    transfer_per_epoch: int,
+) -> tuple[Trainer, PlanningContext, Any]:
+    """The stages, from the recipe itself: its ``run(ctx)`` against a :class:`PlanningContext`
+    (and the ``--baseline`` student's first); what the recipe stores goes to a scratch directory."""
     accelerator = build_accelerator(config.precision)
     plan["device"] = str(accelerator.device)
     plan["teacher_precision"] = inference_precision(config.precision, accelerator.device)
@@ -216,7 +282,7 @@ def dry_run(
             config=config,
             registry=registry,
             task=task,
-            teacher=finetuned or teacher,
+            teacher=teacher,
             trainer=trainer,
             train=train,
             dev=dev,
@@ -224,28 +290,26 @@ def dry_run(
             cache_root=Path(scratch),
             cache_layers=reads_layers,
             max_length=max_length,
-            transfer_per_epoch=per_epoch,
+            transfer_per_epoch=transfer_per_epoch,
             transfer_estimated=bool(plan["transfer"]) and not plan["transfer"].get("stored"),
         )
         if config.baseline:
             train_baseline(context)
         recipe = registry.create("recipe", config.recipe, **config.recipe_options)
         student = recipe.run(RecipeView(context))
-    plan["student"] = {
+    return trainer, context, student
+
+
+def _student_plan(config: RunConfig, student, teacher_tokenizer) -> dict[str, Any]:
+    return {
         "name": config.student,
         "class": type(student).__name__,
         "parameters": count_parameters(student),
         "init": getattr(student, "kdplug_init", {"init": "random"}),
         "tokenizer": "its own"
-        if getattr(student, "tokenizer", None) not in (None, context.tokenizer)
+        if getattr(student, "tokenizer", None) not in (None, teacher_tokenizer)
         else "the teacher's",
     }
-    plan["recipe"] = config.recipe
-    plan["stages"] = context.stages
-    plan["threads"] = threads.to_dict()
-    plan["time"] = _time_plan(plan, config, trainer, teacher, finetuned, train, dev)
-    echo(format_plan(plan, config))
-    return plan
 
 
 def fewest_epochs(epochs: int, patience: int, min_epochs: int) -> int:

@@ -202,8 +202,24 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
     counts as one more method (its metrics, and its predictions from ``baseline_predictions.json``)."""
     groups: dict[str, Group] = {}
     placed: dict[tuple, str] = {}  # (group, configuration, directory) -> the method its runs joined
-    seeds_of: dict[tuple[str, str, str], set[int]] = {}  # (setup, configuration, directory) -> seeds
     resolved = [(run, resolved_config(run)) for run in runs]
+    seeds_of = _seeds_by_configuration(resolved)
+    for run, config in resolved:
+        student_dev = run.metrics.get("student", {}).get("dev")
+        if run.seed is None or not student_dev:
+            continue
+        if run.entry is not None:
+            _add_zoo_run(groups, run, config, student_dev)
+        else:
+            _add_setup_run(groups, run, config, student_dev, seeds_of, placed)
+    result = list(groups.values())
+    _name_groups(result)
+    return result
+
+
+def _seeds_by_configuration(resolved: list[tuple[Run, dict]]) -> dict[tuple[str, str, str], set[int]]:
+    """(setup, configuration, directory) -> the seeds run there."""
+    seeds_of: dict[tuple[str, str, str], set[int]] = {}
     for run, config in resolved:
         where = (
             _key({k: config.get(k) for k in SETUP_KEYS}),
@@ -211,82 +227,106 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
             str(run.source or run.path),
         )
         seeds_of.setdefault(where, set()).add(run.seed)
-    for run, config in resolved:
-        seed = run.seed
-        student_dev = run.metrics.get("student", {}).get("dev")
-        if seed is None or not student_dev:
-            continue
-        policy = str(config.get("best_checkpoint", "best"))
-        setup = {k: config.get(k) for k in SETUP_KEYS}
-        if run.entry is not None:
-            setup.update({k: config.get(k) for k in FACTOR_KEYS})  # a paper's table: one teacher and student
-            if run.entry.measure != "student":
-                continue  # teacher rows: the teacher's score, not a method's
-            zoo_key = (run.entry.paper, run.entry.table, run.entry.task)
-            title = f"{run.entry.paper} Table {run.entry.table}, {run.entry.task}"
-            group = groups.setdefault(
-                _key(["zoo", zoo_key, setup]),
-                Group(title, run.metrics.get("main_metric", "accuracy"), policy, setup, zoo=zoo_key, config=config),
-            )
-            method = group.methods.setdefault(
-                run.entry.row, Method(run.entry.row, {"row": run.entry.row}, entry=run.entry)
-            )
-            method.add(seed, student_dev, run.predictions(), run.label)
-            method.runs.append(run)
-            continue
-        values = _method_values(config)
-        identity = _identity(values)
-        group = groups.setdefault(
-            _key(["setup", setup]),
-            Group(
-                run.task,
-                run.metrics.get("main_metric", "accuracy"),
-                policy,
-                setup,
-                config=config,
-            ),
+    return seeds_of
+
+
+def _add_zoo_run(groups: dict[str, Group], run: Run, config: dict, student_dev: dict) -> None:
+    """A zoo run joins its paper table's group (one teacher and student) as the paper's row."""
+    if run.entry.measure != "student":
+        return  # teacher rows: the teacher's score, not a method's
+    setup = {k: config.get(k) for k in (*SETUP_KEYS, *FACTOR_KEYS)}
+    zoo_key = (run.entry.paper, run.entry.table, run.entry.task)
+    title = f"{run.entry.paper} Table {run.entry.table}, {run.entry.task}"
+    policy = str(config.get("best_checkpoint", "best"))
+    group = groups.setdefault(
+        _key(["zoo", zoo_key, setup]),
+        Group(title, run.metrics.get("main_metric", "accuracy"), policy, setup, zoo=zoo_key, config=config),
+    )
+    method = group.methods.setdefault(run.entry.row, Method(run.entry.row, {"row": run.entry.row}, entry=run.entry))
+    method.add(run.seed, student_dev, run.predictions(), run.label)
+    method.runs.append(run)
+
+
+def _add_setup_run(
+    groups: dict[str, Group],
+    run: Run,
+    config: dict,
+    student_dev: dict,
+    seeds_of: dict[tuple[str, str, str], set[int]],
+    placed: dict[tuple, str],
+) -> None:
+    """Any other run joins its setup's group as the method its configuration names, and its
+    ``--baseline`` student as one more."""
+    setup = {k: config.get(k) for k in SETUP_KEYS}
+    values = _method_values(config)
+    identity = _identity(values)
+    group = groups.setdefault(
+        _key(["setup", setup]),
+        Group(
+            run.task,
+            run.metrics.get("main_metric", "accuracy"),
+            str(config.get("best_checkpoint", "best")),
+            setup,
+            config=config,
+        ),
+    )
+    default_recipe = run.metrics.get("student", {}).get("default_recipe", DEFAULT_RECIPE)
+    source = str(run.source or run.path)
+    seeds = seeds_of[(_key(setup), identity, source)]
+    key = _method_key(group, identity, source, seeds, placed)
+    method = group.methods.setdefault(key, Method(_method_label(values, default_recipe), values, origin=source))
+    method.add(run.seed, student_dev, run.predictions(), run.label)
+    method.runs.append(run)
+    baseline = run.metrics.get("baseline")
+    if baseline and baseline.get("dev"):
+        _add_baseline(group, run, baseline, values, default_recipe, seeds, placed)
+
+
+def _add_baseline(
+    group: Group,
+    run: Run,
+    baseline: dict,
+    values: dict,
+    default_recipe: str,
+    seeds: set[int],
+    placed: dict[tuple, str],
+) -> None:
+    """The run's ``--baseline`` student as a reference method: the run's values with the
+    baseline's projector and recipe, and the settings its stage resolved."""
+    source = str(run.source or run.path)
+    stages = run.metrics.get("stages", {})
+    prefix = f"baseline-{baseline['projector']}"  # older runs named their one stage so
+    stage = next((v for k, v in stages.items() if k == prefix or k.startswith(prefix + "-")), {})
+    weights = stage.get("weights") or {}
+    base_values = {
+        **values,
+        "projector": baseline["projector"],
+        "projector_options": {},
+        "recipe": baseline.get("recipe", default_recipe),
+        "recipe_options": {},
+        "lr": stage.get("lr", values.get("lr")),
+        "epochs": stage.get("epochs", values.get("epochs")),
+        **{key: weights.get(weight) for key, weight in RESOLVED_FROM_WEIGHTS.items()},
+    }
+    key = _method_key(group, _identity(base_values), source, seeds, placed)
+    existing = group.methods.get(key)
+    if existing is None:
+        existing = group.methods[key] = Method(
+            _method_label(base_values, default_recipe), base_values, reference=True, origin=source
         )
-        default_recipe = run.metrics.get("student", {}).get("default_recipe", DEFAULT_RECIPE)
-        source = str(run.source or run.path)
-        seeds = seeds_of[(_key(setup), identity, source)]
-        key = _method_key(group, identity, source, seeds, placed)
-        method = group.methods.setdefault(key, Method(_method_label(values, default_recipe), values, origin=source))
-        method.add(seed, student_dev, run.predictions(), run.label)
-        method.runs.append(run)
-        baseline = run.metrics.get("baseline")
-        if baseline and baseline.get("dev"):
-            stages = run.metrics.get("stages", {})
-            prefix = f"baseline-{baseline['projector']}"  # older runs named their one stage so
-            stage = next((v for k, v in stages.items() if k == prefix or k.startswith(prefix + "-")), {})
-            weights = stage.get("weights") or {}
-            base_values = {
-                **values,
-                "projector": baseline["projector"],
-                "projector_options": {},
-                "recipe": baseline.get("recipe", default_recipe),
-                "recipe_options": {},
-                "lr": stage.get("lr", values.get("lr")),
-                "epochs": stage.get("epochs", values.get("epochs")),
-                **{key: weights.get(weight) for key, weight in RESOLVED_FROM_WEIGHTS.items()},
-            }
-            key = _method_key(group, _identity(base_values), source, seeds, placed)
-            existing = group.methods.get(key)
-            if existing is None:
-                existing = group.methods[key] = Method(
-                    _method_label(base_values, default_recipe), base_values, reference=True, origin=source
-                )
-            if all(seed not in by_seed for by_seed in existing.results.values()):
-                existing.add(
-                    seed, baseline["dev"], run.predictions(BASELINE_PREDICTIONS_FILE), f"{run.label} (baseline)"
-                )
-    result = list(groups.values())
-    for group in result:
+    if all(run.seed not in by_seed for by_seed in existing.results.values()):
+        existing.add(run.seed, baseline["dev"], run.predictions(BASELINE_PREDICTIONS_FILE), f"{run.label} (baseline)")
+
+
+def _name_groups(groups: list[Group]) -> None:
+    """Titles and method labels that tell the groups, and each group's methods, apart."""
+    for group in groups:
         if group.zoo is None:
             name_factors(group)
     titles = _distinguish(
-        {str(i): g.title for i, g in enumerate(result)}, {str(i): g.setup for i, g in enumerate(result)}
+        {str(i): g.title for i, g in enumerate(groups)}, {str(i): g.setup for i, g in enumerate(groups)}
     )
-    for i, group in enumerate(result):
+    for i, group in enumerate(groups):
         group.title = titles[str(i)]
         labels = _distinguish(
             {k: m.label for k, m in group.methods.items()},
@@ -295,7 +335,6 @@ def comparison_groups(runs: list[Run]) -> list[Group]:
         )
         for key, method in group.methods.items():
             method.label = labels[key]
-    return result
 
 
 def method_pairs(group: Group) -> list[tuple[Method, Method]]:

@@ -158,62 +158,71 @@ def comparisons_section(
     )
     records: list[dict[str, Any]] = []
     for comparison in comparable:
-        group = comparison.group
-        policy = CHECKPOINT_POLICY.get(group.best_checkpoint, group.best_checkpoint)
-        seeds = {m.label: sorted(next(iter(m.results.values()), {})) for m in group.methods.values()}
-        doc.para(
-            f"**{group.title}**: student checkpoint: {policy} (best_checkpoint: {group.best_checkpoint}); "
-            "methods: " + "; ".join(f"{label} (seeds {', '.join(map(str, s))})" for label, s in seeds.items()) + "."
-        )
-        pair_notes: dict[str, list[str]] = {}  # a note -> the comparisons it applies to: each said once
-        rows, ordering_rows = [], []
-        for pair in comparison.pairs:
-            result = pair.result
-            for note in result.notes:
-                pair_notes.setdefault(note, []).append(f"{pair.a.label} − {pair.b.label} ({pair.split} {pair.metric})")
-            rows.append(
-                [
-                    f"{pair.a.label} − {pair.b.label}",
-                    f"{pair.split} {pair.metric}",
-                    str(len(result.seeds)),
-                    ", ".join(points(d) for d in result.differences),
-                    points(result.mean),
-                    _interval(result.t_interval),
-                    _interval(result.bootstrap),
-                    f"**{result.verdict}**" if result.verdict in (compare.BETTER, compare.WORSE) else result.verdict,
-                    _needed(result),
-                ]
-            )
-            if pair.paper is not None:
-                ordering_rows.append(_ordering_row(pair))
-            records.append(pair.record(group))
-        if rows:
-            doc.table(
-                [
-                    "A − B",
-                    "metric",
-                    "seeds",
-                    "per-seed differences",
-                    "mean",
-                    f"{level:.0%} CI ({compare.T_METHOD})",
-                    f"{level:.0%} CI (paired bootstrap)",
-                    "verdict",
-                    "seeds needed",
-                ],
-                rows,
-            )
-        if ordering_rows:
-            doc.para(f"The paper's ordering ({group.title}): does our difference confirm the paper's?")
-            doc.table(
-                ["A vs B", "paper (A, B)", "ours: A", "ours: B", "A − B (mean)", "verdict", "paper's ordering"],
-                ordering_rows,
-            )
-        for note, subjects in pair_notes.items():
-            which = "every comparison above" if len(subjects) == len(rows) else ", ".join(subjects)
-            doc.para(f"Note: {note} ({which}).")
-        for note in dict.fromkeys(comparison.notes):
-            doc.para(f"Note: {note}.")
+        records += _group_comparisons(doc, comparison, level)
     return records
+
+
+def _group_comparisons(doc: Document, comparison: GroupComparison, level: float) -> list[dict[str, Any]]:
+    """One group's methods, its pairs' table, the paper's ordering (zoo groups) and the notes, each
+    said once; returns the pairs' records."""
+    group = comparison.group
+    policy = CHECKPOINT_POLICY.get(group.best_checkpoint, group.best_checkpoint)
+    seeds = {m.label: sorted(next(iter(m.results.values()), {})) for m in group.methods.values()}
+    doc.para(
+        f"**{group.title}**: student checkpoint: {policy} (best_checkpoint: {group.best_checkpoint}); "
+        "methods: " + "; ".join(f"{label} (seeds {', '.join(map(str, s))})" for label, s in seeds.items()) + "."
+    )
+    pair_notes: dict[str, list[str]] = {}  # a note -> the comparisons it applies to: each said once
+    rows, ordering_rows, records = [], [], []
+    for pair in comparison.pairs:
+        for note in pair.result.notes:
+            pair_notes.setdefault(note, []).append(f"{pair.a.label} − {pair.b.label} ({pair.split} {pair.metric})")
+        rows.append(_pair_row(pair))
+        if pair.paper is not None:
+            ordering_rows.append(_ordering_row(pair))
+        records.append(pair.record(group))
+    if rows:
+        doc.table(
+            [
+                "A − B",
+                "metric",
+                "seeds",
+                "per-seed differences",
+                "mean",
+                f"{level:.0%} CI ({compare.T_METHOD})",
+                f"{level:.0%} CI (paired bootstrap)",
+                "verdict",
+                "seeds needed",
+            ],
+            rows,
+        )
+    if ordering_rows:
+        doc.para(f"The paper's ordering ({group.title}): does our difference confirm the paper's?")
+        doc.table(
+            ["A vs B", "paper (A, B)", "ours: A", "ours: B", "A − B (mean)", "verdict", "paper's ordering"],
+            ordering_rows,
+        )
+    for note, subjects in pair_notes.items():
+        which = "every comparison above" if len(subjects) == len(rows) else ", ".join(subjects)
+        doc.para(f"Note: {note} ({which}).")
+    for note in dict.fromkeys(comparison.notes):
+        doc.para(f"Note: {note}.")
+    return records
+
+
+def _pair_row(pair: PairComparison) -> list[str]:
+    result = pair.result
+    return [
+        f"{pair.a.label} − {pair.b.label}",
+        f"{pair.split} {pair.metric}",
+        str(len(result.seeds)),
+        ", ".join(points(d) for d in result.differences),
+        points(result.mean),
+        _interval(result.t_interval),
+        _interval(result.bootstrap),
+        f"**{result.verdict}**" if result.verdict in (compare.BETTER, compare.WORSE) else result.verdict,
+        _needed(result),
+    ]
 
 
 def _ordering_row(pair: PairComparison) -> list[str]:

@@ -9,6 +9,7 @@ import functools
 import json
 import logging
 import os
+from collections.abc import Callable
 from typing import Any, Optional
 
 import torch
@@ -90,17 +91,7 @@ def hf_teacher(
     )
     marker = _read_marker(source) if os.path.isdir(source) else None
     other_task = marker is not None and marker.get("task") not in (None, task.name)
-    if other_task:
-        logger.warning(
-            "%s was fine-tuned on task %r, not %r: it will be fine-tuned again", source, marker.get("task"), task.name
-        )
-    if finetuned and not loaded.head_fits:
-        logger.warning(
-            "%s has no classification head with %d outputs: it will be fine-tuned on %r first",
-            source,
-            loaded.model.config.num_labels,
-            task.name,
-        )
+    _warn_before_finetuning(source, loaded, task, marker if other_task else None, finetuned)
     finetuned_already = loaded.head_fits and not other_task and finetuned is not False
     teacher = Teacher(
         model=loaded.model,
@@ -120,6 +111,32 @@ def hf_teacher(
     if loaded.labels is not None:
         teacher.extra["labels"] = loaded.labels.as_dict()
         teacher.notes.append(_label_note(loaded.labels, task))
+    teacher.save_pretrained = _saver(teacher, task)
+    return teacher
+
+
+def _warn_before_finetuning(
+    source: str, loaded: Loaded, task: Task, other_task_marker: Optional[dict[str, Any]], finetuned: Optional[bool]
+) -> None:
+    """Say why a checkpoint that may look fine-tuned will be fine-tuned (again)."""
+    if other_task_marker is not None:
+        logger.warning(
+            "%s was fine-tuned on task %r, not %r: it will be fine-tuned again",
+            source,
+            other_task_marker.get("task"),
+            task.name,
+        )
+    if finetuned and not loaded.head_fits:
+        logger.warning(
+            "%s has no classification head with %d outputs: it will be fine-tuned on %r first",
+            source,
+            loaded.model.config.num_labels,
+            task.name,
+        )
+
+
+def _saver(teacher: Teacher, task: Task) -> Callable[..., None]:
+    """The teacher's ``save_pretrained``."""
 
     def save_pretrained(directory: str, finetuned: bool = True) -> None:
         """Write the teacher's current model and tokenizer (safetensors); with ``finetuned`` (the
@@ -136,8 +153,7 @@ def hf_teacher(
             with open(os.path.join(directory, FINETUNED_MARKER), "w") as handle:
                 json.dump(marker, handle, indent=2)
 
-    teacher.save_pretrained = save_pretrained
-    return teacher
+    return save_pretrained
 
 
 hf_teacher.loads_checkpoints = True

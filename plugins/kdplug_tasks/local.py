@@ -18,6 +18,7 @@ import json
 import os
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import kdplug
@@ -121,90 +122,26 @@ def local_task(
         max_train_examples=check_count("max_train_examples", max_train_examples),
         max_dev_examples=check_count("max_dev_examples", max_dev_examples),
     )
-    if regression and labels is not None:
-        raise ConfigError("the local task got both regression=true and labels; a regression task has no label set.")
-    if labels is not None and (
-        isinstance(labels, (str, bytes)) or len(set(map(label_text, labels))) != len(labels) or len(labels) < 2
-    ):
-        raise ConfigError(f"option labels must be a list of at least two distinct labels, got {labels!r}.")
+    _check_label_options(labels, regression)
     columns = {"text_a": text_column, "text_b": text_pair_column, "label": label_column}
     if dataset is not None or (data_dir is not None and train_file is None and hfdatasets.is_dataset_dir(data_dir)):
-        where = "the dataset given in memory" if dataset is not None else os.fspath(data_dir)
-        loaded = dataset if dataset is not None else hfdatasets.load_dataset_dict(where)
-        splits = {
-            "train": hfdatasets.pick_split(loaded, "train", where, train_split),
-            "dev": hfdatasets.pick_split(loaded, "dev", where, dev_split),
-        }
-        files = {split: f"{where} ({split})" for split in splits}
-        records = {
-            split: require_examples(
-                list(hfdatasets.dataset_records(data, columns, files[split], COLUMN_OPTIONS)), path=files[split]
-            )
-            for split, data in splits.items()
-        }
-        class_names = hfdatasets.label_names(splits["train"], label_column)
+        files, records, class_names = _dataset_records(dataset, data_dir, train_split, dev_split, columns)
     else:
-        files = {"train": resolve_file(data_dir, train_file, "train"), "dev": resolve_file(data_dir, dev_file, "dev")}
-        records, class_names = {}, None
-        for split, path in files.items():
-            if os.path.splitext(path)[1].lower() in hfdatasets.DATASET_FORMATS:
-                data = hfdatasets.load_file(path)
-                class_names = class_names or hfdatasets.label_names(data, label_column)
-                rows = hfdatasets.dataset_records(data, columns, path, COLUMN_OPTIONS)
-            else:
-                rows = read_records(path, columns, encoding=encoding, options=COLUMN_OPTIONS)
-            records[split] = require_examples(list(rows), path=path)
-
-    if regression:
-        label_set: tuple[str, ...] = ()
-    elif labels is not None:
-        label_set = tuple(label_text(label) for label in labels)
-    elif class_names:  # a ClassLabel column: its own names, in its own order; rows hold indices
-        label_set = class_names
-    else:
-        label_set = tuple(sorted({label_text(record["label"]) for _, record in records["train"]}))
-        if len(label_set) == 1:
-            raise DataError(
-                f"every example has the label {label_set[0]!r} in column {label_column!r}; a "
-                f"classification task needs at least two labels (or set regression=true).",
-                path=files["train"],
-            )
-    declared = "declared by the option labels" if labels is not None else f"found in {files['train']}"
-
-    def declare_all(unknown: str) -> str:
-        """The option that makes ``unknown`` a label too (declared labels keep their order; found ones are sorted)."""
-        every = [*label_set, unknown] if labels is not None else sorted({*label_set, unknown})
-        value = "task_options.labels=[" + ", ".join(yaml_word(label) for label in every) + "]"
-        return f"declare every label, in class order: --set {shlex.quote(value)} (labels=[...] in Python)."
-
-    def example(path: str, line: int, record: dict[str, Any]) -> Example:
-        value = record["label"]
-        if regression:
-            label: float | int = parse_score(value, column=label_column, path=path, line=line)
-        elif class_names and labels is None and isinstance(value, int) and not isinstance(value, bool):
-            if not 0 <= value < len(class_names):
-                raise DataError(
-                    f"label index {value} in column {label_column!r} is outside the dataset's "
-                    f"{len(class_names)} classes",
-                    path=path,
-                    line=line,
-                )
-            label = value
-        else:
-            label = label_index(
-                label_text(record["label"]),
-                label_set,
-                column=label_column,
-                path=path,
-                line=line,
-                hint=f"The label set was {declared}; fix the label, or {declare_all(label_text(record['label']))}",
-            )
-        text_b = str(record["text_b"]) if text_pair_column is not None else None
-        return Example(text_a=str(record["text_a"]), text_b=text_b, label=label)
+        files, records, class_names = _file_records(data_dir, train_file, dev_file, columns, encoding)
+    label_set = _label_set(labels, regression, class_names, records, label_column, files["train"])
+    examples = _ExampleReader(
+        label_set=label_set,
+        declared_labels=labels is not None,
+        class_names=class_names,
+        regression=regression,
+        label_column=label_column,
+        pairs=text_pair_column is not None,
+        declared="declared by the option labels" if labels is not None else f"found in {files['train']}",
+    )
 
     def reader(split: str, limit: Optional[int]) -> list[Example]:
         rows = records[split][:limit] if limit is not None else records[split]
-        return [example(files[split], line, record) for line, record in rows]
+        return [examples.example(files[split], line, record) for line, record in rows]
 
     return DataTask(
         name="local",
@@ -218,6 +155,127 @@ def local_task(
         text_columns=(text_column,) if text_pair_column is None else (text_column, text_pair_column),
         **limits,
     )
+
+
+#: (split -> where it came from, split -> its (line, record) rows, the ClassLabel names or None)
+_Records = tuple[dict[str, str], dict[str, list], Optional[tuple[str, ...]]]
+
+
+def _check_label_options(labels: Optional[Sequence[Any]], regression: bool) -> None:
+    if regression and labels is not None:
+        raise ConfigError("the local task got both regression=true and labels; a regression task has no label set.")
+    if labels is not None and (
+        isinstance(labels, (str, bytes)) or len(set(map(label_text, labels))) != len(labels) or len(labels) < 2
+    ):
+        raise ConfigError(f"option labels must be a list of at least two distinct labels, got {labels!r}.")
+
+
+def _dataset_records(
+    dataset: Any, data_dir: Optional[str], train_split: Optional[str], dev_split: Optional[str], columns: dict
+) -> _Records:
+    """The records of a ``DatasetDict``: the one given in memory, else the one saved in ``data_dir``."""
+    where = "the dataset given in memory" if dataset is not None else os.fspath(data_dir)
+    loaded = dataset if dataset is not None else hfdatasets.load_dataset_dict(where)
+    splits = {
+        "train": hfdatasets.pick_split(loaded, "train", where, train_split),
+        "dev": hfdatasets.pick_split(loaded, "dev", where, dev_split),
+    }
+    files = {split: f"{where} ({split})" for split in splits}
+    records = {
+        split: require_examples(
+            list(hfdatasets.dataset_records(data, columns, files[split], COLUMN_OPTIONS)), path=files[split]
+        )
+        for split, data in splits.items()
+    }
+    return files, records, hfdatasets.label_names(splits["train"], columns["label"])
+
+
+def _file_records(
+    data_dir: Optional[str], train_file: Optional[str], dev_file: Optional[str], columns: dict, encoding: Optional[str]
+) -> _Records:
+    """The records of the train and dev files: tables by their extension, Parquet and Arrow through ``datasets``."""
+    files = {"train": resolve_file(data_dir, train_file, "train"), "dev": resolve_file(data_dir, dev_file, "dev")}
+    records, class_names = {}, None
+    for split, path in files.items():
+        if os.path.splitext(path)[1].lower() in hfdatasets.DATASET_FORMATS:
+            data = hfdatasets.load_file(path)
+            class_names = class_names or hfdatasets.label_names(data, columns["label"])
+            rows = hfdatasets.dataset_records(data, columns, path, COLUMN_OPTIONS)
+        else:
+            rows = read_records(path, columns, encoding=encoding, options=COLUMN_OPTIONS)
+        records[split] = require_examples(list(rows), path=path)
+    return files, records, class_names
+
+
+def _label_set(
+    labels: Optional[Sequence[Any]],
+    regression: bool,
+    class_names: Optional[tuple[str, ...]],
+    records: dict[str, list],
+    label_column: str,
+    train_file: str,
+) -> tuple[str, ...]:
+    """The class names in class order: none for regression, the declared ones, the ClassLabel
+    column's, else every label the training file holds, sorted."""
+    if regression:
+        return ()
+    if labels is not None:
+        return tuple(label_text(label) for label in labels)
+    if class_names:  # a ClassLabel column: its own names, in its own order; rows hold indices
+        return class_names
+    label_set = tuple(sorted({label_text(record["label"]) for _, record in records["train"]}))
+    if len(label_set) == 1:
+        raise DataError(
+            f"every example has the label {label_set[0]!r} in column {label_column!r}; a "
+            f"classification task needs at least two labels (or set regression=true).",
+            path=train_file,
+        )
+    return label_set
+
+
+@dataclass(frozen=True)
+class _ExampleReader:
+    """A record as an :class:`Example`: its label a score, a ClassLabel index, or its text's class."""
+
+    label_set: tuple[str, ...]
+    declared_labels: bool  # the option labels fixed the label set and its order
+    class_names: Optional[tuple[str, ...]]
+    regression: bool
+    label_column: str
+    pairs: bool
+    declared: str  # where the label set came from, for messages
+
+    def declare_all(self, unknown: str) -> str:
+        """The option that makes ``unknown`` a label too (declared labels keep their order; found ones are sorted)."""
+        every = [*self.label_set, unknown] if self.declared_labels else sorted({*self.label_set, unknown})
+        value = "task_options.labels=[" + ", ".join(yaml_word(label) for label in every) + "]"
+        return f"declare every label, in class order: --set {shlex.quote(value)} (labels=[...] in Python)."
+
+    def example(self, path: str, line: int, record: dict[str, Any]) -> Example:
+        value = record["label"]
+        if self.regression:
+            label: float | int = parse_score(value, column=self.label_column, path=path, line=line)
+        elif self.class_names and not self.declared_labels and isinstance(value, int) and not isinstance(value, bool):
+            if not 0 <= value < len(self.class_names):
+                raise DataError(
+                    f"label index {value} in column {self.label_column!r} is outside the dataset's "
+                    f"{len(self.class_names)} classes",
+                    path=path,
+                    line=line,
+                )
+            label = value
+        else:
+            label = label_index(
+                label_text(record["label"]),
+                self.label_set,
+                column=self.label_column,
+                path=path,
+                line=line,
+                hint=f"The label set was {self.declared}; "
+                f"fix the label, or {self.declare_all(label_text(record['label']))}",
+            )
+        text_b = str(record["text_b"]) if self.pairs else None
+        return Example(text_a=str(record["text_a"]), text_b=text_b, label=label)
 
 
 @kdplug.hookimpl

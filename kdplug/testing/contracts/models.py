@@ -203,6 +203,15 @@ def _student_case(
     student = rec.run("builds for the task", built, fatal=True)
     tokenizer = getattr(student, "tokenizer", None) or teacher.tokenizer
     extractor = rec.run("a layer extractor supports it", lambda: find_extractor(registry, student), fatal=True)
+    _check_student_outputs(rec, registry, student, task, tokenizer, extractor)
+    _check_student_builds(rec, build, task, tokenizer)
+    return rec.results
+
+
+def _check_student_outputs(
+    rec: _Recorder, registry: Registry, student: nn.Module, task: Any, tokenizer: Any, extractor: Any
+) -> None:
+    """The built student's forward: its logits and layers, finite, trainable, blind to padding."""
     state: dict[str, Any] = {}
 
     def logits() -> None:
@@ -242,6 +251,10 @@ def _student_case(
 
     rec.run("right-padded batches give the unpadded result", padding)
 
+
+def _check_student_builds(rec: _Recorder, build: Callable[[int], nn.Module], task: Any, tokenizer: Any) -> None:
+    """Fresh builds: the same under one seed, through a saved state, and on CUDA."""
+
     def deterministic() -> None:
         first, second = build(0), build(0)
         difference = _same_state(first, second)
@@ -272,7 +285,6 @@ def _student_case(
         _check_logits(_forward(model, tiny_batch(task, tokenizer, "cuda")), task, len(SENTENCES))
 
     rec.run("runs on CUDA", on_cuda)
-    return rec.results
 
 
 def _tiny_teacher_factory(registry: Registry, workspace: Workspace) -> Callable[[Any], Teacher]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -11,7 +11,15 @@ from torch import nn
 
 from ...errors import UsageError
 from ...registry import Registry
-from ...types import DistillInputs, LayerSpec, ProjectionRequest, ProjectorCapabilities, TokenSignals, TokenSpec
+from ...types import (
+    DistillInputs,
+    LayerSpec,
+    ProjectionRequest,
+    ProjectorCapabilities,
+    TokenSignals,
+    TokenSpec,
+    capabilities,
+)
 from .harness import (
     BATCH,
     CheckResult,
@@ -272,17 +280,56 @@ def _projector_case(
         lambda: _check_projector_attributes(registry, projector),
         fatal=True,
     )
-    heads = bool(getattr(projector, "needs_teacher_heads", False))
-    tokens = bool(getattr(projector, "needs_tokens", False))
+    case = _ProjectorCase(
+        registry,
+        projector,
+        request,
+        heads=bool(capabilities(ProjectorCapabilities, projector).needs_teacher_heads),
+        tokens=bool(capabilities(ProjectorCapabilities, projector).needs_tokens),
+    )
     state: dict[str, Any] = {}
+    _check_projector_loss(rec, case, state)
+    _check_projector_gradients(rec, case, state)
+    _check_projector_builds(rec, case, build)
+    return rec.results
 
-    def forward(module: nn.Module, inputs: DistillInputs, seed: int = 1) -> Any:
-        torch.manual_seed(seed)  # dropout inside the projector draws the same masks
-        return module(inputs)
+
+@dataclass
+class _ProjectorCase:
+    """A projector built for one case's layer shapes, and what its inputs need."""
+
+    registry: Registry
+    projector: nn.Module
+    request: ProjectionRequest
+    heads: bool
+    tokens: bool
+
+    def inputs(self, **device: str) -> DistillInputs:
+        return make_distill_inputs(self.request, teacher_heads=self.heads, tokens=self.tokens, **device)
+
+
+def _seeded_forward(module: nn.Module, inputs: DistillInputs, seed: int = 1) -> Any:
+    torch.manual_seed(seed)  # dropout inside the projector draws the same masks
+    return module(inputs)
+
+
+def _compare_pairs(first: Any, second: Any, what: str) -> None:
+    if first is None or second is None:
+        require(first is None and second is None, f"{what}: one forward returned None and the other did not")
+        return
+    for attribute in ("student", "teacher", "weights", "attention", "terms"):
+        a, b = getattr(first, attribute, None), getattr(second, attribute, None)
+        require((a is None) == (b is None) and (a is None or torch.equal(a, b)), f"{what}: pairs.{attribute} differs")
+
+
+def _check_projector_loss(rec: _Recorder, case: _ProjectorCase, state: dict[str, Any]) -> None:
+    """One forward and backward: pairs that fit the loss, finite, and every parameter trained;
+    keeps the inputs, pairs and loss in ``state`` for the gradient checks."""
+    projector, request, registry = case.projector, case.request, case.registry
 
     def fits_the_loss() -> _Note:
-        inputs = make_distill_inputs(request, teacher_heads=heads, tokens=tokens)
-        pairs = forward(projector, inputs)
+        inputs = case.inputs()
+        pairs = _seeded_forward(projector, inputs)
         state.update(inputs=inputs, pairs=pairs)
         if pairs is None:
             return _Note("forward returned None: a logit-only method (no pairs to compare)")
@@ -326,6 +373,10 @@ def _projector_case(
 
     rec.run("gradients reach every parameter", every_parameter)
 
+
+def _check_projector_gradients(rec: _Recorder, case: _ProjectorCase, state: dict[str, Any]) -> None:
+    """Where the loss's gradient went: into the student's tensors, never the teacher's."""
+
     def student_side() -> Optional[_Note]:
         inputs = state["inputs"]
         if state["pairs"] is None:
@@ -358,32 +409,29 @@ def _projector_case(
 
     rec.run("teacher tensors get no gradient", teacher_side)
 
-    def compare(first: Any, second: Any, what: str) -> None:
-        if first is None or second is None:
-            require(first is None and second is None, f"{what}: one forward returned None and the other did not")
-            return
-        for attribute in ("student", "teacher", "weights", "attention", "terms"):
-            a, b = getattr(first, attribute, None), getattr(second, attribute, None)
-            require(
-                (a is None) == (b is None) and (a is None or torch.equal(a, b)), f"{what}: pairs.{attribute} differs"
-            )
+
+def _check_projector_builds(rec: _Recorder, case: _ProjectorCase, build: Callable[[int], nn.Module]) -> None:
+    """Fresh builds: the same under one seed, through a saved state, and on CUDA."""
+    projector = case.projector
 
     def deterministic() -> None:
         again = build(0)  # the projector built first had no optimizer step: still its initial state
         difference = _same_state(projector, again)
         require(difference is None, f"two builds under torch.manual_seed(0) differ: {difference}")
-        inputs = make_distill_inputs(request, teacher_heads=heads, tokens=tokens)
-        compare(forward(projector, inputs), forward(again, inputs), "two builds under one seed, same inputs")
+        inputs = case.inputs()
+        _compare_pairs(
+            _seeded_forward(projector, inputs), _seeded_forward(again, inputs), "two builds under one seed, same inputs"
+        )
 
     rec.run("deterministic under a seed", deterministic)
 
     def round_trip() -> None:
         original, other = projector, build(1)
         _load_state(other, _state_bytes(original))
-        inputs = make_distill_inputs(request, teacher_heads=heads, tokens=tokens)
-        compare(
-            forward(original, inputs),
-            forward(other, inputs),
+        inputs = case.inputs()
+        _compare_pairs(
+            _seeded_forward(original, inputs),
+            _seeded_forward(other, inputs),
             "after load_state_dict(torch.save'd state_dict) the outputs",
         )
 
@@ -393,15 +441,13 @@ def _projector_case(
         if not torch.cuda.is_available():
             raise _Skip("no CUDA device")
         module = build(0).to("cuda")
-        inputs = make_distill_inputs(request, teacher_heads=heads, tokens=tokens, device="cuda")
-        pairs = forward(module, inputs)
+        pairs = _seeded_forward(module, case.inputs(device="cuda"))
         if pairs is not None:
-            loss = pair_loss(registry, module, pairs)
+            loss = pair_loss(case.registry, module, pairs)
             require(torch.isfinite(loss), f"loss on CUDA is {loss.item()}")
             loss.backward()
 
     rec.run("runs on CUDA", on_cuda)
-    return rec.results
 
 
 @one_thread
