@@ -3,7 +3,7 @@
 # ending with one markdown table to paste into docs/performance.md ("On a GPU").
 #
 # Steps, each under `timeout` (budgets in seconds; together 480):
-#   setup          30  kdplug importable with its plugins, the demo teacher found, the GPU named
+#   setup          30  (pip at most 60) kdplug importable with its plugins, the demo teacher found, the GPU named
 #   cuda tests    120  pytest -m cuda tests/core/test_cuda.py (bf16 and fp16 runs, the cache against
 #                      the CPU, token methods' live teacher, predict --device cuda, export)
 #   demo bf16     120  `kdplug run --precision bf16`: the embedded demo, teacher and students in bf16
@@ -180,7 +180,7 @@ if sys.argv[1] != "1" and not torch.cuda.is_available():
 EOF
     # kdplug with its plugins' entry points: already installed, else from this checkout, offline
     if ! "$PY" -c 'import sys, importlib.metadata as m; sys.exit(not m.entry_points(group="kdplug"))' 2>/dev/null; then
-        "$PY" -m pip install --no-deps --no-index --no-build-isolation -q -e . || {
+        timeout 60 "$PY" -m pip install --no-deps --no-index --no-build-isolation -q -e . || {
             echo "kdplug could not be installed from $ROOT without the network (pip install --no-deps --no-index -e .)"
             return 1
         }
