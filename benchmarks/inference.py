@@ -2,6 +2,7 @@
 or, with --run, of a trained run's own teacher and student in every deployable form.
 
     python benchmarks/inference.py [--length 64] [--repeats 20] [--device cpu|cuda] [--threads N]
+    python benchmarks/inference.py --quick [--device cuda]   # 3 repeats, PyTorch only
     python benchmarks/inference.py --run RUN_DIR [--repeats 20]
 
 --run: the run's fine-tuned teacher and its student, each as fp32 PyTorch, fp32 ONNX Runtime,
@@ -34,6 +35,8 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_device import pick_device, synchronize  # noqa: E402
 
 VOCAB = 30522
 
@@ -82,8 +85,7 @@ def time_torch(model: torch.nn.Module, batch: int, length: int, repeats: int, de
     def call() -> None:
         with torch.inference_mode():
             model(input_ids=ids, attention_mask=mask)
-        if device == "cuda":
-            torch.cuda.synchronize()
+        synchronize(torch.device(device))  # CUDA returns before the work is done
 
     return median_seconds(call, repeats)
 
@@ -236,7 +238,11 @@ def main() -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--no-onnx", action="store_true", help="PyTorch only")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 3 repeats, PyTorch only")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.no_onnx = 3, True
+    args.device = str(pick_device(args.device))
     if args.run is not None:
         return run_variants(args.run, args.repeats)
     torch.set_num_threads(args.threads)

@@ -17,7 +17,8 @@ inference against fp32.
 
 The teacher is a randomly initialised BERT-base (12 layers, 768 wide): speed does not depend
 on the weights, and nothing is downloaded. Run: ``python benchmarks/kd_overhead.py`` (a few
-minutes on 2 CPU cores); ``--quick`` for a smoke run.
+minutes on 2 CPU cores); ``--quick`` for a smoke run; ``--device cuda`` on a GPU (the default,
+``auto``, is the GPU when PyTorch sees one).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import random
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -39,9 +39,12 @@ from kdplug.engine import teacher as teacher_stage
 from kdplug.engine.data import Collator, EncodedSplit, LengthGroupedBatchSampler, padding_ratio
 from kdplug.engine.objective import DistillationModule, TeacherHeads, WeightedObjective
 from kdplug.engine.recipe import token_spec
-from kdplug.engine.trainer import Trainer, build_accelerator, inference_autocast, make_optimizer, native_bf16
+from kdplug.engine.trainer import Trainer, inference_autocast, make_optimizer, native_bf16
 from kdplug.testing.tiny import TinyTask, wordpiece_tokenizer
 from kdplug.types import ProjectionRequest, Teacher, matchable_layers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_device import DEVICES, accelerator_on, clock, describe, pick_device  # noqa: E402
 
 METHODS = ("rkd", "pkd-skip", "alp", "universal-ca")
 #: token-level methods: the teacher runs on every batch by design (kdplug's LiveTeacher), Transformer students only
@@ -80,8 +83,8 @@ def bert_base_teacher(task) -> Teacher:
 class TeacherInTheLoop:
     """Quacks like a TeacherCache, but runs the teacher for every batch it is asked for."""
 
-    def __init__(self, teacher: Teacher, split: EncodedSplit, precision: str) -> None:
-        self.model, self.split, self.precision = teacher.model, split, precision
+    def __init__(self, teacher: Teacher, split: EncodedSplit, precision: str, device: torch.device) -> None:
+        self.model, self.split, self.precision, self.device = teacher.model, split, precision, device
         self.collate = Collator(split.pad_id, False)
         extractor = kdplug.find_layer_extractor(self.model)
         specs = extractor.layer_specs(self.model)
@@ -89,35 +92,47 @@ class TeacherInTheLoop:
 
     @torch.no_grad()
     def fetch(self, index: torch.Tensor, device="cpu"):
-        batch = self.collate([self.split[i] for i in index.tolist()])
-        with inference_autocast(self.precision, torch.device("cpu")):  # as the engine's LiveTeacher
+        batch = on_device(self.collate([self.split[i] for i in index.tolist()]), self.device)
+        self.model.to(self.device)
+        with inference_autocast(self.precision, self.device):  # as the engine's LiveTeacher
             outputs = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
             layers = self.extractor(self.model, outputs)
         return outputs.logits.float(), [layers[i].float() for i in self.positions]
 
 
+def on_device(batch: dict, device: torch.device) -> dict:
+    return {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
+
+
 def epoch_seconds(
-    module: DistillationModule, split: EncodedSplit, batches: list[list[int]], source, live=None
+    module: DistillationModule,
+    split: EncodedSplit,
+    batches: list[list[int]],
+    source,
+    device: torch.device,
+    live=None,
 ) -> float:
-    """Wall time of one training epoch over ``batches`` (forward, backward, optimizer step); ``live``:
-    the engine's LiveTeacher, for a token-level method's per-token signals."""
+    """Wall time of one training epoch over ``batches`` (forward, backward, optimizer step) on
+    ``device``; ``live``: the engine's LiveTeacher, for a token-level method's per-token signals."""
+    module.to(device)
     optimizer = make_optimizer(module, 1e-4, 0.0)
     collate = Collator(split.pad_id, False)
     module.train()
-    started = time.perf_counter()
+    started = clock(device)
     for rows in batches:
         batch = collate([split[i] for i in rows])
+        index, batch = batch["index"], on_device(batch, device)
         teacher = {}
         if source is not None:
-            logits, layers = source.fetch(batch["index"])
+            logits, layers = source.fetch(index, device)
             teacher = {"teacher_logits": logits, "teacher_layers": layers}
         if live is not None:
-            teacher["teacher_tokens"] = live(batch, torch.device("cpu"))
+            teacher["teacher_tokens"] = live(batch, device)
         loss = module(batch, **teacher)["loss"]
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    return time.perf_counter() - started
+    return clock(device) - started
 
 
 def build(registry, task, teacher, student_name, projector_name, student_options, heads):
@@ -159,7 +174,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (each times every variant once)")
     parser.add_argument("--students", nargs="+", choices=["bilstm", "bert-2"], help="only these students")
     parser.add_argument("--quick", action="store_true", help="a smoke run: few examples, one repeat, BiLSTM only")
+    parser.add_argument("--device", choices=DEVICES, default="auto", help="auto (default): CUDA when available")
     args = parser.parse_args(argv)
+    device = pick_device(args.device)
     if args.quick:
         args.examples, args.rounds = 96, 2
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -171,7 +188,7 @@ def main(argv=None) -> int:
     batches = LengthGroupedBatchSampler(lengths, args.batch_size, seed=0).batches()
     print(
         f"kdplug KD overhead benchmark: {args.examples} examples, batch {args.batch_size}, "
-        f"{torch.get_num_threads()} threads, teacher BERT-base (random weights)\n"
+        f"{describe(device)}, teacher BERT-base (random weights)\n"
     )
 
     # padding -----------------------------------------------------------------------------------
@@ -184,12 +201,12 @@ def main(argv=None) -> int:
     )
 
     # the teacher cache, built once; fp32 vs bf16 inference speed ------------------------------
-    accelerator = build_accelerator("fp32")
+    accelerator = accelerator_on(device)
     trainer = Trainer(accelerator, task, batch_size=args.batch_size, seed=0)
     with tempfile.TemporaryDirectory() as root:
         timings = {}
         for precision in ("fp32", "bf16"):
-            started = time.perf_counter()
+            started = clock(device)
             cache = teacher_stage.build_cache(
                 teacher,
                 kdplug.find_layer_extractor(teacher.model),
@@ -202,15 +219,15 @@ def main(argv=None) -> int:
                 teacher_fingerprint="bench",
                 tokenizer_fingerprint="bench",
             )
-            timings[precision] = time.perf_counter() - started
+            timings[precision] = clock(device) - started
         print(
             f"teacher cache build (one pass over {args.examples} examples): fp32 {timings['fp32']:.1f}s, "
             f"bf16 autocast {timings['bf16']:.1f}s -> bf16 is {timings['fp32'] / timings['bf16']:.2f}x faster\n"
         )
         heads = TeacherHeads([s.width for s in cache.specs], 2)
-        in_loop = TeacherInTheLoop(teacher, split, "auto")
+        in_loop = TeacherInTheLoop(teacher, split, "auto", device)
         live = teacher_stage.LiveTeacher(teacher, kdplug.find_layer_extractor(teacher.model), "auto")
-        live_dtype = "bf16" if native_bf16(torch.device("cpu")) else "fp32 (this CPU has no native bf16)"
+        live_dtype = "bf16" if native_bf16(device) else "fp32 (this CPU has no native bf16)"
 
         # bert-2 takes the random teacher's first layers: a random teacher names no pre-trained checkpoint
         students = {"bilstm": {}} if args.quick else {"bilstm": {}, "bert-2": {"init": "teacher"}}
@@ -238,12 +255,16 @@ def main(argv=None) -> int:
                     module = build(registry, task, teacher, student_name, variant, options, heads)
                     source = None if variant == "nkd" else cache
                     seconds[variant].append(
-                        epoch_seconds(module, split, batches, source, live if variant in tokens else None)
+                        epoch_seconds(module, split, batches, source, device, live if variant in tokens else None)
                     )
             for method in METHODS:
                 ratios = [kd / ref for kd, ref in zip(seconds[method], seconds["nkd"])]
                 looped = epoch_seconds(
-                    build(registry, task, teacher, student_name, method, options, heads), split, batches, in_loop
+                    build(registry, task, teacher, student_name, method, options, heads),
+                    split,
+                    batches,
+                    in_loop,
+                    device,
                 )
                 median = statistics.median(ratios)
                 low, high = (math.exp(bound) for bound in t_interval([math.log(r) for r in ratios]))

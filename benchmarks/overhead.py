@@ -16,6 +16,7 @@ a 95% t-interval of the geometric mean (target: kdplug <= 1.05x the bare loop).
 
     python benchmarks/overhead.py [--examples 1600] [--rounds 5]
     python benchmarks/overhead.py --quick        # a smoke run
+    python benchmarks/overhead.py --device cuda  # on a GPU (the default, auto, picks it when there is one)
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import argparse
 import logging
 import math
 import statistics
+import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -37,9 +38,12 @@ from kdplug.compare import t_interval
 from kdplug.engine import teacher as teacher_stage
 from kdplug.engine.data import Collator, EncodedSplit
 from kdplug.engine.objective import DistillationModule, WeightedObjective
-from kdplug.engine.trainer import Trainer, build_accelerator, make_optimizer
+from kdplug.engine.trainer import Trainer, make_optimizer
 from kdplug.testing.tiny import TinyTask, wordpiece_tokenizer
 from kdplug.types import Teacher
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_device import DEVICES, accelerator_on, clock, describe, pick_device  # noqa: E402
 
 LR, WEIGHT_DECAY, WARMUP = 1e-3, 0.01, 0.1
 
@@ -80,21 +84,23 @@ def kdplug_epoch(registry, task, teacher, trainer, train, dev, quick) -> float:
         eta=0.0, lam=0.0, task_loss=registry.create("loss", "ce"), kd_loss=None, ild_loss=None
     )
     module = DistillationModule(student, kdplug.find_layer_extractor(student), None, objective)
-    started = time.perf_counter()
+    started = clock(trainer.accelerator.device)
     trainer.fit("nkd", module, train, {"dev": dev}, epochs=1, lr=LR)
-    return time.perf_counter() - started
+    return clock(trainer.accelerator.device) - started
 
 
 def bare_epoch(registry, task, teacher, trainer, train, dev, quick) -> float:
-    student = new_student(registry, task, teacher, quick)
+    device = trainer.accelerator.device
+    student = new_student(registry, task, teacher, quick).to(device)
     loader, sampler = trainer.loader(train, shuffle=True)  # kdplug's batches, so only the loop differs
     dev_loader, _ = trainer.loader(dev, shuffle=False)
-    started = time.perf_counter()
+    started = clock(device)
     sampler.set_epoch(1)
     optimizer = make_optimizer(student, LR, WEIGHT_DECAY)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(WARMUP * len(loader)), len(loader))
     student.train()
     for batch in loader:
+        batch = {key: value.to(device) for key, value in batch.items()}
         logits = student(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         torch.nn.functional.cross_entropy(logits, batch["labels"]).backward()
         optimizer.step()
@@ -104,9 +110,10 @@ def bare_epoch(registry, task, teacher, trainer, train, dev, quick) -> float:
     predictions = []
     with torch.inference_mode():
         for batch in dev_loader:
-            predictions.append(student(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits)
+            ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+            predictions.append(student(input_ids=ids, attention_mask=mask).logits)
     torch.cat(predictions).argmax(-1).tolist()
-    return time.perf_counter() - started
+    return clock(device) - started
 
 
 def hf_epoch(registry, task, teacher, trainer, train, dev, quick) -> float:
@@ -142,7 +149,7 @@ def hf_epoch(registry, task, teacher, trainer, train, dev, quick) -> float:
             logging_strategy="no",
             report_to=[],
             disable_tqdm=True,
-            use_cpu=True,
+            use_cpu=trainer.accelerator.device.type == "cpu",
             remove_unused_columns=False,  # the collator needs every field of an example
             seed=0,
         )
@@ -150,9 +157,9 @@ def hf_epoch(registry, task, teacher, trainer, train, dev, quick) -> float:
             model=student, args=arguments, train_dataset=train, eval_dataset=dev, data_collator=collator
         )
         hf.remove_callback(PrinterCallback)  # its per-epoch prints are not part of the loop
-        started = time.perf_counter()
+        started = clock(trainer.accelerator.device)
         hf.train()
-        return time.perf_counter() - started
+        return clock(trainer.accelerator.device) - started
 
 
 # -- the teacher pass -----------------------------------------------------------------------------
@@ -160,7 +167,7 @@ def hf_epoch(registry, task, teacher, trainer, train, dev, quick) -> float:
 
 def kdplug_teacher_pass(teacher, trainer, task, split) -> float:
     with tempfile.TemporaryDirectory() as root:
-        started = time.perf_counter()
+        started = clock(trainer.accelerator.device)
         teacher_stage.build_cache(
             teacher,
             kdplug.find_layer_extractor(teacher.model),
@@ -173,22 +180,26 @@ def kdplug_teacher_pass(teacher, trainer, task, split) -> float:
             teacher_fingerprint="bench",
             tokenizer_fingerprint="bench",
         )
-        return time.perf_counter() - started
+        return clock(trainer.accelerator.device) - started
 
 
 def bare_teacher_pass(teacher, trainer, task, split) -> float:
+    device = trainer.accelerator.device
+    teacher.model.to(device)
     loader, _ = trainer.loader(split, shuffle=False, batch_size=trainer.batch_size * 2)  # as build_cache batches
-    started = time.perf_counter()
+    started = clock(device)
     logits, layers = [], []
     with torch.no_grad():
         for batch in loader:
             outputs = teacher.model(
-                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True
+                input_ids=batch["input_ids"].to(device),
+                attention_mask=batch["attention_mask"].to(device),
+                output_hidden_states=True,
             )
-            logits.append(outputs.logits.float().numpy())
-            layers.append(torch.stack([h[:, 0] for h in outputs.hidden_states], 1).half().numpy())
+            logits.append(outputs.logits.float().cpu().numpy())
+            layers.append(torch.stack([h[:, 0] for h in outputs.hidden_states], 1).half().cpu().numpy())
     np.concatenate(logits), np.concatenate(layers)
-    return time.perf_counter() - started
+    return clock(device) - started
 
 
 def summarise(name: str, seconds: dict[str, list[float]], reference: str, variant: str) -> str:
@@ -211,7 +222,9 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="a smoke run: 96 examples, a small BiLSTM, 2 rounds")
+    parser.add_argument("--device", choices=DEVICES, default="auto", help="auto (default): CUDA when available")
     args = parser.parse_args(argv)
+    device = pick_device(args.device)
     if args.quick:
         args.examples, args.rounds = 96, 2
     logging.getLogger("kdplug").setLevel(logging.ERROR)  # a random student's health warnings, every round
@@ -219,10 +232,10 @@ def main(argv=None) -> int:
     task, teacher = TinyTask(), minilm_sized_teacher()
     train = synthetic_split(args.examples, teacher.model.config.vocab_size, seed=0)
     dev = synthetic_split(max(8, args.examples // 4), teacher.model.config.vocab_size, seed=1)
-    trainer = Trainer(build_accelerator("fp32"), task, batch_size=args.batch_size, seed=0, weight_decay=WEIGHT_DECAY)
+    trainer = Trainer(accelerator_on(device), task, batch_size=args.batch_size, seed=0, weight_decay=WEIGHT_DECAY)
     print(
         f"kdplug overhead: {args.examples} training and {len(dev)} dev examples, batch {args.batch_size}, "
-        f"{torch.get_num_threads()} threads, {args.rounds} interleaved rounds; BiLSTM student "
+        f"{describe(device)}, {args.rounds} interleaved rounds; BiLSTM student "
         f"({'small' if args.quick else 'default size'}), MiniLM-sized teacher (random weights)\n"
     )
     loops = {"kdplug": kdplug_epoch, "bare": bare_epoch, "hf": hf_epoch}

@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("threads.py", ["--quick", "--load", "1"], "kdplug picks"),
         ("overhead.py", ["--quick"], "kdplug trainer, an epoch + dev eval"),
         ("scale.py", ["--quick"], "teacher cache on disk"),
+        ("teacher_pass.py", ["--quick"], "teacher pass throughput"),
     ],
 )
 def test_a_benchmark_runs_in_its_smoke_mode(script, args, expected, tmp_path):
