@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import torch
 from accelerate import Accelerator, PartialState
-from accelerate.utils import DataLoaderConfiguration, set_seed
+from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, set_seed
 from torch import nn
 from torch.utils.data import DataLoader
 from transformers import get_linear_schedule_with_warmup
@@ -67,6 +67,9 @@ def build_accelerator(
         mixed_precision=mixed,
         cpu=not torch.cuda.is_available(),
         dataloader_config=DataLoaderConfiguration(split_batches=True),
+        # a stage may leave parameters out of its loss (a BiLSTM's layer poolers under a logit-only
+        # method): DDP must not wait for their gradients, as Hugging Face's Trainer does by default
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
         log_with=log_with or None,
         project_dir=str(project_dir) if project_dir else None,
     )
