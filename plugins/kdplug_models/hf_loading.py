@@ -99,6 +99,8 @@ def checkpoint_shape(
     if getattr(config, "is_encoder_decoder", False) or not _positive(layers) or not _positive(width):
         return None
     heads = getattr(config, "num_attention_heads", None)
+    if is_decoder_only(config):  # the token-level methods' signals are an encoder's: a decoder gives none
+        heads = None
     return ModelShape.transformer(layers, width, heads if _positive(heads) else None)
 
 

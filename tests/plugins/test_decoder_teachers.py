@@ -16,6 +16,7 @@ import kdplug
 from kdplug.testing.decoders import FAMILIES, make_tiny_decoder
 from kdplug.testing.tiny import TinyTask
 from kdplug_models.decoders import HFDecoderExtractor, last_real_token
+from kdplug_models.hf_loading import checkpoint_shape
 
 from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
 
@@ -24,7 +25,10 @@ TEXTS = ["the story was good", "a bad film", "i loved the music and the plot", "
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_layers_are_read_where_the_classifier_reads(tmp_path, family):
-    teacher = kdplug.create_teacher("hf", TinyTask(), source=make_tiny_decoder(tmp_path / family, family))
+    path = make_tiny_decoder(tmp_path / family, family)
+    shape = checkpoint_shape(path, "teacher", {})  # read before the teacher loads: 2 blocks, no token signals,
+    assert [spec.width for spec in shape.layers] == [32, 32] and shape.tokens is None  # so TinyBERT is refused
+    teacher = kdplug.create_teacher("hf", TinyTask(), source=path)
     model, tokenizer = teacher.model.eval(), teacher.tokenizer
     # the checkpoint has no padding token: it gets its end-of-sequence token (Qwen2's tokenizer class
     # has one of its own), in the tokenizer and in the config its classifier pools by
