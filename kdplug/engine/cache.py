@@ -366,8 +366,9 @@ class _Plan:
         shared = shares.Folder(folder, self.what)
         try:
             self.compute_share(missing, compute, progress, folder)
-            records = shared.wait_for_shares(range(self.processes.count), beat=lambda: shared.beat(0))
-            metas = _build(self.root, templates, lambda: self._joined(shared, templates), lambda it, n: it)
+            with shared.beating(0):
+                records = shared.wait_for_shares(range(self.processes.count), beat=lambda: shared.beat(0))
+                metas = _build(self.root, templates, lambda: self._joined(shared, templates), lambda it, n: it)
         finally:  # everything in it was written by this launch's processes
             shutil.rmtree(folder, ignore_errors=True)
         log.info(
@@ -395,11 +396,11 @@ class _Plan:
 
             def batches() -> Iterable[CacheBatch]:
                 for index, logits, layers in compute(LAYERS in templates, rows):
-                    shared.beat(rank)
                     faults.fire_at(f"teacher-share-rank{rank}")
                     yield index - rows.start, logits, layers
 
-            _write(stagings, templates, batches, progress)
+            with shared.beating(rank):
+                _write(stagings, templates, batches, progress)
         except BaseException as exc:
             shutil.rmtree(shared.share_dir(rank), ignore_errors=True)
             shared.fail(rank, f"{type(exc).__name__}: {exc}")
@@ -425,7 +426,6 @@ class _Plan:
                 logits = torch.from_numpy(np.array(arrays[LOGITS][start:stop])) if LOGITS in arrays else None
                 layers = [torch.from_numpy(np.array(arrays[LAYERS][start:stop]))] if LAYERS in arrays else []
                 yield index, logits, layers
-            shared.beat(0)
 
     def wait_for(self, kind: str, folder: Optional[Path]) -> CacheMeta:
         """Another rank: the entry rank 0 found or is building, once it is in place."""

@@ -7,16 +7,19 @@ Files, not collectives, carry this part: a process that dies mid-pass would leav
 waiting in a collective until its timeout (30 minutes), with no word of which one died, while a
 folder shows at once who is alive: every process keeps a heartbeat file there, which names its
 host and pid. A process on the same host that is gone (or a zombie) is dead at once; one on another
-host is taken for dead when its heartbeat is older than :data:`SILENT_SECONDS`.
+host is taken for dead when its heartbeat is older than :data:`SILENT_SECONDS` (a thread keeps it fresh
+while the process lives, whatever step it is in).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -24,7 +27,7 @@ from typing import Any, Optional
 from ..storage import write_atomic
 
 #: a process on another host whose heartbeat is older than this is taken for dead (its pid cannot
-#: be checked); every process beats once a batch, so only a hung one stays silent this long
+#: be checked); a live process beats every 30 s
 SILENT_SECONDS = 600.0
 #: how long a process may take to announce itself in the folder before it is taken for dead
 START_SECONDS = 600.0
@@ -88,6 +91,24 @@ class Folder:
 
     def announce(self, rank: int) -> None:
         write_atomic(self._heartbeat(rank), json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+
+    @contextlib.contextmanager
+    def beating(self, rank: int, every: float = 30.0) -> Iterator[None]:
+        """Keep ``rank``'s heartbeat fresh from a thread while the block runs: the long steps (a
+        checksum or the join of a large split) write nothing for minutes."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(every):
+                self.beat(rank)
+
+        thread = threading.Thread(target=beat, name=f"kdplug-heartbeat-{rank}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def beat(self, rank: int) -> None:
         try:

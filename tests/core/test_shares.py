@@ -3,17 +3,19 @@ process that dies mid-pass named by the others, with nothing cached."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
 
 from kdplug.engine import cache as cache_module
-from kdplug.engine.shares import Processes, share
+from kdplug.engine.shares import SILENT_SECONDS, Folder, Processes, ShareFailed, share
 
 from .test_cache import SPECS, C, N, fake_teacher
 
@@ -177,3 +179,19 @@ def free_port():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def test_a_process_on_another_host_is_dead_when_silent_and_alive_while_it_beats(tmp_path):
+    folder = Folder(tmp_path, "the teacher pass over train")
+    (tmp_path / "rank-1.alive").write_text(json.dumps({"host": "node-that-is-not-this-one", "pid": 1}))
+    folder.check_alive(1)  # just written: alive, though its pid cannot be checked from here
+    old = time.time() - SILENT_SECONDS - 5
+    os.utime(tmp_path / "rank-1.alive", (old, old))
+    with pytest.raises(ShareFailed, match=r"process rank 1 \(pid 1 on node-that-is-not-this-one\) fell silent"):
+        folder.check_alive(1)
+    with folder.beating(1, every=0.05):  # a live process's heartbeat thread
+        time.sleep(0.3)
+    folder.check_alive(1)
+    (tmp_path / "rank-1.failed").write_text("OSError: disk full")
+    with pytest.raises(ShareFailed, match=r"process rank 1 failed \(OSError: disk full\)"):
+        folder.check_alive(1)
