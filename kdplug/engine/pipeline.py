@@ -79,6 +79,8 @@ def run(
     process_state().wait_for_everyone()
     handler = run_dir.attach_log() if main_process else None
     say = echo if main_process else _silent
+    if not main_process:  # the main process tells the run; the others speak only of trouble
+        logging.getLogger("kdplug").setLevel(max(logging.WARNING, logging.getLogger("kdplug").level))
     for note in notes:
         say(note)
         log.info(note, extra=FILE_ONLY)

@@ -77,6 +77,7 @@ def test_two_processes_match_one(tmp_path, tiny_bert_dir):
 
     assert (single["processes"], double["processes"]) == (1, 2)
     assert log.count("building the teacher cache") == 2  # train and dev, once each, shared by both ranks
+    assert log.count("distill epoch 2/2") == 1  # the main process tells the run, not every rank
     # each process computed its share of the train split (48 examples: 3 batches of 16) ...
     shares = [(r["rank"], r["examples"]) for r in double["teacher"]["cache"]["train"]["computed_by"]]
     assert shares == [(0, 16), (1, 32)], shares
