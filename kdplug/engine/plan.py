@@ -22,6 +22,7 @@ from accelerate.utils import set_seed
 
 from .. import fingerprint
 from ..config import RunConfig
+from ..errors import PluginError
 from ..progress import human_count, human_duration
 from ..registry import Registry
 from ..storage import default_cache_root
@@ -248,6 +249,7 @@ def _plan_teacher(
         "pretrained": teacher.pretrained,
         **teacher.extra,
     }
+    plan["teacher"]["layers_read_by"] = layer_reading(registry, teacher.model)
     if teacher.finetuned:
         plan["teacher"]["finetune"] = "no: it comes fine-tuned for the task"
         return teacher
@@ -256,6 +258,17 @@ def _plan_teacher(
     stored = teacher_stage.stored_teacher_dir(cache_root, key)
     plan["teacher"]["finetune"] = {**settings, "stored": str(stored) if stored else None}
     return create_teacher(config, registry, task, source=str(stored)) if stored is not None else None
+
+
+def layer_reading(registry: Registry, model) -> Optional[str]:
+    """The layer extractor that will read ``model``, with what it reads (an encoder's [CLS], a
+    decoder's last real token); None where none supports it (the run says so when it builds it)."""
+    try:
+        extractor = registry.find_layer_extractor(model)
+    except PluginError:
+        return None
+    entry = next((e for e in registry if e.kind == "layer_extractor" and e.factory is extractor), None)
+    return f"{entry.name} ({entry.description})" if entry is not None else None
 
 
 def _plan_stages(
@@ -446,6 +459,17 @@ def cache_size_line(size: dict[str, Any], transfer: Optional[dict[str, Any]]) ->
     return f"{bound}{size['bytes']:,} bytes: logits {logits:,}, {what} (examples: {counts})"
 
 
+def finetune_line(finetune: Any) -> str:
+    """What the plan says of the teacher's fine-tuning: why there is none, or its settings."""
+    if isinstance(finetune, str):
+        return finetune
+    stopping = f", early stopping after {finetune['patience']}" if finetune.get("patience") else ""
+    if finetune.get("min_epochs"):
+        stopping += f", not before epoch {finetune['min_epochs']}"
+    where = f"stored already: {finetune['stored']}" if finetune["stored"] else "not stored yet"
+    return f"{finetune['epochs']} epochs at lr {finetune['lr']:g}, batch {finetune['batch_size']}{stopping} ({where})"
+
+
 def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
     """The plan as lines a person reads before starting a long run."""
     task, teacher, student = plan["task"], plan["teacher"], plan["student"]
@@ -461,19 +485,10 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
         f"teacher     {teacher['name']}: {teacher['class']}, {human_count(teacher['parameters'])} parameters, "
         f"from {teacher['source']}"
     )
-    finetune = teacher["finetune"]
-    if isinstance(finetune, str):
-        lines.append(f"            fine-tuning: {finetune}")
-    else:
-        stopping = f", early stopping after {finetune['patience']}" if finetune.get("patience") else ""
-        if finetune.get("min_epochs"):
-            stopping += f", not before epoch {finetune['min_epochs']}"
-        where = f"stored already: {finetune['stored']}" if finetune["stored"] else "not stored yet"
-        lines.append(
-            f"            fine-tuning: {finetune['epochs']} epochs at lr {finetune['lr']:g}, batch "
-            f"{finetune['batch_size']}{stopping} ({where})"
-        )
+    lines.append(f"            fine-tuning: {finetune_line(teacher['finetune'])}")
     lines.append(f"            check before distilling: {plan['check']}")
+    if teacher.get("layers_read_by"):
+        lines.append(f"            layers read by {teacher['layers_read_by']}")
     outputs = plan["teacher_outputs"]
     cached = outputs if isinstance(outputs, str) else ", ".join(f"{k} {v}" for k, v in outputs.items())
     lines.append(f"            outputs: {cached}")

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import kdplug
+from kdplug.cli import main
 from kdplug.testing.decoders import FAMILIES, make_tiny_decoder
 from kdplug.testing.tiny import TinyTask
 from kdplug_models.decoders import HFDecoderExtractor, last_real_token
@@ -95,3 +96,12 @@ def test_a_decoder_teachers_cached_layers_vary_across_examples(tmp_path):
     width = sum(layer["width"] for layer in meta["layers"])
     stored = np.fromfile(layers[0] / "layers.f16", dtype=np.float16).reshape(meta["num_examples"], width)
     assert stored.astype(np.float64).std(axis=0).min() > 0
+
+
+def test_the_dry_run_says_how_a_decoder_teachers_layers_are_read(capsys, tmp_path):
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN, dev=SST2_DEV)
+    teacher = make_tiny_decoder(tmp_path / "gpt2", "gpt2")
+    argv = ["run", "--teacher", teacher, "--student", "bilstm", "--projector", "alp", "--task", "sst2"]
+    argv += ["--data-dir", str(data), "--set", "allow_weak_teacher=true", "--output", str(tmp_path / "run")]
+    assert main([*argv, "--dry-run"]) == 0
+    assert "layers read by hf-decoder (last-real-token state of" in capsys.readouterr().out
