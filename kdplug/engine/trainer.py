@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 import torch
 from accelerate import Accelerator, PartialState
+from accelerate.state import AcceleratorState
 from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, set_seed
 from torch import nn
 from torch.utils.data import DataLoader
@@ -61,6 +62,10 @@ def build_accelerator(
         mixed = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
     if mixed == "fp16" and not torch.cuda.is_available():
         mixed = "no"  # fp16 autocast training is a GPU feature; keep CPU runs exact
+    if AcceleratorState._shared_state.get("_mixed_precision", mixed) != mixed:
+        # Accelerate keeps one precision a process and refuses another; a process's next run (the
+        # Python API) may ask for one: its state is dropped (not the process group, PartialState's)
+        AcceleratorState._reset_state()
     # split_batches: batch_size is the global batch, whatever the number of processes, so a
     # multi-GPU run keeps the papers' hyper-parameters (and matches a one-process run)
     return Accelerator(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import kdplug
-from kdplug.testing import tiny_run_args
+from kdplug.testing import tiny_run_args, tiny_run_settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "python-api.md"
 
@@ -83,3 +83,12 @@ def test_an_in_memory_teacher_needs_a_head_of_the_tasks_size(tmp_path, tiny_bert
             output=str(tmp_path / "run"),
             echo=None,
         )
+
+
+def test_one_process_distils_twice_with_different_precisions(tmp_path, tiny_bert_dir, sst2_dir):
+    """Accelerate keeps one precision per process: a second distill in another precision was refused
+    with "AcceleratorState has already been initialized and cannot be changed"."""
+    settings = tiny_run_settings(teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_dir), measure_speed=False)
+    for precision in ("bf16", "fp32"):
+        result = kdplug.distill(**settings, precision=precision, output=str(tmp_path / precision), echo=None)
+        assert result.metrics["config"]["precision"] == precision
