@@ -219,9 +219,13 @@ class Registry:
 
     def find_layer_extractor(self, model: Any) -> Any:
         """The first registered layer extractor that supports ``model``."""
+        return self.layer_extractor_entry(model).factory
+
+    def layer_extractor_entry(self, model: Any) -> Entry:
+        """The registration (name, description) of the first layer extractor that supports ``model``."""
         for entry in self._entries["layer_extractor"].values():
             if entry.factory.supports(model):
-                return entry.factory
+                return entry
         names = ", ".join(self._entries["layer_extractor"]) or "(none registered)"
         raise PluginError(
             f"no layer extractor supports a {type(model).__name__}; registered extractors: {names}. "

@@ -264,11 +264,10 @@ def layer_reading(registry: Registry, model) -> Optional[str]:
     """The layer extractor that will read ``model``, with what it reads (an encoder's [CLS], a
     decoder's last real token); None where none supports it (the run says so when it builds it)."""
     try:
-        extractor = registry.find_layer_extractor(model)
+        entry = registry.layer_extractor_entry(model)
     except PluginError:
         return None
-    entry = next((e for e in registry if e.kind == "layer_extractor" and e.factory is extractor), None)
-    return f"{entry.name} ({entry.description})" if entry is not None else None
+    return f"{entry.name} ({entry.description})"
 
 
 def _plan_stages(
