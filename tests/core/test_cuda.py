@@ -111,8 +111,11 @@ def test_a_run_on_cuda_gives_finite_metrics_and_a_student_that_loads(runs, preci
     assert all(cpu == gpu for cpu, gpu in clear)
 
 
-def test_the_teacher_cache_built_on_cuda_matches_the_teacher_on_the_cpu(tiny_bert_dir, tmp_path):
-    """build_cache on the GPU (fp32 and bf16 autocast) against the same teacher run in fp32 on the CPU."""
+@pytest.mark.parametrize("architecture", ["bert", "llama"])
+def test_the_teacher_cache_built_on_cuda_matches_the_teacher_on_the_cpu(tiny_bert_dir, tmp_path, architecture):
+    """build_cache on the GPU (fp32 and bf16 autocast) against the same teacher run in fp32 on the CPU:
+    an encoder read at [CLS], a decoder (no padding token of its own) at each example's last real token."""
+    from kdplug.testing.decoders import make_tiny_decoder
     from accelerate.state import AcceleratorState
 
     from kdplug.engine import teacher as teacher_stage
@@ -121,7 +124,8 @@ def test_the_teacher_cache_built_on_cuda_matches_the_teacher_on_the_cpu(tiny_ber
     from kdplug.testing.tiny import TinyTask
 
     task = TinyTask()
-    teacher = kdplug.create_teacher("hf", task, source=tiny_bert_dir)
+    source = tiny_bert_dir if architecture == "bert" else make_tiny_decoder(tmp_path / "llama", "llama")
+    teacher = kdplug.create_teacher("hf", task, source=source)
     tokenizer = teacher.tokenizer
     texts = [text for text, _ in SST2_TRAIN * 2]
     ids = [tokenizer(text, truncation=True, max_length=64)["input_ids"] for text in texts]
@@ -137,7 +141,9 @@ def test_the_teacher_cache_built_on_cuda_matches_the_teacher_on_the_cpu(tiny_ber
     batch = Collator(split.pad_id, False)([split[i] for i in range(len(split))])
     with torch.no_grad():
         outputs = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-        reference_layers = [layer.float() for layer in extractor(model, outputs)]
+        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        read = extractor(model, outputs, inputs) if getattr(extractor, "reads_inputs", False) else extractor(model, outputs)
+        reference_layers = [layer.float() for layer in read]
     reference_logits = outputs.logits.float()
     _, positions = teacher_stage.matchable_specs(extractor, model)
     reference_layers = [reference_layers[i] for i in positions]
