@@ -55,11 +55,15 @@ assert math.isfinite(ild) and ild > 0, stage["history"]  # ... and computed by t
 print(f"kdplug run used the cosine projector: weights {stage['weights']}, first-epoch ILD {ild:.4f}")
 PY
 
-for kind in projector loss student teacher task recipe augmenter; do
-    step "kdplug new-plugin --kind $kind: a skeleton whose tests pass as generated, installed"
-    kdplug new-plugin "ci-$kind" --kind "$kind" --output "$WORK/kdplug-ci-$kind"
-    $PIP "$WORK/kdplug-ci-$kind"
-    kdplug plugins --kind "$kind" | grep -E "^  ci-$kind .*\[ci-$kind: kdplug-ci-$kind 0\.1\.0\]$"
+KINDS="projector loss student teacher task recipe augmenter"
+step "kdplug new-plugin, a skeleton of every kind ($KINDS); installed together, listed, their tests pass as generated"
+for kind in $KINDS; do
+    kdplug new-plugin "ci-$kind" --kind "$kind" --output "$WORK/kdplug-ci-$kind" >/dev/null
+done
+$PIP $(for kind in $KINDS; do echo "$WORK/kdplug-ci-$kind"; done)
+kdplug plugins > "$WORK/plugins-after.txt"
+for kind in $KINDS; do
+    grep -E "^  ci-$kind .*\[ci-$kind: kdplug-ci-$kind 0\.1\.0\]$" "$WORK/plugins-after.txt"
     cp -r "$WORK/kdplug-ci-$kind/tests" "$WORK/ci-$kind-tests"  # against the installed package
     (cd "$WORK/ci-$kind-tests" && python -m pytest -q -p no:cacheprovider)
 done

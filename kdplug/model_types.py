@@ -29,16 +29,26 @@ from typing import Any, Optional
 ENTRY_POINT_GROUP = "kdplug.model_types"
 _lock = threading.Lock()
 _registered = False
+_pending: list[metadata.EntryPoint] = []  # registrations whose module was still being imported
 
 
 def register_model_types() -> None:
-    """Run every plugin's registration (once per process); a broken one is reported, not fatal."""
+    """Run every plugin's registration (once per process); a broken one is reported, not fatal.
+
+    A plugin module that imports transformers' Auto classes at its top sets off the registration
+    while it is itself half imported: its registration waits, and runs at the next call (kdplug
+    calls again once its plugins are loaded, and before it loads a saved model)."""
     global _registered
     with _lock:
         if _registered:
-            return
-        _registered = True
-    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            waiting, _pending[:] = list(_pending), []
+        else:
+            _registered = True
+            waiting = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
+    for entry_point in waiting:
+        if _being_imported(entry_point.module):
+            _pending.append(entry_point)
+            continue
         try:
             entry_point.load()()
         except Exception as exc:  # a broken plugin must not break `import transformers`
@@ -47,6 +57,22 @@ def register_model_types() -> None:
                 f"registered with transformers: {type(exc).__name__}: {exc}",
                 stacklevel=2,
             )
+
+
+def register_pending() -> None:
+    """Run the registrations that waited for their module's import to finish; nothing else."""
+    if _pending:
+        register_model_types()
+
+
+def _being_imported(name: str) -> bool:
+    """Whether module ``name`` (or a package above it) is in the middle of its own import."""
+    parts = name.split(".")
+    for end in range(1, len(parts) + 1):
+        module = sys.modules.get(".".join(parts[:end]))
+        if module is not None and getattr(getattr(module, "__spec__", None), "_initializing", False):
+            return True
+    return False
 
 
 AUTO_MODELS = "transformers.models.auto.modeling_auto"

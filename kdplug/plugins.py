@@ -18,7 +18,7 @@ import pluggy
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
-from . import hookspecs
+from . import hookspecs, model_types
 from .registry import KINDS, Registry
 
 ENTRY_POINT_GROUP = "kdplug"
@@ -135,6 +135,8 @@ class PluginManager:
                 self._failures.append(PluginFailure(entry_point.name, dist_name, _describe(exc), "import", found))
                 continue
             self.register(plugin, entry_point.name, distribution=dist_name, version=dist_version)
+        # a plugin module that imported transformers' Auto classes registered its model types only now
+        model_types.register_pending()
 
     def register(self, plugin: Any, name: str, *, distribution: str = "", version: str = "") -> None:
         """Register a plugin object or module by hand (tests, notebooks, ``kdplug.testing``)."""
