@@ -70,14 +70,19 @@ def placeholder_tokenizer(size: int):
     return wordpiece_tokenizer([f"w{i}" for i in range(size - 5)])
 
 
-def bert_base_teacher(task) -> Teacher:
+TEACHER_SIZES = {"bert-base": {}, "tiny": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                          "intermediate_size": 128}}
+
+
+def bert_base_teacher(task, size: str = "bert-base") -> Teacher:
+    """A random BERT teacher: BERT-base's sizes, or a 2-layer 64-wide one for the suite's smoke run."""
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(0)
-    config = BertConfig(num_labels=2, output_hidden_states=True)  # BERT-base sizes
+    config = BertConfig(num_labels=2, output_hidden_states=True, **TEACHER_SIZES[size])
     model = BertForSequenceClassification(config).eval().requires_grad_(False)
     tokenizer = placeholder_tokenizer(config.vocab_size)
-    return Teacher(model=model, tokenizer=tokenizer, source="random-bert-base", finetuned=True)
+    return Teacher(model=model, tokenizer=tokenizer, source=f"random-{size}", finetuned=True)
 
 
 class TeacherInTheLoop:
@@ -175,6 +180,10 @@ def main(argv=None) -> int:
     parser.add_argument("--students", nargs="+", choices=["bilstm", "bert-2"], help="only these students")
     parser.add_argument("--quick", action="store_true", help="a smoke run: few examples, one repeat, BiLSTM only")
     parser.add_argument("--device", choices=DEVICES, default="auto", help="auto (default): CUDA when available")
+    parser.add_argument(
+        "--teacher", choices=sorted(TEACHER_SIZES), default="bert-base",
+        help="the random teacher's size: bert-base (default), or tiny (2 x 64) to check that the benchmark runs",
+    )
     args = parser.parse_args(argv)
     device = pick_device(args.device)
     if args.quick:
@@ -182,13 +191,13 @@ def main(argv=None) -> int:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     registry = kdplug.get_plugin_manager().registry
     task = TinyTask()
-    teacher = bert_base_teacher(task)
+    teacher = bert_base_teacher(task, args.teacher)
     lengths = sst2_like_lengths(args.examples)
     split = synthetic_split(lengths, teacher.model.config.vocab_size)
     batches = LengthGroupedBatchSampler(lengths, args.batch_size, seed=0).batches()
     print(
         f"kdplug KD overhead benchmark: {args.examples} examples, batch {args.batch_size}, "
-        f"{describe(device)}, teacher BERT-base (random weights)\n"
+        f"{describe(device)}, teacher {'BERT-base' if args.teacher == 'bert-base' else args.teacher} (random weights)\n"
     )
 
     # padding -----------------------------------------------------------------------------------

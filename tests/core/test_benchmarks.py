@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
     "script, args, expected",
     [
         ("transfer_scaling.py", ["--quick"], "peak MiB"),
-        ("kd_overhead.py", ["--quick"], "teacher cache build"),
+        ("kd_overhead.py", ["--quick", "--teacher", "tiny"], "teacher cache build"),
         ("inference.py", ["--repeats", "1", "--length", "8", "--no-onnx"], "BiLSTM (3x768)"),
         ("threads.py", ["--quick", "--load", "1"], "kdplug picks"),
         ("overhead.py", ["--quick"], "kdplug trainer, an epoch + dev eval"),
