@@ -15,7 +15,8 @@ if TYPE_CHECKING:  # torch is imported where a module is hashed: `kdplug --help`
     from torch import nn
 
 
-def _hasher() -> hashlib._Hash:
+def hasher() -> hashlib._Hash:
+    """The hash every fingerprint and checksum uses (blake2b, 16 bytes); fed with ``update``."""
     return hashlib.blake2b(digest_size=16)
 
 
@@ -23,7 +24,7 @@ def of_module(module: nn.Module) -> str:
     """Hash of every parameter and buffer (names, shapes, dtypes, values)."""
     import torch
 
-    digest = _hasher()
+    digest = hasher()
     for name, tensor in sorted(module.state_dict().items()):
         tensor = tensor.detach().cpu().contiguous()
         digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
@@ -33,7 +34,7 @@ def of_module(module: nn.Module) -> str:
 
 def of_tokenizer(tokenizer: Any) -> str:
     """Hash of the vocabulary and the settings that change token ids."""
-    digest = _hasher()
+    digest = hasher()
     vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
     digest.update(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode())
     for attribute in ("do_lower_case", "model_max_length", "padding_side", "truncation_side"):
@@ -43,7 +44,7 @@ def of_tokenizer(tokenizer: Any) -> str:
 
 
 def of_token_ids(sequences: Iterable[Iterable[int]]) -> str:
-    digest = _hasher()
+    digest = hasher()
     for ids in sequences:
         digest.update(json.dumps(list(ids)).encode())
         digest.update(b"\n")
@@ -56,7 +57,7 @@ def of_values(*values: Any) -> str:
 
 
 def of_file(path: str, chunk: int = 1 << 22) -> str:
-    digest = _hasher()
+    digest = hasher()
     with open(path, "rb") as handle:
         while block := handle.read(chunk):
             digest.update(block)

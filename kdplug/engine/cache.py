@@ -18,6 +18,7 @@ first instead of building twice; a truncated or corrupted entry fails its check 
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -496,30 +497,72 @@ def _write(
         for kind, meta in templates.items()
     }
     seen = np.zeros(num_examples, dtype=bool)
-    for index, logits, layers in progress(compute(), num_examples):
-        rows = index.cpu().numpy()
-        if LOGITS in maps:
-            maps[LOGITS][rows] = logits.detach().float().cpu().numpy()
-        if LAYERS in maps:
-            maps[LAYERS][rows] = (
-                torch.cat([layer.detach().float() for layer in layers], dim=1).cpu().numpy().astype(np.float16)
-            )
-        seen[rows] = True
-    if not seen.all():
-        raise RuntimeError(f"teacher cache {any_meta.fingerprint}: {int((~seen).sum())} examples were not computed")
-    for array in maps.values():
-        array.flush()
+    with _RunningChecksums(maps) as checksums:
+        for index, logits, layers in progress(compute(), num_examples):
+            rows = index.cpu().numpy()
+            # converted on the device: fp16 crosses to the host at half the bytes, and no numpy cast
+            if LOGITS in maps:
+                checksums.write(LOGITS, rows, logits.detach().float().cpu().numpy())
+            if LAYERS in maps:
+                vectors = torch.cat([layer.detach().float() for layer in layers], dim=1).half()
+                checksums.write(LAYERS, rows, vectors.cpu().numpy())
+            seen[rows] = True
+        if not seen.all():
+            raise RuntimeError(f"teacher cache {any_meta.fingerprint}: {int((~seen).sum())} examples were not computed")
+        for array in maps.values():
+            array.flush()
+        digests = checksums.digests()
     del maps
     metas = {}
     for kind, template in templates.items():
         path = stagings[kind] / template.data_file
-        meta = CacheMeta(
-            **{
-                **template.__dict__,
-                "checksums": {template.data_file: fingerprint.of_file(str(path))},
-                "created": time.time(),
-            }
-        )
+        digest = digests.get(kind) or fingerprint.of_file(str(path))  # rows written out of order: read back
+        meta = CacheMeta(**{**template.__dict__, "checksums": {template.data_file: digest}, "created": time.time()})
         (stagings[kind] / META_FILE).write_text(json.dumps(meta.__dict__, indent=1))
         metas[kind] = meta
     return metas
+
+
+class _RunningChecksums:
+    """Writes rows into the entries' arrays and hashes them as they are written, on a thread of its
+    own while the teacher computes the next batch (hashlib lets go of the GIL), instead of reading
+    every file back at the end. Rows that do not continue the file in order (no pass writes such)
+    stop the running hash of that entry: its file is then hashed when it is complete."""
+
+    def __init__(self, maps: dict[str, np.memmap]) -> None:
+        self.maps = maps
+        self.hashers: dict[str, Any] = {kind: fingerprint.hasher() for kind in maps}
+        self.next_row = dict.fromkeys(maps, 0)
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdplug-checksum")
+        self.pending: list[concurrent.futures.Future] = []
+
+    def __enter__(self) -> _RunningChecksums:
+        return self
+
+    def write(self, kind: str, rows: np.ndarray, values: np.ndarray) -> None:
+        start = self.next_row[kind]
+        if start is not None and np.array_equal(rows, np.arange(start, start + len(rows))):
+            self.maps[kind][start : start + len(rows)] = values
+            self.next_row[kind] = start + len(rows)
+            values = np.ascontiguousarray(values, dtype=self.maps[kind].dtype)
+            self.pending.append(self.pool.submit(self.hashers[kind].update, memoryview(values).cast("B")))
+        else:
+            self.maps[kind][rows] = values
+            self.next_row[kind] = None
+        for future in [future for future in self.pending if future.done()]:
+            future.result()  # a hashing error surfaces here
+            self.pending.remove(future)
+
+    def digests(self) -> dict[str, str]:
+        """Each entry's checksum, where its rows came in order and the file is complete."""
+        concurrent.futures.wait(self.pending)
+        for future in self.pending:
+            future.result()
+        return {
+            kind: self.hashers[kind].hexdigest()
+            for kind, row in self.next_row.items()
+            if row is not None and row == len(self.maps[kind])
+        }
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.pool.shutdown(wait=True)

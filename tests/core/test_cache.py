@@ -274,3 +274,31 @@ def test_the_dry_run_says_the_bytes_a_build_writes(capsys, tmp_path, tiny_bert_d
         assert code == 0, err
         assert estimated == data_bytes(), projector
     assert estimate("alp") == data_bytes()  # reused or not: the size of what the run reads
+
+
+def test_the_checksums_written_as_the_pass_goes_are_the_stored_files_hashes(tmp_path):
+    """In order (every pass), the checksum is hashed while the rows are written; out of order, the
+    complete file is hashed. Either way it is the hash of the bytes on disk, which reading checks."""
+    from kdplug import fingerprint
+
+    def shuffled(with_layers: bool, rows: range):
+        batches = list(fake_teacher()(with_layers, rows))
+        yield from batches[::-1]
+
+    in_order = build(tmp_path / "in-order")
+    out_of_order = cache_module.open_or_build(
+        tmp_path / "out-of-order",
+        "k",
+        layers_key="k-layers",
+        num_examples=N,
+        num_outputs=C,
+        specs=SPECS,
+        compute=shuffled,
+        description={"test": True},
+    )
+    for cache in (in_order, out_of_order):
+        for entry in (cache.logits_entry, cache.layers_entry):
+            ((name, checksum),) = entry.meta.checksums.items()
+            assert checksum == fingerprint.of_file(str(entry.directory / name))
+    assert np.array_equal(np.asarray(in_order.layers), np.asarray(out_of_order.layers))
+    assert np.array_equal(np.asarray(in_order.logits), np.asarray(out_of_order.logits))
