@@ -59,6 +59,15 @@ def _config_for_task(
     from transformers import AutoConfig
 
     config = load_pretrained(AutoConfig, source, what, **load_options)
+    if getattr(config, "is_encoder_decoder", False):
+        raise UsageError(
+            f"{source} is an encoder-decoder model (model type {config.model_type!r}), which kdplug does not take as a "
+            f"{what}: it reads an encoder at its first token and a decoder-only model at its last real token, "
+            f"and an encoder-decoder classifier pools its decoder's end-of-sequence token after cross-attention, "
+            f"which no layer extractor here reads. Use an encoder (BERT, RoBERTa, DeBERTa) or a decoder-only "
+            f"classifier (Llama, Qwen2, Mistral, Gemma, GPT-2), or register a layer extractor for it in a "
+            f"plugin (docs/writing-a-plugin.md)"
+        )
     unknown = sorted(key for key in overrides if not hasattr(config, key))
     if unknown:
         raise UsageError(

@@ -14,7 +14,8 @@ import torch
 
 import kdplug
 from kdplug.cli import main
-from kdplug.testing.decoders import FAMILIES, make_tiny_decoder
+from kdplug.errors import UsageError
+from kdplug.testing.decoders import FAMILIES, bpe_tokenizer, make_tiny_decoder
 from kdplug.testing.tiny import TinyTask
 from kdplug_models.decoders import HFDecoderExtractor, last_real_token
 from kdplug_models.hf_loading import checkpoint_shape
@@ -105,3 +106,17 @@ def test_the_dry_run_says_how_a_decoder_teachers_layers_are_read(capsys, tmp_pat
     argv += ["--data-dir", str(data), "--set", "allow_weak_teacher=true", "--output", str(tmp_path / "run")]
     assert main([*argv, "--dry-run"]) == 0
     assert "layers read by hf-decoder (last-real-token state of" in capsys.readouterr().out
+
+
+def test_an_encoder_decoder_teacher_is_refused_before_its_weights_load(tmp_path):
+    import transformers
+
+    tokenizer = bpe_tokenizer(pad=True)
+    config = transformers.T5Config(
+        vocab_size=len(tokenizer), d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, num_labels=2,
+        pad_token_id=tokenizer.pad_token_id, decoder_start_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    config.save_pretrained(tmp_path / "t5")  # a config alone: the refusal must come before any weights are read
+    tokenizer.save_pretrained(tmp_path / "t5")
+    with pytest.raises(UsageError, match=r"encoder-decoder model \(model type 't5'\).*decoder-only classifier"):
+        kdplug.create_teacher("hf", TinyTask(), source=str(tmp_path / "t5"))
