@@ -67,10 +67,54 @@ def read_text(path: str | os.PathLike, *, encoding: Optional[str] = None, option
 
 def open_text(
     path: str | os.PathLike, *, encoding: Optional[str] = None, option: str = "task_options.encoding"
-) -> io.StringIO:
-    """The file as a text stream; ``newline`` is kept so a stray carriage return inside a field
-    does not split its record."""
-    return io.StringIO(read_text(path, encoding=encoding, option=option), newline="\n")
+) -> io.TextIOWrapper:
+    """The file as a text stream, decoded as it is read (a file of a million lines is never held
+    whole); ``newline`` is kept so a stray carriage return inside a field does not split its record.
+    Bytes that do not decode raise the :class:`DataError` that :func:`decode` gives, with their line."""
+    with open(path, "rb") as handle:
+        start = handle.read(4)
+    chosen = encoding or detect_encoding(start) or "utf-8"
+    try:
+        codecs.lookup(chosen)
+    except LookupError:
+        raise DataError(
+            f"unknown encoding {chosen!r}; use a Python codec name such as utf-8, latin-1, cp1252 or utf-16", path=path
+        ) from None
+    return _DecodingText(open(path, "rb"), path, encoding, option, chosen)
+
+
+class _DecodingText(io.TextIOWrapper):
+    """A text stream whose decoding error is reported as :func:`decode` reports it."""
+
+    def __init__(self, raw, path, encoding: Optional[str], option: str, chosen: str) -> None:
+        super().__init__(raw, encoding=chosen, newline="\n")
+        self._path, self._given, self._option = path, encoding, option
+
+    def __next__(self) -> str:
+        try:
+            return super().__next__()
+        except UnicodeDecodeError:
+            self._report()
+            raise
+
+    def readline(self, size: int = -1) -> str:
+        try:
+            return super().readline(size)
+        except UnicodeDecodeError:
+            self._report()
+            raise
+
+    def read(self, size: Optional[int] = -1) -> str:
+        try:
+            return super().read(size)
+        except UnicodeDecodeError:
+            self._report()
+            raise
+
+    def _report(self) -> None:
+        """Read the file again whole, only now, to say where its undecodable bytes are."""
+        with open(self._path, "rb") as handle:
+            decode(handle.read(), self._path, encoding=self._given, option=self._option)
 
 
 # -- files of texts (kdplug predict's inputs, transfer sets) -------------------------------------

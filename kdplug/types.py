@@ -198,7 +198,10 @@ class Task(Protocol):
     main_metric: str
     dev_splits: tuple[str, ...]
 
-    def load_split(self, split: str) -> list[Example]: ...
+    def load_split(self, split: str) -> Sequence[Example]:
+        """The split's examples in file order: a list, or any sequence of them (kdplug's own tasks
+        return a column-wise table, so that a million examples are not a million objects)."""
+        ...
 
     def compute_metrics(self, predictions: Sequence[float], references: Sequence[float]) -> dict[str, float]:
         """``predictions`` are class indices (classification) or floats (regression)."""

@@ -18,6 +18,8 @@ import numpy as np
 from kdplug.errors import ConfigError, DataError, UsageError, close_matches
 from kdplug.types import Example
 
+from .columns import ExampleTable
+
 
 def _skm():
     # scikit-learn and scipy cost a second to import: loaded when a metric is first computed, so
@@ -76,7 +78,7 @@ class DataTask:
     source: str = ""
     text_columns: tuple[str, ...] = ()  # the input columns as the task's files name them
     hub_dataset: Optional[str] = None  # the data set's hub id, for model cards ("nyu-mll/glue")
-    _loaded: dict[str, list[Example]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _loaded: dict[str, Sequence[Example]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.metrics if name not in METRICS]
@@ -91,7 +93,7 @@ class DataTask:
     def splits(self) -> tuple[str, ...]:
         return ("train", *self.dev_splits)
 
-    def load_split(self, split: str) -> list[Example]:
+    def load_split(self, split: str) -> Sequence[Example]:
         if split not in self.splits:
             raise UsageError(f"task {self.name!r} has no split {split!r}; its splits are {', '.join(self.splits)}.")
         if split not in self._loaded:
@@ -101,8 +103,9 @@ class DataTask:
                 raise DataError(
                     f"split {split!r} of task {self.name!r} has no examples (source: {self.source or 'unknown'})."
                 )
-            self._loaded[split] = examples
-        return list(self._loaded[split])
+            self._loaded[split] = ExampleTable.of(examples)  # kept for the task's life: column-wise, compact
+        loaded = self._loaded[split]
+        return loaded if isinstance(loaded, ExampleTable) else list(loaded)  # a table cannot be changed
 
     def compute_metrics(self, predictions: Sequence[float], references: Sequence[float]) -> dict[str, float]:
         """Every metric of the task; ``predictions`` are class indices, or floats for regression."""

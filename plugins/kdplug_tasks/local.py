@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -24,10 +25,10 @@ from typing import Any, Optional
 import kdplug
 from kdplug.errors import ConfigError, DataError
 from kdplug.textio import yaml_word
-from kdplug.types import Example
 
 from . import hfdatasets
 from .base import DataTask, check_count, label_index, parse_score, reject_unknown_options, require_examples
+from .columns import ExampleTable, RecordTable
 from .tables import FORMATS, read_records
 
 OPTIONS = (
@@ -139,9 +140,11 @@ def local_task(
         declared="declared by the option labels" if labels is not None else f"found in {files['train']}",
     )
 
-    def reader(split: str, limit: Optional[int]) -> list[Example]:
-        rows = records[split][:limit] if limit is not None else records[split]
-        return [examples.example(files[split], line, record) for line, record in rows]
+    def reader(split: str, limit: Optional[int]) -> ExampleTable:
+        table = records[split]
+        count = len(table) if limit is None else min(limit, len(table))
+        texts_b = table.texts["text_b"] if text_pair_column is not None else None
+        return ExampleTable(table.texts["text_a"], texts_b, examples.labels(files[split], table, count), count)
 
     return DataTask(
         name="local",
@@ -157,8 +160,10 @@ def local_task(
     )
 
 
-#: (split -> where it came from, split -> its (line, record) rows, the ClassLabel names or None)
-_Records = tuple[dict[str, str], dict[str, list], Optional[tuple[str, ...]]]
+#: (split -> where it came from, split -> its records, the ClassLabel names or None)
+_Records = tuple[dict[str, str], dict[str, RecordTable], Optional[tuple[str, ...]]]
+#: the roles whose values are texts (stored as strings), beside the label
+TEXT_ROLES = ("text_a", "text_b")
 
 
 def _check_label_options(labels: Optional[Sequence[Any]], regression: bool) -> None:
@@ -183,7 +188,8 @@ def _dataset_records(
     files = {split: f"{where} ({split})" for split in splits}
     records = {
         split: require_examples(
-            list(hfdatasets.dataset_records(data, columns, files[split], COLUMN_OPTIONS)), path=files[split]
+            RecordTable(hfdatasets.dataset_records(data, columns, files[split], COLUMN_OPTIONS), TEXT_ROLES),
+            path=files[split],
         )
         for split, data in splits.items()
     }
@@ -203,7 +209,7 @@ def _file_records(
             rows = hfdatasets.dataset_records(data, columns, path, COLUMN_OPTIONS)
         else:
             rows = read_records(path, columns, encoding=encoding, options=COLUMN_OPTIONS)
-        records[split] = require_examples(list(rows), path=path)
+        records[split] = require_examples(RecordTable(rows, TEXT_ROLES), path=path)
     return files, records, class_names
 
 
@@ -211,7 +217,7 @@ def _label_set(
     labels: Optional[Sequence[Any]],
     regression: bool,
     class_names: Optional[tuple[str, ...]],
-    records: dict[str, list],
+    records: dict[str, RecordTable],
     label_column: str,
     train_file: str,
 ) -> tuple[str, ...]:
@@ -223,7 +229,7 @@ def _label_set(
         return tuple(label_text(label) for label in labels)
     if class_names:  # a ClassLabel column: its own names, in its own order; rows hold indices
         return class_names
-    label_set = tuple(sorted({label_text(record["label"]) for _, record in records["train"]}))
+    label_set = tuple(sorted({label_text(value) for value in records["train"].distinct("label")}))
     if len(label_set) == 1:
         raise DataError(
             f"every example has the label {label_set[0]!r} in column {label_column!r}; a "
@@ -251,11 +257,23 @@ class _ExampleReader:
         value = "task_options.labels=[" + ", ".join(yaml_word(label) for label in every) + "]"
         return f"declare every label, in class order: --set {shlex.quote(value)} (labels=[...] in Python)."
 
-    def example(self, path: str, line: int, record: dict[str, Any]) -> Example:
-        value = record["label"]
+    def labels(self, path: str, table: RecordTable, count: int) -> array:
+        """The labels of the first ``count`` records of ``table``: each distinct value is read once,
+        at its first line (where an error about it points)."""
+        read: dict[int, float | int] = {}
+        codes, values, lines = table.codes["label"], table.values["label"], table.lines
+        labels = array("d" if self.regression else "q")
+        for index in range(count):
+            code = codes[index]
+            if code not in read:
+                read[code] = self.label(path, lines[index], values[code])
+            labels.append(read[code])
+        return labels
+
+    def label(self, path: str, line: int, value: Any) -> float | int:
         if self.regression:
-            label: float | int = parse_score(value, column=self.label_column, path=path, line=line)
-        elif self.class_names and not self.declared_labels and isinstance(value, int) and not isinstance(value, bool):
+            return parse_score(value, column=self.label_column, path=path, line=line)
+        if self.class_names and not self.declared_labels and isinstance(value, int) and not isinstance(value, bool):
             if not 0 <= value < len(self.class_names):
                 raise DataError(
                     f"label index {value} in column {self.label_column!r} is outside the dataset's "
@@ -263,19 +281,15 @@ class _ExampleReader:
                     path=path,
                     line=line,
                 )
-            label = value
-        else:
-            label = label_index(
-                label_text(record["label"]),
-                self.label_set,
-                column=self.label_column,
-                path=path,
-                line=line,
-                hint=f"The label set was {self.declared}; "
-                f"fix the label, or {self.declare_all(label_text(record['label']))}",
-            )
-        text_b = str(record["text_b"]) if self.pairs else None
-        return Example(text_a=str(record["text_a"]), text_b=text_b, label=label)
+            return value
+        return label_index(
+            label_text(value),
+            self.label_set,
+            column=self.label_column,
+            path=path,
+            line=line,
+            hint=f"The label set was {self.declared}; fix the label, or {self.declare_all(label_text(value))}",
+        )
 
 
 @kdplug.hookimpl

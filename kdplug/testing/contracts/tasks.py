@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from ...errors import OfflineError, UsageError
@@ -83,7 +83,10 @@ def _load_splits(task: Any, splits: dict[str, list]) -> _Note:
     """Loads train and every dev split into ``splits`` (what the later checks read)."""
     for split in ("train", *task.dev_splits):
         examples = task.load_split(split)
-        require(isinstance(examples, list) and examples, f"load_split({split!r}) returned no examples")
+        require(
+            isinstance(examples, Sequence) and not isinstance(examples, str) and len(examples) > 0,
+            f"load_split({split!r}) returned no examples (it must return a list or another sequence of examples)",
+        )
         bad = next((e for e in examples if not isinstance(e, Example)), None)
         require(bad is None, f"load_split({split!r}) returned a {type(bad).__name__}, not kdplug.types.Example")
         for e in examples:
