@@ -70,8 +70,10 @@ def placeholder_tokenizer(size: int):
     return wordpiece_tokenizer([f"w{i}" for i in range(size - 5)])
 
 
-TEACHER_SIZES = {"bert-base": {}, "tiny": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-                                          "intermediate_size": 128}}
+TEACHER_SIZES = {
+    "bert-base": {},
+    "tiny": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128},
+}
 
 
 def bert_base_teacher(task, size: str = "bert-base") -> Teacher:
@@ -181,7 +183,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run: few examples, one repeat, BiLSTM only")
     parser.add_argument("--device", choices=DEVICES, default="auto", help="auto (default): CUDA when available")
     parser.add_argument(
-        "--teacher", choices=sorted(TEACHER_SIZES), default="bert-base",
+        "--teacher",
+        choices=sorted(TEACHER_SIZES),
+        default="bert-base",
         help="the random teacher's size: bert-base (default), or tiny (2 x 64) to check that the benchmark runs",
     )
     args = parser.parse_args(argv)

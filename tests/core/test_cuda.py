@@ -115,12 +115,12 @@ def test_a_run_on_cuda_gives_finite_metrics_and_a_student_that_loads(runs, preci
 def test_the_teacher_cache_built_on_cuda_matches_the_teacher_on_the_cpu(tiny_bert_dir, tmp_path, architecture):
     """build_cache on the GPU (fp32 and bf16 autocast) against the same teacher run in fp32 on the CPU:
     an encoder read at [CLS], a decoder (no padding token of its own) at each example's last real token."""
-    from kdplug.testing.decoders import make_tiny_decoder
     from accelerate.state import AcceleratorState
 
     from kdplug.engine import teacher as teacher_stage
     from kdplug.engine.data import Collator, EncodedSplit
     from kdplug.engine.trainer import Trainer, build_accelerator
+    from kdplug.testing.decoders import make_tiny_decoder
     from kdplug.testing.tiny import TinyTask
 
     task = TinyTask()
@@ -142,7 +142,8 @@ def test_the_teacher_cache_built_on_cuda_matches_the_teacher_on_the_cpu(tiny_ber
     with torch.no_grad():
         outputs = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
         inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-        read = extractor(model, outputs, inputs) if getattr(extractor, "reads_inputs", False) else extractor(model, outputs)
+        reads_inputs = getattr(extractor, "reads_inputs", False)
+        read = extractor(model, outputs, inputs) if reads_inputs else extractor(model, outputs)
         reference_layers = [layer.float() for layer in read]
     reference_logits = outputs.logits.float()
     _, positions = teacher_stage.matchable_specs(extractor, model)
