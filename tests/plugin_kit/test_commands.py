@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -185,7 +184,9 @@ SKELETON_FILES = {
 
 
 @pytest.mark.parametrize("kind", sorted(SKELETON_FILES))
-def test_new_plugin_writes_a_skeleton_whose_tests_pass(capsys, tmp_path, kind):
+def test_new_plugin_writes_a_skeleton_of_each_kind(capsys, tmp_path, kind):
+    """The files and the entry point; that the skeleton's own tests pass as generated is checked
+    once it is installed, as its author installs it (.ci/plugin-kit.sh, run by test_distribution.py)."""
     target = tmp_path / "kdplug-fit-hints"
     code, out, _ = run_cli(capsys, "new-plugin", "fit-hints", "--kind", kind, "--output", str(target))
     assert code == 0 and "pip install -e ." in out
@@ -205,18 +206,6 @@ def test_new_plugin_writes_a_skeleton_whose_tests_pass(capsys, tmp_path, kind):
     assert project["project"]["entry-points"]["kdplug"] == {"fit-hints": f"kdplug_fit_hints.{kind}"}
     assert project["project"]["dependencies"] == ["kdplug>=0.1"]
     assert "${" not in "".join((target / f).read_text() for f in files)
-
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-        cwd=target,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    passed = int(re.search(r"(\d+) passed", result.stdout).group(1))
-    assert passed >= 8 and "failed" not in result.stdout and "error" not in result.stdout.lower()
 
 
 @pytest.mark.parametrize(
