@@ -13,7 +13,8 @@ import csv
 import io
 import json
 import os
-from typing import Optional
+from collections.abc import Iterable, Iterator
+from typing import Any, Optional
 
 from .errors import DataError, UsageError
 
@@ -175,64 +176,113 @@ def read_inputs(
     given: Optional[tuple[Optional[str], Optional[str]]],
     consumer: str = "this student",
 ) -> tuple[list[dict], list[str], list]:
-    """(rows as dicts, the row keys in order, the texts or pairs to predict)."""
-    if fmt == "lines":
-        rows, texts = [], []
-        keys = list(GENERIC_COLUMNS[: 2 if is_pair else 1])
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            fields = line.split("\t")
-            if is_pair and len(fields) != 2:
-                raise DataError(
-                    f"a sentence-pair student needs two tab-separated texts on each line, found {len(fields)} field(s)",
-                    path=name,
-                    line=number,
-                )
-            rows.append(dict(zip(keys, fields if is_pair else [line])))
-            texts.append(tuple(fields) if is_pair else line)
-    elif fmt == "jsonl":
-        rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(
-                    f"not valid JSON ({exc.msg}); each line must be one object", path=name, line=number
-                ) from None
-            if not isinstance(record, dict):
-                raise DataError("expected a JSON object per line", path=name, line=number)
-            rows.append(record)
-        keys = list(dict.fromkeys(key for row in rows for key in row))
-        columns = pick_columns(keys, task_columns, is_pair, given, name, consumer)
-        for number, row in enumerate(rows, start=1):
-            if any(not isinstance(row.get(column), str) for column in columns):
-                raise DataError(f"expected text in {', '.join(repr(c) for c in columns)}", path=name, line=number)
-        texts = [tuple(row[c] for c in columns) if is_pair else row[columns[0]] for row in rows]
-    else:
-        reader = csv.reader(
-            io.StringIO(text),
-            delimiter="\t" if fmt == "tsv" else ",",
-            quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL,
-        )
-        table = [(reader.line_num, fields) for fields in reader if any(field.strip() for field in fields)]
-        if not table:
-            raise UsageError(f"{name} is empty: expected a header line and texts")
-        keys = [field.strip() for field in table[0][1]]
-        columns = pick_columns(keys, task_columns, is_pair, given, name, consumer)
-        rows = []
-        for number, fields in table[1:]:
-            if len(fields) != len(keys):
-                raise DataError(
-                    f"expected {len(keys)} fields as in the header, found {len(fields)}", path=name, line=number
-                )
-            rows.append(dict(zip(keys, fields)))
-        texts = [tuple(row[c] for c in columns) if is_pair else row[columns[0]] for row in rows]
-    if not texts:
-        raise UsageError(f"{name} holds no texts; {consumer} needs at least one")
+    """(rows as dicts, the row keys in order, the texts or pairs to predict) of a whole text."""
+    keys, pairs = input_rows(io.StringIO(text), fmt, name, task_columns, is_pair, given, consumer)
+    rows, texts = [], []
+    for row, item in pairs:
+        rows.append(row)
+        texts.append(item)
     return rows, keys, texts
+
+
+def input_rows(
+    stream: Iterable[str],
+    fmt: str,
+    name: str,
+    task_columns: tuple[str, ...],
+    is_pair: bool,
+    given: Optional[tuple[Optional[str], Optional[str]]],
+    consumer: str = "this student",
+    *,
+    keys: Optional[list[str]] = None,
+) -> tuple[list[str], Iterator[tuple[dict, Any]]]:
+    """The row keys of a file of texts, and its ``(row, text or pair)`` items as they are read, so
+    that a file of any length is never held whole. A JSONL file's keys are those of all its rows
+    (:func:`jsonl_keys`): pass them as ``keys`` for a stream that cannot be read twice. An input
+    without a single text raises UsageError once it is read to its end."""
+    if fmt == "lines":
+        keys = list(GENERIC_COLUMNS[: 2 if is_pair else 1])
+        return keys, _nonempty(_line_items(stream, keys, is_pair, name), name, consumer)
+    if fmt == "jsonl":
+        if keys is None:
+            lines = list(stream)  # read twice: once for the keys of every row, once for the rows
+            keys, stream = jsonl_keys(lines, name), lines
+        columns = pick_columns(keys, task_columns, is_pair, given, name, consumer)
+        return keys, _nonempty(_jsonl_items(stream, columns, is_pair, name), name, consumer)
+    reader = csv.reader(
+        stream, delimiter="\t" if fmt == "tsv" else ",", quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
+    )
+    header = next((fields for fields in reader if any(field.strip() for field in fields)), None)
+    if header is None:
+        raise UsageError(f"{name} is empty: expected a header line and texts")
+    keys = [field.strip() for field in header]
+    columns = pick_columns(keys, task_columns, is_pair, given, name, consumer)
+    return keys, _nonempty(_table_items(reader, keys, columns, is_pair, name), name, consumer)
+
+
+def jsonl_keys(lines: Iterable[str], name: str) -> list[str]:
+    """Every key of a JSONL file's rows, in order of first appearance."""
+    return list(dict.fromkeys(key for row, _ in _jsonl_rows(lines, name) for key in row))
+
+
+def _nonempty(items: Iterator[tuple[dict, Any]], name: str, consumer: str) -> Iterator[tuple[dict, Any]]:
+    empty = True
+    for item in items:
+        empty = False
+        yield item
+    if empty:
+        raise UsageError(f"{name} holds no texts; {consumer} needs at least one")
+
+
+def _line_items(stream: Iterable[str], keys: list[str], is_pair: bool, name: str) -> Iterator[tuple[dict, Any]]:
+    for number, line in enumerate(stream, start=1):
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if is_pair and len(fields) != 2:
+            raise DataError(
+                f"a sentence-pair student needs two tab-separated texts on each line, found {len(fields)} field(s)",
+                path=name,
+                line=number,
+            )
+        yield dict(zip(keys, fields if is_pair else [line])), (tuple(fields) if is_pair else line)
+
+
+def _jsonl_rows(lines: Iterable[str], name: str) -> Iterator[tuple[dict, int]]:
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(
+                f"not valid JSON ({exc.msg}); each line must be one object", path=name, line=number
+            ) from None
+        if not isinstance(record, dict):
+            raise DataError("expected a JSON object per line", path=name, line=number)
+        yield record, number
+
+
+def _jsonl_items(lines: Iterable[str], columns: list[str], is_pair: bool, name: str) -> Iterator[tuple[dict, Any]]:
+    for count, (row, _) in enumerate(_jsonl_rows(lines, name), start=1):
+        if any(not isinstance(row.get(column), str) for column in columns):
+            raise DataError(f"expected text in {', '.join(repr(c) for c in columns)}", path=name, line=count)
+        yield row, (tuple(row[c] for c in columns) if is_pair else row[columns[0]])
+
+
+def _table_items(reader, keys: list[str], columns: list[str], is_pair: bool, name: str) -> Iterator[tuple[dict, Any]]:
+    start = reader.line_num + 1
+    for fields in reader:
+        number, start = start, reader.line_num + 1
+        if not any(field.strip() for field in fields):
+            continue
+        if len(fields) != len(keys):
+            raise DataError(
+                f"expected {len(keys)} fields as in the header, found {len(fields)}", path=name, line=number
+            )
+        row = dict(zip(keys, fields))
+        yield row, (tuple(row[c] for c in columns) if is_pair else row[columns[0]])
 
 
 def yaml_word(text: str) -> str:

@@ -9,19 +9,22 @@ The output repeats each input row with the predicted label and every label's pro
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ..errors import KdplugError, UsageError
 from ..plugins import PluginManager
-from ..storage import write_atomic
-from ..textio import FORMATS, input_format, read_inputs
+from ..progress import progress
+from ..storage import STAGING_PREFIX
+from ..textio import FORMATS, input_format
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -69,6 +72,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=handle)
 
 
+#: rows read, predicted and written at a time: memory stays flat whatever the input's length
+CHUNK_ROWS = 4096
+
+
 def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     from .. import textio
     from ..inference import load_student
@@ -82,23 +89,61 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         raise UsageError(f"--input {args.input} does not exist")
     student = load_student(args.student, device=args.device, runtime=args.runtime, verify=not args.no_verify)
     name = "<stdin>" if args.input == "-" else args.input
-    if args.input == "-":
-        text = textio.decode(sys.stdin.buffer.read(), name, encoding=args.encoding, option="--encoding")
-    else:
-        text = textio.read_text(args.input, encoding=args.encoding, option="--encoding")
     columns = (args.text_column, args.pair_column) if args.text_column else None
-    rows, keys, texts = read_inputs(text, fmt, name, student.text_columns, student.is_pair, columns)
-    predictions = student.predict(texts, batch_size=args.batch_size, progress=True)
-    out_fmt = output_format(args.output, fmt)
-    write(args.output, render(rows, keys, predictions, student.labels, out_fmt))
-    truncated = sum(p.truncated for p in predictions)
+    with contextlib.ExitStack() as stack:
+        stream, keys = _open_input(args, fmt, name, stack)
+        keys, items = textio.input_rows(stream, fmt, name, student.text_columns, student.is_pair, columns, keys=keys)
+        count, truncated = _write_predictions(student, keys, items, args, output_format(args.output, fmt))
     where = "stdout" if args.output == "-" else args.output
     print(
-        f"{len(predictions)} predictions written to {where}"
+        f"{count} predictions written to {where}"
         + (f"; {truncated} longer than the student's {student.max_length} tokens were truncated" if truncated else ""),
         file=sys.stderr,
     )
     return 0
+
+
+def _open_input(args: argparse.Namespace, fmt: str, name: str, stack: contextlib.ExitStack):
+    """The input as a text stream read as it goes, and a JSONL file's keys (read in a first pass)."""
+    from .. import textio
+
+    if args.input == "-":  # read whole: a pipe cannot be read twice (a JSONL file's keys, then its rows)
+        text = textio.decode(sys.stdin.buffer.read(), name, encoding=args.encoding, option="--encoding")
+        return io.StringIO(text), None
+
+    def opened():
+        return stack.enter_context(textio.open_text(args.input, encoding=args.encoding, option="--encoding"))
+
+    return opened(), (textio.jsonl_keys(opened(), name) if fmt == "jsonl" else None)
+
+
+def _write_predictions(
+    student, keys: list[str], items: Iterable, args: argparse.Namespace, fmt: str
+) -> tuple[int, int]:
+    """The predictions of every item, written chunk by chunk; how many, and how many were truncated."""
+    count, truncated = 0, 0
+    with open_output(args.output) as out:
+        out.write(header(keys, student.labels, fmt))
+        bar = progress(desc="predict", unit="text")
+        for chunk in batched(items, CHUNK_ROWS):
+            predictions = student.predict([text for _, text in chunk], batch_size=args.batch_size)
+            out.write(render([row for row, _ in chunk], keys, predictions, student.labels, fmt))
+            count += len(predictions)
+            truncated += sum(p.truncated for p in predictions)
+            bar.update(len(predictions))
+        bar.close()
+    return count, truncated
+
+
+def batched(items: Iterable, size: int) -> Iterator[list]:
+    chunk: list = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def output_format(path: str, input_fmt: str) -> str:
@@ -109,13 +154,32 @@ def output_format(path: str, input_fmt: str) -> str:
     return "tsv" if input_fmt == "lines" else input_fmt
 
 
+def header(keys: list[str], labels: tuple[str, ...], fmt: str) -> str:
+    if fmt == "jsonl":
+        return ""
+    added = ["score"] if not labels else ["label"] + [f"probability_{label}" for label in labels]
+    return _table_lines([keys + added], fmt)
+
+
 def render(rows: list[dict], keys: list[str], predictions: list, labels: tuple[str, ...], fmt: str) -> str:
+    """The output lines of ``rows`` and their predictions (the header apart: :func:`header`)."""
     if fmt == "jsonl":
         return "".join(
             json.dumps({**row, **prediction.as_dict()}, ensure_ascii=False) + "\n"
             for row, prediction in zip(rows, predictions)
         )
-    added = ["score"] if not labels else ["label"] + [f"probability_{label}" for label in labels]
+    lines = []
+    for row, prediction in zip(rows, predictions):
+        values: list[Any] = [row.get(key, "") for key in keys]
+        if prediction.score is not None:
+            values.append(f"{prediction.score:.6g}")
+        else:
+            values += [prediction.label] + [f"{prediction.probabilities[label]:.6f}" for label in labels]
+        lines.append(values)
+    return _table_lines(lines, fmt)
+
+
+def _table_lines(lines: list[list[Any]], fmt: str) -> str:
     buffer = io.StringIO()
     writer = csv.writer(
         buffer,
@@ -124,30 +188,33 @@ def render(rows: list[dict], keys: list[str], predictions: list, labels: tuple[s
         quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL,
         escapechar="\\",
     )
-    writer.writerow(keys + added)
-    for row, prediction in zip(rows, predictions):
-        values: list[Any] = [row.get(key, "") for key in keys]
-        if prediction.score is not None:
-            values.append(f"{prediction.score:.6g}")
-        else:
-            values += [prediction.label] + [f"{prediction.probabilities[label]:.6f}" for label in labels]
-        writer.writerow(values)
+    writer.writerows(lines)
     return buffer.getvalue()
 
 
-def write(path: str, text: str) -> None:
-    """stdout, or the file written whole and renamed into place: nothing half-written."""
+@contextlib.contextmanager
+def open_output(path: str) -> Iterator[TextIO]:
+    """stdout, or a staging file beside ``path`` renamed into place once every row is written:
+    nothing half-written, and a previous file unchanged, whatever stops the command."""
     if path == "-":
-        sys.stdout.write(text)
+        yield sys.stdout
         sys.stdout.flush()
         return
+    target = Path(path)
+    staging = target.with_name(f"{STAGING_PREFIX}{target.name}")
     try:
-        write_atomic(Path(path), text)
+        with open(staging, "w", encoding="utf-8", newline="") as handle:
+            yield handle
+        os.replace(staging, target)
     except OSError as exc:
+        staging.unlink(missing_ok=True)
         raise KdplugError(
             f"writing --output {path} failed ({exc.strerror or exc}); nothing was written there (a previous file "
             f"is unchanged). Free space or choose another --output and run the command again"
         ) from None
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
 
 
 def check_output_file(target: Path, overwrite: bool) -> None:

@@ -315,6 +315,27 @@ def test_predict_reads_every_format_and_keeps_the_rows(capsys, tmp_path, runs, s
         assert [line.split(delimiter)[header.index("label")] for line in lines[1:]] == expected
 
 
+def test_predict_reads_and_writes_as_it_goes_in_flat_memory(capsys, tmp_path, runs, monkeypatch):
+    """Six times the rows, about the same peak of Python memory: the input is read, predicted and
+    written a chunk at a time (it was read whole, and its output built in memory)."""
+    import tracemalloc
+
+    monkeypatch.setattr("kdplug.commands.predict.CHUNK_ROWS", 256)
+    texts = dev_texts()
+    peaks = {}
+    for rows in (10, 2_000, 12_000):  # the first only imports what predicting needs
+        source = tmp_path / f"in-{rows}.tsv"
+        source.write_text("sentence\tid\n" + "".join(f"{texts[i % len(texts)]} {i}\t{i}\n" for i in range(rows)))
+        tracemalloc.start()
+        code, _, err = predict_cli(capsys, runs["bilstm"], "--input", source, "--output", tmp_path / f"out-{rows}.tsv")
+        peaks[rows] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert code == 0 and f"{rows} predictions written" in err, err
+        lines = (tmp_path / f"out-{rows}.tsv").read_text().splitlines()
+        assert len(lines) == rows + 1 and lines[-1].split("\t")[1] == str(rows - 1)  # every row, in order
+    assert peaks[12_000] < 1.5 * peaks[2_000], peaks
+
+
 def test_predict_from_stdin_to_stdout_and_counts_truncation(capsys, runs, monkeypatch):
     import io
 
