@@ -189,7 +189,7 @@ def _finetune_with_lora(
     method = settings.describe(targets)
     teacher.finetuning = {"method": method, "lora": {**settings.__dict__, "target_modules": targets}}
     teacher.default_lr = LORA_LR
-    teacher.extra["kind"] = f"a {type(teacher.model).__name__} to fine-tune with {method}"
+    teacher.extra["kind"] = f"a {type(teacher.model).__name__} fine-tuned on the task with {method}"
     teacher.save_pretrained = _saver(
         teacher, task, write_model=lambda directory: save_adapter(wrapped, directory, base=teacher.source)
     )

@@ -84,12 +84,15 @@ def _split(tokenizer, examples) -> EncodedSplit:
     )
 
 
-def test_lora_fine_tuning_trains_the_adapter_and_head_only_and_stores_an_adapter(tmp_path):
+@pytest.mark.parametrize("architecture, targets", [("llama", ["q_proj", "v_proj"]), ("bert", ["query", "value"])])
+def test_lora_fine_tuning_trains_the_adapter_and_head_only_and_stores_an_adapter(
+    tmp_path, tiny_bert_dir, architecture, targets
+):
     task = TinyTask()
-    base = make_tiny_decoder(tmp_path / "llama", "llama")
+    base = tiny_bert_dir if architecture == "bert" else make_tiny_decoder(tmp_path / "llama", "llama")
     teacher = kdplug.create_teacher("hf", task, source=base, finetuned=False, lora={"r": 4, "alpha": 8})
     assert not teacher.finetuned and teacher.default_lr == 5e-4
-    assert teacher.finetuning["lora"]["target_modules"] == ["q_proj", "v_proj"]  # peft's defaults for Llama
+    assert teacher.finetuning["lora"]["target_modules"] == targets  # peft's defaults for the architecture
     before = {name: tensor.clone() for name, tensor in teacher.model.state_dict().items()}
     train, dev = _split(teacher.tokenizer, SST2_TRAIN), {"dev": _split(teacher.tokenizer, SST2_DEV)}
     trainer = Trainer(build_accelerator("fp32"), task, batch_size=8, seed=0)
@@ -108,8 +111,8 @@ def test_lora_fine_tuning_trains_the_adapter_and_head_only_and_stores_an_adapter
     )
     after = teacher.model.state_dict()
     changed = {name for name in before if not torch.equal(before[name], after[name])}
-    assert changed and all("lora_" in name or "score.modules_to_save" in name for name in changed), sorted(changed)
-    assert any("score.modules_to_save" in name for name in changed)  # the head is trained in full
+    assert changed and all("lora_" in name or "modules_to_save" in name for name in changed), sorted(changed)
+    assert any("modules_to_save" in name for name in changed)  # the head (score, classifier) is trained in full
     frozen = [name for name in before if "lora_" not in name and "modules_to_save" not in name]
     assert all(before[name].numpy().tobytes() == after[name].numpy().tobytes() for name in frozen)
 
@@ -162,7 +165,8 @@ def test_the_dry_run_says_the_teacher_is_an_adapter_or_fine_tuned_with_lora(caps
     lora = ["--set", "teacher_options.finetuned=false", "--set", "teacher_options.lora={r: 16}"]
     assert main([*argv, "--teacher", base, *lora]) == 0
     out = capsys.readouterr().out
-    assert "to fine-tune with LoRA r=16, alpha 16, dropout 0.05 on q_proj, v_proj" in out
+    kind = "kind: a LlamaForSequenceClassification fine-tuned on the task with LoRA r=16, alpha 16, dropout 0.05"
+    assert f"{kind} on q_proj, v_proj" in out
     assert "at lr 0.0005" in out and "the head trained in full" in out
 
 
@@ -179,3 +183,27 @@ def test_bad_lora_options_are_refused(tmp_path, lora, message):
     base = make_tiny_decoder(tmp_path / "llama", "llama")
     with pytest.raises(UsageError, match=message):
         kdplug.create_teacher("hf", TinyTask(), source=base, finetuned=False, lora=lora)
+
+
+def test_a_run_fine_tunes_with_lora_and_the_next_reuses_the_stored_adapter_and_its_outputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("KDPLUG_CACHE", str(tmp_path / "cache"))
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN, dev=SST2_DEV)
+    argv = ["run", "--teacher", make_tiny_decoder(tmp_path / "llama", "llama"), "--student", "bilstm"]
+    argv += ["--projector", "rkd", "--task", "sst2", "--data-dir", str(data), "--epochs", "1"]
+    for setting in ("teacher_epochs=1", "allow_weak_teacher=true", "student_options.hidden_size=16") + (
+        "measure_speed=false",
+        "teacher_options.finetuned=false",
+        "teacher_options.lora=true",
+    ):
+        argv += ["--set", setting]
+    assert main([*argv, "--output", str(tmp_path / "first")]) == 0
+    first = json.loads((tmp_path / "first" / "metrics.json").read_text())["teacher"]["finetuned"]
+    assert os.path.isfile(os.path.join(first["stored"], "adapter_config.json"))
+    outputs = sorted(os.listdir(tmp_path / "cache" / "teacher-cache"))
+
+    assert main([*argv, "--output", str(tmp_path / "second")]) == 0
+    second = json.loads((tmp_path / "second" / "metrics.json").read_text())["teacher"]
+    assert os.path.samefile(second["finetuned"]["reused"], first["stored"])
+    assert second["kind"].startswith("a LlamaForSequenceClassification fine-tuned on the task with LoRA r=8")
+    # the adapter reloaded and merged is the teacher the first run merged: its cached outputs are reused
+    assert sorted(os.listdir(tmp_path / "cache" / "teacher-cache")) == outputs
