@@ -148,6 +148,12 @@ def hf_teacher(
     teacher.save_pretrained = _saver(teacher, task)
     if lora_settings is not None:
         _finetune_with_lora(teacher, task, lora_settings, adapter, marker)
+    elif weights_dtype in (torch.bfloat16, torch.float16) and not teacher.finetuned:
+        teacher.notes.append(
+            f"teacher: fine-tuning every weight in {dtype_name(weights_dtype)} loses small updates to rounding (there "
+            f"are no fp32 master weights): fine-tune a LoRA adapter (--set teacher_options.lora=true), or drop "
+            f"teacher_options.dtype to fine-tune in fp32"
+        )
     return teacher
 
 
