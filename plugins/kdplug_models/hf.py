@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import kdplug
+from kdplug import hub
 from kdplug.errors import UsageError
 from kdplug.types import LayerSpec, ModelShape, Task, Teacher, TokenSignals, TokenSpec, num_outputs
 
@@ -161,7 +162,14 @@ def _adapter(source: str, base: Optional[str]) -> Optional[Adapter]:
     """``source`` as a PEFT adapter directory, or None where it is a checkpoint."""
     if os.path.isdir(source) and is_adapter(source):
         require_peft(f"the adapter teacher {source}")  # before any weights are read
-        return read_adapter(source, base)
+        adapter = read_adapter(source, base)
+        if not os.path.isdir(adapter.base) and hub.cached_file(adapter.base, "config.json") is None:
+            hub.require(
+                f"load the base model {adapter.base} of the adapter {source}",
+                f"on a machine with network, download it (hf download {adapter.base} --local-dir DIR), then pass "
+                f"the directory: --set teacher_options.base=DIR",
+            )
+        return adapter
     if base is not None:
         raise UsageError(
             f"teacher_options.base names the base model of an adapter, but {source} is not a PEFT adapter "

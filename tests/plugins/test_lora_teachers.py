@@ -207,3 +207,22 @@ def test_a_run_fine_tunes_with_lora_and_the_next_reuses_the_stored_adapter_and_i
     assert second["kind"].startswith("a LlamaForSequenceClassification fine-tuned on the task with LoRA r=8")
     # the adapter reloaded and merged is the teacher the first run merged: its cached outputs are reused
     assert sorted(os.listdir(tmp_path / "cache" / "teacher-cache")) == outputs
+
+
+def test_an_adapter_s_missing_base_is_named_with_the_option_that_points_to_it(tmp_path, monkeypatch):
+    base = make_tiny_decoder(tmp_path / "llama", "llama")
+    adapter = _peft_adapter(base, tmp_path / "adapter")
+    config_path = tmp_path / "adapter" / "adapter_config.json"
+    config = json.loads(config_path.read_text())
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))
+    for named, message in (
+        ("some-org/llama-base", "cannot load the base model some-org/llama-base of the adapter .* switched off"),
+        (str(tmp_path / "moved"), "names its base model .*moved, which is not a directory here"),
+    ):
+        config_path.write_text(json.dumps({**config, "base_model_name_or_path": named}))
+        with pytest.raises(UsageError, match=message) as error:
+            kdplug.create_teacher("hf", TinyTask(), source=adapter)
+        assert "--set teacher_options.base=" in str(error.value)
+    teacher = kdplug.create_teacher("hf", TinyTask(), source=adapter, base=base)  # the option points to it
+    assert teacher.extra["kind"] == f"a LoRA adapter over {base} (r=4)"
