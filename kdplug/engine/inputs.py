@@ -268,12 +268,12 @@ def finetune_settings(
     warm_up = {"min_epochs": min_epochs} if min_epochs > patience + 1 else {}
     return {
         "epochs": epochs,
-        "lr": config.teacher_lr or teacher.default_lr or DEFAULT_TEACHER_LR,
+        "lr": config.teacher_lr or getattr(teacher, "default_lr", None) or DEFAULT_TEACHER_LR,
         "batch_size": config.teacher_batch_size,
         "max_length": max_length,
         "seed": seed,
         **({"patience": patience, **warm_up} if patience else {}),
-        **teacher.finetuning,  # how, where not every weight (LoRA); absent for full fine-tuning, as keys were
+        **getattr(teacher, "finetuning", {}),  # how, where not every weight (LoRA); absent for full fine-tuning
     }
 
 
