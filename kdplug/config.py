@@ -88,7 +88,7 @@ class RunConfig:
     transfer_ratio: Optional[float] = None  # transfer examples per labelled example in an epoch; None: all of them
     # teacher fine-tuning (when the teacher is not fine-tuned yet)
     teacher_epochs: Optional[int] = None  # None: 3, or more to reach 300 optimizer steps on small data (at most 30)
-    teacher_lr: float = 5e-5
+    teacher_lr: Optional[float] = None  # None: 5e-5, or the teacher's own default (LoRA: 5e-4)
     teacher_batch_size: int = 32
     allow_weak_teacher: bool = False  # distil from a teacher that does not beat the majority class on dev
     # teacher heads warm-up (Universal-KD, DIH)

@@ -245,6 +245,14 @@ class Teacher:
         extra: facts about the teacher the run records in metrics.json (e.g. how a fine-tuned
             checkpoint's labels were matched to the task's).
         notes: what the user should read before the run goes on (printed once, and recorded).
+        finetuning: how the engine's fine-tuning trains this teacher where it is not every weight
+            (a LoRA adapter: ``{"method": "LoRA r=8 ...", "lora": {...}}``): part of the stored
+            teacher's key, shown by ``--dry-run`` and recorded. Empty: every weight.
+        default_lr: the fine-tuning learning rate where the run leaves ``teacher_lr`` unset
+            (None: full fine-tuning's 5e-5).
+        after_finetuning: called once the engine has fine-tuned (and stored) the teacher, before
+            its outputs are computed: a LoRA teacher merges its adapter into its weights here, so
+            that its pass, layer extractors and cache see a plain model.
     """
 
     model: nn.Module
@@ -255,6 +263,9 @@ class Teacher:
     pretrained: Optional[str] = None
     extra: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    finetuning: dict[str, Any] = field(default_factory=dict)
+    default_lr: Optional[float] = None
+    after_finetuning: Optional[Callable[[], None]] = None
 
 
 @runtime_checkable

@@ -202,6 +202,8 @@ def prepare_teacher(
         if env.main_process:
             teacher_stage.store(teacher, env.cache_root, key, summary)
         env.accelerator.wait_for_everyone()
+    if teacher.after_finetuning is not None:  # stored as trained (a LoRA adapter); now, e.g., merged
+        teacher.after_finetuning()
     info["finetuned"] = {**summary, "stored": str(store / key)}
     return teacher, info
 
@@ -213,8 +215,10 @@ def finetune_teacher(
     teacher, task = inputs.teacher, inputs.task
     epochs, patience, min_epochs = settings["epochs"], settings.get("patience", 0), settings.get("min_epochs", 0)
     stopping = stopping_rule(patience, min_epochs, epochs)
+    method = f", {settings['method']}" if settings.get("method") else ""
     env.echo(
-        f"teacher: fine-tuning {teacher.source} on {task.name} ({epochs} epochs at lr {config.teacher_lr:g}{stopping})"
+        f"teacher: fine-tuning {teacher.source} on {task.name} ({epochs} epochs at lr {settings['lr']:g}"
+        f"{stopping}{method})"
     )
     trainer = Trainer(
         env.accelerator,
@@ -233,7 +237,7 @@ def finetune_teacher(
         inputs.train,
         inputs.dev,
         epochs=epochs,
-        lr=config.teacher_lr,
+        lr=settings["lr"],
         task_loss=registry.create("loss", "mse" if task.is_regression else "ce"),
         regression=task.is_regression,
         checkpoints=env.checkpoints,
@@ -242,12 +246,17 @@ def finetune_teacher(
     )
 
 
+#: the teacher's fine-tuning learning rate where neither the run nor the teacher says one (every weight)
+DEFAULT_TEACHER_LR = 5e-5
+
+
 def finetune_settings(
     config: RunConfig, teacher: Teacher, train: EncodedSplit, max_length: int, seed: int
 ) -> dict[str, Any]:
     """How the teacher is fine-tuned (part of the stored teacher's key): epochs (the run's, else
-    enough for 300 steps), lr, batch size, length, seed, and early stopping where kdplug chose the
-    epochs."""
+    enough for 300 steps), lr (the run's, else the teacher's own default, else 5e-5), batch size,
+    length, seed, early stopping where kdplug chose the epochs, and the teacher's own way of
+    fine-tuning (``Teacher.finetuning``: LoRA's settings)."""
     epochs = (
         default_epochs(teacher.model, len(train), config.teacher_batch_size)
         if config.teacher_epochs is None
@@ -259,11 +268,12 @@ def finetune_settings(
     warm_up = {"min_epochs": min_epochs} if min_epochs > patience + 1 else {}
     return {
         "epochs": epochs,
-        "lr": config.teacher_lr,
+        "lr": config.teacher_lr or getattr(teacher, "default_lr", None) or DEFAULT_TEACHER_LR,
         "batch_size": config.teacher_batch_size,
         "max_length": max_length,
         "seed": seed,
         **({"patience": patience, **warm_up} if patience else {}),
+        **getattr(teacher, "finetuning", {}),  # how, where not every weight (LoRA); absent for full fine-tuning
     }
 
 

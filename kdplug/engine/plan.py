@@ -466,7 +466,11 @@ def finetune_line(finetune: Any) -> str:
     if finetune.get("min_epochs"):
         stopping += f", not before epoch {finetune['min_epochs']}"
     where = f"stored already: {finetune['stored']}" if finetune["stored"] else "not stored yet"
-    return f"{finetune['epochs']} epochs at lr {finetune['lr']:g}, batch {finetune['batch_size']}{stopping} ({where})"
+    method = f", {finetune['method']}" if finetune.get("method") else ""
+    return (
+        f"{finetune['epochs']} epochs at lr {finetune['lr']:g}, batch {finetune['batch_size']}{stopping}{method} "
+        f"({where})"
+    )
 
 
 def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
@@ -484,6 +488,8 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
         f"teacher     {teacher['name']}: {teacher['class']}, {human_count(teacher['parameters'])} parameters, "
         f"from {teacher['source']}"
     )
+    if teacher.get("kind"):
+        lines.append(f"            kind: {teacher['kind']}")
     lines.append(f"            fine-tuning: {finetune_line(teacher['finetune'])}")
     lines.append(f"            check before distilling: {plan['check']}")
     if teacher.get("layers_read_by"):

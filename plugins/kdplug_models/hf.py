@@ -16,14 +16,28 @@ import torch
 from torch import nn
 
 import kdplug
+from kdplug import hub
 from kdplug.errors import UsageError
 from kdplug.types import LayerSpec, ModelShape, Task, Teacher, TokenSignals, TokenSpec, num_outputs
 
 from . import tokens
 from .decoders import HFDecoderExtractor, is_decoder_only
+from .dtypes import dtype_name, load_dtype
 from .hf_loading import Loaded, _load_classifier, available, checkpoint_shape, declared_base_model
 from .hf_students import bert_k_student, distilroberta_student, hf_student
 from .labels import LabelMatch
+from .lora import DEFAULT_LR as LORA_LR
+from .lora import (
+    Adapter,
+    LoraSettings,
+    add_lora,
+    is_adapter,
+    lora_targets,
+    merge,
+    read_adapter,
+    require_peft,
+    save_adapter,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +75,12 @@ def hf_teacher(
     label_map: Optional[dict] = None,
     trust_remote_code: bool = False,
     revision: Optional[str] = None,
+    dtype: Optional[str] = None,
+    lora: Any = None,
+    base: Optional[str] = None,
     **config_overrides: Any,
 ) -> Teacher:
-    """Any Hugging Face encoder with a sequence-classification head sized for ``task``.
+    """Any Hugging Face encoder or decoder with a sequence-classification head sized for ``task``.
 
     ``source``: a hub id or a local directory. A checkpoint whose classification head fits the
     task is taken as fine-tuned and used as it is, its outputs put in the task's label order by
@@ -72,6 +89,12 @@ def hf_teacher(
     warning). A ``kdplug_finetuned.json`` marker (written by ``save_pretrained``) naming another
     task means it is fine-tuned again. Further options set attributes of the model's config (e.g.
     ``hidden_dropout_prob=0.1``).
+
+    ``source`` may be a PEFT adapter directory (it holds ``adapter_config.json``): its base (the
+    one it names, or ``base``) is loaded as a classifier, the adapter applied and merged.
+    ``lora`` (true, or a mapping of r, alpha, dropout, target_modules): where kdplug fine-tunes
+    the teacher, it trains a LoRA adapter and the head, and stores that. ``dtype``: auto, fp32,
+    bf16 or fp16, the weights' dtype (:mod:`.dtypes`).
     """
     if not source:
         raise UsageError(
@@ -79,6 +102,13 @@ def hf_teacher(
             "(--teacher /path/to/dir, --teacher bert-base-uncased, or --set teacher_options.source=ID)"
         )
     source = os.path.expanduser(str(source))
+    adapter = _adapter(source, base)
+    lora_settings = LoraSettings.parse(lora)
+    if lora_settings is not None:
+        require_peft("teacher_options.lora")  # before any weights are read
+    marker = _read_marker(source) if os.path.isdir(source) else None
+    other_task = marker is not None and marker.get("task") not in (None, task.name)
+    weights_dtype = load_dtype(dtype)
     loaded = _load_classifier(
         source,
         task,
@@ -87,10 +117,11 @@ def hf_teacher(
         label_map=label_map,
         trust_remote_code=trust_remote_code,
         revision=revision,
+        dtype=weights_dtype,
+        adapter=adapter,
+        in_task_order=adapter is not None and marker is not None and not other_task,
         **config_overrides,
     )
-    marker = _read_marker(source) if os.path.isdir(source) else None
-    other_task = marker is not None and marker.get("task") not in (None, task.name)
     _warn_before_finetuning(source, loaded, task, marker if other_task else None, finetuned)
     finetuned_already = loaded.head_fits and not other_task and finetuned is not False
     teacher = Teacher(
@@ -98,7 +129,7 @@ def hf_teacher(
         tokenizer=loaded.tokenizer,
         source=source,
         finetuned=finetuned_already,
-        pretrained=_pretrained_source(source, loaded, marker),
+        pretrained=_pretrained_source(source, loaded, marker, adapter),
     )
     if finetuned_already and marker is None:
         teacher.notes.append(
@@ -111,8 +142,77 @@ def hf_teacher(
     if loaded.labels is not None:
         teacher.extra["labels"] = loaded.labels.as_dict()
         teacher.notes.append(_label_note(loaded.labels, task))
+    if adapter is not None:
+        teacher.extra["kind"] = adapter.describe()
+    if weights_dtype is not None:
+        teacher.extra["dtype"] = dtype_name(weights_dtype)
     teacher.save_pretrained = _saver(teacher, task)
+    if lora_settings is not None:
+        _finetune_with_lora(teacher, task, lora_settings, adapter, marker)
+    elif weights_dtype in (torch.bfloat16, torch.float16) and not teacher.finetuned:
+        teacher.notes.append(
+            f"teacher: fine-tuning every weight in {dtype_name(weights_dtype)} loses small updates to rounding (there "
+            f"are no fp32 master weights): fine-tune a LoRA adapter (--set teacher_options.lora=true), or drop "
+            f"teacher_options.dtype to fine-tune in fp32"
+        )
     return teacher
+
+
+def _adapter(source: str, base: Optional[str]) -> Optional[Adapter]:
+    """``source`` as a PEFT adapter directory, or None where it is a checkpoint."""
+    if os.path.isdir(source) and is_adapter(source):
+        require_peft(f"the adapter teacher {source}")  # before any weights are read
+        adapter = read_adapter(source, base)
+        if not os.path.isdir(adapter.base) and hub.cached_file(adapter.base, "config.json") is None:
+            hub.require(
+                f"load the base model {adapter.base} of the adapter {source}",
+                f"on a machine with network, download it (hf download {adapter.base} --local-dir DIR), then pass "
+                f"the directory: --set teacher_options.base=DIR",
+            )
+        return adapter
+    if base is not None:
+        raise UsageError(
+            f"teacher_options.base names the base model of an adapter, but {source} is not a PEFT adapter "
+            f"directory (it has no adapter_config.json); drop the option"
+        )
+    return None
+
+
+def _finetune_with_lora(
+    teacher: Teacher, task: Task, settings: LoraSettings, adapter: Optional[Adapter], marker: Optional[dict]
+) -> None:
+    """Where the engine will fine-tune the teacher: a LoRA adapter in it to train instead of every
+    weight, stored as an adapter over the source, merged once trained."""
+    if marker is not None and marker.get("task") == task.name and adapter is not None:
+        return  # kdplug's own LoRA teacher, stored and reloaded by a run with the same options
+    if teacher.finetuned:
+        if marker is None:  # a teacher kdplug stored and reloads needs no word
+            teacher.notes.append(
+                "teacher: teacher_options.lora applies where kdplug fine-tunes the teacher, and this one comes "
+                "fine-tuned: used as it is (--set teacher_options.finetuned=false fine-tunes it with LoRA)"
+            )
+        return
+    if adapter is not None:
+        raise UsageError(
+            f"teacher_options.lora would train a second adapter over {adapter.describe()}, which kdplug cannot "
+            f"store: merge the adapter into its base first (peft's merge_and_unload, then save_pretrained) and "
+            f"pass that directory as --teacher"
+        )
+    wrapped = add_lora(teacher.model, settings)
+    targets = lora_targets(wrapped)
+    method = settings.describe(targets)
+    teacher.finetuning = {"method": method, "lora": {**settings.__dict__, "target_modules": targets}}
+    teacher.default_lr = LORA_LR
+    teacher.extra["kind"] = f"a {type(teacher.model).__name__} fine-tuned on the task with {method}"
+    teacher.save_pretrained = _saver(
+        teacher, task, write_model=lambda directory: save_adapter(wrapped, directory, base=teacher.source)
+    )
+
+    def merge_adapter() -> None:
+        teacher.model = merge(wrapped)  # the same module, its LoRA layers folded into the weights
+        teacher.after_finetuning = None
+
+    teacher.after_finetuning = merge_adapter
 
 
 def _warn_before_finetuning(
@@ -135,14 +235,15 @@ def _warn_before_finetuning(
         )
 
 
-def _saver(teacher: Teacher, task: Task) -> Callable[..., None]:
-    """The teacher's ``save_pretrained``."""
+def _saver(teacher: Teacher, task: Task, write_model: Optional[Callable[[str], None]] = None) -> Callable[..., None]:
+    """The teacher's ``save_pretrained``; ``write_model`` writes its weights (default: the model's
+    own ``save_pretrained``; a LoRA teacher's writes its adapter)."""
 
     def save_pretrained(directory: str, finetuned: bool = True) -> None:
         """Write the teacher's current model and tokenizer (safetensors); with ``finetuned`` (the
         engine saves after fine-tuning) also the marker that makes the directory load as fine-tuned."""
         os.makedirs(directory, exist_ok=True)
-        teacher.model.save_pretrained(directory)
+        (write_model or teacher.model.save_pretrained)(directory)
         teacher.tokenizer.save_pretrained(directory)
         if finetuned:
             marker = {
@@ -159,12 +260,16 @@ def _saver(teacher: Teacher, task: Task) -> Callable[..., None]:
 hf_teacher.loads_checkpoints = True
 
 
-def _pretrained_source(source: str, loaded: Loaded, marker: Optional[dict[str, Any]]) -> Optional[str]:
+def _pretrained_source(
+    source: str, loaded: Loaded, marker: Optional[dict[str, Any]], adapter: Optional[Adapter] = None
+) -> Optional[str]:
     """Where the teacher's pre-trained weights are (what a BERT-k student starts from): the source
     itself when it is a pre-trained encoder; for a fine-tuned classifier only what kdplug's marker
     or the checkpoint itself names, when that can be loaded; else None (unknown)."""
     if marker is not None and "pretrained" in marker:
         return marker["pretrained"]
+    if adapter is not None:  # the base the adapter was trained on, as loaded here
+        return adapter.base if available(adapter.base) else None
     if not loaded.is_classifier:
         return source
     base = declared_base_model(source)
@@ -199,12 +304,20 @@ def hf_teacher_shape(
     label_map: Optional[dict] = None,
     trust_remote_code: bool = False,
     revision: Optional[str] = None,
+    dtype: Optional[str] = None,
+    lora: Any = None,
+    base: Optional[str] = None,
     **config_overrides: Any,
 ) -> Optional[ModelShape]:
-    """What ``hf_teacher`` will load, from the checkpoint's config (see the teacher hook)."""
+    """What ``hf_teacher`` will load, from the checkpoint's config (an adapter's base's; see the teacher hook)."""
     if not source:
         return None
-    return checkpoint_shape(source, "teacher", config_overrides, trust_remote_code=trust_remote_code, revision=revision)
+    source = os.path.expanduser(str(source))
+    adapter = _adapter(source, base)
+    checkpoint = adapter.base if adapter is not None else source
+    return checkpoint_shape(
+        checkpoint, "teacher", config_overrides, trust_remote_code=trust_remote_code, revision=revision
+    )
 
 
 hf_teacher.shape = hf_teacher_shape

@@ -13,12 +13,15 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import torch
+
 from kdplug import hub
 from kdplug.errors import UsageError
 from kdplug.types import ModelShape, Task, num_outputs
 
 from .decoders import give_padding_token, is_decoder_only
 from .labels import LabelMatch, match_labels, reorder_outputs
+from .lora import Adapter, apply_adapter
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,8 @@ class Loaded:
 
 
 CHECKPOINT_OPTIONS = ("source", "finetuned", "label_map", "num_labels", "trust_remote_code", "revision")
+#: a teacher's further options (see :func:`kdplug_models.hf.hf_teacher`)
+TEACHER_OPTIONS = ("dtype", "lora", "base")
 
 
 def _config_for_task(
@@ -72,7 +77,8 @@ def _config_for_task(
     if unknown:
         raise UsageError(
             f"unknown {what} option(s) {', '.join(unknown)} for {source!r}: options are "
-            f"{', '.join(CHECKPOINT_OPTIONS)}, or attributes of its {type(config).__name__}"
+            f"{', '.join(CHECKPOINT_OPTIONS + (TEACHER_OPTIONS if what == 'teacher' else ()))}, or attributes of "
+            f"its {type(config).__name__}"
         )
     wanted = num_labels if num_labels is not None else num_outputs(task)
     is_classifier = any(name.endswith("ForSequenceClassification") for name in config.architectures or ())
@@ -126,29 +132,44 @@ def _load_classifier(
     label_map: Optional[dict] = None,
     trust_remote_code: bool = False,
     revision: Optional[str] = None,
+    dtype: Optional[torch.dtype] = None,
+    adapter: Optional[Adapter] = None,
+    in_task_order: bool = False,
     **overrides: Any,
 ) -> Loaded:
     """``source`` as a sequence classifier for ``task``: its own head where it fits the task, with
-    the outputs put in the task's label order (:mod:`kdplug_models.labels`), else a new head."""
+    the outputs put in the task's label order (:mod:`kdplug_models.labels`), else a new head.
+
+    With ``adapter``, ``source`` is a PEFT adapter directory: its base is loaded so, the adapter
+    applied and merged, its head (where it carries one) read as the classifier's. ``dtype``: the
+    weights' dtype (None: the checkpoint's default, fp32). ``in_task_order``: the outputs are the
+    task's already (a teacher kdplug fine-tuned on it), no label matching."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    base = adapter.base if adapter is not None else source
     load_options = {"trust_remote_code": trust_remote_code, **({"revision": revision} if revision else {})}
-    config, is_classifier, head_fits = _config_for_task(source, task, num_labels, what, overrides, **load_options)
+    config, is_classifier, head_fits = _config_for_task(base, task, num_labels, what, overrides, **load_options)
+    base_labels = dict(config.id2label or {}) if head_fits else {}
+    if adapter is not None and adapter.has_head:  # the adapter's head is the classifier (peft checks its size)
+        is_classifier, head_fits = True, True
     if label_map is not None and not (head_fits and task.labels):
         raise UsageError(
             f"{what}_options.label_map maps a fine-tuned head's labels onto the task's, but {source} "
             f"has no classification head with the task's {len(task.labels) or 1} output(s); drop it"
         )
-    checkpoint_labels = dict(config.id2label or {}) if head_fits else None
     model = load_pretrained(
         AutoModelForSequenceClassification,
-        source,
+        base,
         what,
         config=config,
-        ignore_mismatched_sizes=not head_fits,
+        ignore_mismatched_sizes=not head_fits or adapter is not None,
+        **({"dtype": dtype} if dtype is not None else {}),
         **load_options,
     )
-    tokenizer = load_pretrained(AutoTokenizer, source, what, **load_options)
+    if adapter is not None:
+        model = apply_adapter(model, adapter)
+    own_tokenizer = adapter is None or os.path.isfile(os.path.join(source, "tokenizer_config.json"))
+    tokenizer = load_pretrained(AutoTokenizer, source if own_tokenizer else base, what, **load_options)
     if is_decoder_only(model.config):
         given = give_padding_token(model, tokenizer)
         if given is not None:
@@ -159,8 +180,8 @@ def _load_classifier(
                 given,
             )
     match = None
-    if head_fits and task.labels:
-        match = match_labels(checkpoint_labels, task.labels, source=source, what=what, label_map=label_map)
+    if head_fits and task.labels and not in_task_order:
+        match = match_labels(base_labels, task.labels, source=source, what=what, label_map=label_map)
         reorder_outputs(model, match.order, task.labels)
     return Loaded(model, tokenizer, is_classifier, head_fits, match)
 
