@@ -242,6 +242,12 @@ class Teacher:
         extra: facts about the teacher the run records in metrics.json (e.g. how a fine-tuned
             checkpoint's labels were matched to the task's).
         notes: what the user should read before the run goes on (printed once, and recorded).
+        encoder: how the teacher reads an example where that is not ``tokenizer`` on the plain text
+            (a prompted language model formats each text into its prompt): a callable with a
+            tokenizer's signature, ``encoder(texts, text_pairs, truncation=True, max_length=N)``
+            returning ``{"input_ids": [...]}``, with a ``pad_token_id``. The teacher's cached
+            outputs are computed on its encoding; students never read it (they read the plain
+            text, with ``tokenizer`` or their own). None: ``tokenizer``.
     """
 
     model: nn.Module
@@ -252,6 +258,7 @@ class Teacher:
     pretrained: Optional[str] = None
     extra: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    encoder: Any = None
 
 
 @runtime_checkable

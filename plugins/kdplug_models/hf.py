@@ -24,6 +24,8 @@ from .decoders import HFDecoderExtractor, is_decoder_only
 from .hf_loading import Loaded, _load_classifier, available, checkpoint_shape, declared_base_model
 from .hf_students import bert_k_student, distilroberta_student, hf_student
 from .labels import LabelMatch
+from .prompted import PromptedLMExtractor, prompted_teacher
+from .prompting import PROMPT_OPTIONS
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +81,11 @@ def hf_teacher(
             "(--teacher /path/to/dir, --teacher bert-base-uncased, or --set teacher_options.source=ID)"
         )
     source = os.path.expanduser(str(source))
+    prompting = {key: config_overrides.pop(key) for key in PROMPT_OPTIONS if key in config_overrides}
+    if prompting:
+        return _prompted(
+            task, source, prompting, finetuned, label_map, num_labels, config_overrides, trust_remote_code, revision
+        )
     loaded = _load_classifier(
         source,
         task,
@@ -113,6 +120,42 @@ def hf_teacher(
         teacher.notes.append(_label_note(loaded.labels, task))
     teacher.save_pretrained = _saver(teacher, task)
     return teacher
+
+
+def _prompted(
+    task: Task,
+    source: str,
+    prompting: dict[str, Any],
+    finetuned: Optional[bool],
+    label_map: Optional[dict],
+    num_labels: Optional[int],
+    config_overrides: dict[str, Any],
+    trust_remote_code: bool,
+    revision: Optional[str],
+) -> Teacher:
+    """``source`` as a prompted language model (the prompt options given), after refusing the
+    options that only a classifier's head has."""
+    if "prompt" not in prompting:
+        raise UsageError(
+            f"teacher_options {', '.join(sorted(prompting))} belong to a prompted teacher: set teacher_options.prompt "
+            f'too (a template with {{text}}, e.g. "Review: {{text}}\\nSentiment:")'
+        )
+    if finetuned is False:
+        raise UsageError(
+            "teacher_options.finetuned=false asks to fine-tune the teacher, but a prompted language model "
+            "(teacher_options.prompt) is used as it is, never fine-tuned; drop one of the two"
+        )
+    refused = [
+        name
+        for name, value in (("label_map", label_map), ("num_labels", num_labels), *config_overrides.items())
+        if value is not None
+    ]
+    if refused:
+        raise UsageError(
+            f"teacher option(s) {', '.join(refused)} do not apply to a prompted language model (its labels are the "
+            f"verbalizer's); its options are source, {', '.join(PROMPT_OPTIONS)}, trust_remote_code and revision"
+        )
+    return prompted_teacher(task, source, **prompting, trust_remote_code=trust_remote_code, revision=revision)
 
 
 def _warn_before_finetuning(
@@ -204,6 +247,8 @@ def hf_teacher_shape(
     """What ``hf_teacher`` will load, from the checkpoint's config (see the teacher hook)."""
     if not source:
         return None
+    for key in PROMPT_OPTIONS:  # a prompted model's shape is its checkpoint's
+        config_overrides.pop(key, None)
     return checkpoint_shape(source, "teacher", config_overrides, trust_remote_code=trust_remote_code, revision=revision)
 
 
@@ -329,4 +374,9 @@ def kdplug_register_layer_extractors(register):
         "hf-decoder",
         HFDecoderExtractor(),
         description="last-real-token state of the embeddings and every layer of a decoder-only Hugging Face model",
+    )
+    register(
+        "prompted-lm",
+        PromptedLMExtractor(),
+        description="a prompted causal LM's states at its prompt's last token (teacher_options.prompt)",
     )
