@@ -73,7 +73,9 @@ def hf_teacher(
     ``finetuned=True`` insists (a head that does not fit is then replaced and fine-tuned, with a
     warning). A ``kdplug_finetuned.json`` marker (written by ``save_pretrained``) naming another
     task means it is fine-tuned again. Further options set attributes of the model's config (e.g.
-    ``hidden_dropout_prob=0.1``).
+    ``hidden_dropout_prob=0.1``). With ``prompt`` (and ``verbalizer``, ``shots``, ``chat_template``,
+    ``calibrate``), ``source`` is a causal language model that labels the task through a prompt,
+    never fine-tuned (:func:`kdplug_models.prompted.prompted_teacher`).
     """
     if not source:
         raise UsageError(
@@ -331,7 +333,8 @@ def kdplug_register_teachers(register):
     register(
         "hf",
         hf_teacher,
-        description="any Hugging Face encoder: option source = hub id or directory (--teacher DIR_OR_HUB_ID)",
+        description="any Hugging Face encoder: option source = hub id or directory (--teacher DIR_OR_HUB_ID); "
+        "a causal LM with options prompt and verbalizer",
     )
     for name, hub_id in HUB_TEACHERS.items():
         register(name, functools.partial(hf_teacher, source=hub_id), description=f"{hub_id} from the hub")

@@ -47,7 +47,7 @@ class PromptedLM(nn.Module):
         self.register_buffer("verbalizer_ids", table)  # (labels, longest verbalizer), 0 past each one's end
         self.register_buffer("verbalizer_lengths", torch.tensor(lengths, dtype=torch.long))
         #: p_cf, the normalised label probabilities on content-free inputs (empty: not calibrated)
-        self.register_buffer("calibration", torch.zeros(0, dtype=torch.float64))
+        self.register_buffer("calibration", torch.zeros(0))  # float32: a device without float64 (MPS) takes it
         self.pad_token_id = 0 if pad_token_id is None else pad_token_id
         self._keeps_logits = "logits_to_keep" in inspect.signature(lm.forward).parameters
 
@@ -63,8 +63,8 @@ class PromptedLM(nn.Module):
         ``W = diag(p_cf)^-1`` (b = 0); the logits are ``log q``. Uncalibrated: the scores."""
         if self.calibration.numel() == 0:
             return scores
-        probabilities = scores.double().softmax(-1)
-        return (probabilities / self.calibration).log_softmax(-1).to(scores.dtype)
+        probabilities = scores.float().softmax(-1)
+        return (probabilities / self.calibration).log_softmax(-1)
 
     def label_log_probs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, tuple]:
         """Each label's summed token log-probability after each prompt ``(batch, labels)``, and the
@@ -130,7 +130,7 @@ class PromptedLM(nn.Module):
         scores, _ = self.label_log_probs(ids, mask)
         scores = scores.double()
         probabilities = (scores - scores.max()).exp().mean(0)  # a common factor, gone when normalised
-        self.calibration = probabilities / probabilities.sum()
+        self.calibration = (probabilities / probabilities.sum()).float()
         return self.calibration
 
 

@@ -133,7 +133,7 @@ def test_calibration_is_zhao_et_al(models):
     ids, mask = padded(teacher.encoder([e.text_a for e in dev], max_length=64)["input_ids"], 0, "right")
     with torch.no_grad():
         logits = teacher.model.eval()(input_ids=ids, attention_mask=mask).logits
-    torch.testing.assert_close(teacher.model.calibration, p_cf, rtol=0, atol=1e-6)
+    torch.testing.assert_close(teacher.model.calibration.double(), p_cf, rtol=0, atol=1e-6)
     torch.testing.assert_close(logits.double(), expected, rtol=0, atol=1e-5)
     assert teacher.extra["prompted"]["calibrate"]["content_free"] == ["N/A", "", "[MASK]"]
 
