@@ -40,6 +40,9 @@ def of_tokenizer(tokenizer: Any) -> str:
     for attribute in ("do_lower_case", "model_max_length", "padding_side", "truncation_side"):
         digest.update(f"{attribute}={getattr(tokenizer, attribute, None)}".encode())
     digest.update(type(tokenizer).__name__.encode())
+    formatting = getattr(tokenizer, "kdplug_fingerprint", None)  # an encoder that formats the text (a prompt)
+    if formatting is not None:
+        digest.update(str(formatting).encode())
     return digest.hexdigest()
 
 

@@ -253,6 +253,12 @@ class Teacher:
         after_finetuning: called once the engine has fine-tuned (and stored) the teacher, before
             its outputs are computed: a LoRA teacher merges its adapter into its weights here, so
             that its pass, layer extractors and cache see a plain model.
+        encoder: how the teacher reads an example where that is not ``tokenizer`` on the plain text
+            (a prompted language model formats each text into its prompt): a callable with a
+            tokenizer's signature, ``encoder(texts, text_pairs, truncation=True, max_length=N)``
+            returning ``{"input_ids": [...]}``, with a ``pad_token_id``. The teacher's cached
+            outputs are computed on its encoding; students never read it (they read the plain
+            text, with ``tokenizer`` or their own). None: ``tokenizer``.
     """
 
     model: nn.Module
@@ -266,6 +272,7 @@ class Teacher:
     finetuning: dict[str, Any] = field(default_factory=dict)
     default_lr: Optional[float] = None
     after_finetuning: Optional[Callable[[], None]] = None
+    encoder: Any = None
 
 
 @runtime_checkable

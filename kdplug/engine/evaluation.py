@@ -144,7 +144,8 @@ def measure_speed(
     """The teacher's and the student's inference speed on the first dev split, set on the table's
     ``rows`` (the teacher's first); metrics.json's ``speed``."""
     first = inputs.task.dev_splits[0]
-    teacher_speed = speed_module.measure(inputs.teacher.model, inputs.dev[first], env.accelerator.device)
+    as_teacher_reads = inputs.caches.dev[first] if inputs.caches is not None else inputs.dev[first]  # its prompt
+    teacher_speed = speed_module.measure(inputs.teacher.model, as_teacher_reads, env.accelerator.device)
     student_speed = speed_module.measure(student, dev[first], env.accelerator.device)
     ratio = speed_module.speedup(teacher_speed, student_speed)
     rows[0].speed = teacher_speed

@@ -168,7 +168,7 @@ def dry_run(
     reads_teacher = preflight.reads_teacher(config, registry)
     reads_layers = preflight.reads_teacher_layers(config, registry)
     plan["teacher_outputs"] = (
-        _cached_outputs(config, registry, finetuned, task, train, dev, cache_root, reads_layers)
+        _cached_outputs(config, registry, finetuned, task, train, dev, cache_root, reads_layers, max_length)
         if reads_teacher
         else f"not needed ({config.projector} reads no teacher output)"
     )
@@ -251,7 +251,7 @@ def _plan_teacher(
     }
     plan["teacher"]["layers_read_by"] = layer_reading(registry, teacher.model)
     if teacher.finetuned:
-        plan["teacher"]["finetune"] = "no: it comes fine-tuned for the task"
+        plan["teacher"]["finetune"] = "no: it comes ready for the task (fine-tuned, or used as it is)"
         return teacher
     settings = finetune_settings(config, teacher, train, max_length, teacher_seed)
     key = teacher_stage.finetune_key(teacher, task, train, dev, settings)
@@ -364,12 +364,21 @@ def _span(low: float, high: float) -> str:
 
 
 def _cached_outputs(
-    config: RunConfig, registry: Registry, teacher: Optional[Teacher], task, train, dev, root: Path, layers: bool
+    config: RunConfig,
+    registry: Registry,
+    teacher: Optional[Teacher],
+    task,
+    train,
+    dev,
+    root: Path,
+    layers: bool,
+    max_length: int,
 ) -> dict[str, Any]:
     """Which of the teacher's outputs the cache holds (unknown until the teacher is fine-tuned):
     per split, its logits and, where the run reads them, its layer vectors."""
     if teacher is None:
         return {"train": "computed after fine-tuning", **dict.fromkeys(dev, "computed after fine-tuning")}
+    train, dev = teacher_stage.teacher_splits(teacher, task, max_length, train, dev)  # as the teacher reads them
     specs, _ = teacher_stage.matchable_specs(registry.find_layer_extractor(teacher.model), teacher.model)
     teacher_fp, tokenizer_fp = fingerprint.of_module(teacher.model), fingerprint.of_tokenizer(teacher.tokenizer)
     dtype = inference_precision(config.precision, build_accelerator(config.precision).device)

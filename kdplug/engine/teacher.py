@@ -23,7 +23,7 @@ from ..storage import atomic_directory, complete_copy, move_aside, verify
 from ..types import LayerExtractor, LayerSpec, Task, Teacher, TokenSignals, num_outputs
 from . import cache as cache_module
 from . import faults, shares
-from .data import Collator, EncodedSplit
+from .data import Collator, EncodedSplit, encode
 from .objective import DistillationModule, WeightedObjective, layer_vectors, model_forward
 from .trainer import Trainer, inference_autocast, inference_precision
 
@@ -146,6 +146,27 @@ def store(teacher: Teacher, root: Path, key: str, summary: dict[str, Any]) -> Pa
         )
         marker_path.write_text(json.dumps(marker, indent=1, default=str))
     return target
+
+
+def teacher_encoding(teacher: Teacher) -> Any:
+    """What the teacher reads its examples with: its own encoder where it has one (a prompted
+    language model's prompt), else its tokenizer."""
+    return teacher.encoder if teacher.encoder is not None else teacher.tokenizer
+
+
+def teacher_splits(
+    teacher: Teacher, task: Task, max_length: int, train: EncodedSplit, dev: dict[str, EncodedSplit]
+) -> tuple[EncodedSplit, dict[str, EncodedSplit]]:
+    """The data as the teacher reads it: ``train`` and ``dev`` themselves (the plain text, as the
+    students read it) for a teacher that reads with its tokenizer, else the same examples, in the
+    same order, encoded by its encoder."""
+    if teacher.encoder is None:
+        return train, dev
+
+    def encoded(name: str) -> EncodedSplit:
+        return encode(task.load_split(name), teacher.encoder, max_length, is_regression=task.is_regression)
+
+    return encoded("train"), {name: encoded(name) for name in dev}
 
 
 def freeze(teacher: Teacher) -> Teacher:

@@ -11,7 +11,7 @@ from typing import Any, Optional
 from .. import fingerprint
 from ..types import Task, Teacher
 from .cache import TeacherCache
-from .teacher import build_cache
+from .teacher import build_cache, teacher_encoding
 from .trainer import Trainer
 
 
@@ -35,7 +35,8 @@ class TransferOutputs:
     def __call__(self, layers: bool = False) -> TeacherCache:
         if self.cache is None or (layers and not self.cache.has_layers):
             started = time.perf_counter()
-            split = self.transfer.encode(self.teacher.tokenizer, self.max_length, is_regression=self.task.is_regression)
+            encoding = teacher_encoding(self.teacher)
+            split = self.transfer.encode(encoding, self.max_length, is_regression=self.task.is_regression)
             self.cache = build_cache(
                 self.teacher,
                 self.extractor,

@@ -44,7 +44,7 @@ def decoder_config(family: str, vocab_size: int, num_labels: int = 2, **override
     common = {"vocab_size": vocab_size, "num_labels": num_labels, "bos_token_id": 0, "eos_token_id": 1}
     if family == "gpt2":
         options = {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 128}
-        return transformers.GPT2Config(**common, **options, **overrides)
+        return transformers.GPT2Config(**common, **{**options, **overrides})
     options = {
         "hidden_size": 32,
         "intermediate_size": 64,
@@ -60,7 +60,7 @@ def decoder_config(family: str, vocab_size: int, num_labels: int = 2, **override
         "mistral": transformers.MistralConfig,
         "gemma": transformers.GemmaConfig,
     }[family]
-    return config_class(**common, **options, **overrides)
+    return config_class(**common, **{**options, **overrides})
 
 
 def make_tiny_decoder(path: str | os.PathLike, family: str = "llama", *, seed: int = 0, pad: bool = False) -> str:
@@ -73,6 +73,51 @@ def make_tiny_decoder(path: str | os.PathLike, family: str = "llama", *, seed: i
     config = decoder_config(family, len(tokenizer), pad_token_id=tokenizer.pad_token_id if pad else None)
     torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_config(config)
+    path = os.fspath(path)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def make_tiny_causal_lm(
+    path: str | os.PathLike,
+    family: str = "llama",
+    *,
+    seed: int = 0,
+    layers: int = 2,
+    width: int = 32,
+    vocab_size: int | None = None,
+    chat_template: str | None = None,
+) -> str:
+    """Save a random ``family`` causal language model (an LM head, no classifier) and its BPE
+    tokenizer to ``path``, for prompted teachers: ``layers`` x ``width`` (attention heads 8 wide),
+    ``vocab_size`` rows of embeddings and of the LM head (at least the tokenizer's 300; the rows
+    beyond it are never read, but cost what a large vocabulary costs), and the tokenizer's
+    ``chat_template`` if given."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = bpe_tokenizer()
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    heads = max(width // 8, 1)
+    sizes = (
+        {"n_embd": width, "n_layer": layers, "n_head": heads, "n_positions": 512}
+        if family == "gpt2"
+        else {
+            "hidden_size": width,
+            "intermediate_size": 2 * width,
+            "num_hidden_layers": layers,
+            "num_attention_heads": heads,
+            "num_key_value_heads": max(heads // 2, 1),
+            "head_dim": width // heads,
+            "max_position_embeddings": 512,
+        }
+    )
+    config = decoder_config(family, max(vocab_size or 0, len(tokenizer)), **sizes)
+    config.architectures = None  # from_config names the causal LM when it is saved
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
     path = os.fspath(path)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)

@@ -67,7 +67,9 @@ def token_specs(request: ProjectionRequest, method: str) -> tuple[TokenSpec, Tok
     if request.teacher_tokens is None:
         raise UsageError(
             f"projector {method!r} needs a Transformer teacher whose blocks kdplug can read (query/key/value "
-            f"projections, as BERT and RoBERTa have); this teacher has none"
+            f"projections, as BERT and RoBERTa have); this teacher has none (a decoder-only language model, "
+            f"fine-tuned or prompted, attends causally and is read at one position): use a method that reads its "
+            f"pooled vectors or logits (kd, rkd, pkd, alp, cka, universal-ca)"
         )
     return request.teacher_tokens, request.student_tokens
 

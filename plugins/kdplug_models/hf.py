@@ -38,6 +38,8 @@ from .lora import (
     require_peft,
     save_adapter,
 )
+from .prompted import PromptedLMExtractor, prompted_teacher
+from .prompting import PROMPT_OPTIONS
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +97,9 @@ def hf_teacher(
     ``lora`` (true, or a mapping of r, alpha, dropout, target_modules): where kdplug fine-tunes
     the teacher, it trains a LoRA adapter and the head, and stores that. ``dtype``: auto, fp32,
     bf16 or fp16, the weights' dtype (:mod:`.dtypes`).
+    With ``prompt`` (and ``verbalizer``, ``shots``, ``chat_template``,
+    ``calibrate``), ``source`` is a causal language model that labels the task through a prompt,
+    never fine-tuned (:func:`kdplug_models.prompted.prompted_teacher`).
     """
     if not source:
         raise UsageError(
@@ -102,6 +107,19 @@ def hf_teacher(
             "(--teacher /path/to/dir, --teacher bert-base-uncased, or --set teacher_options.source=ID)"
         )
     source = os.path.expanduser(str(source))
+    prompting = {key: config_overrides.pop(key) for key in PROMPT_OPTIONS if key in config_overrides}
+    if prompting:
+        return _prompted(
+            task,
+            source,
+            prompting,
+            finetuned,
+            label_map,
+            num_labels,
+            {**config_overrides, "dtype": dtype, "lora": lora, "base": base},
+            trust_remote_code,
+            revision,
+        )
     adapter = _adapter(source, base)
     lora_settings = LoraSettings.parse(lora)
     if lora_settings is not None:
@@ -215,6 +233,42 @@ def _finetune_with_lora(
     teacher.after_finetuning = merge_adapter
 
 
+def _prompted(
+    task: Task,
+    source: str,
+    prompting: dict[str, Any],
+    finetuned: Optional[bool],
+    label_map: Optional[dict],
+    num_labels: Optional[int],
+    config_overrides: dict[str, Any],
+    trust_remote_code: bool,
+    revision: Optional[str],
+) -> Teacher:
+    """``source`` as a prompted language model (the prompt options given), after refusing the
+    options that only a classifier's head has."""
+    if "prompt" not in prompting:
+        raise UsageError(
+            f"teacher_options {', '.join(sorted(prompting))} belong to a prompted teacher: set teacher_options.prompt "
+            f'too (a template with {{text}}, e.g. "Review: {{text}}\\nSentiment:")'
+        )
+    if finetuned is False:
+        raise UsageError(
+            "teacher_options.finetuned=false asks to fine-tune the teacher, but a prompted language model "
+            "(teacher_options.prompt) is used as it is, never fine-tuned; drop one of the two"
+        )
+    refused = [
+        name
+        for name, value in (("label_map", label_map), ("num_labels", num_labels), *config_overrides.items())
+        if value is not None
+    ]
+    if refused:
+        raise UsageError(
+            f"teacher option(s) {', '.join(refused)} do not apply to a prompted language model (its labels are the "
+            f"verbalizer's); its options are source, {', '.join(PROMPT_OPTIONS)}, trust_remote_code and revision"
+        )
+    return prompted_teacher(task, source, **prompting, trust_remote_code=trust_remote_code, revision=revision)
+
+
 def _warn_before_finetuning(
     source: str, loaded: Loaded, task: Task, other_task_marker: Optional[dict[str, Any]], finetuned: Optional[bool]
 ) -> None:
@@ -312,6 +366,8 @@ def hf_teacher_shape(
     """What ``hf_teacher`` will load, from the checkpoint's config (an adapter's base's; see the teacher hook)."""
     if not source:
         return None
+    for key in PROMPT_OPTIONS:  # a prompted model's shape is its checkpoint's
+        config_overrides.pop(key, None)
     source = os.path.expanduser(str(source))
     adapter = _adapter(source, base)
     checkpoint = adapter.base if adapter is not None else source
@@ -399,7 +455,8 @@ def kdplug_register_teachers(register):
     register(
         "hf",
         hf_teacher,
-        description="any Hugging Face encoder: option source = hub id or directory (--teacher DIR_OR_HUB_ID)",
+        description="any Hugging Face encoder: option source = hub id or directory (--teacher DIR_OR_HUB_ID); "
+        "a causal LM with options prompt and verbalizer",
     )
     for name, hub_id in HUB_TEACHERS.items():
         register(name, functools.partial(hf_teacher, source=hub_id), description=f"{hub_id} from the hub")
@@ -442,4 +499,9 @@ def kdplug_register_layer_extractors(register):
         "hf-decoder",
         HFDecoderExtractor(),
         description="last-real-token state of the embeddings and every layer of a decoder-only Hugging Face model",
+    )
+    register(
+        "prompted-lm",
+        PromptedLMExtractor(),
+        description="a prompted causal LM's states at its prompt's last token (teacher_options.prompt)",
     )

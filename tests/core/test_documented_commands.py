@@ -18,6 +18,7 @@ import pytest
 from kdplug.cli import main
 from kdplug.testing import tiny_run_args
 from kdplug.testing.contracts import TINY_SST2_DEV, write_tiny_sst2
+from kdplug.testing.decoders import make_tiny_causal_lm
 from kdplug.testing.tiny import cache_as_hub_model, make_tiny_bert, make_tiny_roberta
 from kdplug_tasks.glue import SPECS
 
@@ -75,9 +76,12 @@ def set_values(words):
     )
 
 
-def model_stand_in(name: str, hub_cache: Path) -> None:
-    """A tiny checkpoint where ``name`` points: a directory, or a hub id in the local cache."""
+def model_stand_in(name: str, hub_cache: Path, causal_lm: bool = False) -> None:
+    """A tiny checkpoint where ``name`` points: a directory, or a hub id in the local cache; a causal
+    language model for a teacher given a prompt."""
     make = make_tiny_roberta if "roberta" in name.lower() else make_tiny_bert
+    if causal_lm:
+        make = lambda path, **_: make_tiny_causal_lm(path)  # noqa: E731
     if name.startswith((".", "/", "~")):
         path = Path(name).expanduser()
         if not path.exists():
@@ -171,7 +175,8 @@ def test_every_documented_run_resolves_with_dry_run(words, tmp_path, monkeypatch
     for flag in ("--teacher", "--student"):
         name = option(words, flag)
         if name:
-            model_stand_in(HUB_TEACHERS.get(name, name), hub_cache)
+            prompted = flag == "--teacher" and "teacher_options.prompt" in settings
+            model_stand_in(HUB_TEACHERS.get(name, name), hub_cache, causal_lm=prompted)
     data_stand_in(words, settings)
     file_stand_ins(words)
     code = main(["run", *words, "--dry-run"])

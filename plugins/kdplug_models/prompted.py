@@ -1,0 +1,250 @@
+"""A causal language model as a teacher through a prompt and a verbalizer, never fine-tuned.
+
+The model reads each example in its prompt (:mod:`.prompting`'s encoder, which the engine runs
+for the teacher only) and scores every label by the log-probability of its verbalizer's tokens
+after the prompt, teacher-forced and summed. Those scores are the teacher's logits (the KD target;
+its prediction is their argmax), optionally calibrated as Zhao et al. (2021) do; its layer vectors
+are the hidden states at the prompt's last token, the position that predicts the label's first
+token, so every hidden-space method reads a vector that has seen the whole prompt.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from kdplug.errors import UsageError
+from kdplug.types import LayerSpec, Task, Teacher, TokenSpec
+
+from .decoders import give_padding_token, is_decoder_only
+from .hf_loading import load_pretrained
+from .prompting import PromptEncoder, PromptSpec, draw_shots, prompt_spec, uses_chat_template
+
+log = logging.getLogger(__name__)
+
+
+class PromptedLM(nn.Module):
+    """A causal LM whose forward, on prompts (``input_ids``, left or right padded), returns the
+    labels' verbalizer log-probabilities as ``logits`` ``(batch, labels)`` and, as
+    ``hidden_states``, each layer's state at the prompt's last token ``(batch, 1, width)``.
+
+    The verbalizers' token ids and the calibration are buffers, so the teacher's fingerprint (and
+    with it the cache key) changes with them.
+    """
+
+    def __init__(self, lm: nn.Module, verbalizer_ids: Sequence[Sequence[int]], pad_token_id: Optional[int]) -> None:
+        super().__init__()
+        self.lm = lm
+        lengths = [len(ids) for ids in verbalizer_ids]
+        table = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+        for row, ids in enumerate(verbalizer_ids):
+            table[row, : len(ids)] = torch.tensor(list(ids), dtype=torch.long)
+        self.register_buffer("verbalizer_ids", table)  # (labels, longest verbalizer), 0 past each one's end
+        self.register_buffer("verbalizer_lengths", torch.tensor(lengths, dtype=torch.long))
+        #: p_cf, the normalised label probabilities on content-free inputs (empty: not calibrated)
+        self.register_buffer("calibration", torch.zeros(0))  # float32: a device without float64 (MPS) takes it
+        self.pad_token_id = 0 if pad_token_id is None else pad_token_id
+        self._keeps_logits = "logits_to_keep" in inspect.signature(lm.forward).parameters
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_: Any) -> Any:
+        from transformers.modeling_outputs import SequenceClassifierOutput
+
+        scores, hidden_states = self.label_log_probs(input_ids, attention_mask)
+        return SequenceClassifierOutput(logits=self.calibrated(scores), hidden_states=hidden_states)
+
+    def calibrated(self, scores: torch.Tensor) -> torch.Tensor:
+        """Contextual calibration (Zhao et al. 2021, their code's ``diagonal_W``): the label
+        probabilities normalised to sum to one, ``p``, give ``q = softmax(W p)`` with
+        ``W = diag(p_cf)^-1`` (b = 0); the logits are ``log q``. Uncalibrated: the scores."""
+        if self.calibration.numel() == 0:
+            return scores
+        probabilities = scores.float().softmax(-1)
+        return (probabilities / self.calibration).log_softmax(-1)
+
+    def label_log_probs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+        """Each label's summed token log-probability after each prompt ``(batch, labels)``, and the
+        states at each prompt's last token. One pass: the prompts alone when every verbalizer is one
+        token, else each prompt followed by each verbalizer but its last token."""
+        lengths = self.verbalizer_lengths.tolist()
+        labels, longest = len(lengths), max(lengths)
+        prompts = [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]  # either padding side
+        if longest == 1:
+            sequences = prompts
+        else:
+            heads = [self.verbalizer_ids[j, : lengths[j] - 1].to(input_ids.device) for j in range(labels)]
+            sequences = [torch.cat([prompt, heads[j]]) for prompt in prompts for j in range(labels)]
+        ids, mask = self._left_padded(sequences)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # each sequence's own positions from 0, padding aside
+        keep = {"logits_to_keep": longest} if self._keeps_logits else {}
+        outputs = self.lm(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            output_hidden_states=True,
+            use_cache=False,
+            **keep,
+        )
+        log_probs = outputs.logits[:, -longest:].float().log_softmax(-1)  # (sequences, longest, vocab)
+        # label j's token t is predicted at kept position longest - len_j + t (right-aligned sequences)
+        pairs = [
+            (j, longest - lengths[j] + t, int(self.verbalizer_ids[j, t]))
+            for j in range(labels)
+            for t in range(lengths[j])
+        ]
+        label, kept, token = (torch.tensor(column, device=ids.device) for column in zip(*pairs))
+        if longest == 1:
+            per_token = log_probs[:, kept, token]  # (batch, labels)
+        else:
+            per_token = log_probs.view(len(prompts), labels, longest, -1)[:, label, kept, token]  # (batch, pairs)
+        scores = torch.zeros(len(prompts), labels, device=ids.device).index_add_(1, label, per_token)
+        # the prompt's last token: the last position of a prompt, or of label 0's sequence before its head
+        rows = torch.arange(len(prompts), device=ids.device) * (1 if longest == 1 else labels)
+        last = ids.shape[1] - lengths[0]
+        hidden = tuple(state[rows, last].unsqueeze(1) for state in outputs.hidden_states)  # (batch, 1, width)
+        return scores, hidden
+
+    def _left_padded(self, sequences: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The sequences right-aligned in one batch: every label is predicted at the same positions."""
+        width = max(len(sequence) for sequence in sequences)
+        device = sequences[0].device
+        ids = torch.full((len(sequences), width), self.pad_token_id, dtype=torch.long, device=device)
+        mask = torch.zeros((len(sequences), width), dtype=torch.long, device=device)
+        for row, sequence in enumerate(sequences):
+            ids[row, width - len(sequence) :] = sequence
+            mask[row, width - len(sequence) :] = 1
+        return ids, mask
+
+    @torch.no_grad()
+    def calibrate(self, encoder: PromptEncoder, content_free: Sequence[str], pair: bool) -> torch.Tensor:
+        """Set ``p_cf``: the labels' probabilities on each content-free input (in the prompt with
+        its few-shot examples, in both texts of a pair), averaged over the inputs, then normalised
+        to sum to one (as Zhao et al.'s ``get_p_content_free``)."""
+        prompts = [torch.tensor(encoder.prompt_ids(text, text if pair else None)) for text in content_free]
+        device = next(self.lm.parameters()).device
+        ids, mask = self._left_padded([prompt.to(device) for prompt in prompts])
+        scores, _ = self.label_log_probs(ids, mask)
+        scores = scores.double()
+        probabilities = (scores - scores.max()).exp().mean(0)  # a common factor, gone when normalised
+        self.calibration = (probabilities / probabilities.sum()).float()
+        return self.calibration
+
+
+class PromptedLMExtractor:
+    """The states a :class:`PromptedLM` returns, at its prompts' last token: layer 0 the embedding
+    output, 1..L the blocks."""
+
+    def supports(self, model: nn.Module) -> bool:
+        return isinstance(model, PromptedLM)
+
+    def layer_specs(self, model: nn.Module) -> list[LayerSpec]:
+        config = model.lm.config.get_text_config()
+        width, layers = config.hidden_size, config.num_hidden_layers
+        return [LayerSpec(0, width, "embedding")] + [LayerSpec(i, width, "transformer") for i in range(1, layers + 1)]
+
+    def __call__(self, model: nn.Module, outputs: Any) -> list[torch.Tensor]:
+        return [state[:, -1] for state in outputs.hidden_states]  # (batch, 1, width) -> (batch, width)
+
+    def token_spec(self, model: nn.Module) -> Optional[TokenSpec]:
+        return None  # one position per example: the token-level methods have nothing to match
+
+
+def prompted_teacher(
+    task: Task,
+    source: str,
+    *,
+    prompt: Any,
+    verbalizer: Any = None,
+    shots: Any = 0,
+    chat_template: Any = "auto",
+    calibrate: Any = False,
+    shots_seed: Optional[int] = None,
+    trust_remote_code: bool = False,
+    revision: Optional[str] = None,
+) -> Teacher:
+    """``source``, a causal language model, labelling ``task`` through ``prompt`` and ``verbalizer``
+    (see docs/llm-teachers.md). ``shots`` training examples, drawn by ``shots_seed`` (None: the
+    run's teacher seed, which kdplug sets before it builds the teacher), are put before each prompt."""
+    spec = prompt_spec(task, prompt, verbalizer, shots, chat_template, calibrate)  # before any weights load
+    load_options = {"trust_remote_code": trust_remote_code, **({"revision": revision} if revision else {})}
+    lm, tokenizer = _load_language_model(source, **load_options)
+    chat = uses_chat_template(tokenizer, spec.chat_template, source)
+    train = task.load_split("train") if spec.shots else []
+    chosen = draw_shots(train, spec.shots, torch.initial_seed() if shots_seed is None else shots_seed)
+    encoder = PromptEncoder(tokenizer, spec, [train[i] for i in chosen], chat=chat)
+    model = PromptedLM(lm, _verbalizer_ids(tokenizer, spec), tokenizer.pad_token_id).eval()
+    if spec.content_free:
+        model.calibrate(encoder, spec.content_free, task.is_pair)
+    record = {
+        **spec.as_dict(),
+        "chat_template": chat,
+        "shot_examples": chosen,
+        "verbalizer_tokens": {label: int(n) for label, n in zip(spec.labels, model.verbalizer_lengths.tolist())},
+    }
+    if spec.content_free:
+        record["calibrate"] = {"content_free": list(spec.content_free), "p_cf": model.calibration.tolist()}
+    return Teacher(
+        model=model,
+        tokenizer=tokenizer,
+        source=source,
+        finetuned=True,  # a prompted model is used as it is
+        extra={"prompted": record},
+        notes=[describe(spec, chat, model)],
+        encoder=encoder,
+    )
+
+
+def describe(spec: PromptSpec, chat: bool, model: PromptedLM) -> str:
+    """What the dry run and the run say of a prompted teacher."""
+    verbalizer = ", ".join(f"{label} -> {text!r}" for label, text in zip(spec.labels, spec.verbalizer))
+    how = [f"{spec.shots} shot{'s' * (spec.shots != 1)}", "in its chat template" if chat else "as plain text"]
+    if spec.content_free:
+        p_cf = ", ".join(f"{p:.3g}" for p in model.calibration.tolist())
+        how.append(f"calibrated on content-free inputs {list(spec.content_free)} (p_cf {p_cf})")
+    return (
+        f"teacher: a prompted causal LM: prompt {spec.template!r}, verbalizer {verbalizer}, {', '.join(how)}; "
+        f"not fine-tuned; its logits are the verbalizers' log-probabilities and its layer vectors the states "
+        f"at the prompt's last token; students read the plain text"
+    )
+
+
+def _load_language_model(source: str, **load_options: Any) -> tuple[nn.Module, Any]:
+    """``source`` as a causal LM with its tokenizer; anything else is refused with the reason."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = load_pretrained(AutoConfig, source, "teacher", **load_options)
+    if not is_decoder_only(config):
+        raise UsageError(
+            f"teacher_options.prompt needs a causal (decoder-only) language model, such as a Llama, Qwen, Mistral, "
+            f"Gemma or GPT-2 checkpoint; {source} is a {getattr(config, 'model_type', '?')} model. Drop the prompt "
+            f"options to fine-tune it as a classifier"
+        )
+    classifiers = [name for name in config.architectures or () if name.endswith("ForSequenceClassification")]
+    if classifiers:
+        raise UsageError(
+            f"teacher_options.prompt reads a language model's next-token probabilities, but {source} is a "
+            f"{classifiers[0]} (its language-model head is gone); drop the prompt options to use its classifier "
+            f"as the teacher, or point --teacher at the language model it was trained from"
+        )
+    lm = load_pretrained(AutoModelForCausalLM, source, "teacher", **load_options)
+    tokenizer = load_pretrained(AutoTokenizer, source, "teacher", **load_options)
+    given = give_padding_token(lm, tokenizer)  # the students read the plain text in padded batches
+    if given is not None:
+        log.info("teacher %s has no padding token: using its end-of-sequence token %r", source, given)
+    return lm, tokenizer
+
+
+def _verbalizer_ids(tokenizer: Any, spec: PromptSpec) -> list[list[int]]:
+    """Each label's verbalizer as the tokenizer writes it after the prompt (no special tokens)."""
+    ids = [list(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in spec.verbalizer]
+    empty = [label for label, tokens in zip(spec.labels, ids) if not tokens]
+    if empty:
+        raise UsageError(
+            f"teacher_options.verbalizer: the text of {', '.join(map(repr, empty))} gives no tokens; give each "
+            f"label text the model can write"
+        )
+    return ids

@@ -1,0 +1,279 @@
+"""A causal language model as a prompted teacher (teacher_options.prompt): its logits equal the
+verbalizers' log-probabilities computed independently in float64 from the model's own token
+log-probabilities (multi-token labels, few-shot examples, left and right padding, pairs), its
+calibration is Zhao et al.'s, its layer vectors are read at the prompt's last token, the students
+read no prompt token, and bad options are refused before any weights load."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import kdplug
+from kdplug.cli import main
+from kdplug.errors import UsageError
+from kdplug.testing.decoders import make_tiny_causal_lm, make_tiny_decoder
+from kdplug.testing.tiny import TINY_WORDS, TinyTask
+from kdplug_models.prompted import PromptedLM, PromptedLMExtractor
+
+from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
+
+TEMPLATE = "Review: {text}\nSentiment:"
+PAIR_TEMPLATE = "{text}\nQuestion: {text_b}?\nAnswer:"
+#: labels of several tokens, of unequal counts
+VERBALIZER = {"negative": " bad film", "positive": " good"}
+SEPARATOR = "\n\n"  # between few-shot examples, as Zhao et al.'s prompts
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("causal")
+    return {family: make_tiny_causal_lm(root / family, family) for family in ("llama", "gpt2")}
+
+
+def reference(path, prompts, verbalizer):
+    """float64, one unpadded sequence at a time: each label's summed log-softmax at its tokens'
+    positions after the prompt, and every layer's state at the prompt's last token."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64).eval()
+    scores, states = [], []
+    with torch.no_grad():
+        for prompt in prompts:
+            ids = tokenizer(prompt)["input_ids"]
+            row = []
+            for text in verbalizer:
+                label = tokenizer(text, add_special_tokens=False)["input_ids"]
+                log_probs = lm(torch.tensor([ids + label])).logits[0].log_softmax(-1)
+                row.append(sum(log_probs[len(ids) - 1 + t, token] for t, token in enumerate(label)))
+            scores.append(torch.stack(row))
+            hidden = lm(torch.tensor([ids]), output_hidden_states=True).hidden_states
+            states.append([layer[0, -1] for layer in hidden])
+    return torch.stack(scores), states
+
+
+def padded(sequences, pad, side):
+    width = max(map(len, sequences))
+    ids = torch.full((len(sequences), width), pad)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        span = slice(width - len(sequence), width) if side == "left" else slice(0, len(sequence))
+        ids[row, span], mask[row, span] = torch.tensor(sequence), 1
+    return ids, mask
+
+
+def shots_text(task, teacher, template):
+    train = task.load_split("train")
+    chosen = teacher.extra["prompted"]["shot_examples"]
+    labels = list(VERBALIZER.values())
+    return "".join(
+        template.format(text=train[i].text_a, text_b=train[i].text_b) + labels[int(train[i].label)] + SEPARATOR
+        for i in chosen
+    )
+
+
+@pytest.mark.parametrize(("family", "pair"), [("llama", False), ("gpt2", False), ("llama", True)])
+def test_logits_and_layers_equal_a_float64_reference(models, family, pair):
+    task = TinyTask(is_pair=pair)
+    template = PAIR_TEMPLATE if pair else TEMPLATE
+    teacher = kdplug.create_teacher(
+        "hf", task, source=models[family], prompt=template, verbalizer=VERBALIZER, shots=2, shots_seed=5
+    )
+    model, extractor = teacher.model.eval(), kdplug.find_layer_extractor(teacher.model)
+    assert isinstance(model, PromptedLM) and isinstance(extractor, PromptedLMExtractor)
+    lengths = {
+        label: len(teacher.tokenizer(text, add_special_tokens=False)["input_ids"]) for label, text in VERBALIZER.items()
+    }
+    assert teacher.finetuned and teacher.extra["prompted"]["verbalizer_tokens"] == lengths
+    assert len(set(lengths.values())) == 2 and max(lengths.values()) > 1  # several tokens, of unequal counts
+    dev = task.load_split("dev")
+    context = shots_text(task, teacher, template)
+    prompts = [context + template.format(text=e.text_a, text_b=e.text_b) for e in dev]
+    expected, states = reference(models[family], prompts, VERBALIZER.values())
+
+    encoded = teacher.encoder([e.text_a for e in dev], [e.text_b for e in dev] if pair else None, max_length=64)
+    assert len({len(ids) for ids in encoded["input_ids"]}) > 1  # the batch pads
+    for side in ("right", "left"):
+        ids, mask = padded(encoded["input_ids"], teacher.encoder.pad_token_id, side)
+        with torch.no_grad():
+            outputs = model(input_ids=ids, attention_mask=mask)
+        torch.testing.assert_close(outputs.logits.double(), expected, rtol=0, atol=2e-5)
+        vectors = extractor(model, outputs)
+        assert len(vectors) == 3  # embeddings and 2 blocks
+        for layer, vector in enumerate(vectors):
+            torch.testing.assert_close(vector.double(), torch.stack([s[layer] for s in states]), rtol=0, atol=2e-5)
+    assert float(vectors[-1].std(dim=0).min()) > 0  # the vectors vary across examples
+
+
+def test_calibration_is_zhao_et_al(models):
+    task = TinyTask()
+    teacher = kdplug.create_teacher(
+        "hf",
+        task,
+        source=models["llama"],
+        prompt=TEMPLATE,
+        verbalizer=VERBALIZER,
+        shots=1,
+        shots_seed=0,
+        calibrate=True,
+    )
+    context = shots_text(task, teacher, TEMPLATE)
+    content_free, _ = reference(
+        models["llama"], [context + TEMPLATE.format(text=t) for t in ("N/A", "", "[MASK]")], VERBALIZER.values()
+    )
+    p_cf = content_free.exp().mean(0)  # their code: the mean of the unnormalised probabilities, then normalised
+    p_cf = p_cf / p_cf.sum()
+    dev = task.load_split("dev")
+    scores, _ = reference(models["llama"], [context + TEMPLATE.format(text=e.text_a) for e in dev], VERBALIZER.values())
+    p = scores.exp() / scores.exp().sum(-1, keepdim=True)  # the label probabilities normalised to sum to one
+    expected = torch.log_softmax(p / p_cf, -1)  # q = softmax(W p + b), W = diag(p_cf)^-1, b = 0
+    ids, mask = padded(teacher.encoder([e.text_a for e in dev], max_length=64)["input_ids"], 0, "right")
+    with torch.no_grad():
+        logits = teacher.model.eval()(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(teacher.model.calibration.double(), p_cf, rtol=0, atol=1e-6)
+    torch.testing.assert_close(logits.double(), expected, rtol=0, atol=1e-5)
+    assert teacher.extra["prompted"]["calibrate"]["content_free"] == ["N/A", "", "[MASK]"]
+
+
+def test_shots_are_fixed_by_the_seed(models):
+    def shots(**options):
+        teacher = kdplug.create_teacher(
+            "hf", TinyTask(), source=models["llama"], prompt=TEMPLATE, verbalizer=VERBALIZER, shots=3, **options
+        )
+        return teacher.extra["prompted"]["shot_examples"]
+
+    torch.manual_seed(7)  # what kdplug does with the run's teacher seed before it builds the teacher
+    by_run_seed = shots()
+    torch.manual_seed(7)
+    assert shots() == by_run_seed == shots(shots_seed=7) and len(set(by_run_seed)) == 3
+    assert shots(shots_seed=1) != by_run_seed
+
+
+def test_text_is_cut_and_the_prompt_kept(models):
+    teacher = kdplug.create_teacher("hf", TinyTask(), source=models["llama"], prompt=TEMPLATE, verbalizer=VERBALIZER)
+    tokenizer = teacher.tokenizer
+    # a word the tokenizer writes as one token, so that 8 tokens of text are 8 words
+    word = next(w for w in TINY_WORDS if len(tokenizer(" ".join([w] * 8), add_special_tokens=False)["input_ids"]) == 8)
+    encoded = teacher.encoder([" ".join([word] * 30)], max_length=8)["input_ids"][0]
+    assert encoded == tokenizer(TEMPLATE.format(text=" ".join([word] * 8)))["input_ids"]
+
+
+def test_the_chat_template_wraps_the_prompt(tmp_path):
+    template = (
+        "{% for m in messages %}<s>user: {{ m['content'] }}</s>{% endfor %}"
+        "{% if add_generation_prompt %}<s>bot:{% endif %}"
+    )
+    path = make_tiny_causal_lm(tmp_path / "chat", chat_template=template)
+    teacher = kdplug.create_teacher("hf", TinyTask(), source=path, prompt=TEMPLATE, verbalizer=VERBALIZER)
+    rendered = "<s>user: " + TEMPLATE.format(text="a bad film") + "</s><s>bot:"
+    assert (
+        teacher.encoder(["a bad film"], max_length=64)["input_ids"][0]
+        == teacher.tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    )
+    plain = kdplug.create_teacher(
+        "hf", TinyTask(), source=path, prompt=TEMPLATE, verbalizer=VERBALIZER, chat_template=False
+    )
+    assert (
+        plain.encoder(["a bad film"], max_length=64)["input_ids"][0]
+        == teacher.tokenizer(TEMPLATE.format(text="a bad film"))["input_ids"]
+    )
+    with pytest.raises(UsageError, match="has no chat template"):
+        kdplug.create_teacher(
+            "hf",
+            TinyTask(),
+            source=make_tiny_causal_lm(tmp_path / "plain"),
+            prompt=TEMPLATE,
+            verbalizer=VERBALIZER,
+            chat_template=True,
+        )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"verbalizer": {"negative": " bad"}}, r"no text for 'positive'.*labels are negative, positive"),
+        ({"verbalizer": {"negative": " bad", "positive": ""}}, r"the text of 'positive' is empty"),
+        ({"verbalizer": {**VERBALIZER, "neutral": " meh"}}, r"'neutral' is not a label"),
+        ({"verbalizer": [" bad", " good"]}, r"must map each of task 'tiny''s labels"),
+        ({"verbalizer": {"negative": " ok", "positive": " ok"}}, r"two labels have the same text"),
+        ({"prompt": "Review: {sentence}"}, r"it names \{sentence\}; it lacks \{text\}"),
+        ({"prompt": "{text} / {text_b}"}, r"a single-text task: \{text\} only"),
+        ({"prompt": {"Review": None}}, r"double quotes"),
+        ({"shots": -1}, r"shots must be a whole number"),
+        ({"shots": 99}, r"the training split has 6 examples"),
+        ({"calibrate": 3}, r"calibrate must be true"),
+        ({"finetuned": False}, r"never fine-tuned"),
+        ({"label_map": {"a": "negative"}}, r"label_map do not apply to a prompted"),
+        ({"prompt": None, "shots": 2}, r"belong to a prompted teacher: set teacher_options.prompt"),
+    ],
+)
+def test_bad_options_are_refused_with_what_to_fix(models, options, message):
+    options = {"prompt": TEMPLATE, "verbalizer": VERBALIZER, **options}
+    if options["prompt"] is None:
+        del options["prompt"]
+    with pytest.raises(UsageError, match=message):
+        kdplug.create_teacher("hf", TinyTask(), source=models["llama"], **options)
+
+
+def test_only_a_language_model_takes_a_prompt(tmp_path, tiny_bert_dir):
+    with pytest.raises(UsageError, match="regression"):
+        kdplug.create_teacher("hf", TinyTask(labels=()), source=tiny_bert_dir, prompt=TEMPLATE, verbalizer={})
+    with pytest.raises(UsageError, match="needs a causal .decoder-only. language model.*bert model"):
+        kdplug.create_teacher("hf", TinyTask(), source=tiny_bert_dir, prompt=TEMPLATE, verbalizer=VERBALIZER)
+    with pytest.raises(UsageError, match="is a LlamaForSequenceClassification"):
+        path = make_tiny_decoder(tmp_path / "classifier")
+        kdplug.create_teacher("hf", TinyTask(), source=path, prompt=TEMPLATE, verbalizer=VERBALIZER)
+
+
+def test_a_run_distils_it_and_the_student_reads_no_prompt(models, tmp_path, monkeypatch):
+    """In process, one epoch: the teacher pass reads prompts, the BiLSTM student the plain text
+    (the teacher's tokenizer on it, nothing more), and metrics.json records the prompt."""
+    from kdplug.engine import objective, teacher
+
+    seen: dict[str, set] = {"PromptedLM": set(), "student": set()}
+    forward = objective.model_forward
+
+    def recording(model, batch):
+        rows = {tuple(ids[mask.bool()].tolist()) for ids, mask in zip(batch["input_ids"], batch["attention_mask"])}
+        seen["PromptedLM" if isinstance(model, PromptedLM) else "student"].update(rows)
+        return forward(model, batch)
+
+    monkeypatch.setattr(objective, "model_forward", recording)
+    monkeypatch.setattr(teacher, "model_forward", recording)
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN, dev=SST2_DEV * 3)
+    run = tmp_path / "run"
+    argv = ["run", "--teacher", models["llama"], "--student", "bilstm", "--projector", "alp", "--task", "sst2"]
+    argv += ["--data-dir", str(data), "--epochs", "1", "--output", str(run), "--cache-dir", str(tmp_path / "cache")]
+    argv += [
+        "--set",
+        f"teacher_options.prompt={json.dumps(TEMPLATE)}",
+        "--set",
+        f"teacher_options.verbalizer={json.dumps({'negative': ' bad', 'positive': ' good'})}",
+    ]
+    argv += [
+        "--set",
+        "teacher_options.shots=1",
+        "--set",
+        "teacher_options.calibrate=true",
+        "--set",
+        "allow_weak_teacher=true",
+    ]
+    argv += ["--set", "measure_speed=false"]
+    assert main(argv) == 0
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(models["llama"])
+    texts = [text for text, _ in SST2_TRAIN + SST2_DEV]
+    plain = {tuple(tokenizer(text)["input_ids"]) for text in texts}
+    assert seen["student"] and seen["student"] <= plain  # the plain text, and nothing else
+    assert seen["PromptedLM"] and not seen["PromptedLM"] & plain
+    prompts = [tokenizer.decode(row) for row in seen["PromptedLM"]]  # a shot, then an example, each in the prompt
+    assert all(text.count("Review:") == 2 and text.endswith("\nSentiment:") for text in prompts)
+    metrics = json.loads((run / "metrics.json").read_text())
+    recorded = metrics["teacher"]["prompted"]
+    assert recorded["template"] == TEMPLATE and recorded["shots"] == 1 and recorded["verbalizer"]["positive"] == " good"
+    assert len(recorded["calibrate"]["p_cf"]) == 2 and "dev" in metrics["teacher"]
