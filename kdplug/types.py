@@ -245,20 +245,14 @@ class Teacher:
         extra: facts about the teacher the run records in metrics.json (e.g. how a fine-tuned
             checkpoint's labels were matched to the task's).
         notes: what the user should read before the run goes on (printed once, and recorded).
-        finetuning: how the engine's fine-tuning trains this teacher where it is not every weight
-            (a LoRA adapter: ``{"method": "LoRA r=8 ...", "lora": {...}}``): part of the stored
-            teacher's key, shown by ``--dry-run`` and recorded. Empty: every weight.
-        default_lr: the fine-tuning learning rate where the run leaves ``teacher_lr`` unset
-            (None: full fine-tuning's 5e-5).
-        after_finetuning: called once the engine has fine-tuned (and stored) the teacher, before
-            its outputs are computed: a LoRA teacher merges its adapter into its weights here, so
-            that its pass, layer extractors and cache see a plain model.
-        encoder: how the teacher reads an example where that is not ``tokenizer`` on the plain text
-            (a prompted language model formats each text into its prompt): a callable with a
-            tokenizer's signature, ``encoder(texts, text_pairs, truncation=True, max_length=N)``
-            returning ``{"input_ids": [...]}``, with a ``pad_token_id``. The teacher's cached
-            outputs are computed on its encoding; students never read it (they read the plain
-            text, with ``tokenizer`` or their own). None: ``tokenizer``.
+        finetuning: how the engine fine-tunes it where not every weight (LoRA: ``{"method": ...,
+            "lora": {...}}``); part of the stored teacher's key, shown and recorded. Empty: every weight.
+        default_lr: the fine-tuning learning rate when ``teacher_lr`` is unset (None: 5e-5).
+        after_finetuning: called once the engine has fine-tuned and stored it, before its outputs
+            are computed (a LoRA teacher merges its adapter here).
+        encoder: how it reads an example where not ``tokenizer`` on the plain text (a prompted
+            model's prompt): called like a tokenizer, with a ``pad_token_id``. Its cached outputs
+            are computed on this encoding; students read the plain text. None: ``tokenizer``.
     """
 
     model: nn.Module
