@@ -198,10 +198,7 @@ class Task(Protocol):
     main_metric: str
     dev_splits: tuple[str, ...]
 
-    def load_split(self, split: str) -> Sequence[Example]:
-        """The split's examples in file order: a list, or any sequence of them (kdplug's own tasks
-        return a column-wise table, so that a million examples are not a million objects)."""
-        ...
+    def load_split(self, split: str) -> Sequence[Example]: ...  # a list, or any sequence of examples
 
     def compute_metrics(self, predictions: Sequence[float], references: Sequence[float]) -> dict[str, float]:
         """``predictions`` are class indices (classification) or floats (regression)."""
@@ -248,8 +245,7 @@ class Teacher:
         finetuning: how the engine fine-tunes it where not every weight (LoRA: ``{"method": ...,
             "lora": {...}}``); part of the stored teacher's key, shown and recorded. Empty: every weight.
         default_lr: the fine-tuning learning rate when ``teacher_lr`` is unset (None: 5e-5).
-        after_finetuning: called once the engine has fine-tuned and stored it, before its outputs
-            are computed (a LoRA teacher merges its adapter here).
+        after_finetuning: called once it is fine-tuned and stored (a LoRA teacher merges its adapter).
         encoder: how it reads an example where not ``tokenizer`` on the plain text (a prompted
             model's prompt): called like a tokenizer, with a ``pad_token_id``. Its cached outputs
             are computed on this encoding; students read the plain text. None: ``tokenizer``.
