@@ -24,7 +24,7 @@ from kdplug.errors import UsageError
 from kdplug.types import ModelShape, Task, Teacher, num_outputs
 
 from .decoders import is_decoder_only
-from .hf_loading import _load_classifier, checkpoint_shape, load_pretrained
+from .hf_loading import _load_classifier, checkpoint_shape
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +173,8 @@ def encoder_source(teacher: Teacher, student: str, *, init: str, source: Optiona
     return os.path.expanduser(str(named[0]))
 
 
+#: how to pass the encoder a student of a decoder teacher starts from as a local directory
+LOCAL_SOURCE = "--set student_options.source=DIR"
 #: how to name the encoder a student of a decoder teacher starts from
 SOURCE_HINT = (
     "--set student_options.source=DIR_OR_HUB_ID (a local directory or a hub id such as bert-base-uncased; "
@@ -210,17 +212,24 @@ def check_encoder_config(config: Any, checkpoint: str, layers: int, student: str
     check_truncated_options(config, student, overrides)
 
 
-def check_layer_count(layers: int, total: int, student: str, teacher: str = "the teacher") -> None:
+def check_layer_count(layers: int, total: int, student: str, cut_from: str = "the teacher") -> None:
+    """``layers`` is 1 to the ``total`` layers of the model the student is ``cut_from`` (the teacher,
+    or the encoder a decoder teacher's student starts from)."""
     if not 1 <= layers <= total:
-        raise UsageError(
-            f"student {student!r} takes the teacher's first {layers} layers, but {teacher} has {total}; "
-            f"ask for 1 to {total} layers"
+        taken = (
+            f"the teacher's first {layers} layers, but {cut_from} has {total}"
+            if cut_from.startswith("the teacher")
+            else f"the first {layers} layers of {cut_from}, which has {total}"
         )
+        raise UsageError(f"student {student!r} takes {taken}; ask for 1 to {total} layers")
 
 
-def truncated_shape(teacher: ModelShape, layers: int, student: str, overrides: dict[str, Any]) -> Optional[ModelShape]:
-    """What ``truncated_copy`` will build, from the teacher's shape: its block with ``layers`` layers."""
-    check_layer_count(layers, len(teacher.layers), student)
+def truncated_shape(
+    teacher: ModelShape, layers: int, student: str, overrides: dict[str, Any], cut_from: str = "the teacher"
+) -> Optional[ModelShape]:
+    """What ``truncated_copy`` will build, from the shape of the model it is ``cut_from`` (the
+    teacher's, or a decoder teacher's encoder ``source``): its block with ``layers`` layers."""
+    check_layer_count(layers, len(teacher.layers), student, cut_from)
     width = overrides.get("hidden_size", teacher.width)
     heads = overrides.get("num_attention_heads", teacher.tokens.heads if teacher.tokens else None)
     if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (width, heads or 1)):
@@ -296,7 +305,7 @@ def check_bert_k_options(
         checkpoint = encoder_source(teacher, student, init=init, source=source, copy_classifier=copy_classifier)
         from transformers import AutoConfig
 
-        config = load_pretrained(AutoConfig, checkpoint, "student")
+        config = hub.load_pretrained(AutoConfig, checkpoint, "student", local_option=LOCAL_SOURCE)
         check_encoder_config(config, checkpoint, layers, student, config_overrides)
         return
     check_truncated_options(config, student, config_overrides)
@@ -312,7 +321,7 @@ def bert_k_shape(task: Task, teacher: ModelShape, layers: int, **options: Any) -
         encoder = checkpoint_shape(source, "student", overrides) if source else None
         if encoder is None or encoder.tokens is None:
             return None
-        return truncated_shape(encoder, layers, f"bert-{layers}", overrides)
+        return truncated_shape(encoder, layers, f"bert-{layers}", overrides, f"the encoder {source}")
     return truncated_shape(teacher, layers, f"bert-{layers}", overrides)
 
 

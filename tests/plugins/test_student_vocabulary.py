@@ -17,6 +17,9 @@ import kdplug
 from kdplug.cli import main
 from kdplug.testing.decoders import make_tiny_decoder
 from kdplug.testing.tiny import TinyTask
+from kdplug.types import ModelShape
+from kdplug_models.hf_loading import checkpoint_shape
+from kdplug_models.hf_students import bert_k_shape
 from kdplug_models.sentencepiece_tokenizer import normalize_text
 from kdplug_models.student_vocabulary import LARGE_TEACHER_VOCABULARY, default_tokenizer
 
@@ -132,6 +135,12 @@ def test_bert_k_of_a_decoder_teacher_starts_from_the_encoder_source_names(tmp_pa
         kdplug.create_student("bert-2", task, teacher, init="teacher", source=tiny_bert_dir)
     with pytest.raises(kdplug.UsageError, match="is a qwen2 model, not an encoder"):
         kdplug.create_student("bert-2", task, teacher, source=str(tmp_path / "qwen2"))
+    with pytest.raises(kdplug.UsageError, match="takes the first 5 layers of the encoder .*, which has 4"):
+        kdplug.create_student("bert-5", task, teacher, source=tiny_bert_dir)
+    # what the projectors are checked against before the teacher loads: the encoder's shape, not the decoder's
+    decoder = checkpoint_shape(str(tmp_path / "qwen2"), "teacher", {})
+    assert bert_k_shape(task, decoder, 2, source=tiny_bert_dir) == ModelShape.transformer(2, 32, heads=2)
+    assert bert_k_shape(task, decoder, 2) is None  # unknown: the student is refused once the teacher loads
 
 
 # -- the student package -----------------------------------------------------------------------------
