@@ -143,6 +143,25 @@ def test_bert_k_of_a_decoder_teacher_starts_from_the_encoder_source_names(tmp_pa
     assert bert_k_shape(task, decoder, 2) is None  # unknown: the student is refused once the teacher loads
 
 
+def test_an_encoder_student_with_fewer_positions_than_the_run_reads_is_refused(capsys, tmp_path, tiny_bert_dir):
+    """The run's max_length is bounded by the teacher's 128 positions; the encoder the student is cut
+    from holds 64, and reads with its own tokenizer: a usage error, not an index error mid-run."""
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN, dev=SST2_DEV)
+    argv = ["run", "--teacher", make_tiny_decoder(tmp_path / "llama", "llama"), "--student", "bert-2", "--task", "sst2"]
+    argv += [
+        "--data-dir",
+        str(data),
+        "--set",
+        "allow_weak_teacher=true",
+        "--set",
+        f"student_options.source={tiny_bert_dir}",
+    ]
+    assert main([*argv, "--set", "max_length=100", "--dry-run"]) == 2
+    assert "holds 64 positions, but the run reads up to 100 tokens an example; pass --set max_length=64" in (
+        capsys.readouterr().err
+    )
+
+
 # -- the student package -----------------------------------------------------------------------------
 
 
