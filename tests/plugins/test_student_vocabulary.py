@@ -135,6 +135,8 @@ def test_bert_k_of_a_decoder_teacher_starts_from_the_encoder_source_names(tmp_pa
         kdplug.create_student("bert-2", task, teacher, init="teacher", source=tiny_bert_dir)
     with pytest.raises(kdplug.UsageError, match="is a qwen2 model, not an encoder"):
         kdplug.create_student("bert-2", task, teacher, source=str(tmp_path / "qwen2"))
+    with pytest.raises(kdplug.UsageError, match="drop from_teacher: the student is then the pre-trained encoder"):
+        kdplug.create_student("distilroberta", task, teacher, from_teacher=True)
     with pytest.raises(kdplug.UsageError, match="takes the first 5 layers of the encoder .*, which has 4"):
         kdplug.create_student("bert-5", task, teacher, source=tiny_bert_dir)
     # what the projectors are checked against before the teacher loads: the encoder's shape, not the decoder's
