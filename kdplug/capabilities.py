@@ -56,7 +56,9 @@ class StudentCapabilities(Capabilities):
     tokenizer: Any = None
     """The student's own tokenizer (None: the teacher's)."""
     kdplug_init: Optional[Mapping[str, Any]] = None
-    """Where the student's initial weights came from, which the run records (None: ``{"init": "random"}``)."""
+    """Where the student's initial weights came from, which the run records (None: ``{"init": "random"}``); a
+    ``"tokenizer"`` entry says why it reads the vocabulary it reads, where that was chosen for it (the dry run
+    prints it)."""
     default_lr: ClassVar[Optional[float]] = None
     """The family's learning rate where the run sets none (None: kdplug's)."""
     default_epochs: ClassVar[Optional[int]] = None

@@ -518,6 +518,8 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
         f"student     {student['name']}: {student['class']}, {human_count(student['parameters'])} parameters, "
         f"{origin}; reads text with {student['tokenizer']} tokenizer"
     )
+    if init.get("tokenizer"):  # why the student reads a vocabulary of its own (a plugin chose it for the run)
+        lines.append(f"            {init['tokenizer']}")
     transfer = plan["transfer"]
     if transfer:
         where = f"stored: {transfer['stored']}" if transfer.get("stored") else "built on first use"

@@ -98,6 +98,7 @@ def prepare_stage(
     config = context.config
     if name in context.stages:
         raise UsageError(f"the recipe runs two stages named {name!r}; stage names must be unique")
+    check_positions(student, name, context.max_length)
     weights = weights or context.weights(projector)
     # no term reaches the classifier (TinyBERT's and MiniLMv2's first stage): its dev score says
     # nothing of the stage, so keep the last epoch and train every epoch
@@ -209,6 +210,19 @@ def live_teacher(context: EngineContext, student: nn.Module, stage: str) -> Live
             f"built from the teacher (bert-k) or one that shares its tokenizer"
         )
     return LiveTeacher(context.teacher, context.extractor(context.teacher.model), context.config.precision)
+
+
+def check_positions(model: nn.Module, stage: str, max_length: int) -> None:
+    """The run's ``max_length`` is bounded by the teacher's positions; a student reading its own
+    tokenizer (an encoder chosen for a decoder teacher) may hold fewer: say so instead of failing
+    inside its position embeddings."""
+    limit = preflight.position_limit(model)
+    if limit is not None and max_length > limit:
+        raise UsageError(
+            f"stage {stage!r}: the student {type(model).__name__} holds {limit} positions, but the run reads up to "
+            f"{max_length} tokens an example; pass --set max_length={limit} (or less), or choose a student with more "
+            f"positions"
+        )
 
 
 def check_vocabulary(model: nn.Module, stage: str, splits: list[EncodedSplit]) -> None:

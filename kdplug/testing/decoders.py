@@ -3,13 +3,17 @@ transformers saves them, for testing decoder teachers offline.
 
 Each comes with a byte-level BPE tokenizer trained on :data:`~kdplug.testing.tiny.TINY_WORDS`
 that, like Llama's and GPT-2's, has an end-of-sequence token and no padding token (transformers'
-Qwen2 tokenizer class gives itself ``<|endoftext|>``, as Qwen checkpoints have).
+Qwen2 tokenizer class gives itself ``<|endoftext|>``, as Qwen checkpoints have). A vocabulary
+larger than the tiny text supports (``vocab_size=100_000``, an LLM's size) is filled with
+reserved tokens, as Llama 3 reserves 256 of its own: the tokenizer and the embedding table have
+an LLM's number of rows while the model stays 32 wide.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Any
+from typing import Any, Optional
 
 from .tiny import TINY_WORDS
 
@@ -19,7 +23,8 @@ FAMILIES = ("llama", "qwen2", "mistral", "gemma", "gpt2")
 
 def bpe_tokenizer(vocab_size: int = 300, *, pad: bool = False):
     """A byte-level BPE tokenizer (GPT-2 style) over the tiny vocabulary: ``<s>``, ``</s>``, no
-    padding token unless ``pad``."""
+    padding token unless ``pad``; ``vocab_size`` entries, those the text does not support being
+    reserved tokens ``<|reserved_N|>`` that no text produces."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -32,9 +37,22 @@ def bpe_tokenizer(vocab_size: int = 300, *, pad: bool = False):
         vocab_size=vocab_size, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tokenizer.train_from_iterator([" ".join(TINY_WORDS)] * 4, trainer)
+    if tokenizer.get_vocab_size() < vocab_size:
+        tokenizer = _with_reserved_tokens(tokenizer, vocab_size)
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", **({"pad_token": "<pad>"} if pad else {})
     )
+
+
+def _with_reserved_tokens(tokenizer: Any, vocab_size: int) -> Any:
+    """``tokenizer`` with its BPE vocabulary filled up to ``vocab_size`` by pieces no merge reaches."""
+    from tokenizers import Tokenizer
+
+    state = json.loads(tokenizer.to_str())
+    vocab = state["model"]["vocab"]
+    for number in range(vocab_size - len(vocab)):
+        vocab[f"<|reserved_{number}|>"] = len(vocab)
+    return Tokenizer.from_str(json.dumps(state))
 
 
 def decoder_config(family: str, vocab_size: int, num_labels: int = 2, **overrides: Any):
@@ -63,13 +81,22 @@ def decoder_config(family: str, vocab_size: int, num_labels: int = 2, **override
     return config_class(**common, **{**options, **overrides})
 
 
-def make_tiny_decoder(path: str | os.PathLike, family: str = "llama", *, seed: int = 0, pad: bool = False) -> str:
+def make_tiny_decoder(
+    path: str | os.PathLike,
+    family: str = "llama",
+    *,
+    seed: int = 0,
+    pad: bool = False,
+    vocab_size: Optional[int] = None,
+) -> str:
     """Save a random ``family`` sequence classifier and its tokenizer to ``path``; no padding
-    token in either unless ``pad`` (as many decoder checkpoints ship)."""
+    token in either unless ``pad`` (as many decoder checkpoints ship). ``vocab_size``: the
+    tokenizer's and the embedding table's entries (default 300; 100_000 for an LLM-sized
+    vocabulary, see the module docstring)."""
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    tokenizer = bpe_tokenizer(pad=pad)
+    tokenizer = bpe_tokenizer(**({"vocab_size": vocab_size} if vocab_size else {}), pad=pad)
     config = decoder_config(family, len(tokenizer), pad_token_id=tokenizer.pad_token_id if pad else None)
     torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_config(config)

@@ -27,14 +27,16 @@ def gated_cnn_student(
     kernel_size: int = 3,
     dropout: float = 0.1,
     attention_dim: Optional[int] = None,
-    tokenizer: Any = "teacher",
+    tokenizer: Any = None,
     init_embeddings_from_teacher: Optional[bool] = None,
     embeddings: Optional[str] = None,
     source: Optional[str] = None,
     sentencepiece_vocab_size: int = 8000,
     sentencepiece_model_type: str = "unigram",
 ):
-    """Build the Gated-CNN student (``source``: a directory its ``save_pretrained`` wrote, to resume)."""
+    """Build the Gated-CNN student (``source``: a directory its ``save_pretrained`` wrote, to resume;
+    ``tokenizer``: ``teacher``, ``sentencepiece`` or a directory, by default the teacher's unless its
+    vocabulary is an LLM's, see student_vocabulary.py)."""
     return build_pooled_student(
         MODEL,
         task,

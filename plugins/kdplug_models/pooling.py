@@ -19,15 +19,13 @@ import kdplug
 from kdplug.types import LayerSpec, ModelShape, Task, num_outputs
 
 from .embeddings import from_file, from_teacher, vector_file_width
+from .student_vocabulary import SENTENCEPIECE_TOKENIZER, TEACHER_TOKENIZER, announce_own_vocabulary, default_tokenizer
 
 #: The papers give no embedding size. Half the hidden size (384 for the papers' 768) puts both
 #: students at the "similar capacity of around 25M trainable parameters" of Universal-KD Sec. 5.3
 #: with BERT's 30,522-word vocabulary: 23.0M (BiLSTM) and 26.5M (Gated-CNN); 300 would give
 #: 20.1M and 23.5M.
 PAPER_HIDDEN_SIZE = 768
-
-#: values of the students' ``tokenizer`` option that name a tokenizer rather than give one
-TEACHER_TOKENIZER, SENTENCEPIECE_TOKENIZER = "teacher", "sentencepiece"
 
 
 def model_class(path: str) -> type:
@@ -106,7 +104,8 @@ def build_pooled_student(
 
     ``source`` reloads a student its ``save_pretrained`` wrote; otherwise the vocabulary is the
     tokenizer's (``"sentencepiece"``: one trained on the task's training text, see
-    sentencepiece_tokenizer.py). ``hidden_size`` defaults to the teacher's width (768 under BERT-base,
+    sentencepiece_tokenizer.py; None: the teacher's, or a SentencePiece one where the teacher's
+    is an LLM's, see student_vocabulary.py). ``hidden_size`` defaults to the teacher's width (768 under BERT-base,
     the papers' setting; 384 under MiniLM), ``embedding_dim`` to half of it (a file of word vectors:
     the file's width). The word embeddings start from ``embeddings`` (a GloVe / word2vec text file)
     if given, else from the teacher's table where the student reads the teacher's tokenizer
@@ -121,6 +120,9 @@ def build_pooled_student(
         return model
     if architecture.get("hidden_size") is None:
         architecture["hidden_size"] = teacher_width(teacher)
+    chosen_for_it = tokenizer is None  # the run names none: by the size of the teacher's vocabulary
+    if chosen_for_it:
+        tokenizer = default_tokenizer(teacher, init_embeddings_from_teacher=init_embeddings_from_teacher)
     if isinstance(tokenizer, str) and tokenizer == SENTENCEPIECE_TOKENIZER:
         from .sentencepiece_tokenizer import task_sentencepiece_tokenizer
 
@@ -128,6 +130,8 @@ def build_pooled_student(
             task, vocab_size=sentencepiece_vocab_size, model_type=sentencepiece_model_type
         )
     tokenizer, vocab_size, pad = student_vocabulary(teacher, tokenizer)
+    own_vocabulary = chosen_for_it and tokenizer is not getattr(teacher, "tokenizer", None)
+    vocabulary_note = {"tokenizer": announce_own_vocabulary(teacher, tokenizer)} if own_vocabulary else {}
     if embeddings is not None:
         embedding_dim = file_width(embeddings, embedding_dim, init_embeddings_from_teacher)
         init_embeddings_from_teacher = False
@@ -156,7 +160,7 @@ def build_pooled_student(
     elif embeddings is not None:
         init = {"init": "word vectors", **from_file(model, tokenizer, embeddings)}
     model.tokenizer = tokenizer
-    model.kdplug_init = init
+    model.kdplug_init = {**init, **vocabulary_note}
     return model
 
 
