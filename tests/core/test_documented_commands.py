@@ -177,6 +177,8 @@ def test_every_documented_run_resolves_with_dry_run(words, tmp_path, monkeypatch
         if name:
             prompted = flag == "--teacher" and "teacher_options.prompt" in settings
             model_stand_in(HUB_TEACHERS.get(name, name), hub_cache, causal_lm=prompted)
+    if settings.get("student_options.source"):  # the pre-trained encoder a student starts from
+        model_stand_in(settings["student_options.source"], hub_cache)
     data_stand_in(words, settings)
     file_stand_ins(words)
     code = main(["run", *words, "--dry-run"])
