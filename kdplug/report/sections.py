@@ -65,6 +65,10 @@ def summary_section(doc: Document, runs: list[Run]) -> None:
         ],
         rows,
     )
+    for run in runs:
+        prompted = run.metrics.get("teacher", {}).get("prompted")
+        if prompted:
+            doc.para(f"{run.label}: {prompted_teacher_line(prompted)}")
     doc.para(
         "agreement: the share of dev examples on which the student predicts the teacher's class (what "
         "distillation optimises; a transfer set raises it before it raises accuracy)."
@@ -72,6 +76,18 @@ def summary_section(doc: Document, runs: list[Run]) -> None:
     doc.para(
         "checkpoint: the student kept at the **best** dev epoch (as the papers report) or the **last** epoch "
         "(configuration key best_checkpoint); the choice alone moves scores, so compare runs with the same one."
+    )
+
+
+def prompted_teacher_line(prompted: dict[str, Any]) -> str:
+    """How a prompted teacher labelled the task, as metrics.json recorded it (``teacher.prompted``)."""
+    verbalizer = ", ".join(f"{label} -> {json.dumps(text)}" for label, text in prompted.get("verbalizer", {}).items())
+    calibrated = prompted.get("calibrate")
+    return (
+        f"the teacher is a language model read through a prompt, not fine-tuned: prompt "
+        f"`{json.dumps(prompted.get('template'))}`, verbalizer {verbalizer}, {prompted.get('shots', 0)} shot(s)"
+        f"{', in its chat template' if prompted.get('chat_template') is True else ''}"
+        f"{', contextual calibration (Zhao et al. 2021)' if calibrated else ''}."
     )
 
 

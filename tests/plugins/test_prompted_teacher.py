@@ -277,3 +277,5 @@ def test_a_run_distils_it_and_the_student_reads_no_prompt(models, tmp_path, monk
     recorded = metrics["teacher"]["prompted"]
     assert recorded["template"] == TEMPLATE and recorded["shots"] == 1 and recorded["verbalizer"]["positive"] == " good"
     assert len(recorded["calibrate"]["p_cf"]) == 2 and "dev" in metrics["teacher"]
+    assert main(["report", str(run), "--output", str(tmp_path / "report")]) == 0  # the report shows the prompt
+    assert f"prompt `{json.dumps(TEMPLATE)}`" in (tmp_path / "report" / "report.md").read_text()
