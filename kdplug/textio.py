@@ -36,15 +36,20 @@ def detect_encoding(data: bytes) -> Optional[str]:
     return None
 
 
+def _require_codec(encoding: str, path: object) -> None:
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        raise DataError(
+            f"unknown encoding {encoding!r}; use a Python codec name such as utf-8, latin-1, cp1252 or utf-16",
+            path=path,
+        ) from None
+
+
 def decode(data: bytes, path: object, *, encoding: Optional[str] = None, option: str = "task_options.encoding") -> str:
     """``data`` as text: in ``encoding`` if given, else by its byte-order mark, else UTF-8."""
     chosen = encoding or detect_encoding(data) or "utf-8"
-    try:
-        codecs.lookup(chosen)
-    except LookupError:
-        raise DataError(
-            f"unknown encoding {chosen!r}; use a Python codec name such as utf-8, latin-1, cp1252 or utf-16", path=path
-        ) from None
+    _require_codec(chosen, path)
     try:
         return data.decode(chosen)
     except UnicodeDecodeError as exc:
@@ -75,12 +80,7 @@ def open_text(
     with open(path, "rb") as handle:
         start = handle.read(4)
     chosen = encoding or detect_encoding(start) or "utf-8"
-    try:
-        codecs.lookup(chosen)
-    except LookupError:
-        raise DataError(
-            f"unknown encoding {chosen!r}; use a Python codec name such as utf-8, latin-1, cp1252 or utf-16", path=path
-        ) from None
+    _require_codec(chosen, path)
     return _DecodingText(open(path, "rb"), path, encoding, option, chosen)
 
 

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import csv
 import io
+import itertools
 import json
 import os
 import sys
@@ -125,7 +126,8 @@ def _write_predictions(
     with open_output(args.output) as out:
         out.write(header(keys, student.labels, fmt))
         bar = progress(desc="predict", unit="text")
-        for chunk in batched(items, CHUNK_ROWS):
+        items = iter(items)
+        while chunk := list(itertools.islice(items, CHUNK_ROWS)):
             predictions = student.predict([text for _, text in chunk], batch_size=args.batch_size)
             out.write(render([row for row, _ in chunk], keys, predictions, student.labels, fmt))
             count += len(predictions)
@@ -133,17 +135,6 @@ def _write_predictions(
             bar.update(len(predictions))
         bar.close()
     return count, truncated
-
-
-def batched(items: Iterable, size: int) -> Iterator[list]:
-    chunk: list = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def output_format(path: str, input_fmt: str) -> str:

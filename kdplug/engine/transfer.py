@@ -15,6 +15,7 @@ is dropped, as is a degenerate copy with nothing but stop words, punctuation and
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import random
@@ -141,7 +142,8 @@ def _write_encoding(directory: Path, texts: Iterable[Text], tokenizer: Any, max_
     offsets = [0]
     with_types = None
     with open(directory / IDS_FILE, "wb") as ids_file, open(directory / TYPES_FILE, "wb") as types_file:
-        for chunk in _chunks(texts, ENCODE_CHUNK):
+        texts = iter(texts)
+        while chunk := list(itertools.islice(texts, ENCODE_CHUNK)):
             first = [a for a, _ in chunk]
             second = [b for _, b in chunk] if chunk[0][1] is not None else None
             encoded = tokenizer(first, second, truncation=True, max_length=max_length)
@@ -154,17 +156,6 @@ def _write_encoding(directory: Path, texts: Iterable[Text], tokenizer: Any, max_
     if not with_types:
         (directory / TYPES_FILE).unlink()
     np.save(directory / OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
-
-
-def _chunks(items: Iterable, size: int) -> Iterator[list]:
-    chunk: list = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 # -- building ------------------------------------------------------------------------------------
