@@ -162,6 +162,8 @@ def hf_teacher(
         teacher.notes.append(_label_note(loaded.labels, task))
     if adapter is not None:
         teacher.extra["kind"] = adapter.describe()
+    elif is_decoder_only(teacher.model.config):
+        teacher.extra["kind"] = f"a decoder classifier ({type(teacher.model).__name__})"
     if weights_dtype is not None:
         teacher.extra["dtype"] = dtype_name(weights_dtype)
     teacher.save_pretrained = _saver(teacher, task)

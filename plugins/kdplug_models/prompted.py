@@ -192,7 +192,7 @@ def prompted_teacher(
         tokenizer=tokenizer,
         source=source,
         finetuned=True,  # a prompted model is used as it is
-        extra={"prompted": record},
+        extra={"prompted": record, "kind": f"a prompted causal LM ({type(lm).__name__}), not fine-tuned"},
         notes=[describe(spec, chat, model)],
         encoder=encoder,
     )

@@ -105,7 +105,9 @@ def test_the_dry_run_says_how_a_decoder_teachers_layers_are_read(capsys, tmp_pat
     argv = ["run", "--teacher", teacher, "--student", "bilstm", "--projector", "alp", "--task", "sst2"]
     argv += ["--data-dir", str(data), "--set", "allow_weak_teacher=true", "--output", str(tmp_path / "run")]
     assert main([*argv, "--dry-run"]) == 0
-    assert "layers read by hf-decoder (last-real-token state of" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "kind: a decoder classifier (GPT2ForSequenceClassification)" in out
+    assert "layers read by hf-decoder (last-real-token state of" in out
 
 
 def test_an_encoder_decoder_teacher_is_refused_before_its_weights_load(tmp_path):
