@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kdplug",
         description="Knowledge distillation for NLP models, built from plugins.",
         epilog="Docs: docs/ in the repository (cli.md, python-api.md, deploy.md, tracking.md, hooks.md, methods.md, "
-        "models.md, tasks.md, recipes.md, comparisons.md, zoo.md, sweep-and-report.md, writing-a-plugin.md, "
+        "models.md, llm-teachers.md, tasks.md, recipes.md, comparisons.md, zoo.md, sweep-and-report.md, "
+        "writing-a-plugin.md, "
         "performance.md, scale.md, robustness.md, transfer-sets.md). "
         f"Disable plugins with --disable-plugin NAME or {DISABLE_ENV}=NAME,NAME.",
     )
