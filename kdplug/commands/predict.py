@@ -15,6 +15,7 @@ import io
 import itertools
 import json
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -193,6 +194,8 @@ def open_output(path: str) -> Iterator[TextIO]:
         return
     target = Path(path)
     staging = target.with_name(f"{STAGING_PREFIX}{target.name}")
+    # SIGTERM ends a process without unwinding it: made an exit here, the staging file is removed below
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         with open(staging, "w", encoding="utf-8", newline="") as handle:
             yield handle
@@ -206,6 +209,12 @@ def open_output(path: str) -> Iterator[TextIO]:
     except BaseException:
         staging.unlink(missing_ok=True)
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # 143, as the shell reports a process SIGTERM stopped
 
 
 def check_output_file(target: Path, overwrite: bool) -> None:

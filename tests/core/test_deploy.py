@@ -336,6 +336,28 @@ def test_predict_reads_and_writes_as_it_goes_in_flat_memory(capsys, tmp_path, ru
     assert peaks[12_000] < 1.5 * peaks[2_000], peaks
 
 
+def test_predict_stopped_by_sigterm_leaves_no_staging_file(tmp_path, runs):
+    """A real SIGTERM while the predictions are being written: exit 143, no output, no staging file."""
+    import signal
+    import time
+
+    texts = dev_texts()
+    source = tmp_path / "in.tsv"
+    source.write_text("sentence\n" + "".join(f"{texts[i % len(texts)]} {i}\n" for i in range(40_000)))
+    output = tmp_path / "out" / "predictions.tsv"
+    output.parent.mkdir()
+    argv = [sys.executable, "-m", "kdplug.cli", "predict", str(runs["bilstm"]), "--input", str(source)]
+    process = subprocess.Popen([*argv, "--output", str(output)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not any(output.parent.iterdir()) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, "the command ended before it was stopped"
+    process.send_signal(signal.SIGTERM)
+    err = process.communicate(timeout=120)[1]
+    assert process.returncode == 143, err
+    assert "Traceback" not in err and list(output.parent.iterdir()) == []
+
+
 def test_predict_from_stdin_to_stdout_and_counts_truncation(capsys, runs, monkeypatch):
     import io
 
