@@ -41,21 +41,41 @@ class TokenTable(Sequence[list[int]]):
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    @classmethod
-    def concatenated(cls, tables: Sequence[TokenTable], dtype: type = np.int32) -> TokenTable:
-        lengths = np.concatenate([table.lengths() for table in tables]) if tables else np.zeros(0, dtype=np.int64)
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        ids = np.concatenate([table.ids for table in tables]) if tables else np.zeros(0, dtype=dtype)
-        return cls(ids, offsets)
 
-    @classmethod
-    def packed(cls, sequences: Sequence[Sequence[int]], dtype: type = np.int32) -> TokenTable:
-        """A table of ``sequences`` (e.g. a tokenizer's lists for one chunk of texts)."""
-        lengths = np.fromiter((len(ids) for ids in sequences), dtype=np.int64, count=len(sequences))
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        return cls(np.fromiter(itertools.chain.from_iterable(sequences), dtype=dtype, count=int(offsets[-1])), offsets)
+def packed(sequences: Sequence[Sequence[int]], dtype: type) -> tuple[np.ndarray, np.ndarray]:
+    """``(every id of sequences in one flat array, each sequence's length)``: a tokenizer's Python
+    lists of one chunk of texts, as arrays."""
+    lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
+    return np.fromiter(itertools.chain.from_iterable(sequences), dtype=dtype, count=int(lengths.sum())), lengths
+
+
+class GrowingArray:
+    """A flat array filled chunk by chunk. It grows in place (``ndarray.resize`` reallocates, and a
+    large block is remapped, not copied), so a split's token ids are never held twice, as joining
+    per-chunk arrays would hold them; capacity no chunk filled is never touched, so never resident."""
+
+    def __init__(self, dtype: type) -> None:
+        self.array, self.size = np.empty(0, dtype=dtype), 0
+
+    def reserve(self, capacity: int) -> None:
+        if capacity <= len(self.array):
+            return
+        if self.size == 0:
+            self.array = np.empty(capacity, dtype=self.array.dtype)  # untouched pages cost nothing
+        else:  # resize zero-fills the new part; no views of the array exist until it is finished
+            self.array.resize(capacity, refcheck=False)
+
+    def extend(self, values: np.ndarray) -> None:
+        end = self.size + len(values)
+        if end > len(self.array):
+            self.reserve(max(end, len(self.array) + len(self.array) // 4))
+        self.array[self.size : end] = values
+        self.size = end
+
+    def finished(self) -> np.ndarray:
+        """The filled part; the capacity beyond it is given back."""
+        self.array.resize(self.size, refcheck=False)
+        return self.array
 
 
 @dataclass
@@ -141,10 +161,13 @@ ENCODE_CHUNK = 8192
 
 
 def encode(examples: Sequence[Example], tokenizer: Any, max_length: int, *, is_regression: bool) -> EncodedSplit:
-    """``examples`` tokenised in chunks, each packed into a flat token table before the next is
-    tokenised: memory grows with the token count (4 bytes a token), not with Python objects."""
+    """``examples`` tokenised in chunks, each packed into one flat array of the split's ids before the
+    next is tokenised: memory grows with the token count (4 bytes a token), not with Python objects,
+    and the ids are never held twice."""
     pairs = bool(examples) and examples[0].text_b is not None
-    id_tables, type_tables = [], []
+    offsets = np.zeros(len(examples) + 1, dtype=np.int64)
+    ids, types = GrowingArray(np.int32), GrowingArray(np.int8)
+    with_types = False
     for start in range(0, len(examples), ENCODE_CHUNK):
         chunk = examples[start : start + ENCODE_CHUNK]
         encoded = tokenizer(
@@ -153,14 +176,21 @@ def encode(examples: Sequence[Example], tokenizer: Any, max_length: int, *, is_r
             truncation=True,
             max_length=max_length,
         )
-        id_tables.append(TokenTable.packed(encoded["input_ids"]))
-        if "token_type_ids" in encoded:
-            type_tables.append(TokenTable.packed(encoded["token_type_ids"], dtype=np.int8))
+        chunk_ids, lengths = packed(encoded["input_ids"], np.int32)
+        if start == 0:  # the first chunk's mean length, times the split, with a margin: one allocation
+            ids.reserve(int(len(chunk_ids) / len(chunk) * len(examples) * 1.05) + 1)
+        ids.extend(chunk_ids)
+        np.cumsum(lengths, out=offsets[start + 1 : start + 1 + len(chunk)])
+        offsets[start + 1 : start + 1 + len(chunk)] += offsets[start]
+        with_types = "token_type_ids" in encoded
+        if with_types:
+            types.reserve(len(ids.array))
+            types.extend(packed(encoded["token_type_ids"], np.int8)[0])
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     labels = [float(example.label) if is_regression else int(example.label) for example in examples]
     return EncodedSplit(
-        input_ids=TokenTable.concatenated(id_tables),
-        token_type_ids=TokenTable.concatenated(type_tables, dtype=np.int8) if type_tables else None,
+        input_ids=TokenTable(ids.finished(), offsets),
+        token_type_ids=TokenTable(types.finished(), offsets) if with_types else None,
         labels=labels,
         is_regression=is_regression,
         pad_id=pad_id,

@@ -69,3 +69,38 @@ def test_a_split_is_tokenised_in_chunks_into_flat_int32_tables(monkeypatch, tiny
     assert split.labels == [e.label for e in examples]
     with pytest.raises(IndexError):
         split.input_ids[23]
+
+
+def test_a_split_whose_later_texts_are_longer_grows_its_table_and_holds_its_ids_once(monkeypatch, tiny_bert_dir):
+    """The first chunk's short texts make the table's first estimate too small, so it grows; the
+    ids come out exact, and at no point does encoding hold the split's ids twice: the traced peak
+    stays under 1.8 times the finished arrays (a quarter of growth room, one chunk's lists), where
+    joining one array per chunk at the end peaked at 2.4 times."""
+    import tracemalloc
+
+    from transformers import AutoTokenizer
+
+    from kdplug.engine import data
+    from kdplug.types import Example
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    rng = random.Random(1)
+    words = ["good", "bad", "film", "plot", "the", "a", "dull", "moving"]
+    examples = [Example("good", 1)] * 200 + [
+        Example(" ".join(rng.choices(words, k=rng.randint(40, 60))), i % 2) for i in range(6000)
+    ]
+    monkeypatch.setattr(data, "ENCODE_CHUNK", 200)
+    tracemalloc.start()
+    try:
+        split = data.encode(examples, tokenizer, 64, is_regression=False)
+        finished = split.input_ids.ids.nbytes + split.token_type_ids.ids.nbytes + split.input_ids.offsets.nbytes
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    expected = tokenizer([e.text_a for e in examples], truncation=True, max_length=64)["input_ids"]
+    assert [split[i]["input_ids"] for i in (0, 199, 200, 3000, 6199)] == [
+        expected[i] for i in (0, 199, 200, 3000, 6199)
+    ]
+    assert list(split.lengths) == [len(ids) for ids in expected]
+    assert split.token_type_ids.ids.tolist() == [0] * len(split.input_ids.ids)
+    assert finished > 1_000_000 and peak < 1.8 * finished, (peak, finished)
