@@ -33,10 +33,11 @@ from ..config import RunConfig
 from ..errors import UsageError
 from ..registry import Registry
 from ..storage import atomic_directory, complete_copy, file_lock, verify
-from ..textio import input_format, read_inputs, read_text
+from ..textio import input_format, input_rows, jsonl_keys, open_text
 from ..types import Example, Task, Teacher, text_columns
 from ..words import has_content
-from .data import EncodedSplit, TokenTable
+from .data import EncodedSplit, TokenTable, packed
+from .digests import DigestSet
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +56,9 @@ def normalised(text: Text) -> str:
     return "\t".join(" ".join(part.lower().split()) for part in text if part is not None)
 
 
-def digest(key: str) -> bytes:
-    """Eight bytes standing for a normalised text: a set of millions of them stays small."""
-    return hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
+def digest(key: str) -> int:
+    """64 bits standing for a normalised text: a :class:`DigestSet` of millions of them stays small."""
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little")
 
 
 def augment_factor(config: RunConfig, task: Task) -> int:
@@ -108,7 +109,7 @@ class TransferSet:
             if complete_copy(target) is None:
                 texts = self.texts() if mask is None else (_replace_word(t, *mask) for t in self.texts())
                 with atomic_directory(target, f"the tokenised transfer set {target}") as staging:
-                    _write_encoding(staging, texts, tokenizer, max_length)
+                    _write_encoding(staging, texts, len(self), tokenizer, max_length)
         directory = complete_copy(target)
         offsets = np.load(directory / OFFSETS_FILE, mmap_mode="r")
         ids = (
@@ -138,9 +139,11 @@ def _replace_word(text: Text, old: str, new: str) -> Text:
     return swap(text[0]), swap(text[1])  # type: ignore[return-value]
 
 
-def _write_encoding(directory: Path, texts: Iterable[Text], tokenizer: Any, max_length: int) -> None:
-    offsets = [0]
-    with_types = None
+def _write_encoding(directory: Path, texts: Iterable[Text], count: int, tokenizer: Any, max_length: int) -> None:
+    """The ``count`` texts' token ids written chunk by chunk; the offsets too are written as they go
+    (a memory-mapped file), so a set of millions of texts holds no per-text Python objects."""
+    offsets = np.lib.format.open_memmap(directory / OFFSETS_FILE, mode="w+", dtype=np.int64, shape=(count + 1,))
+    offsets[0], written, with_types = 0, 0, None
     with open(directory / IDS_FILE, "wb") as ids_file, open(directory / TYPES_FILE, "wb") as types_file:
         texts = iter(texts)
         while chunk := list(itertools.islice(texts, ENCODE_CHUNK)):
@@ -148,14 +151,19 @@ def _write_encoding(directory: Path, texts: Iterable[Text], tokenizer: Any, max_
             second = [b for _, b in chunk] if chunk[0][1] is not None else None
             encoded = tokenizer(first, second, truncation=True, max_length=max_length)
             with_types = "token_type_ids" in encoded
-            for row, ids in enumerate(encoded["input_ids"]):
-                ids_file.write(np.asarray(ids, dtype=np.int32).tobytes())
-                if with_types:
-                    types_file.write(np.asarray(encoded["token_type_ids"][row], dtype=np.int8).tobytes())
-                offsets.append(offsets[-1] + len(ids))
+            ids, lengths = packed(encoded["input_ids"], np.int32)
+            ids_file.write(ids.tobytes())
+            if with_types:
+                types_file.write(packed(encoded["token_type_ids"], np.int8)[0].tobytes())
+            np.cumsum(lengths, out=offsets[written + 1 : written + 1 + len(chunk)])
+            offsets[written + 1 : written + 1 + len(chunk)] += offsets[written]
+            written += len(chunk)
+    if written != count:
+        raise RuntimeError(f"the transfer set's texts file holds {written} texts where its record says {count}")
+    offsets.flush()
+    del offsets
     if not with_types:
         (directory / TYPES_FILE).unlink()
-    np.save(directory / OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
 
 
 # -- building ------------------------------------------------------------------------------------
@@ -169,17 +177,24 @@ def read_transfer_file(path: str, task: Task) -> Iterator[Text]:
         yield from _read_dataset_dir(source, task)
         return
     fmt = input_format(str(source), None)
-    _, _, texts = read_inputs(
-        read_text(source),
-        fmt,
-        str(source),
-        text_columns(task),
-        task.is_pair,
-        None,
-        consumer=f"a transfer set for task {task.name!r}",
-    )
-    for text in texts:
-        yield (text[0], text[1]) if task.is_pair else (text, None)
+    name = str(source)
+    keys = None
+    if fmt == "jsonl":  # the columns are picked from every row's keys: a first pass reads them
+        with open_text(source) as stream:
+            keys = jsonl_keys(stream, name)
+    with open_text(source) as stream:  # read as it goes, never whole
+        _, items = input_rows(
+            stream,
+            fmt,
+            name,
+            text_columns(task),
+            task.is_pair,
+            None,
+            consumer=f"a transfer set for task {task.name!r}",
+            keys=keys,
+        )
+        for _, text in items:
+            yield (text[0], text[1]) if task.is_pair else (text, None)
 
 
 def _read_dataset_dir(source: Path, task: Task) -> Iterator[Text]:
@@ -335,6 +350,35 @@ def find_stored(
     return _stored(root / "transfer" / transfer_key(config, task, train, dev_keys, seed, teacher))
 
 
+class TrainingSentences(Sequence[str]):
+    """Every sentence of the training examples (both of a pair), as an augmenter's ``prepare`` sees
+    them: read from the examples as they are asked for, never copied into one list."""
+
+    def __init__(self, examples: Sequence[Example]) -> None:
+        self.examples = examples
+        self.pairs = bool(examples) and examples[0].text_b is not None
+
+    def __len__(self) -> int:
+        return len(self.examples) * (2 if self.pairs else 1)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"sentence index {index} out of range for {len(self)} sentences")
+        index %= len(self)
+        if not self.pairs:
+            return self.examples[index].text_a
+        example = self.examples[index // 2]
+        return example.text_b if index % 2 else example.text_a
+
+    def __iter__(self) -> Iterator[str]:
+        for example in self.examples:
+            yield example.text_a
+            if self.pairs:
+                yield example.text_b
+
+
 def _write_texts(
     directory: Path,
     config: RunConfig,
@@ -357,8 +401,10 @@ def _write_texts(
         ),
         0,
     )
-    training = {digest(normalised((e.text_a, e.text_b))) for e in train}
-    seen: set[bytes] = set()
+    training = DigestSet(len(train))
+    for example in train:
+        training.add(digest(normalised((example.text_a, example.text_b))))
+    seen = DigestSet()
     special = list(getattr(teacher.tokenizer, "all_special_tokens", None) or [])
     augmenter = None
     if config.augment:
@@ -389,7 +435,7 @@ def _write_texts(
                 emit(text, "from_files")
         if augmenter is not None:
             if hasattr(augmenter, "prepare"):
-                augmenter.prepare([s for e in train for s in (e.text_a, e.text_b) if s is not None])
+                augmenter.prepare(TrainingSentences(train))
             for _, text in augmented(augmenter, train, augment_factor(config, task), seed):
                 emit(text, "augmented")
     return {

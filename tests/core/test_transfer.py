@@ -252,6 +252,32 @@ def test_transfer_files_of_every_format_read_the_tasks_text_columns(tmp_path, ss
         list(transfer_module.read_transfer_file(str(tmp_path / "e.tsv"), task))
 
 
+def test_a_transfer_file_is_read_as_a_stream_not_held_whole(tmp_path, sst2_dir):
+    """A 4 MB CSV or JSONL file of texts is read row by row: the traced peak while every text is
+    read stays a small fraction of the file (reading it whole held its bytes and its text, twice the
+    file). A JSONL file's rows may each hold other keys: the first pass reads them all."""
+    import tracemalloc
+
+    task = registry().create("task", "sst2", data_dir=str(sst2_dir))
+    rows = [f"the film number {i} was a rather moving and clever story of its kind" for i in range(60_000)]
+    with open(tmp_path / "big.csv", "w", encoding="utf-8") as handle:
+        handle.write("sentence\n" + "\n".join(rows) + "\n")
+    with open(tmp_path / "big.jsonl", "w", encoding="utf-8") as handle:
+        for i, row in enumerate(rows):
+            handle.write(json.dumps({"sentence": row, **({"id": i} if i % 2 else {})}) + "\n")
+    for name in ("big.csv", "big.jsonl"):
+        size = (tmp_path / name).stat().st_size
+        assert size > 4_000_000
+        tracemalloc.start()
+        try:
+            count = sum(1 for _ in transfer_module.read_transfer_file(str(tmp_path / name), task))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert count == len(rows)
+        assert peak < size / 10, (name, peak, size)
+
+
 def test_a_missing_transfer_file_and_an_unknown_augmenter_fail_before_any_work(tmp_path, tiny_bert_dir, sst2_dir):
     for settings, message in (
         ({"transfer": [str(tmp_path / "nope.txt")]}, "no such file"),
