@@ -13,11 +13,12 @@ n_iter = 20 for SST-2) and drops duplicates.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import importlib.util
 import itertools
 import random
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Optional
 
@@ -98,15 +99,28 @@ class PosTagger:
 
         self.model = spacy_pipeline(model)
         try:
-            self.nlp = spacy.load(self.model, exclude=["parser", "ner", "lemmatizer", "senter"])
+            # the attribute ruler maps tags to coarse POS and tags whitespace tokens, which split
+            # words never hold: without it the tags are the same and tagging a third faster
+            self.nlp = spacy.load(self.model, exclude=["parser", "ner", "lemmatizer", "senter", "attribute_ruler"])
         except OSError as exc:
             raise UsageError(f"augment_options.spacy_model={self.model}: spaCy cannot load it ({exc})") from None
 
     def __call__(self, sentences: Sequence[Sequence[str]]) -> list[list[str]]:
+        return [tags for _, tags in self.stream(" ".join(words) for words in sentences)]
+
+    def stream(self, sentences: Iterable[str]) -> Iterator[tuple[str, list[str]]]:
+        """``(sentence, the tags of its whitespace-split words)`` of each sentence, tagged in
+        batches as they are read."""
         from spacy.tokens import Doc
 
-        docs = (Doc(self.nlp.vocab, words=list(words)) for words in sentences)
-        return [[token.tag_ for token in doc] for doc in self.nlp.pipe(docs, batch_size=256)]
+        docs = ((Doc(self.nlp.vocab, words=sentence.split()), sentence) for sentence in sentences)
+        for doc, sentence in self.nlp.pipe(docs, batch_size=256, as_tuples=True):
+            yield sentence, [token.tag_ for token in doc]
+
+
+def sentence_key(sentence: str) -> int:
+    """64 bits standing for a sentence: the tag store's key, a few bytes where the text is many."""
+    return int.from_bytes(hashlib.blake2b(sentence.encode("utf-8"), digest_size=8).digest(), "little")
 
 
 class TangAugmenter:
@@ -131,7 +145,9 @@ class TangAugmenter:
         self.mask_token = mask_token or getattr(tokenizer, "mask_token", None) or "[MASK]"
         self.p_mask, self.p_pos, self.p_ng, self.max_ngram = float(p_mask), float(p_pos), float(p_ng), int(max_ngram)
         self.tagger = PosTagger(spacy_model) if self.p_pos > 0 else None
-        self._tags: dict[str, list[str]] = {}
+        self._tags: dict[int, str] = {}  # sentence key -> one character (a tag's id) a word
+        self._tag_ids: dict[str, int] = {}
+        self._tag_names: list[str] = []
         self._vocabulary: dict[str, tuple[list[str], list[int]]] = {}  # tag -> (words, cumulative counts)
 
     @staticmethod
@@ -157,19 +173,43 @@ class TangAugmenter:
         if p_pos > 0:
             spacy_pipeline(spacy_model)
 
-    def prepare(self, sentences: Sequence[str]) -> None:
-        """Tag every training sentence and count each tag's words (the replacement distribution)."""
+    def prepare(self, sentences: Iterable[str]) -> None:
+        """Tag every distinct training sentence once, as they are read, and count each tag's words
+        (the replacement distribution). A sentence's tags are kept as one character a tag under
+        its 64-bit key: about 130 bytes a sentence, where its text and a list of tag strings took
+        about a kilobyte."""
         if self.tagger is None:
             return
-        unique = list(dict.fromkeys(sentences))
+        self._tags = {}
         counts: dict[str, Counter] = defaultdict(Counter)
-        for sentence, tags in zip(unique, self.tagger([s.split() for s in unique])):
-            self._tags[sentence] = tags
+
+        def distinct() -> Iterator[str]:
+            for sentence in sentences:
+                key = sentence_key(sentence)
+                if key not in self._tags:
+                    self._tags[key] = ""  # claimed: a repeat in the same batch is not tagged twice
+                    yield sentence
+
+        for sentence, tags in self.tagger.stream(distinct()):
+            self._tags[sentence_key(sentence)] = "".join(chr(self._tag_id(tag)) for tag in tags)
             for word, tag in zip(sentence.split(), tags):
                 counts[tag][word] += 1
         self._vocabulary = {
             tag: (list(words), list(itertools.accumulate(words.values()))) for tag, words in counts.items()
         }
+
+    def _tag_id(self, tag: str) -> int:
+        if tag not in self._tag_ids:
+            self._tag_ids[tag] = len(self._tag_names)
+            self._tag_names.append(tag)
+        return self._tag_ids[tag]
+
+    def tags_of(self, text: str, words: Sequence[str]) -> list[str]:
+        """The tags ``prepare`` stored for ``text``, else tagged now (a text it did not see)."""
+        stored = self._tags.get(sentence_key(text))
+        if stored is not None and len(stored) == len(words):
+            return [self._tag_names[ord(code)] for code in stored]
+        return self.tagger([words])[0]
 
     def same_tag_word(self, tag: str, rng: random.Random) -> Optional[str]:
         """A word drawn from the training unigram distribution of ``tag`` (None: tag never seen)."""
@@ -185,7 +225,7 @@ class TangAugmenter:
             return text
         replacement = None
         if self.tagger is not None:
-            tags = self._tags.get(text) or self.tagger([words])[0]
+            tags = self.tags_of(text, words)
             replacement = lambda position, r: self.same_tag_word(tags[position], r)  # noqa: E731
         out = mask_or_replace(
             words, rng, p_mask=self.p_mask, p_pos=self.p_pos, mask_token=self.mask_token, replacement=replacement

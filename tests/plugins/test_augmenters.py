@@ -34,6 +34,34 @@ def teacher(registry, tiny_bert_dir):
     return registry.create("teacher", "hf", TinyTask(), source=tiny_bert_dir)
 
 
+def test_prepare_keeps_each_training_sentences_tags_in_a_few_dozen_bytes_and_tags_repeats_once(teacher):
+    """prepare reads the sentences as a stream, tags each distinct one once, and keeps its tags for
+    the copies that replace its words in about 130 bytes (a list of tag strings under the text
+    took about a kilobyte): memory that grows with the training set stays small. The stored tags
+    are the tagger's own."""
+    import tracemalloc
+
+    pytest.importorskip("spacy")
+    augmenter = TangAugmenter(teacher, p_mask=0.0, p_pos=1.0, p_ng=0.0)
+    rng = random.Random(0)
+    sentences = [" ".join(rng.choices(WORDS, k=15)) for _ in range(3000)]
+    augmenter.prepare(iter(sentences[:1000]))  # a warm-up: spaCy's own first-use memory
+    tagged = []
+    tag_stream = augmenter.tagger.stream
+    augmenter.tagger.stream = lambda texts: (tagged.append(t[0]) or t for t in tag_stream(texts))
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        augmenter.prepare(iter(sentences + sentences[:500]))
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert sorted(tagged) == sorted(dict.fromkeys(sentences))  # each distinct sentence once
+    assert (after - before) / 2000 < 250, after - before  # 3,000 sentences' tags replace 1,000's
+    for sentence in sentences[:20]:
+        assert augmenter.tags_of(sentence, sentence.split()) == augmenter.tagger([sentence.split()])[0]
+
+
 def test_masking_and_replacement_rates_are_the_papers():
     """Tang et al. §3.3: per word X ~ U[0,1]; X < p_mask masks, p_mask <= X < p_mask + p_pos replaces."""
     rng = random.Random(0)
