@@ -3,7 +3,9 @@
 For each size N, a fresh process reads a generated CSV task of N training sentences (and N/10 dev,
 at most 10,000) with the ``local`` task, tokenises it, runs the teacher pass (the teacher cache of
 train and dev), trains a BiLSTM student for one epoch with logit KD (rkd) from that cache, and
-predicts dev; it prints each step's seconds and rows per second, the peak resident memory after the
+predicts dev. Up to 100k sentences (``--transfer-up-to``) it also builds and tokenises a transfer
+set of Tang et al.'s augmentation: 20 copies a sentence, POS-guided by spaCy (the ``augment``
+extra). It prints each step's seconds and rows per second, the peak resident memory after the
 step, and the cache's size on disk. A tiny random BERT teacher (2 layers, 32 wide, a WordPiece
 vocabulary of the generated words) and a small BiLSTM (32 wide) keep the model's arithmetic small,
 so what grows with N is kdplug's own handling of the data. Memory should not grow with N beyond the
@@ -55,12 +57,14 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child(size: int, root: Path) -> dict:
+def child(size: int, root: Path, transfer_up_to: int) -> dict:
     """Every step for one size, in this process; what each cost."""
     import torch
 
     import kdplug
+    from kdplug.config import RunConfig
     from kdplug.engine import teacher as teacher_stage
+    from kdplug.engine import transfer
     from kdplug.engine.data import encode
     from kdplug.engine.objective import DistillationModule, WeightedObjective
     from kdplug.engine.trainer import Trainer, build_accelerator
@@ -87,12 +91,28 @@ def child(size: int, root: Path) -> dict:
     started = time.perf_counter()
     train = encode(train_examples, teacher.tokenizer, 64, is_regression=False)
     dev = encode(dev_examples, teacher.tokenizer, 64, is_regression=False)
-    del train_examples, dev_examples
     step("tokenise", len(train) + len(dev), started)
+    cache_root = root / "cache"
+    transfer_set = None
+    if size <= transfer_up_to:  # candidates: every training sentence's augmented copies
+        settings = RunConfig(augment="tang")
+        factor = transfer.augment_factor(settings, task)
+        started = time.perf_counter()
+        built = transfer.build_or_load(
+            settings, registry, task, teacher, train_examples, {"dev": dev_examples},
+            root=cache_root, seed=0, echo=lambda _: None,
+        )  # fmt: skip
+        built.encode(teacher.tokenizer, 64, is_regression=False)
+        step(f"tang transfer set (x{factor})", len(train_examples) * factor, started)
+        transfer_set = {
+            "kept": len(built),
+            "candidates": len(train_examples) * factor,
+            "bytes": disk_bytes(built.directory),
+        }
+    del train_examples, dev_examples
 
     trainer = Trainer(build_accelerator("fp32"), task, batch_size=32, seed=0)
     extractor = kdplug.find_layer_extractor(teacher.model)
-    cache_root = root / "cache"
     started = time.perf_counter()
     caches = {
         name: teacher_stage.build_cache(
@@ -124,19 +144,30 @@ def child(size: int, root: Path) -> dict:
     started = time.perf_counter()
     trainer.predict(student, dev)
     step("predict dev", len(dev), started)
-    disk = sum(path.stat().st_size for path in cache_root.rglob("*") if path.is_file())
-    return {"size": size, "dev": len(dev), "steps": steps, "cache_bytes": disk}
+    disk = disk_bytes(cache_root) - (transfer_set["bytes"] if transfer_set else 0)
+    return {"size": size, "dev": len(dev), "steps": steps, "cache_bytes": disk, "transfer_set": transfer_set}
+
+
+def disk_bytes(directory: Path) -> int:
+    return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2,000 sentences")
+    parser.add_argument(
+        "--transfer-up-to",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="build a tang transfer set (20 augmented copies a sentence) at sizes up to N (default 100,000)",
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        print(json.dumps(child(args.child, Path(args.root))))
+        print(json.dumps(child(args.child, Path(args.root), args.transfer_up_to)))
         return 0
     sizes = [2_000] if args.quick else args.sizes
     print(f"{'N':>9} {'step':<28} {'seconds':>9} {'rows/s':>9} {'peak MiB':>9}")
@@ -144,7 +175,18 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as root:
             write_task(Path(root) / "data", size, min(10_000, max(10, size // 10)))
             done = subprocess.run(
-                [sys.executable, __file__, "--child", str(size), "--root", root], capture_output=True, text=True
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    str(size),
+                    "--root",
+                    root,
+                    "--transfer-up-to",
+                    str(args.transfer_up_to),
+                ],
+                capture_output=True,
+                text=True,
             )
             if done.returncode != 0:
                 print(done.stderr[-3000:], file=sys.stderr)
@@ -155,6 +197,12 @@ def main(argv=None) -> int:
                 f"{size:>9} {name:<28} {measured['seconds']:9.2f} {measured['rows_per_s']:9d} {measured['peak_mib']:9d}"
             )
         print(f"{size:>9} {'teacher cache on disk':<28} {result['cache_bytes'] / 1e6:9.1f} MB")
+        if result["transfer_set"]:
+            kept = result["transfer_set"]
+            print(
+                f"{size:>9} {'transfer set on disk':<28} {kept['bytes'] / 1e6:9.1f} MB "
+                f"({kept['kept']:,} of {kept['candidates']:,} copies kept, the rest duplicates or degenerate)"
+            )
     return 0
 
 

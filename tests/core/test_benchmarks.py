@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("inference.py", ["--repeats", "1", "--length", "8", "--no-onnx"], "BiLSTM (3x768)"),
         ("threads.py", ["--quick", "--load", "1"], "kdplug picks"),
         ("overhead.py", ["--quick"], "kdplug trainer, an epoch + dev eval"),
-        ("scale.py", ["--quick"], "teacher cache on disk"),
+        ("scale.py", ["--quick"], "transfer set on disk"),
         ("teacher_pass.py", ["--quick"], "teacher pass throughput"),
     ],
 )
