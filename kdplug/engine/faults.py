@@ -7,8 +7,9 @@ ends. ``KDPLUG_FAULT_AT=POINT[:COUNT[:ACTION]]`` acts the COUNT-th time (default
 passes a named point: ACTION is a signal (default SIGKILL), or ``fsize=BYTES``, which sets this
 process's real file-size limit (``RLIMIT_FSIZE``) so that the writes that follow fail the way a
 full disk or a quota makes them fail. Points: ``checkpoint-write``, ``checkpoint-swap`` (between
-the two renames that put a new checkpoint in place), ``cache-write``, ``teacher-store`` and
-``run-results``. Unset, each costs one dictionary lookup.
+the two renames that put a new checkpoint in place), ``cache-write``, ``teacher-store``,
+``run-results``, and per rank N of a launch ``teacher-share-rankN`` (a batch of its share of the
+teacher pass) and ``augment-share-rankN`` (an augmented copy of its share). Unset, each costs one dictionary lookup.
 """
 
 from __future__ import annotations

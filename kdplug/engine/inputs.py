@@ -389,7 +389,7 @@ def build_transfer_set(config: RunConfig, registry: Registry, inputs: RunInputs,
     from . import transfer
 
     task = inputs.task
-    # built under a lock: the ranks of a multi-process run (and parallel runs) build it once
+    # built under a lock (parallel runs build it once); the processes of a launch share the augmenting
     return transfer.build_or_load(
         config,
         registry,
@@ -400,6 +400,7 @@ def build_transfer_set(config: RunConfig, registry: Registry, inputs: RunInputs,
         root=env.cache_root,
         seed=teacher_seed(config),
         echo=env.echo,
+        processes=teacher_stage.launch_processes(env.accelerator),
     )
 
 

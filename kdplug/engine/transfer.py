@@ -18,7 +18,7 @@ import hashlib
 import itertools
 import json
 import logging
-import random
+import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -32,12 +32,12 @@ from ..capabilities import AugmenterCapabilities, capabilities
 from ..config import RunConfig
 from ..errors import UsageError
 from ..registry import Registry
-from ..storage import atomic_directory, complete_copy, file_lock, verify
+from ..storage import atomic_directory, complete_copy, file_lock, staging_directory, verify
 from ..textio import input_format, input_rows, jsonl_keys, open_text
 from ..types import Example, Task, Teacher, text_columns
-from ..words import has_content
+from . import augmenting, shares
+from .augmenting import Text, augmented, normalised
 from .data import EncodedSplit, TokenTable, packed
-from .digests import DigestSet
 
 log = logging.getLogger(__name__)
 
@@ -47,18 +47,6 @@ ENCODE_CHUNK = 1024  # texts tokenised at a time: memory stays flat whatever the
 FORMAT_VERSION = 2  # 2: duplicates dropped across the whole set and against train, degenerate copies
 #: Tang et al. 2019's n_iter: 20 augmented copies of a sentence (SST-2), 10 of a pair (MNLI, QQP)
 AUGMENT_FACTOR, PAIR_AUGMENT_FACTOR = 20, 10
-
-Text = tuple[str, Optional[str]]
-
-
-def normalised(text: Text) -> str:
-    """The key under which two texts count as the same sentence: case and spacing ignored."""
-    return "\t".join(" ".join(part.lower().split()) for part in text if part is not None)
-
-
-def digest(key: str) -> int:
-    """64 bits standing for a normalised text: a :class:`DigestSet` of millions of them stays small."""
-    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little")
 
 
 def augment_factor(config: RunConfig, task: Task) -> int:
@@ -230,24 +218,6 @@ def _read_dataset_dir(source: Path, task: Task) -> Iterator[Text]:
                 yield (values[0], values[1] if task.is_pair else None)
 
 
-def augmented(augmenter: Any, examples: Sequence[Example], factor: int, seed: int) -> Iterator[tuple[int, Text]]:
-    """``(source index, text)`` for ``factor`` augmented copies of every example (duplicates are the
-    set's to drop). Each copy's randomness depends only on (seed, example, copy); the sides of a
-    pair are augmented each on its own."""
-    schedule = capabilities(AugmenterCapabilities, augmenter).pair_schedule
-    for index, example in enumerate(examples):
-        for copy in range(factor):
-            rng = random.Random(f"{seed}:{index}:{copy}")
-            a, b = example.text_a, example.text_b
-            side = copy % 3 if schedule == "cycle" else 2  # pairs: the first only, the second only, both
-            if b is None or side in (0, 2):
-                a = augmenter(a, rng)
-            if b is not None and side in (1, 2):
-                b = augmenter(b, rng)
-            if a.strip() and (b is None or b.strip()):
-                yield index, (a, b)
-
-
 def transfer_key(
     config: RunConfig, task: Task, train: Sequence[Example], dev_keys: set[str], seed: int, teacher: Teacher
 ) -> str:
@@ -292,29 +262,127 @@ def build_or_load(
     root: Path,
     seed: int,
     echo: Callable[[str], None] = print,
+    processes: shares.Processes = shares.ONE_PROCESS,
 ) -> TransferSet:
-    """The run's transfer set, from the store or built now (under a lock, so parallel runs build it once)."""
+    """The run's transfer set, from the store or built now (under a lock, so parallel runs build it
+    once). Every process of a launch calls it: they share the augmenter's work, rank 0 writes."""
     dev_keys = {normalised((e.text_a, e.text_b)) for split in dev.values() for e in split}
-    key = transfer_key(config, task, train, dev_keys, seed, teacher)
     store = root / "transfer"
+    what = "building the transfer set"
+    if not processes.leads:  # rank 0's key: a teacher whose head is drawn anew in each process differs
+        order = processes.broadcast(None)
+        key = order["key"]
+        target = store / key
+        if order["folder"]:
+            augmenter, checks = _augmenter_and_checks(config, registry, teacher, train, dev_keys)
+            shared = augmenting.SharedAugmentation(Path(order["folder"]), processes, augmenter, train, checks)
+            shared.prepare()
+            shared.copy_share(augment_factor(config, task), seed)
+        with file_lock(store / f"{key}.lock"):  # held by rank 0 until the set is in place, or it stopped
+            existing = _stored(target)
+        if existing is None:
+            raise shares.ShareFailed(0, "stopped (its error is above)", what)
+        return _nonempty(existing)
+    key = transfer_key(config, task, train, dev_keys, seed, teacher)
     target = store / key
     with file_lock(store / f"{key}.lock"):
         existing = _stored(target)
+        folder = None
+        if existing is None and config.augment and processes.count > 1:
+            folder = staging_directory(store, f"{key}.shares")
+            augmenting.SharedAugmentation.create(folder)
+        processes.broadcast({"key": key, "folder": str(folder) if folder else None})
         if existing is not None:
             echo(f"transfer set: reusing {existing.directory} ({len(existing)} examples)")
-            return existing
+            return _nonempty(existing)
         started = time.perf_counter()
-        with atomic_directory(target, f"the transfer set {target}") as staging:
-            meta = _write_texts(staging, config, registry, task, teacher, train, dev_keys, seed)
-            meta["seconds"] = round(time.perf_counter() - started, 2)
-            (staging / META_FILE).write_text(json.dumps(meta, indent=1))
-    if meta["examples"] == 0:
+        try:
+            with atomic_directory(target, f"the transfer set {target}") as staging:
+                meta = _write_texts(staging, config, registry, task, teacher, train, dev_keys, seed, processes, folder)
+                meta["seconds"] = round(time.perf_counter() - started, 2)
+                (staging / META_FILE).write_text(json.dumps(meta, indent=1))
+        finally:  # everything in it was written by this launch's processes
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+    _nonempty(TransferSet(target, meta))
+    shared_by = meta.get("computed_by") or []
+    echo(
+        f"transfer set: {meta['examples']} examples built in {meta['seconds']:.1f}s ({dropped(meta)})"
+        + (
+            f"; {len(shared_by)} processes augmented "
+            + " + ".join(str(record["examples"]) for record in shared_by)
+            + " training examples"
+            if len(shared_by) > 1
+            else ""
+        )
+        + f" -> {target}"
+    )
+    return TransferSet(target, meta)
+
+
+def _nonempty(transfer_set: TransferSet) -> TransferSet:
+    if len(transfer_set) == 0:
         raise UsageError(
             "the transfer set is empty: every text repeated a dev or training sentence or another text of "
             "the set, or held only stop words and mask tokens; check --transfer's files (or raise --augment-factor)"
         )
-    echo(f"transfer set: {meta['examples']} examples built in {meta['seconds']:.1f}s ({dropped(meta)}) -> {target}")
-    return TransferSet(target, meta)
+    return transfer_set
+
+
+def _augmenter_and_checks(
+    config: RunConfig, registry: Registry, teacher: Teacher, train: Sequence[Example], dev_keys: set[str]
+) -> tuple[Any, augmenting.Checks]:
+    special = list(getattr(teacher.tokenizer, "all_special_tokens", None) or [])
+    augmenter = None
+    if config.augment:
+        augmenter = registry.create("augmenter", config.augment, teacher, **config.augment_options)
+        if capabilities(AugmenterCapabilities, augmenter).mask_token:
+            special.append(augmenter.mask_token)  # an augment_options.mask_token of its own is no word either
+    return augmenter, augmenting.Checks(train, dev_keys, special)
+
+
+def _write_texts(
+    directory: Path,
+    config: RunConfig,
+    registry: Registry,
+    task: Task,
+    teacher: Teacher,
+    train: Sequence[Example],
+    dev_keys: set[str],
+    seed: int,
+    processes: shares.Processes,
+    folder: Optional[Path],
+) -> dict[str, Any]:
+    """The set's texts: the files' first, then the augmented copies, made here or, with ``folder``,
+    by every process of the launch, each its share."""
+    augmenter, checks = _augmenter_and_checks(config, registry, teacher, train, dev_keys)
+    factor = augment_factor(config, task) if augmenter is not None else None
+    computed_by = []
+    with open(directory / TEXTS_FILE, "w", encoding="utf-8") as handle:
+        writer = augmenting.Writer(handle)
+        if folder is not None:
+            shared = augmenting.SharedAugmentation(folder, processes, augmenter, train, checks)
+            shared.prepare()
+            shared.copy_share(factor, seed)
+        for path in config.transfer:
+            writer.check_and_offer(checks, read_transfer_file(path, task), "from_files")
+        if folder is not None:
+            computed_by = shared.join_copies(writer)
+        elif augmenter is not None:
+            augmenting.prepare_alone(augmenter, train)
+            writer.check_and_offer(checks, (text for _, text in augmented(augmenter, train, factor, seed)), "augmented")
+    return {
+        **writer.counts,
+        "version": FORMAT_VERSION,
+        "files": list(config.transfer),
+        "augment": config.augment,
+        "augment_factor": factor,
+        "mask_token": capabilities(AugmenterCapabilities, augmenter).mask_token,
+        "augment_options": config.augment_options,
+        "seed": seed,
+        "training_examples": len(train),
+        **({"computed_by": computed_by} if computed_by else {}),
+    }
 
 
 def dropped(meta: dict[str, Any]) -> str:
@@ -348,104 +416,3 @@ def find_stored(
     """The run's transfer set if the store holds it already (nothing is built)."""
     dev_keys = {normalised((e.text_a, e.text_b)) for split in dev.values() for e in split}
     return _stored(root / "transfer" / transfer_key(config, task, train, dev_keys, seed, teacher))
-
-
-class TrainingSentences(Sequence[str]):
-    """Every sentence of the training examples (both of a pair), as an augmenter's ``prepare`` sees
-    them: read from the examples as they are asked for, never copied into one list."""
-
-    def __init__(self, examples: Sequence[Example]) -> None:
-        self.examples = examples
-        self.pairs = bool(examples) and examples[0].text_b is not None
-
-    def __len__(self) -> int:
-        return len(self.examples) * (2 if self.pairs else 1)
-
-    def __getitem__(self, index):  # type: ignore[override]
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if not -len(self) <= index < len(self):
-            raise IndexError(f"sentence index {index} out of range for {len(self)} sentences")
-        index %= len(self)
-        if not self.pairs:
-            return self.examples[index].text_a
-        example = self.examples[index // 2]
-        return example.text_b if index % 2 else example.text_a
-
-    def __iter__(self) -> Iterator[str]:
-        for example in self.examples:
-            yield example.text_a
-            if self.pairs:
-                yield example.text_b
-
-
-def _write_texts(
-    directory: Path,
-    config: RunConfig,
-    registry: Registry,
-    task: Task,
-    teacher: Teacher,
-    train: Sequence[Example],
-    dev_keys: set[str],
-    seed: int,
-) -> dict[str, Any]:
-    counts = dict.fromkeys(
-        (
-            "examples",
-            "from_files",
-            "augmented",
-            "dropped_dev_duplicates",
-            "dropped_train_duplicates",
-            "dropped_repeats",
-            "dropped_degenerate",
-        ),
-        0,
-    )
-    training = DigestSet(len(train))
-    for example in train:
-        training.add(digest(normalised((example.text_a, example.text_b))))
-    seen = DigestSet()
-    special = list(getattr(teacher.tokenizer, "all_special_tokens", None) or [])
-    augmenter = None
-    if config.augment:
-        augmenter = registry.create("augmenter", config.augment, teacher, **config.augment_options)
-        if capabilities(AugmenterCapabilities, augmenter).mask_token:
-            special.append(augmenter.mask_token)  # an augment_options.mask_token of its own is no word either
-    with open(directory / TEXTS_FILE, "w", encoding="utf-8") as handle:
-
-        def emit(text: Text, origin: str) -> None:
-            key = normalised(text)
-            hashed = digest(key)
-            if key in dev_keys:
-                counts["dropped_dev_duplicates"] += 1
-            elif hashed in training:
-                counts["dropped_train_duplicates"] += 1
-            elif hashed in seen:
-                counts["dropped_repeats"] += 1
-            elif not has_content(key.split(), special):
-                counts["dropped_degenerate"] += 1
-            else:
-                seen.add(hashed)
-                handle.write(json.dumps([text[0]] if text[1] is None else list(text), ensure_ascii=False) + "\n")
-                counts["examples"] += 1
-                counts[origin] += 1
-
-        for path in config.transfer:
-            for text in read_transfer_file(path, task):
-                emit(text, "from_files")
-        if augmenter is not None:
-            if hasattr(augmenter, "prepare"):
-                augmenter.prepare(TrainingSentences(train))
-            for _, text in augmented(augmenter, train, augment_factor(config, task), seed):
-                emit(text, "augmented")
-    return {
-        **counts,
-        "version": FORMAT_VERSION,
-        "files": list(config.transfer),
-        "augment": config.augment,
-        "augment_factor": augment_factor(config, task) if config.augment else None,
-        "mask_token": capabilities(AugmenterCapabilities, augmenter).mask_token,
-        "augment_options": config.augment_options,
-        "seed": seed,
-        "training_examples": len(train),
-    }

@@ -20,7 +20,7 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import kdplug
 from kdplug.errors import ConfigError, UsageError
@@ -175,25 +175,48 @@ class TangAugmenter:
 
     def prepare(self, sentences: Iterable[str]) -> None:
         """Tag every distinct training sentence once, as they are read, and count each tag's words
-        (the replacement distribution). A sentence's tags are kept as one character a tag under
-        its 64-bit key: about 130 bytes a sentence, where its text and a list of tag strings took
-        about a kilobyte."""
+        (the replacement distribution): :meth:`prepare_share` of them all, joined. A sentence's
+        tags are kept as one character a tag under its 64-bit key: about 130 bytes a sentence,
+        where its text and a list of tag strings took about a kilobyte."""
+        self.prepare_join([self.prepare_share(sentences)])
+
+    def prepare_share(self, sentences: Iterable[str]) -> dict[str, Any]:
+        """``prepare``'s work on one share of the training sentences, as JSON: the tag names, each
+        distinct sentence's tags (a character a tag, indexing the names) and each tag's word counts,
+        in order of first appearance. The processes of a launch each tag a share of the distinct
+        sentences this way, and :meth:`prepare_join` joins them."""
+        names: dict[str, int] = {}
+        tagged: dict[int, str] = {}
+        counts: dict[str, dict[str, int]] = defaultdict(dict)
         if self.tagger is None:
-            return
-        self._tags = {}
-        counts: dict[str, Counter] = defaultdict(Counter)
+            return {"names": [], "tags": {}, "counts": {}}
 
         def distinct() -> Iterator[str]:
             for sentence in sentences:
                 key = sentence_key(sentence)
-                if key not in self._tags:
-                    self._tags[key] = ""  # claimed: a repeat in the same batch is not tagged twice
+                if key not in tagged:
+                    tagged[key] = ""  # claimed: a repeat in the same batch is not tagged twice
                     yield sentence
 
         for sentence, tags in self.tagger.stream(distinct()):
-            self._tags[sentence_key(sentence)] = "".join(chr(self._tag_id(tag)) for tag in tags)
+            tagged[sentence_key(sentence)] = "".join(chr(names.setdefault(tag, len(names))) for tag in tags)
             for word, tag in zip(sentence.split(), tags):
-                counts[tag][word] += 1
+                counts[tag][word] = counts[tag].get(word, 0) + 1
+        return {"names": list(names), "tags": tagged, "counts": counts}
+
+    def prepare_join(self, shares: Sequence[dict[str, Any]]) -> None:
+        """The state ``prepare`` leaves, from :meth:`prepare_share` of consecutive shares of the
+        distinct training sentences, in order: the same tags and the same distribution, its words
+        in the same order, so the same random draws pick the same words."""
+        self._tags, self._tag_ids, self._tag_names = {}, {}, []
+        counts: dict[str, Counter] = defaultdict(Counter)
+        for share in shares:
+            codes = [chr(self._tag_id(name)) for name in share["names"]]
+            renumbered = any(ord(code) != number for number, code in enumerate(codes))
+            for key, tags in share["tags"].items():  # JSON keys are strings
+                self._tags[int(key)] = "".join(codes[ord(code)] for code in tags) if renumbered else tags
+            for tag, words in share["counts"].items():
+                counts[tag].update(words)
         self._vocabulary = {
             tag: (list(words), list(itertools.accumulate(words.values()))) for tag, words in counts.items()
         }

@@ -91,6 +91,15 @@ def test_repeats_training_sentences_and_degenerate_copies_never_enter_the_transf
     assert [a for a, _ in stored.texts()] == ["the cat sat .", "a fine dog"]
 
 
+def test_an_empty_transfer_set_is_refused_when_built_and_when_found_stored(tmp_path, tiny_bert_dir, sst2_dir):
+    """Every text repeats a training sentence: the run stops with what to check, and so does the
+    next run, which finds the empty set stored (it went on to train without one)."""
+    unlabelled = write_lines(tmp_path / "extra.txt", [SST2_TRAIN[0][0], SST2_TRAIN[1][0].upper()])
+    for _ in range(2):
+        with pytest.raises(kdplug.errors.UsageError, match="the transfer set is empty"):
+            run(config(tmp_path, tiny_bert_dir, sst2_dir, transfer=[str(unlabelled)]), registry(), echo=lambda _: None)
+
+
 def test_a_stored_set_of_files_is_rebuilt_for_another_training_set(tmp_path, tiny_bert_dir, sst2_dir):
     # the set drops training sentences, so another training set is another set
     unlabelled = write_lines(tmp_path / "extra.txt", ["the cat sat .", SST2_TRAIN[0][0]])

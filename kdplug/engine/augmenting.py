@@ -1,0 +1,285 @@
+"""A transfer set's texts: its files' and the augmenter's copies, each kept once, written in order.
+
+Every candidate text passes checks that need only the text (equal to a dev or training sentence,
+or nothing but stop words and mask tokens: dropped) and one that needs every earlier text (a
+repeat: dropped). Under a launch of several processes the slow part is shared: each process
+prepares the augmenter on a share of the distinct training sentences (where the augmenter can,
+through ``prepare_share``/``prepare_join``), then makes and checks the copies of its share of the
+training examples; rank 0 reads the shares back in order and drops the repeats, so the set is the
+one a single process writes, byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import time
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from ..capabilities import AugmenterCapabilities, capabilities
+from ..types import Example
+from ..words import has_content
+from . import faults, shares
+from .digests import DigestSet
+
+Text = tuple[str, Optional[str]]
+
+#: what building a set counts, in its record (transfer.json)
+COUNTS = (
+    "examples",
+    "from_files",
+    "augmented",
+    "dropped_dev_duplicates",
+    "dropped_train_duplicates",
+    "dropped_repeats",
+    "dropped_degenerate",
+)
+COPIES_FILE, DIGESTS_FILE, PREPARED_FILE = "copies.jsonl", "digests.u64", "prepared.json"
+CHUNK = 1 << 16  # digests written, and read back, at a time
+
+
+def normalised(text: Text) -> str:
+    """The key under which two texts count as the same sentence: case and spacing ignored."""
+    return "\t".join(" ".join(part.lower().split()) for part in text if part is not None)
+
+
+def digest(key: str) -> int:
+    """64 bits standing for a normalised text: a :class:`DigestSet` of millions of them stays small."""
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def line(text: Text) -> str:
+    """A text as a line of the set's JSONL file."""
+    return json.dumps([text[0]] if text[1] is None else list(text), ensure_ascii=False) + "\n"
+
+
+class TrainingSentences(Sequence[str]):
+    """Every sentence of the training examples (both of a pair), as an augmenter's ``prepare`` sees
+    them: read from the examples as they are asked for, never copied into one list."""
+
+    def __init__(self, examples: Sequence[Example]) -> None:
+        self.examples = examples
+        self.pairs = bool(examples) and examples[0].text_b is not None
+
+    def __len__(self) -> int:
+        return len(self.examples) * (2 if self.pairs else 1)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"sentence index {index} out of range for {len(self)} sentences")
+        index %= len(self)
+        if not self.pairs:
+            return self.examples[index].text_a
+        example = self.examples[index // 2]
+        return example.text_b if index % 2 else example.text_a
+
+    def __iter__(self) -> Iterator[str]:
+        for example in self.examples:
+            yield example.text_a
+            if self.pairs:
+                yield example.text_b
+
+
+def augmented(
+    augmenter: Any, examples: Sequence[Example], factor: int, seed: int, rows: Optional[range] = None
+) -> Iterator[tuple[int, Text]]:
+    """``(source index, text)`` for ``factor`` augmented copies of every example (of ``rows``, a
+    share, when given; duplicates are the set's to drop). Each copy's randomness depends only on
+    (seed, example, copy), so a share's copies are the ones one process makes; the sides of a
+    pair are augmented each on its own."""
+    schedule = capabilities(AugmenterCapabilities, augmenter).pair_schedule
+    for index in range(len(examples)) if rows is None else rows:
+        example = examples[index]
+        for copy in range(factor):
+            rng = random.Random(f"{seed}:{index}:{copy}")
+            a, b = example.text_a, example.text_b
+            side = copy % 3 if schedule == "cycle" else 2  # pairs: the first only, the second only, both
+            if b is None or side in (0, 2):
+                a = augmenter(a, rng)
+            if b is not None and side in (1, 2):
+                b = augmenter(b, rng)
+            if a.strip() and (b is None or b.strip()):
+                yield index, (a, b)
+
+
+class Checks:
+    """The checks a candidate text needs nothing else for: not a dev sentence, not a training
+    sentence, not only stop words, punctuation and special tokens."""
+
+    def __init__(self, train: Sequence[Example], dev_keys: set[str], special: list[str]) -> None:
+        self.dev_keys, self.special = dev_keys, special
+        self.training = DigestSet(len(train))
+        for example in train:
+            self.training.add(digest(normalised((example.text_a, example.text_b))))
+
+    def __call__(self, text: Text) -> tuple[Optional[str], int]:
+        """``(the count that drops it, or None to keep it; its digest)``."""
+        key = normalised(text)
+        hashed = digest(key)
+        if key in self.dev_keys:
+            return "dropped_dev_duplicates", hashed
+        if hashed in self.training:
+            return "dropped_train_duplicates", hashed
+        if not has_content(key.split(), self.special):
+            return "dropped_degenerate", hashed
+        return None, hashed
+
+
+class Writer:
+    """The set's texts file, each text kept once, in the order offered, with the counts."""
+
+    def __init__(self, handle) -> None:
+        self.handle, self.seen = handle, DigestSet()
+        self.counts = dict.fromkeys(COUNTS, 0)
+
+    def offer(self, text_line: str, hashed: int, origin: str) -> None:
+        if not self.seen.add(hashed):
+            self.counts["dropped_repeats"] += 1
+            return
+        self.handle.write(text_line)
+        self.counts["examples"] += 1
+        self.counts[origin] += 1
+
+    def check_and_offer(self, checks: Checks, texts: Iterable[Text], origin: str) -> None:
+        for text in texts:
+            dropped, hashed = checks(text)
+            if dropped:
+                self.counts[dropped] += 1
+            else:
+                self.offer(line(text), hashed, origin)
+
+
+def prepare_alone(augmenter: Any, train: Sequence[Example]) -> None:
+    if hasattr(augmenter, "prepare"):
+        augmenter.prepare(TrainingSentences(train))
+
+
+class SharedAugmentation:
+    """The processes of a launch augmenting the training set together, through ``folder`` (on the
+    filesystem they all see): one share each of the augmenter's preparation, then of the copies."""
+
+    def __init__(
+        self, folder: Path, processes: shares.Processes, augmenter: Any, train: Sequence[Example], checks: Checks
+    ) -> None:
+        self.processes, self.augmenter, self.train, self.checks = processes, augmenter, train, checks
+        self.preparing = shares.Folder(folder / "prepare", "the augmenter's preparation")
+        self.copying = shares.Folder(folder / "copies", "the augmentation of the training set")
+
+    @staticmethod
+    def create(folder: Path) -> None:
+        """Rank 0, before the other processes are told of ``folder``."""
+        (folder / "prepare").mkdir()
+        (folder / "copies").mkdir()
+
+    def prepare(self) -> None:
+        """The augmenter prepared as ``prepare`` would, each process preparing one share of the
+        distinct training sentences where the augmenter can join shares; else on its own."""
+        rank, count = self.processes.rank, self.processes.count
+        if not (hasattr(self.augmenter, "prepare_share") and hasattr(self.augmenter, "prepare_join")):
+            prepare_alone(self.augmenter, self.train)
+            return
+        sentences = TrainingSentences(self.train)
+        distinct, seen = array("q"), DigestSet(len(sentences))
+        for index, sentence in enumerate(sentences):
+            if seen.add(digest(sentence)):
+                distinct.append(index)
+        del seen
+        mine = shares.share(len(distinct), rank, count)
+        folder = self.preparing
+        self._run_share(
+            folder,
+            lambda directory: (directory / PREPARED_FILE).write_text(
+                json.dumps(self.augmenter.prepare_share(sentences[distinct[i]] for i in mine)), encoding="utf-8"
+            ),
+            len(mine),
+        )
+        with folder.beating(rank):
+            folder.wait_for_shares(range(count), beat=lambda: self._beat(folder))
+            self.augmenter.prepare_join(
+                [
+                    json.loads((folder.share_dir(other) / PREPARED_FILE).read_text(encoding="utf-8"))
+                    for other in range(count)
+                ]
+            )
+
+    def copy_share(self, factor: int, seed: int) -> None:
+        """This process's copies, checked, written into its share of the folder, then marked done."""
+        rank = self.processes.rank
+        rows = shares.share(len(self.train), rank, self.processes.count)
+
+        def write(directory: Path) -> dict[str, int]:
+            dropped = dict.fromkeys(COUNTS, 0)
+            digests = array("Q")
+            with (
+                open(directory / COPIES_FILE, "w", encoding="utf-8") as copies,
+                open(directory / DIGESTS_FILE, "wb") as digest_file,
+            ):
+                for _, text in augmented(self.augmenter, self.train, factor, seed, rows):
+                    faults.fire_at(f"augment-share-rank{rank}")
+                    reason, hashed = self.checks(text)
+                    if reason:
+                        dropped[reason] += 1
+                        continue
+                    copies.write(line(text))
+                    digests.append(hashed)
+                    if len(digests) == CHUNK:
+                        digests.tofile(digest_file)
+                        del digests[:]
+                digests.tofile(digest_file)
+            return dropped
+
+        self._run_share(self.copying, write, len(rows))
+
+    def join_copies(self, writer: Writer) -> list[dict[str, Any]]:
+        """Rank 0: every process's copies, offered to ``writer`` in order; each share's record."""
+        folder = self.copying
+        with folder.beating(0):
+            records = folder.wait_for_shares(range(self.processes.count), beat=lambda: folder.beat(0))
+            for rank, record in enumerate(records):
+                directory = folder.share_dir(rank)
+                path = directory / DIGESTS_FILE
+                digests = np.memmap(path, dtype=np.uint64, mode="r") if path.stat().st_size else np.zeros(0, np.uint64)
+                offered = 0
+                with open(directory / COPIES_FILE, encoding="utf-8") as copies:
+                    for start in range(0, len(digests), CHUNK):  # a chunk of Python ints at a time
+                        for hashed, text_line in zip(digests[start : start + CHUNK].tolist(), copies):
+                            writer.offer(text_line, hashed, "augmented")
+                            offered += 1
+                    if offered != len(digests) or copies.readline():
+                        raise shares.ShareFailed(rank, "left a share that is incomplete", folder.what)
+                del digests
+                for name, value in record["dropped"].items():
+                    writer.counts[name] += value
+        return [{key: record[key] for key in ("rank", "examples", "seconds")} for record in records]
+
+    def _beat(self, folder: shares.Folder) -> None:
+        """Keep this process's heartbeat; a folder gone means rank 0 stopped and removed it."""
+        if not folder.path.is_dir():
+            raise shares.ShareFailed(0, "stopped (its error is above)", folder.what)
+        folder.beat(self.processes.rank)
+
+    def _run_share(self, folder: shares.Folder, work: Callable[[Path], Any], examples: int) -> None:
+        rank = self.processes.rank
+        self._beat(folder)
+        folder.announce(rank)
+        started = time.perf_counter()
+        directory = folder.share_dir(rank)
+        try:
+            directory.mkdir()
+            with folder.beating(rank):
+                result = work(directory)
+        except BaseException as exc:
+            shutil.rmtree(directory, ignore_errors=True)
+            folder.fail(rank, f"{type(exc).__name__}: {exc}")
+            raise
+        record = {"rank": rank, "examples": examples, "seconds": round(time.perf_counter() - started, 3)}
+        folder.finish(rank, {**record, "dropped": result or {}})
