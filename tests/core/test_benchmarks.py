@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("threads.py", ["--quick", "--load", "1"], "kdplug picks"),
         ("overhead.py", ["--quick"], "kdplug trainer, an epoch + dev eval"),
         ("scale.py", ["--quick"], "transfer set on disk"),
+        ("shared_augmentation.py", ["--quick"], "the two sets are the same"),
         ("teacher_pass.py", ["--quick"], "teacher pass throughput"),
     ],
 )
