@@ -65,8 +65,9 @@ kdplug plugins > "$WORK/plugins-after.txt"
 for kind in $KINDS; do
     grep -E "^  ci-$kind .*\[ci-$kind: kdplug-ci-$kind 0\.1\.0\]$" "$WORK/plugins-after.txt"
     cp -r "$WORK/kdplug-ci-$kind/tests" "$WORK/ci-$kind-tests"  # against the installed package
-    (cd "$WORK/ci-$kind-tests" && python -m pytest -q -p no:cacheprovider)
 done
+# one pytest for the seven: each started its own Python and imported torch, about 10 s apiece
+(cd "$WORK" && python -m pytest -q -p no:cacheprovider $(for kind in $KINDS; do echo "ci-$kind-tests"; done))
 
 step "the installed skeletons in a run: the student, its loss, recipe and augmenter; then kdplug predict loads the student"
 kdplug run --teacher "$WORK/tiny-bert" --student ci-student --projector pkd-skip --set ild_loss=ci-loss \

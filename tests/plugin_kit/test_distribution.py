@@ -1,6 +1,6 @@
 """The third-party path end to end: .ci/plugin-kit.sh installs the example distribution and a
 generated skeleton into a fresh virtual environment, runs their contract tests, and uses the
-example projector in `kdplug run` (about 1.5 minutes, most of it pip)."""
+example projector in `kdplug run` (about 3 minutes on 2 cores, most of it pip)."""
 
 from __future__ import annotations
 
