@@ -229,9 +229,10 @@ def kdplug_register_augmenters(register):
 
     The factory returns a :class:`kdplug.types.Augmenter`: ``augmenter(text, rng)`` returns one
     augmented copy of a sentence, drawing all randomness from ``rng``; an optional
-    ``prepare(sentences)`` sees every training sentence first. Under a launch of several
+    ``prepare(sentences)`` is called first, once, with every training sentence (a read-only
+    sequence, repeats included). Under a launch of several
     processes, an augmenter that also has ``prepare_share(sentences)`` (its work on one share of
-    the distinct training sentences, returned as JSON) and ``prepare_join(shares)`` (the state
+    the distinct training sentences, JSON-serialisable) and ``prepare_join(shares)`` (the state
     ``prepare`` would leave, from every share's result in order) is prepared by every process on a
     share (`tang` tags its share of the sentences); without them each process calls ``prepare``.
     Each process then makes the copies of its share of the training examples, and rank 0 writes

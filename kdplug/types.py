@@ -576,12 +576,12 @@ class RecipeContext(Protocol):
 class Augmenter(Protocol):
     """Makes a new input from one sentence: built by an augmenter factory (see the augmenter hook).
 
-    ``prepare(sentences)`` (optional) sees every training sentence once before any call, e.g. to
-    learn which words share a part of speech; with ``prepare_share(sentences)`` (the work on one
-    share of the distinct sentences, as JSON) and ``prepare_join(shares)`` too, each process of a
-    launch prepares a share. ``__call__(text, rng)`` returns one augmented copy of ``text``,
-    drawing every random choice from ``rng`` (a ``random.Random``), so the same seed gives the
-    same transfer set, whichever process makes the copy.
+    ``prepare(sentences)`` (optional) is called once before any copy, with every training sentence
+    (a read-only sequence, repeats included), e.g. to learn which words share a part of speech; with
+    ``prepare_share(sentences)`` (the work on a share of the distinct sentences, JSON-serialisable)
+    and ``prepare_join(shares)`` too, each process of a launch prepares a share. ``__call__(text,
+    rng)`` returns one augmented copy of ``text``, drawing every random choice from ``rng`` (a
+    ``random.Random``), so the same seed gives the same set, whichever process makes the copy.
     """
 
     def __call__(self, text: str, rng: Any) -> str: ...

@@ -14,10 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import shutil
-import time
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -171,14 +169,32 @@ class SharedAugmentation:
         self, folder: Path, processes: shares.Processes, augmenter: Any, train: Sequence[Example], checks: Checks
     ) -> None:
         self.processes, self.augmenter, self.train, self.checks = processes, augmenter, train, checks
-        self.preparing = shares.Folder(folder / "prepare", "the augmenter's preparation")
-        self.copying = shares.Folder(folder / "copies", "the augmentation of the training set")
+        self.folder = folder
+        self._copying: Optional[shares.Folder] = None
 
     @staticmethod
     def create(folder: Path) -> None:
         """Rank 0, before the other processes are told of ``folder``."""
         (folder / "prepare").mkdir()
         (folder / "copies").mkdir()
+
+    # each phase's Folder is made when the phase starts: its clock for a process's start runs from then
+    def _phase(self, name: str) -> shares.Folder:
+        what = "the augmenter's preparation" if name == "prepare" else "the augmentation of the training set"
+        return shares.Folder(self.folder / name, what)
+
+    @property
+    def copying(self) -> shares.Folder:
+        if self._copying is None:
+            self._copying = self._phase("copies")
+        return self._copying
+
+    @classmethod
+    def failed(cls, folder: Path, rank: int, error: BaseException) -> None:
+        """A process that failed outside its shares (e.g. creating the augmenter): marked failed
+        in both phases, so rank 0, whichever it waits on, names it at once."""
+        for name in ("prepare", "copies"):
+            shares.Folder(folder / name, name).fail(rank, f"{type(error).__name__}: {error}")
 
     def prepare(self) -> None:
         """The augmenter prepared as ``prepare`` would, each process preparing one share of the
@@ -194,16 +210,21 @@ class SharedAugmentation:
                 distinct.append(index)
         del seen
         mine = shares.share(len(distinct), rank, count)
-        folder = self.preparing
-        self._run_share(
-            folder,
-            lambda directory: (directory / PREPARED_FILE).write_text(
-                json.dumps(self.augmenter.prepare_share(sentences[distinct[i]] for i in mine)), encoding="utf-8"
-            ),
-            len(mine),
-        )
+        folder = self._phase("prepare")
+
+        def prepare_share(directory: Path) -> dict[str, Any]:
+            prepared = self.augmenter.prepare_share(sentences[distinct[i]] for i in mine)
+            (directory / PREPARED_FILE).write_text(json.dumps(prepared), encoding="utf-8")
+            return {}
+
+        folder.run_share(rank, prepare_share, len(mine))
+
+        def beat() -> None:
+            folder.require_lead()
+            folder.beat(rank)
+
         with folder.beating(rank):
-            folder.wait_for_shares(range(count), beat=lambda: self._beat(folder))
+            folder.wait_for_shares(range(count), beat=beat)
             self.augmenter.prepare_join(
                 [
                     json.loads((folder.share_dir(other) / PREPARED_FILE).read_text(encoding="utf-8"))
@@ -216,7 +237,7 @@ class SharedAugmentation:
         rank = self.processes.rank
         rows = shares.share(len(self.train), rank, self.processes.count)
 
-        def write(directory: Path) -> dict[str, int]:
+        def write(directory: Path) -> dict[str, Any]:
             dropped = dict.fromkeys(COUNTS, 0)
             digests = array("Q")
             with (
@@ -235,9 +256,9 @@ class SharedAugmentation:
                         digests.tofile(digest_file)
                         del digests[:]
                 digests.tofile(digest_file)
-            return dropped
+            return {"dropped": dropped}
 
-        self._run_share(self.copying, write, len(rows))
+        self.copying.run_share(rank, write, len(rows))
 
     def join_copies(self, writer: Writer) -> list[dict[str, Any]]:
         """Rank 0: every process's copies, offered to ``writer`` in order; each share's record."""
@@ -260,26 +281,3 @@ class SharedAugmentation:
                 for name, value in record["dropped"].items():
                     writer.counts[name] += value
         return [{key: record[key] for key in ("rank", "examples", "seconds")} for record in records]
-
-    def _beat(self, folder: shares.Folder) -> None:
-        """Keep this process's heartbeat; a folder gone means rank 0 stopped and removed it."""
-        if not folder.path.is_dir():
-            raise shares.ShareFailed(0, "stopped (its error is above)", folder.what)
-        folder.beat(self.processes.rank)
-
-    def _run_share(self, folder: shares.Folder, work: Callable[[Path], Any], examples: int) -> None:
-        rank = self.processes.rank
-        self._beat(folder)
-        folder.announce(rank)
-        started = time.perf_counter()
-        directory = folder.share_dir(rank)
-        try:
-            directory.mkdir()
-            with folder.beating(rank):
-                result = work(directory)
-        except BaseException as exc:
-            shutil.rmtree(directory, ignore_errors=True)
-            folder.fail(rank, f"{type(exc).__name__}: {exc}")
-            raise
-        record = {"rank": rank, "examples": examples, "seconds": round(time.perf_counter() - started, 3)}
-        folder.finish(rank, {**record, "dropped": result or {}})

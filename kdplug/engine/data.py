@@ -52,7 +52,8 @@ def packed(sequences: Sequence[Sequence[int]], dtype: type) -> tuple[np.ndarray,
 class GrowingArray:
     """A flat array filled chunk by chunk. It grows in place (``ndarray.resize`` reallocates, and a
     large block is remapped, not copied), so a split's token ids are never held twice, as joining
-    per-chunk arrays would hold them; capacity no chunk filled is never touched, so never resident."""
+    per-chunk arrays would hold them. The first reservation's unfilled capacity is never touched, so
+    never resident; growing zero-fills the new part (at most a quarter more), given back at the end."""
 
     def __init__(self, dtype: type) -> None:
         self.array, self.size = np.empty(0, dtype=dtype), 0

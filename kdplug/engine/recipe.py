@@ -46,7 +46,7 @@ from .schedule import (
     DEFAULT_TEMPERATURE,
 )
 from .stage import kd_loss_choice, prepare_stage
-from .teacher import TeacherOutputs, freeze
+from .teacher import TeacherOutputs, freeze, launch_processes
 from .trainer import Trainer, inference_precision
 from .transfer_outputs import TransferOutputs
 
@@ -272,7 +272,12 @@ class EngineContext:
         if self.transfer is None:
             return train, cache
         tokenizer = getattr(student, "tokenizer", None) or self.tokenizer
-        transfer = self.transfer.encode(tokenizer, self.max_length, is_regression=self.task.is_regression)
+        transfer = self.transfer.encode(
+            tokenizer,
+            self.max_length,
+            is_regression=self.task.is_regression,
+            processes=launch_processes(self.trainer.accelerator),
+        )
         ratio = self.config.transfer_ratio
         per_epoch = None if ratio is None else round(ratio * len(train))
         return WithTransfer(train, transfer, per_epoch=per_epoch), ConcatCache(

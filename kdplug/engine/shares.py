@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import threading
 import time
@@ -115,6 +116,43 @@ class Folder:
             os.utime(self._heartbeat(rank))
         except OSError:  # the folder is gone: the lead gave up, which waiting will say
             pass
+
+    def run_share(self, rank: int, work: Callable[[Path], dict[str, Any]], examples: int) -> None:
+        """This process's share: announced, written by ``work`` into its share directory, then
+        marked done with ``work``'s record and the share's examples and seconds; or, if ``work``
+        raised, removed and marked failed (the others name this rank) before the error goes on."""
+        self.require_lead()
+        self.announce(rank)
+        started = time.perf_counter()
+        try:
+            self.share_dir(rank).mkdir()
+            with self.beating(rank):
+                result = work(self.share_dir(rank))
+        except BaseException as exc:
+            shutil.rmtree(self.share_dir(rank), ignore_errors=True)
+            self.fail(rank, f"{type(exc).__name__}: {exc}")
+            raise
+        self.finish(
+            rank, {"rank": rank, "examples": examples, "seconds": round(time.perf_counter() - started, 3), **result}
+        )
+
+    def await_lead(self, done: Callable[[], bool]) -> None:
+        """Another rank, its share given: wait until ``done()`` says rank 0's result is in place.
+        :class:`ShareFailed` if rank 0 failed, died, fell silent, or removed the folder without a
+        result. (Waiting on rank 0's file lock instead would deadlock: rank 0 may take the same lock
+        again, for the next piece of work, before this rank gets it, and wait for this rank there.)"""
+        while not done():
+            if not self.path.is_dir():
+                if done():
+                    return
+                raise ShareFailed(0, "stopped (its error is above)", self.what)
+            self.check_alive(0)
+            time.sleep(POLL_SECONDS)
+
+    def require_lead(self) -> None:
+        """:class:`ShareFailed` naming rank 0 if the folder is gone: rank 0 stopped and removed it."""
+        if not self.path.is_dir():
+            raise ShareFailed(0, "stopped (its error is above)", self.what)
 
     def finish(self, rank: int, record: dict[str, Any]) -> None:
         write_atomic(self._done(rank), json.dumps(record))

@@ -14,6 +14,7 @@ is dropped, as is a degenerate copy with nothing but stop words, punctuation and
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -73,9 +74,11 @@ class TransferSet:
     def __len__(self) -> int:
         return int(self.meta["examples"])
 
-    def texts(self) -> Iterator[Text]:
+    def texts(self, rows: Optional[range] = None) -> Iterator[Text]:
+        """The set's texts, in order (those of ``rows`` alone, a share, when given)."""
         with open(self.directory / TEXTS_FILE, encoding="utf-8") as handle:
-            for line in handle:
+            lines = handle if rows is None else itertools.islice(handle, rows.start, rows.stop)
+            for line in lines:
                 record = json.loads(line)
                 yield record[0], record[1] if len(record) > 1 else None
 
@@ -88,16 +91,50 @@ class TransferSet:
         own = getattr(tokenizer, "mask_token", None) or getattr(tokenizer, "unk_token", None)
         return None if mask is None or own is None or own == mask else (mask, own)
 
-    def encode(self, tokenizer: Any, max_length: int, *, is_regression: bool) -> EncodedSplit:
-        """The set tokenised by ``tokenizer``: stored beside the texts on first use, memory-mapped after."""
+    def encode(
+        self,
+        tokenizer: Any,
+        max_length: int,
+        *,
+        is_regression: bool,
+        processes: shares.Processes = shares.ONE_PROCESS,
+    ) -> EncodedSplit:
+        """The set tokenised by ``tokenizer``: stored beside the texts on first use, memory-mapped
+        after. Every process of a launch calls it: each tokenises a share, rank 0 joins them."""
         mask = self.mask_for(tokenizer)
         key = fingerprint.of_values("transfer-encoding", fingerprint.of_tokenizer(tokenizer), max_length, mask)
         target = self.directory / f"encoded-{key}"
-        with file_lock(self.directory.parent / f"{self.key}.{key}.lock"):
+        lock = self.directory.parent / f"{self.key}.{key}.lock"
+
+        def write(directory: Path, rows: range) -> None:
+            texts = self.texts(rows)
+            _write_encoding(directory, texts if mask is None else (_replace_word(t, *mask) for t in texts), len(rows),
+                            tokenizer, max_length)  # fmt: skip
+
+        what = "tokenising the transfer set"
+        if not processes.leads:
+            folder = processes.broadcast(None)
+            if folder:
+                shared, rows = (
+                    shares.Folder(Path(folder), what),
+                    shares.share(len(self), processes.rank, processes.count),
+                )
+                shared.run_share(processes.rank, lambda directory: write(directory, rows) or {}, len(rows))
+                shared.await_lead(target.is_dir)
             if complete_copy(target) is None:
-                texts = self.texts() if mask is None else (_replace_word(t, *mask) for t in self.texts())
-                with atomic_directory(target, f"the tokenised transfer set {target}") as staging:
-                    _write_encoding(staging, texts, len(self), tokenizer, max_length)
+                raise shares.ShareFailed(0, "stopped (its error is above)", what)
+        else:
+            with file_lock(lock):
+                folder = None
+                if complete_copy(target) is None and processes.count > 1:
+                    folder = staging_directory(self.directory.parent, f"{self.key}.{key}.shares")
+                    shares.Folder(folder, what).announce(0)
+                processes.broadcast(str(folder) if folder else None)
+                if folder is not None:
+                    self._encode_shared(target, shares.Folder(folder, what), processes.count, write)
+                elif complete_copy(target) is None:
+                    with atomic_directory(target, f"the tokenised transfer set {target}") as staging:
+                        write(staging, range(len(self)))
         directory = complete_copy(target)
         offsets = np.load(directory / OFFSETS_FILE, mmap_mode="r")
         ids = (
@@ -118,6 +155,41 @@ class TransferSet:
             pad_id=pad_id,
             token_fingerprint=key + self.key,
         )
+
+    def _encode_shared(self, target: Path, shared: shares.Folder, count: int, write) -> None:
+        """Rank 0: its share tokenised, every share awaited, then joined into ``target``."""
+        try:
+            rows = shares.share(len(self), 0, count)
+            shared.run_share(0, lambda directory: write(directory, rows) or {}, len(rows))
+            with shared.beating(0):
+                shared.wait_for_shares(range(count), beat=lambda: shared.beat(0))
+                with atomic_directory(target, f"the tokenised transfer set {target}") as staging:
+                    _join_encodings(staging, [shared.share_dir(rank) for rank in range(count)], len(self))
+        finally:  # everything in it was written by this launch's processes
+            shutil.rmtree(shared.path, ignore_errors=True)
+
+
+def _join_encodings(directory: Path, parts: list[Path], count: int) -> None:
+    """The encodings of consecutive shares of the texts, joined into the one a single pass writes."""
+    offsets = np.lib.format.open_memmap(directory / OFFSETS_FILE, mode="w+", dtype=np.int64, shape=(count + 1,))
+    offsets[0], written = 0, 0
+    with_types = any((part / TYPES_FILE).is_file() for part in parts)
+    with open(directory / IDS_FILE, "wb") as ids_file, open(directory / TYPES_FILE, "wb") as types_file:
+        for part in parts:
+            share = np.load(part / OFFSETS_FILE, mmap_mode="r")
+            offsets[written + 1 : written + len(share)] = share[1:] + offsets[written]
+            written += len(share) - 1
+            with open(part / IDS_FILE, "rb") as ids:
+                shutil.copyfileobj(ids, ids_file)
+            if (part / TYPES_FILE).is_file():
+                with open(part / TYPES_FILE, "rb") as types:
+                    shutil.copyfileobj(types, types_file)
+    if written != count:
+        raise RuntimeError(f"the shares of the tokenised transfer set hold {written} texts, not {count}")
+    offsets.flush()
+    del offsets
+    if not with_types:
+        (directory / TYPES_FILE).unlink()
 
 
 def _replace_word(text: Text, old: str, new: str) -> Text:
@@ -271,39 +343,45 @@ def build_or_load(
     what = "building the transfer set"
     if not processes.leads:  # rank 0's key: a teacher whose head is drawn anew in each process differs
         order = processes.broadcast(None)
-        key = order["key"]
-        target = store / key
+        target = store / order["key"]
         if order["folder"]:
-            augmenter, checks = _augmenter_and_checks(config, registry, teacher, train, dev_keys)
-            shared = augmenting.SharedAugmentation(Path(order["folder"]), processes, augmenter, train, checks)
-            shared.prepare()
-            shared.copy_share(augment_factor(config, task), seed)
-        with file_lock(store / f"{key}.lock"):  # held by rank 0 until the set is in place, or it stopped
-            existing = _stored(target)
+            folder = Path(order["folder"])
+            if order["augment"]:
+                try:
+                    augmenter, checks = _augmenter_and_checks(config, registry, teacher, train, dev_keys)
+                    shared = augmenting.SharedAugmentation(folder, processes, augmenter, train, checks)
+                    shared.prepare()
+                    shared.copy_share(augment_factor(config, task), seed)
+                except BaseException as exc:
+                    augmenting.SharedAugmentation.failed(folder, processes.rank, exc)
+                    raise
+            shares.Folder(folder, what).await_lead(target.is_dir)
+        existing = _stored(target)
         if existing is None:
             raise shares.ShareFailed(0, "stopped (its error is above)", what)
         return _nonempty(existing)
     key = transfer_key(config, task, train, dev_keys, seed, teacher)
     target = store / key
-    with file_lock(store / f"{key}.lock"):
+    with file_lock(store / f"{key}.lock"), contextlib.ExitStack() as leading:
         existing = _stored(target)
         folder = None
-        if existing is None and config.augment and processes.count > 1:
+        if existing is None and processes.count > 1:  # the others wait on it, and share the augmenting
             folder = staging_directory(store, f"{key}.shares")
-            augmenting.SharedAugmentation.create(folder)
-        processes.broadcast({"key": key, "folder": str(folder) if folder else None})
+            leading.callback(shutil.rmtree, folder, ignore_errors=True)  # all in it is this launch's
+            lead = shares.Folder(folder, what)
+            lead.announce(0)
+            leading.enter_context(lead.beating(0))
+            if config.augment:
+                augmenting.SharedAugmentation.create(folder)
+        processes.broadcast({"key": key, "folder": str(folder) if folder else None, "augment": bool(config.augment)})
         if existing is not None:
             echo(f"transfer set: reusing {existing.directory} ({len(existing)} examples)")
             return _nonempty(existing)
         started = time.perf_counter()
-        try:
-            with atomic_directory(target, f"the transfer set {target}") as staging:
-                meta = _write_texts(staging, config, registry, task, teacher, train, dev_keys, seed, processes, folder)
-                meta["seconds"] = round(time.perf_counter() - started, 2)
-                (staging / META_FILE).write_text(json.dumps(meta, indent=1))
-        finally:  # everything in it was written by this launch's processes
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
+        with atomic_directory(target, f"the transfer set {target}") as staging:
+            meta = _write_texts(staging, config, registry, task, teacher, train, dev_keys, seed, processes, folder)
+            meta["seconds"] = round(time.perf_counter() - started, 2)
+            (staging / META_FILE).write_text(json.dumps(meta, indent=1))
     _nonempty(TransferSet(target, meta))
     shared_by = meta.get("computed_by") or []
     echo(
@@ -360,13 +438,14 @@ def _write_texts(
     computed_by = []
     with open(directory / TEXTS_FILE, "w", encoding="utf-8") as handle:
         writer = augmenting.Writer(handle)
-        if folder is not None:
+        shared = None
+        if folder is not None and augmenter is not None:
             shared = augmenting.SharedAugmentation(folder, processes, augmenter, train, checks)
             shared.prepare()
             shared.copy_share(factor, seed)
         for path in config.transfer:
             writer.check_and_offer(checks, read_transfer_file(path, task), "from_files")
-        if folder is not None:
+        if shared is not None:
             computed_by = shared.join_copies(writer)
         elif augmenter is not None:
             augmenting.prepare_alone(augmenter, train)

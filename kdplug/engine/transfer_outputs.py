@@ -11,7 +11,7 @@ from typing import Any, Optional
 from .. import fingerprint
 from ..types import Task, Teacher
 from .cache import TeacherCache
-from .teacher import build_cache, teacher_encoding
+from .teacher import build_cache, launch_processes, teacher_encoding
 from .trainer import Trainer
 
 
@@ -36,7 +36,12 @@ class TransferOutputs:
         if self.cache is None or (layers and not self.cache.has_layers):
             started = time.perf_counter()
             encoding = teacher_encoding(self.teacher)
-            split = self.transfer.encode(encoding, self.max_length, is_regression=self.task.is_regression)
+            split = self.transfer.encode(
+                encoding,
+                self.max_length,
+                is_regression=self.task.is_regression,
+                processes=launch_processes(self.trainer.accelerator),
+            )
             self.cache = build_cache(
                 self.teacher,
                 self.extractor,

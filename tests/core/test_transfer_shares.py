@@ -217,3 +217,93 @@ def test_the_training_sentences_of_pairs_are_both_sides_in_order():
     assert sentences[-1] == "f g" and sentences[1:3] == ["c d", "e"]
     with pytest.raises(IndexError):
         sentences[4]
+
+
+def encode_together(transfer_set, tokenizer, count):
+    broadcast, results, errors = ThreadBroadcast(count), {}, {}
+
+    def rank_main(rank: int) -> None:
+        try:
+            results[rank] = transfer_set.encode(
+                tokenizer, 12, is_regression=False,
+                processes=Processes(rank, count, lambda value, rank=rank: broadcast(rank, value)),
+            )  # fmt: skip
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            errors[rank] = exc
+
+    threads = [threading.Thread(target=rank_main, args=(rank,)) for rank in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    return results
+
+
+@pytest.mark.parametrize("pairs", [False, True])
+def test_processes_sharing_the_tokenising_store_the_encoding_one_process_stores(tmp_path, pairs):
+    """Each process tokenises a share of the set's texts (a share may be empty), rank 0 joins the
+    shares: the stored files are byte for byte those of one process, and every process reads them."""
+    import json
+    import shutil
+
+    from kdplug.testing.tiny import wordpiece_tokenizer
+
+    tokenizer = wordpiece_tokenizer()
+    rng = random.Random(1)
+    texts = [[" ".join(rng.choices(WORDS, k=rng.randint(1, 20)))] for _ in range(37)]
+    if pairs:
+        texts = [text + [" ".join(rng.choices(WORDS, k=rng.randint(1, 8)))] for text in texts]
+    for name, rows in (("many", texts), ("few", texts[:2])):
+        alone = tmp_path / name / "one" / "set"
+        alone.mkdir(parents=True)
+        (alone / transfer_module.TEXTS_FILE).write_text("".join(json.dumps(t) + "\n" for t in rows), encoding="utf-8")
+        single = transfer_module.TransferSet(alone, {"examples": len(rows)}).encode(tokenizer, 12, is_regression=False)
+        expected = {p.name: p.read_bytes() for p in next(alone.glob("encoded-*")).iterdir() if p.is_file()}
+        assert "ids.i32" in expected and ("types.i8" in expected or not pairs)  # a pair's token types too
+        for count in (2, 3):
+            copy = tmp_path / name / str(count) / "set"
+            shutil.copytree(alone, copy, ignore=shutil.ignore_patterns("encoded-*"))
+            results = encode_together(transfer_module.TransferSet(copy, {"examples": len(rows)}), tokenizer, count)
+            stored = next(copy.glob("encoded-*"))
+            assert {p.name: p.read_bytes() for p in stored.iterdir() if p.is_file()} == expected
+            for rank in range(count):
+                assert [results[rank].input_ids[i] for i in range(len(rows))] == [
+                    single.input_ids[i] for i in range(len(rows))
+                ]
+            assert all(p.name == "set" or p.suffix == ".lock" for p in copy.parent.iterdir())  # no share folder
+
+
+def test_the_other_processes_never_wait_on_rank_0s_lock(tmp_path, parts):
+    """Rank 0 takes a set's lock again for the next piece of work (the student's encoding after the
+    teacher's) while another rank may still be waiting for it, then waits for that rank in a
+    collective: a deadlock, seen under torchrun. So the other ranks wait through the share folder,
+    never on the lock: here the lock is held throughout, and rank 1 still gets the set and its
+    encoding that rank 0 stored."""
+    from kdplug.storage import file_lock
+
+    config, task, teacher, train, dev = parts
+    registry = kdplug.get_plugin_manager().registry
+    built = transfer_module.build_or_load(
+        config, registry, task, teacher, train, dev, root=tmp_path, seed=3, echo=print
+    )
+    built.encode(teacher.tokenizer, 12, is_regression=False)
+    key = built.directory.name
+    orders = iter([{"key": key, "folder": None, "augment": True}, None])  # rank 0 found both stored
+    rank_1 = Processes(1, 2, lambda _: next(orders))
+    got = {}
+
+    def rank_main() -> None:
+        found = transfer_module.build_or_load(
+            config, registry, task, teacher, train, dev, root=tmp_path, seed=3, echo=print, processes=rank_1
+        )
+        got["ids"] = found.encode(teacher.tokenizer, 12, is_regression=False, processes=rank_1).input_ids[0]
+
+    locks = [tmp_path / "transfer" / f"{key}.lock", *(tmp_path / "transfer").glob(f"{key}.*.lock")]
+    assert len(locks) == 2
+    with file_lock(locks[0]), file_lock(locks[1]):
+        thread = threading.Thread(target=rank_main, daemon=True)
+        thread.start()
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "rank 1 waited on rank 0's lock"
+    assert got["ids"] == built.encode(teacher.tokenizer, 12, is_regression=False).input_ids[0]
