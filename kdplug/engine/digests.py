@@ -22,29 +22,27 @@ class DigestSet:
         return self._count
 
     def __contains__(self, digest: int) -> bool:
-        digest = digest or 1
-        slots, mask = self._slots, self._mask
-        slot = digest & mask
-        while (held := slots[slot]) != _EMPTY:
-            if held == digest:
-                return True
-            slot = (slot + 1) & mask
-        return False
+        return self._slots[self._slot(digest or 1)] != _EMPTY
 
     def add(self, digest: int) -> bool:
         """Add ``digest``; whether it was new."""
         digest = digest or 1
-        slots, mask = self._slots, self._mask
-        slot = digest & mask
-        while (held := slots[slot]) != _EMPTY:
-            if held == digest:
-                return False
-            slot = (slot + 1) & mask
-        slots[slot] = digest
+        slot = self._slot(digest)
+        if self._slots[slot] != _EMPTY:
+            return False
+        self._slots[slot] = digest
         self._count += 1
-        if 2 * self._count > len(slots):
+        if 2 * self._count > len(self._slots):
             self._grow()
         return True
+
+    def _slot(self, digest: int) -> int:
+        """Where ``digest`` is, else the free slot where it would go."""
+        slots, mask = self._slots, self._mask
+        slot = digest & mask
+        while (held := slots[slot]) != _EMPTY and held != digest:
+            slot = (slot + 1) & mask
+        return slot
 
     def _grow(self) -> None:
         held = np.frombuffer(self._slots, dtype=np.uint64)

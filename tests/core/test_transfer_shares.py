@@ -51,24 +51,35 @@ def build_together(root, count, parts, teachers=None):
     """``build_or_load`` on ``count`` threads standing for the processes of a launch (each with its
     own teacher, when ``teachers`` are given)."""
     config, task, teacher, train, dev = parts
-    broadcast, results, errors, said = ThreadBroadcast(count), {}, {}, []
+    said = []
 
-    def rank_main(rank: int) -> None:
+    def rank_main(rank: int, processes: Processes):
+        return transfer_module.build_or_load(
+            config, kdplug.get_plugin_manager().registry, task, teachers[rank] if teachers else teacher, train,
+            dev, root=root, seed=3, echo=said.append, processes=processes,
+        )  # fmt: skip
+
+    results, errors = on_threads(count, rank_main)
+    return results, errors, said
+
+
+def on_threads(count, rank_main):
+    """``rank_main(rank, processes)`` on ``count`` threads standing for the processes of a launch:
+    what each returned, and what each raised."""
+    broadcast, results, errors = ThreadBroadcast(count), {}, {}
+
+    def run(rank: int) -> None:
         try:
-            results[rank] = transfer_module.build_or_load(
-                config, kdplug.get_plugin_manager().registry, task, teachers[rank] if teachers else teacher, train,
-                dev, root=root, seed=3,
-                echo=said.append, processes=Processes(rank, count, lambda value, rank=rank: broadcast(rank, value)),
-            )  # fmt: skip
+            results[rank] = rank_main(rank, Processes(rank, count, lambda value: broadcast(rank, value)))
         except BaseException as exc:  # noqa: BLE001 - handed to the test
             errors[rank] = exc
 
-    threads = [threading.Thread(target=rank_main, args=(rank,)) for rank in range(count)]
+    threads = [threading.Thread(target=run, args=(rank,)) for rank in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=120)
-    return results, errors, said
+    return results, errors
 
 
 def test_processes_sharing_the_augmentation_write_the_set_one_process_writes(
@@ -220,22 +231,9 @@ def test_the_training_sentences_of_pairs_are_both_sides_in_order():
 
 
 def encode_together(transfer_set, tokenizer, count):
-    broadcast, results, errors = ThreadBroadcast(count), {}, {}
-
-    def rank_main(rank: int) -> None:
-        try:
-            results[rank] = transfer_set.encode(
-                tokenizer, 12, is_regression=False,
-                processes=Processes(rank, count, lambda value, rank=rank: broadcast(rank, value)),
-            )  # fmt: skip
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            errors[rank] = exc
-
-    threads = [threading.Thread(target=rank_main, args=(rank,)) for rank in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    results, errors = on_threads(
+        count, lambda rank, processes: transfer_set.encode(tokenizer, 12, is_regression=False, processes=processes)
+    )
     assert not errors, errors
     return results
 
