@@ -195,8 +195,20 @@ def check_teacher(task, predictions: Sequence[float], labels: Sequence[float], s
     return record
 
 
-def weak_teacher_causes(task, record: dict) -> str:
-    """The likely causes of a failed teacher check, most likely first."""
+def weak_teacher_causes(task, record: dict, *, prompted: bool = False) -> str:
+    """The likely causes of a failed teacher check, most likely first. A prompted teacher (a language
+    model reading a prompt, never fine-tuned) has its own: fine-tuning it is refused, and its
+    verbalizer, not a head, maps its answers to the labels."""
+    if prompted:
+        causes = [
+            "the prompt or the verbalizer does not fit the model: write each verbalizer as the model would "
+            "continue the prompt (--set teacher_options.prompt=... and teacher_options.verbalizer={...})",
+            "its answers lean towards one label whatever the text: --set teacher_options.calibrate=true, or show "
+            "it examples: --set teacher_options.shots=4",
+            "the model is too small or not instruction-tuned for this prompt: a larger or an instruct model, or a "
+            "classifier fine-tuned on the task (docs/llm-teachers.md)",
+        ]
+        return "; ".join(f"({i}) {cause}" for i, cause in enumerate(causes, 1))
     causes = []
     if task.labels and record["teacher"] < record["majority_class"] - TEACHER_MARGIN:
         causes.append(

@@ -372,7 +372,7 @@ def check_teacher(config: RunConfig, inputs: RunInputs, echo: Callable[[str], No
     )
     raise WeakTeacherError(
         f"{figures}. The teacher is not worth distilling: {problems}. Likely causes: "
-        f"{health.weak_teacher_causes(task, check)}. {kept}"
+        f"{health.weak_teacher_causes(task, check, prompted='prompted' in info)}. {kept}"
         f"To distil it anyway: --set allow_weak_teacher=true"
     )
 

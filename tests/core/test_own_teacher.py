@@ -304,6 +304,10 @@ def test_check_teacher_against_the_majority_class():
     flipped = health.check_teacher(task, [1] * 6 + [0] * 4, labels, 0.0)
     assert not flipped["passed"] and "below the majority class's 60.00" in flipped["problems"][0]
     assert "label_map" in health.weak_teacher_causes(task, flipped).split("(2)")[0]  # permuted labels first
+    # a prompted teacher is never fine-tuned (asking for it is refused): its causes are its prompt's
+    prompted = health.weak_teacher_causes(task, flipped, prompted=True)
+    assert "finetuned" not in prompted and "label_map" not in prompted
+    assert "teacher_options.verbalizer" in prompted and "teacher_options.calibrate=true" in prompted
     one_class = health.check_teacher(task, [0] * 10, labels, 0.6)
     assert not one_class["passed"] and "predicts 'negative' for every dev example" in one_class["problems"][0]
     close = health.check_teacher(task, [0] * 6 + [1] + [0] * 3, labels, 0.63)  # 3 points above: not clearly
