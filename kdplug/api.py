@@ -28,6 +28,7 @@ from .errors import (
     UsageError,
     close_matches,
 )
+from .options import Positive, PositiveFloat, Range
 from .plugins import hookimpl
 from .storage import (
     StorageError,
@@ -130,6 +131,10 @@ __all__ = [
     "StudentCapabilities",
     "TaskCapabilities",
     "TeacherCapabilities",
+    # an option's allowed values, in its annotation: Annotated[int, Range(1)] (kdplug/options.py)
+    "Positive",
+    "PositiveFloat",
+    "Range",
     # errors (UsageError and its subclasses exit 2)
     "ConfigError",
     "DataError",

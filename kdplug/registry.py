@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from .capabilities import CAPABILITIES, capabilities
 from .errors import AmbiguousNameError, ConfigError, PluginError, UnknownComponentError
 from .hub import is_hub_id
+from .options import advice, declared_options, expected, fits
 
 if TYPE_CHECKING:
     from .types import ModelShape
@@ -265,21 +266,30 @@ OPTION_KEYS = {"augmenter": "augment_options", "loss": "ild_loss_options"}
 def _check_options(
     entry: Entry, name: str, args: tuple, options: dict[str, Any], option_key: Optional[str] = None
 ) -> None:
-    """Unknown or missing options fail with the factory's valid options, not a bare TypeError."""
+    """Unknown or missing options fail with the factory's valid options, not a bare TypeError; a value
+    that is not of its option's declared type or range fails naming both (kdplug/options.py)."""
+    section = option_key or OPTION_KEYS.get(entry.kind, f"{entry.kind}_options")
     try:
         signature = inspect.signature(entry.factory)
     except (TypeError, ValueError):  # builtins and some C types have no signature
         return
     try:
-        signature.bind(*args, **options)
+        bound = signature.bind(*args, **options)
     except TypeError as exc:
         valid = [
             p.name
             for p in list(signature.parameters.values())[len(args) :]
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
         ]
-        section = option_key or OPTION_KEYS.get(entry.kind, f"{entry.kind}_options")
         raise ConfigError(
             f"{entry.kind} {name!r} ({entry.provider()}): {exc}. Its options are: {', '.join(valid) or '(none)'}; "
             f"set them with --set {section}.NAME=VALUE"
         ) from None
+    declared = declared_options(entry.factory)
+    for option, value in options.items():
+        hint = declared.get(option) if option in bound.arguments else None  # **overrides are not declared
+        if hint is not None and not fits(value, hint):
+            raise ConfigError(
+                f"{section}.{option} of {entry.kind} {name!r} must be {expected(hint)}, got {value!r} "
+                f"({type(value).__name__}){advice(value, hint)}"
+            )

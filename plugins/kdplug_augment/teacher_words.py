@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Sequence
-from typing import Optional
+from typing import Annotated, Optional
 
 import torch
 
 import kdplug
+from kdplug.api import Positive, Range
 from kdplug.errors import ConfigError
 from kdplug.words import is_replaceable
 
@@ -59,7 +60,14 @@ class TeacherWordsAugmenter:
     citation = CITATION
     pair_schedule = "cycle"
 
-    def __init__(self, teacher, *, p_replace: float = 0.4, candidates: int = 15, source: str = "auto") -> None:
+    def __init__(
+        self,
+        teacher,
+        *,
+        p_replace: Annotated[float, Range(0, 1)] = 0.4,
+        candidates: Positive = 15,
+        source: str = "auto",
+    ) -> None:
         self.check_options(p_replace=p_replace, candidates=candidates, source=source)
         self.p_replace, self.k = float(p_replace), int(candidates)
         self.tokenizer = teacher.tokenizer

@@ -6,9 +6,10 @@ model); this module registers its factory and layer extractor.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import kdplug
+from kdplug.api import Positive, Range
 from kdplug.types import Task, Teacher
 
 from .pooling import PooledLayerExtractor, build_pooled_student, check_pooled_options, pooled_shape
@@ -21,18 +22,18 @@ def bilstm_student(
     task: Task,
     teacher: Teacher,
     *,
-    embedding_dim: Optional[int] = None,
-    hidden_size: Optional[int] = None,
-    num_layers: int = 3,
+    embedding_dim: Optional[Positive] = None,
+    hidden_size: Optional[Positive] = None,
+    num_layers: Positive = 3,
     bidirectional: bool = True,
-    dropout: float = 0.1,
-    attention_dim: Optional[int] = None,
+    dropout: Annotated[float, Range(0, 1, high_open=True)] = 0.1,
+    attention_dim: Optional[Positive] = None,
     tokenizer: Any = None,
     init_embeddings_from_teacher: Optional[bool] = None,
     embeddings: Optional[str] = None,
     source: Optional[str] = None,
-    sentencepiece_vocab_size: int = 8000,
-    sentencepiece_model_type: str = "unigram",
+    sentencepiece_vocab_size: Positive = 8000,
+    sentencepiece_model_type: Literal["unigram", "bpe"] = "unigram",
 ):
     """Build the BiLSTM student (``source``: a directory its ``save_pretrained`` wrote, to resume;
     ``tokenizer``: ``teacher``, ``sentencepiece`` or a directory, by default the teacher's unless its

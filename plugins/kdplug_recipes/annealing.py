@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Optional
 
 import torch
 from torch import nn
 
 import kdplug
+from kdplug.api import Positive, PositiveFloat
 from kdplug.errors import ConfigError
 from kdplug.types import StepState
 
@@ -88,7 +90,9 @@ class Annealing:
     uses_kd_loss = False  # its loss is an MSE of annealed logits, not the run's kd_loss
     reads_teacher_layers = False  # the teacher's logits only: its cache holds no layer vectors
 
-    def __init__(self, e1: int = 10, e2: int = 3, tau_max: int = 10, phase2_lr: float | None = None) -> None:
+    def __init__(
+        self, e1: Positive = 10, e2: Positive = 3, tau_max: Positive = 10, phase2_lr: Optional[PositiveFloat] = None
+    ) -> None:
         for name, value, least in (("e1", e1, 1), ("e2", e2, 0), ("tau_max", tau_max, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(f"recipe 'annealing': {name} must be an integer of at least {least}, got {value!r}")

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Optional
+from typing import Annotated, Optional
 
 import torch
 from torch import nn
 
 import kdplug
+from kdplug.api import PositiveFloat, Range
 from kdplug.errors import ConfigError
 from kdplug.types import StepState
 
@@ -121,7 +122,12 @@ class DIH:
     #: its heads are trained on, and read from, the teacher's cached layer vectors
     reads_teacher_layers = True
 
-    def __init__(self, alpha: float = 0.1, temperature: float = 5.0, layers: Optional[Sequence[int]] = None) -> None:
+    def __init__(
+        self,
+        alpha: Annotated[float, Range(0, 1)] = 0.1,
+        temperature: PositiveFloat = 5.0,
+        layers: Optional[Sequence[int]] = None,
+    ) -> None:
         if not 0.0 <= alpha <= 1.0:
             raise ConfigError(f"recipe 'dih': alpha must lie in [0, 1], got {alpha}")
         if temperature <= 0:

@@ -1,0 +1,156 @@
+"""Every option is checked against its declared type and range, in one place, before anything loads:
+a string is never a boolean (``trust_remote_code: "no"`` ran a checkpoint's own code), a float with a
+fraction is never a whole number, and ``--threads`` never exceeds the cores the process may use."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import shutil
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+import pytest
+
+from kdplug.components import process_registry
+from kdplug.errors import ConfigError
+from kdplug.options import Range, declared_options, fits
+from kdplug.registry import KINDS, OPTION_KEYS, Registry
+
+from .test_nothing_lost import run, tiny_argv
+
+#: the positional values each kind's factory is called with before its options (engine/preflight.py)
+POSITIONAL = {"teacher": 1, "student": 2, "projector": 1, "loss": 0, "task": 0, "recipe": 0, "augmenter": 1}
+
+
+def wrong_value(hint: Any) -> Any:
+    """A value a user could give by mistake that ``hint`` does not allow, or None where every
+    mistake this tries is allowed (``Any``, a plugin's own class)."""
+    for candidate in ("no", 2.5, "0.1", 7, [1, 2], {"a": 1}):
+        if not fits(candidate, hint):
+            return candidate
+    return None
+
+
+def declared(kind: str):
+    """(name, option, hint, default) of every declared option of every registered ``kind``."""
+    for entry in process_registry().entries(kind):
+        hints = declared_options(entry.factory)
+        parameters = list(inspect.signature(entry.factory).parameters.values())[POSITIONAL[kind] :]
+        for parameter in parameters:
+            if parameter.kind in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL) or parameter.name not in hints:
+                continue
+            name = re.sub(r"\{\w+\}", "4", entry.name)  # a templated name (bert-{layers}) as a user writes it
+            yield name, parameter.name, hints[parameter.name], parameter.default
+
+
+@pytest.mark.parametrize("kind", [kind for kind in KINDS if kind != "layer_extractor"])
+def test_every_declared_option_refuses_a_value_of_another_type_naming_it(kind):
+    registry, checked = process_registry(), 0
+    for name, option, hint, default in declared(kind):
+        if default is not inspect.Parameter.empty:  # a declaration its own default breaks would refuse every run
+            assert fits(default, hint), f"{kind} {name!r}: the default {default!r} of {option} is not {hint}"
+        value = wrong_value(hint)
+        if value is None:
+            continue
+        with pytest.raises(ConfigError) as raised:
+            registry.check_options(kind, name, *[None] * POSITIONAL[kind], **{option: value})
+        section = OPTION_KEYS.get(kind, f"{kind}_options")
+        assert f"{section}.{option} of {kind} {name!r} must be " in str(raised.value), str(raised.value)
+        assert repr(value) in str(raised.value)
+        checked += 1
+    assert checked or kind == "loss", f"no {kind} option was checked"
+
+
+@pytest.mark.parametrize(
+    "value, hint, allowed",
+    [
+        ("no", bool, False),
+        ("false", Optional[bool], False),
+        (0, bool, False),  # YAML's 0 is a number, not false
+        (True, int, False),
+        (3.0, int, False),
+        (3, float, True),
+        (float("nan"), float, False),
+        ("1e-5", float, False),
+        (None, Optional[int], True),
+        (None, int, False),
+        ([1, 2], Optional[list[int]], True),
+        ([1, "2"], list[int], False),
+        ("0,1", typing.Union[str, list[int], None], True),
+        ("mean", Literal["mean", "sum"], True),
+        ("max", Literal["mean", "sum"], False),
+        (0, Annotated[int, Range(1)], False),
+        (1, Annotated[int, Range(1)], True),
+        (1.0, Annotated[float, Range(0, 1, high_open=True)], False),
+        ("models/teacher", Path, True),
+        ({"lr": 1}, dict, True),
+        ("x", dict, False),
+    ],
+)
+def test_values_against_declarations(value, hint, allowed):
+    assert fits(value, hint) is allowed
+
+
+def test_a_plugins_range_is_checked_with_the_type():
+    def factory(task, *, hidden: Annotated[int, Range(1, 4096)] = 64, dropout: Annotated[float, Range(0, 1)] = 0.1):
+        raise AssertionError("a check builds nothing")
+
+    registry = Registry()
+    registry.add("student", "ranged", factory, plugin="third-party")
+    for option, value, words in [("hidden", 0, "a whole number at least 1 and at most 4096"), ("dropout", 1.5, "")]:
+        with pytest.raises(ConfigError, match=f"student_options.{option} .* must be {words}"):
+            registry.check_options("student", "ranged", None, **{option: value})
+    registry.check_options("student", "ranged", None, hidden=4096, dropout=1)
+
+
+HOSTILE = 'import pathlib\npathlib.Path({marker!r}).write_text("the checkpoint\'s own code ran")\n'
+
+
+@pytest.fixture
+def teacher_with_own_code(tmp_path, tiny_bert_dir):
+    """A BERT checkpoint naming a module of its own (auto_map) that writes ``RAN`` when imported."""
+    teacher = Path(shutil.copytree(tiny_bert_dir, tmp_path / "teacher"))
+    (teacher / "hostile_code.py").write_text(HOSTILE.format(marker=str(tmp_path / "RAN")))
+    config = json.loads((teacher / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "hostile_code.Nope", "AutoModelForSequenceClassification": "hostile_code.Nope"}
+    (teacher / "config.json").write_text(json.dumps(config))
+    return teacher
+
+
+@pytest.mark.parametrize("how", ["--set", "file"])
+@pytest.mark.parametrize("text", ['"no"', "'false'", '"off"'])
+def test_trust_remote_code_given_as_text_is_refused_and_runs_no_code(
+    capsys, tmp_path, sst2_dir, teacher_with_own_code, how, text
+):
+    if how == "--set":
+        given = ["--set", f"teacher_options.trust_remote_code={text}"]
+    else:
+        (tmp_path / "run.yaml").write_text(f"teacher_options:\n  trust_remote_code: {text}\n")
+        given = ["--config", str(tmp_path / "run.yaml")]
+    code, _, err = run(capsys, *tiny_argv(str(teacher_with_own_code), sst2_dir, tmp_path / "run", *given))
+    assert code == 2, err
+    word = text.strip("'\"")
+    assert f"teacher_options.trust_remote_code of teacher 'hf' must be true or false, got '{word}' (str)" in err
+    assert "write true or false without quotes" in err
+    assert not (tmp_path / "RAN").exists(), "the checkpoint's code ran"
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_student_option_of_the_wrong_type_stops_before_the_teacher(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    argv = tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / "run", "--set", "student_options.hidden_size=2.5")
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and "student_options.hidden_size of student 'bilstm' must be a whole number" in err
+    assert "teacher" not in out.lower() and not (tmp_path / "run").exists()
+
+
+def test_more_threads_than_cores_is_refused_before_any_work(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    from kdplug.threads import usable_cores
+
+    cores = usable_cores()
+    code, _, err = run(capsys, *tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / "run", "--threads", "1000"))
+    assert code == 2, err
+    assert f"--threads 1000: this process may use {cores} core" in err and f"Use --threads {cores} or less" in err
+    assert not (tmp_path / "run").exists()
