@@ -193,8 +193,7 @@ class Checkpointer:
             optimizer = torch.load(directory / OPTIMIZER, weights_only=True)
             rng = load_file(str(directory / RNG))
         except Exception as exc:  # files that pass their checksums but not their reader: a kdplug of another version
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            self._refuse(stage, directory, f"its files cannot be read ({reason})")
+            self._refuse(stage, directory, f"its files cannot be read ({unreadable_reason(exc, OPTIMIZER)})")
         return progress, model_state, best_state, optimizer, rng
 
     def _check_written_by(self, stage: str, directory: Path) -> None:
@@ -218,6 +217,18 @@ class Checkpointer:
             f"remove {directory} and {self.how_to_continue} (the stages before it are kept); or start the run "
             f"again with --overwrite"
         )
+
+
+def unreadable_reason(exc: BaseException, pickled: str) -> str:
+    """Why a checkpoint file could not be read, in one line. torch's refusal to unpickle objects beyond
+    tensors (``weights_only``) advises loading with ``weights_only=False``, which would run whatever code the
+    file names: kdplug never does, and says so instead."""
+    if type(exc).__name__ == "UnpicklingError":
+        return (
+            f"{pickled} holds Python objects besides tensors, which kdplug does not unpickle, since unpickling can "
+            f"run code; kdplug writes none such, so the file was written by other code"
+        )
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 #: settings that change where and how a run is written or watched, never what it trains

@@ -120,6 +120,24 @@ def test_a_changed_checkpoint_file_is_named_not_unpickled(capsys, killed_run):
     assert "weights_only" not in err  # torch's advice to unpickle the file is not relayed
 
 
+def test_a_pickled_optimizer_with_matching_checksums_is_refused_without_torchs_advice(capsys, killed_run):
+    """A file that passes its checksum (whoever wrote it could write the checksum file too) but holds
+    objects torch will only unpickle with weights_only=False: kdplug says why and never relays that advice."""
+    import fractions
+
+    import torch
+
+    from kdplug.storage import write_checksums
+
+    checkpoint = killed_run / "checkpoints" / "distill"
+    torch.save({"optimizer": {}, "scheduler": fractions.Fraction(1, 3)}, checkpoint / "optimizer.pt")
+    write_checksums(checkpoint)
+    code, _, err = run(capsys, "run", "--resume", killed_run)
+    assert code == 2, err
+    assert "optimizer.pt holds Python objects besides tensors, which kdplug does not unpickle" in err
+    assert "weights_only" not in err and "Weights only load failed" not in err
+
+
 def test_a_checkpoint_resumes_only_under_its_own_configuration(capsys, killed_run):
     code, _, err = run(capsys, "run", "--resume", killed_run, "--set", "lr=0.01")
     assert code == 2 and "--set changes what it trains (lr" in err and "0.01 now" in err
