@@ -2,8 +2,9 @@
 
 The model reads each example in its prompt (:mod:`.prompting`'s encoder, which the engine runs
 for the teacher only) and scores every label by the log-probability of its verbalizer's tokens
-after the prompt, teacher-forced and summed. Those scores are the teacher's logits (the KD target;
-its prediction is their argmax), optionally calibrated as Zhao et al. (2021) do; its layer vectors
+after the prompt, teacher-forced and summed. Those scores, renormalised over the labels, are the
+teacher's logits (the KD target; its prediction is their argmax), optionally calibrated as Zhao et
+al. (2021) do; its layer vectors
 are the hidden states at the prompt's last token, the position that predicts the label's first
 token, so every hidden-space method reads a vector that has seen the whole prompt.
 """
@@ -30,7 +31,8 @@ log = logging.getLogger(__name__)
 
 class PromptedLM(nn.Module):
     """A causal LM whose forward, on prompts (``input_ids``, left or right padded), returns the
-    labels' verbalizer log-probabilities as ``logits`` ``(batch, labels)`` and, as
+    labels' verbalizer log-probabilities renormalised over the labels (calibrated where it is) as
+    ``logits`` ``(batch, labels)`` and, as
     ``hidden_states``, each layer's state at the prompt's last token ``(batch, 1, width)``.
 
     The verbalizers' token ids and the calibration are buffers, so the teacher's fingerprint (and
@@ -58,13 +60,15 @@ class PromptedLM(nn.Module):
         return SequenceClassifierOutput(logits=self.calibrated(scores), hidden_states=hidden_states)
 
     def calibrated(self, scores: torch.Tensor) -> torch.Tensor:
-        """Contextual calibration (Zhao et al. 2021, their code's ``diagonal_W``): the label
-        probabilities normalised to sum to one, ``p``, give ``q = softmax(W p)`` with
-        ``W = diag(p_cf)^-1`` (b = 0); the logits are ``log q``. Uncalibrated: the scores."""
+        """The logits: the label log-probabilities renormalised over the labels, ``log p`` (so the KD
+        target and an MSE on logits read a distribution, not scores offset by the probability the
+        model puts outside the labels). Calibrated, contextual calibration (Zhao et al. 2021, their
+        code's ``diagonal_W``, b = 0): ``q = W p`` with ``W = diag(p_cf)^-1``, renormalised, so the
+        logits are ``log_softmax(log p - log p_cf)``; an unbiased model (p_cf uniform) keeps ``p``."""
+        log_p = scores.float().log_softmax(-1)
         if self.calibration.numel() == 0:
-            return scores
-        probabilities = scores.float().softmax(-1)
-        return (probabilities / self.calibration).log_softmax(-1)
+            return log_p
+        return (log_p - self.calibration.log()).log_softmax(-1)
 
     def label_log_probs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, tuple]:
         """Each label's summed token log-probability after each prompt ``(batch, labels)``, and the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -100,7 +101,11 @@ def test_logits_and_layers_equal_a_float64_reference(models, family, pair):
         ids, mask = padded(encoded["input_ids"], teacher.encoder.pad_token_id, side)
         with torch.no_grad():
             outputs = model(input_ids=ids, attention_mask=mask)
-        torch.testing.assert_close(outputs.logits.double(), expected, rtol=0, atol=2e-5)
+        # the logits: the verbalizers' log-probabilities renormalised over the labels
+        torch.testing.assert_close(outputs.logits.double(), expected.log_softmax(-1), rtol=0, atol=2e-5)
+        with torch.no_grad():
+            scores, _ = model.label_log_probs(ids, mask)
+        torch.testing.assert_close(scores.double(), expected, rtol=0, atol=2e-5)
         vectors = extractor(model, outputs)
         assert len(vectors) == 3  # embeddings and 2 blocks
         for layer, vector in enumerate(vectors):
@@ -129,13 +134,39 @@ def test_calibration_is_zhao_et_al(models):
     dev = task.load_split("dev")
     scores, _ = reference(models["llama"], [context + TEMPLATE.format(text=e.text_a) for e in dev], VERBALIZER.values())
     p = scores.exp() / scores.exp().sum(-1, keepdim=True)  # the label probabilities normalised to sum to one
-    expected = torch.log_softmax(p / p_cf, -1)  # q = softmax(W p + b), W = diag(p_cf)^-1, b = 0
+    expected = torch.from_numpy(np.log(zhao_calibrated(p.numpy(), p_cf.numpy())))
     ids, mask = padded(teacher.encoder([e.text_a for e in dev], max_length=64)["input_ids"], 0, "right")
     with torch.no_grad():
         logits = teacher.model.eval()(input_ids=ids, attention_mask=mask).logits
     torch.testing.assert_close(teacher.model.calibration.double(), p_cf, rtol=0, atol=1e-6)
     torch.testing.assert_close(logits.double(), expected, rtol=0, atol=1e-5)
     assert teacher.extra["prompted"]["calibrate"]["content_free"] == ["N/A", "", "[MASK]"]
+
+
+def zhao_calibrated(p, p_cf):
+    """Zhao et al. (2021): W = diag(p_cf)^-1, b = 0, each row's W p (numpy, float64), renormalised to
+    a distribution (the paper takes its argmax; its softmax of ratios would change an unbiased p)."""
+    weights = np.linalg.inv(np.diag(np.asarray(p_cf, dtype=np.float64)))
+    q = np.stack([weights @ np.asarray(row, dtype=np.float64) for row in p])
+    return q / q.sum(-1, keepdims=True)
+
+
+def test_the_logits_are_a_distribution_over_the_labels_and_calibration_rescales_it(models):
+    """Uncalibrated: log p, the label probabilities renormalised over the labels (whatever mass the
+    model puts elsewhere). Calibrated: log of W p renormalised, W = diag(p_cf)^-1; an unbiased model
+    (p_cf uniform) keeps p: [0.99, 0.01] stays [0.99, 0.01] (a softmax of p / p_cf made it [0.881, 0.119])."""
+    teacher = kdplug.create_teacher("hf", TinyTask(), source=models["llama"], prompt=TEMPLATE, verbalizer=VERBALIZER)
+    model = teacher.model
+    p = torch.tensor([[0.99, 0.01], [0.6, 0.4], [0.2, 0.8]], dtype=torch.float64)
+    scores = (p.log() - 3.0).float()  # the model puts 95% of its mass outside the labels
+    torch.testing.assert_close(model.calibrated(scores).double(), p.log(), rtol=0, atol=1e-6)
+    model.calibration = torch.tensor([0.5, 0.5])
+    torch.testing.assert_close(model.calibrated(scores).double().exp(), p, rtol=0, atol=1e-6)
+    assert model.calibrated(scores)[0].exp().tolist() == pytest.approx([0.99, 0.01], abs=1e-6)
+    for p_cf in ([0.7, 0.3], [0.1, 0.9]):
+        model.calibration = torch.tensor(p_cf)
+        expected = np.log(zhao_calibrated(p.numpy(), p_cf))
+        np.testing.assert_allclose(model.calibrated(scores).double().numpy(), expected, rtol=0, atol=1e-6)
 
 
 def test_shots_are_fixed_by_the_seed(models):
