@@ -122,3 +122,39 @@ def test_an_encoder_decoder_teacher_is_refused_before_its_weights_load(tmp_path)
     tokenizer.save_pretrained(tmp_path / "t5")
     with pytest.raises(UsageError, match=r"encoder-decoder model \(model type 't5'\).*decoder-only classifier"):
         kdplug.create_teacher("hf", TinyTask(), source=str(tmp_path / "t5"))
+
+
+def test_tangs_mask_is_never_a_token_that_ends_or_pads_the_sequence(tmp_path):
+    """GPT-2, Pythia and Phi-2 tokenizers have no mask token, and their unknown token is
+    <|endoftext|>, which kdplug also makes their padding token: Tang's masked word became a
+    document boundary, and a text ending in a masked word was pooled one token early. They read
+    the augmenter's "[MASK]" as its text instead."""
+    import random
+
+    from kdplug.engine.transfer import TEXTS_FILE, TransferSet
+    from kdplug_augment.tang import TangAugmenter
+
+    teacher = kdplug.create_teacher(
+        "hf", TinyTask(), source=make_tiny_decoder(tmp_path / "gpt2", "gpt2", gpt2_specials=True)
+    )
+    tokenizer = teacher.tokenizer
+    boundaries = {tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id}
+    assert tokenizer.unk_token == tokenizer.pad_token == "<|endoftext|>" and tokenizer.mask_token is None
+    augmenter = TangAugmenter(teacher, p_mask=0.4, p_pos=0.0, p_ng=0.0)
+    rng = random.Random(0)
+    texts = [augmenter(text, rng) for text in TEXTS * 5]
+    texts.append(TEXTS[0] + " " + augmenter.mask_token)  # the last word masked
+    assert sum(augmenter.mask_token in text for text in texts) > 5
+    directory = tmp_path / "set"
+    directory.mkdir()
+    (directory / TEXTS_FILE).write_text("".join(json.dumps([text]) + "\n" for text in texts), encoding="utf-8")
+    stored = TransferSet(directory, {"examples": len(texts), "mask_token": augmenter.mask_token})
+    encoded = stored.encode(tokenizer, 64, is_regression=False)
+    rows = [list(encoded.input_ids[i]) for i in range(len(texts))]
+    assert not boundaries & {token for row in rows for token in row}
+    assert rows[-1] == tokenizer(texts[-1])["input_ids"]  # "[MASK]" as the tokenizer writes that text
+    # the classifier pools each row's last token, the masked one included
+    width = max(map(len, rows))
+    ids = torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in rows])
+    mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
+    assert last_real_token(ids, mask, tokenizer.pad_token_id).tolist() == [len(row) - 1 for row in rows]
