@@ -180,7 +180,7 @@ def prompted_teacher(
     train = task.load_split("train") if spec.shots else []
     chosen = draw_shots(train, spec.shots, torch.initial_seed() if shots_seed is None else shots_seed)
     encoder = PromptEncoder(tokenizer, spec, [train[i] for i in chosen], chat=chat)
-    model = PromptedLM(lm, _verbalizer_ids(tokenizer, spec), tokenizer.pad_token_id).eval()
+    model = PromptedLM(lm, _verbalizer_ids(encoder, spec, task.is_pair), tokenizer.pad_token_id).eval()
     if spec.content_free:
         model.calibrate(encoder, spec.content_free, task.is_pair)
     record = {
@@ -242,13 +242,57 @@ def _load_language_model(source: str, **load_options: Any) -> tuple[nn.Module, A
     return lm, tokenizer
 
 
-def _verbalizer_ids(tokenizer: Any, spec: PromptSpec) -> list[list[int]]:
-    """Each label's verbalizer as the tokenizer writes it after the prompt (no special tokens)."""
-    ids = [list(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in spec.verbalizer]
-    empty = [label for label, tokens in zip(spec.labels, ids) if not tokens]
+#: the text standing for an example's where the verbalizers are tokenised after a prompt
+PLACEHOLDER = "text"
+
+
+def _verbalizer_ids(encoder: PromptEncoder, spec: PromptSpec, pair: bool) -> list[list[int]]:
+    """Each label's verbalizer as the tokenizer writes it after the prompt: the ids of a prompt
+    followed by the verbalizer, past the prompt's own ids. Tokenised alone, a verbalizer would
+    start a text, where SentencePiece (and a byte-level BPE that adds a prefix space) writes a word
+    start: ``positive`` would be scored as `` positive``. Refused: a verbalizer whose first token
+    merges with the prompt's last, and one whose tokens begin with another label's (see
+    :func:`_refuse_prefixes`)."""
+    tokenizer = encoder.tokenizer
+    prompt = encoder.render(PLACEHOLDER, PLACEHOLDER if pair else None)
+
+    def ids(text: str) -> list[int]:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    head, verbalizer_ids = ids(prompt), []
+    for label, text in zip(spec.labels, spec.verbalizer):
+        whole = ids(prompt + text)
+        if whole[: len(head)] != head:
+            raise UsageError(
+                f"teacher_options.verbalizer: the text of {label!r} ({text!r}) joins the prompt's last token "
+                f"({tokenizer.decode(head[-1:])!r}) into another token, so the prompt the model reads does not end "
+                f"where the label begins; end the prompt with a whole word or punctuation and start each verbalizer "
+                f"with what separates it (a prompt ending 'Sentiment: ' with 'positive' becomes 'Sentiment:' with "
+                f"' positive')"
+            )
+        verbalizer_ids.append(whole[len(head) :])
+    empty = [label for label, tokens in zip(spec.labels, verbalizer_ids) if not tokens]
     if empty:
         raise UsageError(
             f"teacher_options.verbalizer: the text of {', '.join(map(repr, empty))} gives no tokens; give each "
             f"label text the model can write"
         )
-    return ids
+    _refuse_prefixes(spec, verbalizer_ids)
+    return verbalizer_ids
+
+
+def _refuse_prefixes(spec: PromptSpec, verbalizer_ids: list[list[int]]) -> None:
+    """A label's score is the joint log-probability of its tokens: a label whose tokens begin with
+    another's (`` good film`` after `` good``) scores that label's plus the log-probability of the
+    rest, never more, so it could never be predicted (nor win the KD target). Refused."""
+    for short, short_ids in zip(spec.labels, verbalizer_ids):
+        for long, long_ids in zip(spec.labels, verbalizer_ids):
+            if long != short and long_ids[: len(short_ids)] == short_ids:
+                texts = dict(zip(spec.labels, spec.verbalizer))
+                raise UsageError(
+                    f"teacher_options.verbalizer: the tokens of {long!r} ({texts[long]!r}) begin with those of "
+                    f"{short!r} ({texts[short]!r}); a label's score is the joint probability of its tokens, so "
+                    f"{long!r} scores {short!r}'s times the probability of what follows, never more, and could "
+                    f"never be predicted. Give each label a text whose tokens do not begin with another label's "
+                    f"(e.g. ' great' for one of them)"
+                )

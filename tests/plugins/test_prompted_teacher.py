@@ -169,6 +169,60 @@ def test_the_logits_are_a_distribution_over_the_labels_and_calibration_rescales_
         np.testing.assert_allclose(model.calibrated(scores).double().numpy(), expected, rtol=0, atol=1e-6)
 
 
+def metaspace_tokenizer():
+    """A SentencePiece-style tokenizer (Metaspace, a word start before every text, as Llama 2's and
+    Mistral's) over the tiny vocabulary."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always")
+    backend.decoder = decoders.Metaspace(prepend_scheme="always")
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"])
+    backend.train_from_iterator([" ".join(TINY_WORDS) + " Review: Sentiment:"] * 4, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+@pytest.mark.parametrize("kind", ["sentencepiece", "byte-level BPE with a prefix space"])
+def test_a_verbalizer_without_its_leading_space_is_scored_as_written(tmp_path, kind):
+    """Both tokenizers write a word start at the beginning of every text, so 'good' tokenised alone
+    is ' good': the label was scored as if it had the space. Its tokens are those of the prompt and
+    the verbalizer written as one text, past the prompt's."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = make_tiny_causal_lm(tmp_path / "lm")
+    if kind == "sentencepiece":
+        metaspace_tokenizer().save_pretrained(path)
+    verbalizer = {"negative": "bad film", "positive": "good"}
+    teacher = kdplug.create_teacher("hf", TinyTask(), source=path, prompt=TEMPLATE, verbalizer=verbalizer)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    assert (
+        tokenizer("good", add_special_tokens=False)["input_ids"]
+        == tokenizer(" good", add_special_tokens=False)["input_ids"]
+    )  # the fault's condition
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64).eval()
+    dev = TinyTask().load_split("dev")
+    expected = []
+    with torch.no_grad():
+        for example in dev:
+            prompt = TEMPLATE.format(text=example.text_a)
+            head = tokenizer(prompt)["input_ids"]
+            row = []
+            for text in verbalizer.values():
+                whole = tokenizer(prompt + text)["input_ids"]  # prompt and answer as one text
+                assert whole[: len(head)] == head
+                log_probs = lm(torch.tensor([whole])).logits[0].log_softmax(-1)
+                row.append(sum(log_probs[t - 1, whole[t]] for t in range(len(head), len(whole))))
+            expected.append(torch.stack(row))
+    expected = torch.stack(expected).log_softmax(-1)
+    ids, mask = padded(teacher.encoder([e.text_a for e in dev], max_length=64)["input_ids"], 0, "right")
+    with torch.no_grad():
+        logits = teacher.model.eval()(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(logits.double(), expected, rtol=0, atol=2e-5)
+    spaced = teacher.model.verbalizer_ids[1, :1].tolist()
+    assert spaced != tokenizer(" good", add_special_tokens=False)["input_ids"][:1]
+
+
 def test_shots_are_fixed_by_the_seed(models):
     def shots(**options):
         teacher = kdplug.create_teacher(
@@ -233,10 +287,22 @@ def test_the_chat_template_wraps_the_prompt(tmp_path):
         ({"prompt": "Review: {sentence}"}, r"it names \{sentence\}; it lacks \{text\}"),
         ({"prompt": "{text} / {text_b}"}, r"a single-text task: \{text\} only"),
         ({"prompt": {"Review": None}}, r"double quotes"),
+        ({"prompt": "Review: {text:d}"}, r"\{text:d\} formats the text.*write \{text\}"),
+        ({"prompt": "Review: {text!z} {text:>{text}}"}, r"\{text!z\}, \{text:>\{text\}\} formats the text"),
+        ({"verbalizer": {True: " yes", "negative": " no"}}, r"YAML reads yes/true/on as true, and none of the task"),
+        ({"verbalizer": {"negative": False, "positive": True}}, r"is false, true: YAML reads an unquoted yes/no"),
         ({"shots": -1}, r"shots must be a whole number"),
         ({"shots": 99}, r"the training split has 6 examples"),
         ({"calibrate": 3}, r"calibrate must be true"),
         ({"finetuned": False}, r"never fine-tuned"),
+        (
+            {"verbalizer": {"negative": " good film", "positive": " good"}},
+            r"tokens of 'negative' \(' good film'\) begin with those of 'positive' \(' good'\).*never be predicted",
+        ),
+        (
+            {"prompt": "Review: {text}\nSentiment: ", "verbalizer": {"negative": "bad", "positive": "good"}},
+            r"joins the prompt's last token \(' '\) into another token",
+        ),
         ({"label_map": {"a": "negative"}}, r"label_map do not apply to a prompted"),
         ({"prompt": None, "shots": 2}, r"belong to a prompted teacher: set teacher_options.prompt"),
     ],
@@ -247,6 +313,18 @@ def test_bad_options_are_refused_with_what_to_fix(models, options, message):
         del options["prompt"]
     with pytest.raises(UsageError, match=message):
         kdplug.create_teacher("hf", TinyTask(), source=models["llama"], **options)
+
+
+def test_unquoted_yes_and_no_verbalizer_keys_name_the_labels_yaml_read_as_booleans(models):
+    """YAML reads `{yes: " yes", no: " no"}` as `{True: " yes", False: " no"}`: the keys name the task
+    labels yes and no (they were 'True' and 'False', "not a label", with no word why)."""
+    from kdplug.config import parse_value
+
+    verbalizer = parse_value('{yes: " yes", no: " no"}')  # as --set reads it
+    assert verbalizer == {True: " yes", False: " no"}
+    task = TinyTask(labels=("no", "yes"))
+    teacher = kdplug.create_teacher("hf", task, source=models["llama"], prompt=TEMPLATE, verbalizer=verbalizer)
+    assert teacher.extra["prompted"]["verbalizer"] == {"no": " no", "yes": " yes"}
 
 
 def test_only_a_language_model_takes_a_prompt(tmp_path, tiny_bert_dir):
