@@ -59,6 +59,11 @@ class PromptedLM(nn.Module):
         scores, hidden_states = self.label_log_probs(input_ids, attention_mask)
         return SequenceClassifierOutput(logits=self.calibrated(scores), hidden_states=hidden_states)
 
+    def get_input_embeddings(self) -> nn.Module:
+        """The language model's token embeddings: a student reading the plain text with the same
+        tokenizer may start from them (``init_embeddings_from_teacher``), as under any teacher."""
+        return self.lm.get_input_embeddings()
+
     def calibrated(self, scores: torch.Tensor) -> torch.Tensor:
         """The logits: the label log-probabilities renormalised over the labels, ``log p`` (so the KD
         target and an MSE on logits read a distribution, not scores offset by the probability the

@@ -327,6 +327,19 @@ def test_unquoted_yes_and_no_verbalizer_keys_name_the_labels_yaml_read_as_boolea
     assert teacher.extra["prompted"]["verbalizer"] == {"no": " no", "yes": " yes"}
 
 
+def test_a_student_starts_from_a_prompted_teachers_embeddings(models):
+    """student_options.init_embeddings_from_teacher=true under a prompted teacher was an
+    AttributeError: the student starts from its language model's table, scaled, as under any
+    teacher (the student reads the plain text with the same tokenizer)."""
+    teacher = kdplug.create_teacher("hf", TinyTask(), source=models["llama"], prompt=TEMPLATE, verbalizer=VERBALIZER)
+    table = teacher.model.lm.get_input_embeddings().weight.detach()
+    student = kdplug.create_student(
+        "bilstm", TinyTask(), teacher, hidden_size=16, embedding_dim=table.shape[1], init_embeddings_from_teacher=True
+    )
+    torch.testing.assert_close(student.embeddings.weight.detach(), table / table.std())
+    assert student.kdplug_init["init"] == "embeddings from the teacher"
+
+
 def test_only_a_language_model_takes_a_prompt(tmp_path, tiny_bert_dir):
     with pytest.raises(UsageError, match="regression"):
         kdplug.create_teacher("hf", TinyTask(labels=()), source=tiny_bert_dir, prompt=TEMPLATE, verbalizer={})
