@@ -158,3 +158,30 @@ def test_tangs_mask_is_never_a_token_that_ends_or_pads_the_sequence(tmp_path):
     ids = torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in rows])
     mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
     assert last_real_token(ids, mask, tokenizer.pad_token_id).tolist() == [len(row) - 1 for row in rows]
+
+
+def test_a_decoder_teachers_padding_token_is_in_its_cache_key(tmp_path):
+    """The padding token's id is no weight, but it moves the position a decoder is read at: the
+    same weights with another padding token give other outputs, and so another cache key."""
+    from kdplug.engine.data import encode
+    from kdplug.engine.teacher import logits_key, teacher_fingerprint
+
+    teacher = kdplug.create_teacher("hf", TinyTask(), source=make_tiny_decoder(tmp_path / "gpt2", "gpt2"))
+    model, tokenizer = teacher.model.eval(), teacher.tokenizer
+    inputs = dict(tokenizer(TEXTS, padding=True, return_tensors="pt"))
+    extractor = kdplug.find_layer_extractor(model)
+    split = encode([kdplug.types.Example(text, 0) for text in TEXTS], tokenizer, 16, is_regression=False)
+
+    def read():
+        with torch.no_grad():
+            outputs = model(**inputs, output_hidden_states=True)
+        key = logits_key(teacher_fingerprint(model), kdplug.fingerprint.of_tokenizer(tokenizer), split, "fp32")
+        return outputs.logits, extractor(model, outputs, inputs)[-1], key
+
+    weights = kdplug.fingerprint.of_module(model)
+    logits, vectors, key = read()
+    model.config.pad_token_id = inputs["input_ids"][1, 2].item()  # "a bad film": the id of " film"
+    moved_logits, moved_vectors, moved_key = read()
+    assert kdplug.fingerprint.of_module(model) == weights  # the weights alone do not tell the two apart
+    assert not torch.allclose(logits[1], moved_logits[1]) and not torch.allclose(vectors[1], moved_vectors[1])
+    assert moved_key != key
