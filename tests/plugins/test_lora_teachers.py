@@ -168,6 +168,11 @@ def test_the_dry_run_says_the_teacher_is_an_adapter_or_fine_tuned_with_lora(caps
     kind = "kind: a LlamaForSequenceClassification fine-tuned on the task with LoRA r=16, alpha 16, dropout 0.05"
     assert f"{kind} on q_proj, v_proj" in out
     assert "at lr 0.0005" in out and "the head trained in full" in out
+    # the default rate is said to be RoBERTa-base's, measured on nothing else
+    assert (
+        "with teacher_lr unset, LoRA fine-tunes at 0.0005, the LoRA paper's rate for RoBERTa-base on GLUE (4e-4 to "
+        "5e-4), not measured on a LlamaForSequenceClassification" in " ".join(out.split())
+    )
 
 
 @pytest.mark.parametrize(
