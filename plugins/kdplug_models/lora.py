@@ -231,15 +231,30 @@ def read_adapter(directory: str, base: Optional[str] = None) -> Adapter:
             f"classifier teacher it would have no trained head. Use an adapter trained with task_type SEQ_CLS, or "
             f"fine-tune a classifier on the task: --teacher {named} --set teacher_options.lora=true"
         )
+    _refuse_pickled_weights(directory)
     kind = str(config.get("peft_type", "LORA"))
     return Adapter(directory, named, kind, config.get("r"), _saves_head(directory, config.get("modules_to_save") or ()))
+
+
+def _refuse_pickled_weights(directory: str) -> None:
+    """An adapter whose weights are ``adapter_model.bin`` (a pickle: loading it may run code from
+    the file) is refused; kdplug reads an adapter's weights from safetensors only."""
+    if os.path.isfile(os.path.join(directory, "adapter_model.safetensors")):
+        return
+    if os.path.isfile(os.path.join(directory, "adapter_model.bin")):
+        raise UsageError(
+            f"the adapter {directory} holds its weights as adapter_model.bin, a Python pickle, which can run code "
+            f"when it is loaded; kdplug loads safetensors adapters only. Convert it on a machine where you trust the "
+            f"file: load it with peft (PeftModel.from_pretrained(base_model, '{directory}')), then "
+            f"save_pretrained(NEW_DIR), which writes adapter_model.safetensors, and pass NEW_DIR as --teacher"
+        )
 
 
 def _saves_head(directory: str, modules: Any) -> bool:
     """The adapter's weights include a module of ``modules_to_save`` (the head, for SEQ_CLS)."""
     weights = os.path.join(directory, "adapter_model.safetensors")
     if not modules or not os.path.isfile(weights):
-        return bool(modules)  # an adapter_model.bin: taken at its config's word
+        return bool(modules)
     from safetensors import safe_open
 
     with safe_open(weights, "pt") as handle:
