@@ -227,10 +227,18 @@ def _load_language_model(source: str, **load_options: Any) -> tuple[nn.Module, A
 
     config = load_pretrained(AutoConfig, source, "teacher", **load_options)
     if not is_decoder_only(config):
+        kind = getattr(config, "model_type", "?")
+        if getattr(config, "is_encoder_decoder", False):
+            instead = (
+                f"{source} is a {kind} model, an encoder-decoder, which kdplug takes neither prompted nor as a "
+                f"classifier; point --teacher at a causal language model to prompt it, or at an encoder (BERT, "
+                f"RoBERTa) or a decoder-only classifier without the prompt options"
+            )
+        else:
+            instead = f"{source} is a {kind} model; drop the prompt options to fine-tune it as a classifier"
         raise UsageError(
             f"teacher_options.prompt needs a causal (decoder-only) language model, such as a Llama, Qwen, Mistral, "
-            f"Gemma or GPT-2 checkpoint; {source} is a {getattr(config, 'model_type', '?')} model. Drop the prompt "
-            f"options to fine-tune it as a classifier"
+            f"Gemma or GPT-2 checkpoint; {instead}"
         )
     classifiers = [name for name in config.architectures or () if name.endswith("ForSequenceClassification")]
     if classifiers:

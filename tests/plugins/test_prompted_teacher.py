@@ -340,11 +340,34 @@ def test_a_student_starts_from_a_prompted_teachers_embeddings(models):
     assert student.kdplug_init["init"] == "embeddings from the teacher"
 
 
+def t5_config_dir(path):
+    """A tiny T5's config and tokenizer, no weights (every refusal must come before weights load)."""
+    import transformers
+
+    from kdplug.testing.decoders import bpe_tokenizer
+
+    tokenizer = bpe_tokenizer(pad=True)
+    config = transformers.T5Config(
+        vocab_size=len(tokenizer), d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, num_labels=2,
+        pad_token_id=tokenizer.pad_token_id, decoder_start_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    config.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
 def test_only_a_language_model_takes_a_prompt(tmp_path, tiny_bert_dir):
     with pytest.raises(UsageError, match="regression"):
         kdplug.create_teacher("hf", TinyTask(labels=()), source=tiny_bert_dir, prompt=TEMPLATE, verbalizer={})
     with pytest.raises(UsageError, match="needs a causal .decoder-only. language model.*bert model"):
         kdplug.create_teacher("hf", TinyTask(), source=tiny_bert_dir, prompt=TEMPLATE, verbalizer=VERBALIZER)
+    # an encoder-decoder is no classifier either: it is not told to drop the prompt to become one
+    t5 = t5_config_dir(tmp_path / "t5")
+    with pytest.raises(UsageError, match="t5 model, an encoder-decoder, which kdplug takes neither prompted") as error:
+        kdplug.create_teacher("hf", TinyTask(), source=t5, prompt=TEMPLATE, verbalizer=VERBALIZER)
+    assert "fine-tune it as a classifier" not in str(error.value)
+    with pytest.raises(UsageError, match="encoder-decoder model"):  # what dropping the prompt would have given
+        kdplug.create_teacher("hf", TinyTask(), source=t5)
     with pytest.raises(UsageError, match="is a LlamaForSequenceClassification"):
         path = make_tiny_decoder(tmp_path / "classifier")
         kdplug.create_teacher("hf", TinyTask(), source=path, prompt=TEMPLATE, verbalizer=VERBALIZER)
