@@ -185,3 +185,15 @@ def test_a_decoder_teachers_padding_token_is_in_its_cache_key(tmp_path):
     assert kdplug.fingerprint.of_module(model) == weights  # the weights alone do not tell the two apart
     assert not torch.allclose(logits[1], moved_logits[1]) and not torch.allclose(vectors[1], moved_vectors[1])
     assert moved_key != key
+
+
+def test_distilroberta_copied_from_a_decoder_teacher_is_refused_for_what_it_is(capsys, tmp_path):
+    """It was told to "ask for 1 to 2 layers" (the decoder's count), which would then be refused too:
+    a decoder's layers cannot initialise an encoder, whatever their number."""
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN, dev=SST2_DEV)
+    argv = ["run", "--teacher", make_tiny_decoder(tmp_path / "llama"), "--student", "distilroberta", "--task", "sst2"]
+    argv += ["--data-dir", str(data), "--set", "student_options.from_teacher=true", "--set", "allow_weak_teacher=true"]
+    assert main([*argv, "--output", str(tmp_path / "run"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "copies a RoBERTa teacher, but the teacher is a llama model; drop from_teacher" in err
+    assert "layers" not in err.split("drop from_teacher")[0] and "ask for" not in err
