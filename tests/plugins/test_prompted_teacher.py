@@ -424,3 +424,21 @@ def test_a_run_distils_it_and_the_student_reads_no_prompt(models, tmp_path, monk
     assert len(recorded["calibrate"]["p_cf"]) == 2 and "dev" in metrics["teacher"]
     assert main(["report", str(run), "--output", str(tmp_path / "report")]) == 0  # the report shows the prompt
     assert f"prompt `{json.dumps(TEMPLATE)}`" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_weak_prompted_teacher_is_not_told_to_set_what_is_set(models, tmp_path, capsys):
+    """The teacher check's causes suggested calibrate=true and shots=4 to a run that had set both:
+    it suggests only what the run has not tried (more shots than its own)."""
+    # 11 of 12 dev examples negative: the majority class scores 91.7, which a random model cannot beat by 5
+    skewed = [(text, 0) for text, _ in SST2_DEV * 4][:11] + [("a truly great film .", 1)]
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN, dev=skewed)
+    argv = ["run", "--teacher", models["llama"], "--student", "bilstm", "--task", "sst2", "--data-dir", str(data)]
+    argv += ["--output", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "cache")]
+    argv += ["--set", f"teacher_options.prompt={json.dumps(TEMPLATE)}"]
+    argv += ["--set", f"teacher_options.verbalizer={json.dumps({'negative': ' bad', 'positive': ' good'})}"]
+    argv += ["--set", "teacher_options.shots=1", "--set", "teacher_options.calibrate=true"]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "The teacher is not worth distilling" in err
+    assert "calibrate=true" not in err and "shots=4" not in err and "finetuned" not in err
+    assert "show it more examples than its 1: --set teacher_options.shots=2" in err
