@@ -154,7 +154,7 @@ def zhao_calibrated(p, p_cf):
 def test_the_logits_are_a_distribution_over_the_labels_and_calibration_rescales_it(models):
     """Uncalibrated: log p, the label probabilities renormalised over the labels (whatever mass the
     model puts elsewhere). Calibrated: log of W p renormalised, W = diag(p_cf)^-1; an unbiased model
-    (p_cf uniform) keeps p: [0.99, 0.01] stays [0.99, 0.01] (a softmax of p / p_cf made it [0.881, 0.119])."""
+    (p_cf uniform) keeps p: [0.99, 0.01] stays [0.99, 0.01] (a softmax of p / p_cf made it [0.877, 0.123])."""
     teacher = kdplug.create_teacher("hf", TinyTask(), source=models["llama"], prompt=TEMPLATE, verbalizer=VERBALIZER)
     model = teacher.model
     p = torch.tensor([[0.99, 0.01], [0.6, 0.4], [0.2, 0.8]], dtype=torch.float64)
