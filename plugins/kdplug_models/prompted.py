@@ -4,9 +4,9 @@ The model reads each example in its prompt (:mod:`.prompting`'s encoder, which t
 for the teacher only) and scores every label by the log-probability of its verbalizer's tokens
 after the prompt, teacher-forced and summed. Those scores, renormalised over the labels, are the
 teacher's logits (the KD target; its prediction is their argmax), optionally calibrated as Zhao et
-al. (2021) do; its layer vectors
-are the hidden states at the prompt's last token, the position that predicts the label's first
-token, so every hidden-space method reads a vector that has seen the whole prompt.
+al. (2021) do; its layer vectors are the hidden states at the prompt's last token, the position
+that predicts the label's first token, so every hidden-space method reads a vector that has seen
+the whole prompt.
 """
 
 from __future__ import annotations
@@ -297,7 +297,8 @@ def _verbalizer_ids(encoder: PromptEncoder, spec: PromptSpec, pair: bool) -> lis
 def _refuse_prefixes(spec: PromptSpec, verbalizer_ids: list[list[int]]) -> None:
     """A label's score is the joint log-probability of its tokens: a label whose tokens begin with
     another's (`` good film`` after `` good``) scores that label's plus the log-probability of the
-    rest, never more, so it could never be predicted (nor win the KD target). Refused."""
+    rest, never more, so uncalibrated it could never be predicted (calibrated, only by the favour of
+    ``p_cf``, itself so bounded). Refused."""
     for short, short_ids in zip(spec.labels, verbalizer_ids):
         for long, long_ids in zip(spec.labels, verbalizer_ids):
             if long != short and long_ids[: len(short_ids)] == short_ids:
@@ -306,6 +307,6 @@ def _refuse_prefixes(spec: PromptSpec, verbalizer_ids: list[list[int]]) -> None:
                     f"teacher_options.verbalizer: the tokens of {long!r} ({texts[long]!r}) begin with those of "
                     f"{short!r} ({texts[short]!r}); a label's score is the joint probability of its tokens, so "
                     f"{long!r} scores {short!r}'s times the probability of what follows, never more, and could "
-                    f"never be predicted. Give each label a text whose tokens do not begin with another label's "
+                    f"never be predicted (uncalibrated; calibrated, only by p_cf's favour). Give each label a text whose tokens do not begin with another label's "
                     f"(e.g. ' great' for one of them)"
                 )
