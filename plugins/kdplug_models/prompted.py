@@ -298,7 +298,7 @@ def _refuse_prefixes(spec: PromptSpec, verbalizer_ids: list[list[int]]) -> None:
     """A label's score is the joint log-probability of its tokens: a label whose tokens begin with
     another's (`` good film`` after `` good``) scores that label's plus the log-probability of the
     rest, never more, so uncalibrated it could never be predicted (calibrated, only by the favour of
-    ``p_cf``, itself so bounded). Refused."""
+    ``p_cf``). Refused."""
     for short, short_ids in zip(spec.labels, verbalizer_ids):
         for long, long_ids in zip(spec.labels, verbalizer_ids):
             if long != short and long_ids[: len(short_ids)] == short_ids:
@@ -307,6 +307,6 @@ def _refuse_prefixes(spec: PromptSpec, verbalizer_ids: list[list[int]]) -> None:
                     f"teacher_options.verbalizer: the tokens of {long!r} ({texts[long]!r}) begin with those of "
                     f"{short!r} ({texts[short]!r}); a label's score is the joint probability of its tokens, so "
                     f"{long!r} scores {short!r}'s times the probability of what follows, never more, and could "
-                    f"never be predicted (uncalibrated; calibrated, only by p_cf's favour). Give each label a text whose tokens do not begin with another label's "
-                    f"(e.g. ' great' for one of them)"
+                    f"never be predicted (uncalibrated; calibrated, only by p_cf's favour). Give each label a "
+                    f"text whose tokens do not begin with another label's (e.g. ' great' for one of them)"
                 )
