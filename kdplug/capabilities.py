@@ -157,7 +157,7 @@ class AugmenterCapabilities(Capabilities):
     pair_schedule: ClassVar[str] = "cycle"
     """For sentence pairs: ``"cycle"`` augments the first, the second, then both; anything else always both."""
     mask_token: ClassVar[Optional[str]] = None
-    """A token it writes in place of words; each student's tokenizer reads it as its own mask or unknown token."""
+    """A token written in place of words; each tokenizer reads it as its mask or unknown token, never an end or pad."""
 
 
 #: each registry kind's declaration (a kind that declares nothing more than any component: Capabilities)

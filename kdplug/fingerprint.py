@@ -32,6 +32,16 @@ def of_module(module: nn.Module) -> str:
     return digest.hexdigest()
 
 
+def of_teacher_model(module: nn.Module) -> str:
+    """A teacher's part of the keys of its cached outputs: its weights and buffers
+    (:func:`of_module`), and its padding token's id, which moves the position a decoder is read at
+    (its classifier, and kdplug's extractor, read the last token that is not padding) without
+    being a weight."""
+    config = getattr(module, "config", None)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return of_values("teacher", of_module(module), getattr(text_config, "pad_token_id", None))
+
+
 def of_tokenizer(tokenizer: Any) -> str:
     """Hash of the vocabulary and the settings that change token ids."""
     digest = hasher()

@@ -241,5 +241,7 @@ def kdplug_register_augmenters(register):
     ``pair_schedule`` says), keeps each text once (dropping any equal to a dev or training
     sentence or to an earlier text, and copies of only stop words, punctuation and mask tokens),
     and stores the result by fingerprint for later runs. An augmenter's ``mask_token``
-    attribute, if any, is read by each student's tokenizer as its own mask or unknown token.
+    attribute, if any, is read by each model's tokenizer as its own mask or unknown token, never
+    as a token that begins, ends or pads a sequence (a tokenizer whose unknown token is one, as
+    GPT-2's <|endoftext|>, reads the text "[MASK]").
     """

@@ -21,7 +21,7 @@ import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 #: below this relative change between the first and the latest epoch a loss "has not moved"
 FLAT = 0.01
@@ -195,20 +195,22 @@ def check_teacher(task, predictions: Sequence[float], labels: Sequence[float], s
     return record
 
 
-def weak_teacher_causes(task, record: dict, *, prompted: bool = False) -> str:
-    """The likely causes of a failed teacher check, most likely first. A prompted teacher (a language
-    model reading a prompt, never fine-tuned) has its own: fine-tuning it is refused, and its
-    verbalizer, not a head, maps its answers to the labels."""
+def weak_teacher_causes(task, record: dict, *, prompted: Any = None, finetuned_here: bool = False) -> str:
+    """The likely causes of a failed teacher check, most likely first, each with a fix the run has
+    not tried. A prompted teacher (a language model reading a prompt, never fine-tuned: ``prompted``
+    is its record, or True) has its own: fine-tuning it is refused, and its verbalizer, not a head,
+    maps its answers to the labels; calibration or shots already set are not suggested again. A
+    teacher kdplug fine-tuned (``finetuned_here``) is not told to let kdplug fine-tune it."""
     if prompted:
-        causes = [
-            "the prompt or the verbalizer does not fit the model: write each verbalizer as the model would "
-            "continue the prompt (--set teacher_options.prompt=... and teacher_options.verbalizer={...})",
-            "its answers lean towards one label whatever the text: --set teacher_options.calibrate=true, or show "
-            "it examples: --set teacher_options.shots=4",
-            "the model is too small or not instruction-tuned for this prompt: a larger or an instruct model, or a "
-            "classifier fine-tuned on the task (docs/llm-teachers.md)",
-        ]
-        return "; ".join(f"({i}) {cause}" for i, cause in enumerate(causes, 1))
+        return _numbered(_prompted_causes(prompted if isinstance(prompted, dict) else {}))
+    if finetuned_here:  # its head was trained here, on the task's labels in order
+        return _numbered(
+            [
+                "its fine-tuning here did not learn the task: more epochs (--set teacher_epochs=N) or another "
+                "learning rate (--set teacher_lr=...), or a larger teacher",
+                "the data: check --task, --data-dir and the task's label column",
+            ]
+        )
     causes = []
     if task.labels and record["teacher"] < record["majority_class"] - TEACHER_MARGIN:
         causes.append(
@@ -222,4 +224,26 @@ def weak_teacher_causes(task, record: dict, *, prompted: bool = False) -> str:
     ]
     if not any("label_map" in cause for cause in causes) and task.labels:
         causes.append("its labels are in another order than the task's (--set teacher_options.label_map={...})")
+    return _numbered(causes)
+
+
+def _prompted_causes(prompted: dict) -> list[str]:
+    """A prompted teacher's likely causes, with the fixes its ``prompted`` record has not tried."""
+    shots = int(prompted.get("shots") or 0)
+    fixes = [] if prompted.get("calibrate") else ["--set teacher_options.calibrate=true"]
+    fixes.append(
+        "show it examples: --set teacher_options.shots=4"
+        if shots == 0
+        else f"show it more examples than its {shots}: --set teacher_options.shots={2 * shots}"
+    )
+    return [
+        "the prompt or the verbalizer does not fit the model: write each verbalizer as the model would "
+        "continue the prompt (--set teacher_options.prompt=... and teacher_options.verbalizer={...})",
+        f"its answers lean towards one label whatever the text: {', or '.join(fixes)}",
+        "the model is too small or not instruction-tuned for this prompt: a larger or an instruct model, or a "
+        "classifier fine-tuned on the task (docs/llm-teachers.md)",
+    ]
+
+
+def _numbered(causes: list[str]) -> str:
     return "; ".join(f"({i}) {cause}" for i, cause in enumerate(causes, 1))

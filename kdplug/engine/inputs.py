@@ -365,14 +365,15 @@ def check_teacher(config: RunConfig, inputs: RunInputs, echo: Callable[[str], No
             "the teacher is weak (%s); allow_weak_teacher is set, distilling it anyway", problems, extra=FILE_ONLY
         )
         return
+    here = "finetuned" in info and "given" not in info["finetuned"]  # kdplug fine-tuned it (or reused its own)
     kept = (
         "The fine-tuned teacher and its outputs are kept in the cache. "
-        if "finetuned" in info and "given" not in info["finetuned"]
+        if here
         else "Its dev outputs are kept in the cache. "
     )
     raise WeakTeacherError(
         f"{figures}. The teacher is not worth distilling: {problems}. Likely causes: "
-        f"{health.weak_teacher_causes(task, check, prompted='prompted' in info)}. {kept}"
+        f"{health.weak_teacher_causes(task, check, prompted=info.get('prompted'), finetuned_here=here)}. {kept}"
         f"To distil it anyway: --set allow_weak_teacher=true"
     )
 

@@ -380,7 +380,10 @@ def _cached_outputs(
         return {"train": "computed after fine-tuning", **dict.fromkeys(dev, "computed after fine-tuning")}
     train, dev = teacher_stage.teacher_splits(teacher, task, max_length, train, dev)  # as the teacher reads them
     specs, _ = teacher_stage.matchable_specs(registry.find_layer_extractor(teacher.model), teacher.model)
-    teacher_fp, tokenizer_fp = fingerprint.of_module(teacher.model), fingerprint.of_tokenizer(teacher.tokenizer)
+    teacher_fp, tokenizer_fp = (
+        teacher_stage.teacher_fingerprint(teacher.model),
+        fingerprint.of_tokenizer(teacher.tokenizer),
+    )
     dtype = inference_precision(config.precision, build_accelerator(config.precision).device)
     found = {}
     for name, split in [("train", train), *dev.items()]:

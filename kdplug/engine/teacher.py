@@ -249,6 +249,10 @@ def launch_processes(accelerator) -> shares.Processes:
     )
 
 
+#: the teacher's part of its cache keys (see :func:`kdplug.fingerprint.of_teacher_model`)
+teacher_fingerprint = fingerprint.of_teacher_model
+
+
 def logits_key(teacher_fingerprint: str, tokenizer_fingerprint: str, split: EncodedSplit, precision: str) -> str:
     """The key of a split's cached logits: teacher weights, tokenizer, token ids and precision (no layers)."""
     return fingerprint.of_values(
@@ -333,7 +337,7 @@ class TeacherOutputs:
     def _common(self) -> dict[str, Any]:
         if self._fingerprints is None:
             self._fingerprints = {
-                "teacher_fingerprint": fingerprint.of_module(self.teacher.model),
+                "teacher_fingerprint": teacher_fingerprint(self.teacher.model),
                 "tokenizer_fingerprint": fingerprint.of_tokenizer(self.teacher.tokenizer),
             }
         return {"root": self.root, "precision": self.precision, "layers": self.layers, **self._fingerprints}

@@ -57,6 +57,16 @@ def augment_factor(config: RunConfig, task: Task) -> int:
     return PAIR_AUGMENT_FACTOR if task.is_pair else AUGMENT_FACTOR
 
 
+#: what a tokenizer with neither a mask token nor an unknown token of its own reads for a masked word
+PLAIN_MASK = "[MASK]"
+
+
+def boundary_tokens(tokenizer: Any) -> set[str]:
+    """The tokens that begin, end, separate or pad a sequence for ``tokenizer``."""
+    names = ("bos_token", "eos_token", "pad_token", "sep_token", "cls_token")
+    return {token for token in (getattr(tokenizer, name, None) for name in names) if token}
+
+
 # -- token ids on disk ---------------------------------------------------------------------------
 
 
@@ -83,13 +93,24 @@ class TransferSet:
                 yield record[0], record[1] if len(record) > 1 else None
 
     def mask_for(self, tokenizer: Any) -> Optional[tuple[str, str]]:
-        """``(the augmenter's mask token, the one ``tokenizer`` reads instead)``, or None when it reads
-        it as is. Tang et al.'s masked word is the mask token for the teacher and an unknown word
-        for a student: a tokenizer without a mask token (a SentencePiece student) gets its unknown
-        token, not "[MASK]" cut into pieces."""
+        """``(the augmenter's mask token, what ``tokenizer`` reads instead)``, or None when it reads
+        it as is. Tang et al. replace a masked word by [MASK], "an unknown token in our models and
+        the masking token in BERT": a tokenizer's mask token, else its unknown token (a
+        SentencePiece student's), not "[MASK]" cut into pieces. Never a token that begins, ends or
+        pads a sequence: GPT-2's, Pythia's and Phi-2's unknown token is <|endoftext|>, their
+        padding token too, which made a masked word a document boundary; such a tokenizer reads
+        the text "[MASK]", a blank as a language model reads one (Zhao et al. 2021 use it as a
+        content-free input)."""
         mask = self.meta.get("mask_token")
+        if mask is None:
+            return None
         own = getattr(tokenizer, "mask_token", None) or getattr(tokenizer, "unk_token", None)
-        return None if mask is None or own is None or own == mask else (mask, own)
+        boundaries = boundary_tokens(tokenizer)
+        if own in boundaries:
+            own = None
+        if own is None:
+            own = PLAIN_MASK if mask in boundaries else mask  # an augment_options.mask_token that is one
+        return None if own == mask else (mask, own)
 
     def encode(
         self,

@@ -11,7 +11,7 @@ from typing import Any, Optional
 from .. import fingerprint
 from ..types import Task, Teacher
 from .cache import TeacherCache
-from .teacher import build_cache, launch_processes, teacher_encoding
+from .teacher import build_cache, launch_processes, teacher_encoding, teacher_fingerprint
 from .trainer import Trainer
 
 
@@ -51,7 +51,7 @@ class TransferOutputs:
                 split,
                 root=self.root,
                 precision=self.precision,
-                teacher_fingerprint=fingerprint.of_module(self.teacher.model),
+                teacher_fingerprint=teacher_fingerprint(self.teacher.model),
                 tokenizer_fingerprint=fingerprint.of_tokenizer(self.teacher.tokenizer),
                 layers=layers,
             )

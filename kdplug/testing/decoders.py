@@ -21,10 +21,11 @@ from .tiny import TINY_WORDS
 FAMILIES = ("llama", "qwen2", "mistral", "gemma", "gpt2")
 
 
-def bpe_tokenizer(vocab_size: int = 300, *, pad: bool = False):
+def bpe_tokenizer(vocab_size: int = 300, *, pad: bool = False, gpt2_specials: bool = False):
     """A byte-level BPE tokenizer (GPT-2 style) over the tiny vocabulary: ``<s>``, ``</s>``, no
     padding token unless ``pad``; ``vocab_size`` entries, those the text does not support being
-    reserved tokens ``<|reserved_N|>`` that no text produces."""
+    reserved tokens ``<|reserved_N|>`` that no text produces. ``gpt2_specials``: its beginning,
+    end and unknown tokens are all ``<|endoftext|>``, as GPT-2's, Pythia's and Phi-2's are."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -39,9 +40,12 @@ def bpe_tokenizer(vocab_size: int = 300, *, pad: bool = False):
     tokenizer.train_from_iterator([" ".join(TINY_WORDS)] * 4, trainer)
     if tokenizer.get_vocab_size() < vocab_size:
         tokenizer = _with_reserved_tokens(tokenizer, vocab_size)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", **({"pad_token": "<pad>"} if pad else {})
+    specials = (
+        {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}
+        if gpt2_specials
+        else {"bos_token": "<s>", "eos_token": "</s>"}
     )
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **specials, **({"pad_token": "<pad>"} if pad else {}))
 
 
 def _with_reserved_tokens(tokenizer: Any, vocab_size: int) -> Any:
@@ -88,15 +92,17 @@ def make_tiny_decoder(
     seed: int = 0,
     pad: bool = False,
     vocab_size: Optional[int] = None,
+    gpt2_specials: bool = False,
 ) -> str:
     """Save a random ``family`` sequence classifier and its tokenizer to ``path``; no padding
     token in either unless ``pad`` (as many decoder checkpoints ship). ``vocab_size``: the
     tokenizer's and the embedding table's entries (default 300; 100_000 for an LLM-sized
-    vocabulary, see the module docstring)."""
+    vocabulary, see the module docstring). ``gpt2_specials``: see :func:`bpe_tokenizer`."""
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    tokenizer = bpe_tokenizer(**({"vocab_size": vocab_size} if vocab_size else {}), pad=pad)
+    sizes = {"vocab_size": vocab_size} if vocab_size else {}
+    tokenizer = bpe_tokenizer(**sizes, pad=pad, gpt2_specials=gpt2_specials)
     config = decoder_config(family, len(tokenizer), pad_token_id=tokenizer.pad_token_id if pad else None)
     torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_config(config)

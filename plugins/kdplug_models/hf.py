@@ -38,6 +38,7 @@ from .lora import (
     require_peft,
     save_adapter,
 )
+from .lora import lr_note as lora_lr_note
 from .prompted import PromptedLMExtractor, prompted_teacher
 from .prompting import PROMPT_OPTIONS
 
@@ -223,6 +224,9 @@ def _finetune_with_lora(
     method = settings.describe(targets)
     teacher.finetuning = {"method": method, "lora": {**settings.__dict__, "target_modules": targets}}
     teacher.default_lr = LORA_LR
+    note = lora_lr_note(teacher.model)
+    if note:
+        teacher.notes.append(note)
     teacher.extra["kind"] = f"a {type(teacher.model).__name__} fine-tuned on the task with {method}"
     teacher.save_pretrained = _saver(
         teacher, task, write_model=lambda directory: save_adapter(wrapped, directory, base=teacher.source)

@@ -447,6 +447,8 @@ def distilroberta_shape(
     **config_overrides: Any,
 ) -> Optional[ModelShape]:
     if from_teacher:
+        if teacher.tokens is None:  # no encoder (a decoder): check_options refuses copying it, with why
+            return None
         return truncated_shape(teacher, layers, "distilroberta", config_overrides)
     return hf_student_shape(task, teacher, source, trust_remote_code=trust_remote_code, **config_overrides)
 

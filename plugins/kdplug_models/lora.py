@@ -25,9 +25,25 @@ ADAPTER_CONFIG = "adapter_config.json"
 #: how a user gets peft
 INSTALL = 'pip install "kdplug[llm]"'
 #: teacher_lr where the run leaves it unset: LoRA trains a few small matrices from zero (B = 0) and
-#: wants a learning rate about ten times a full fine-tuning's (LoRA paper, RoBERTa on GLUE: 4e-4 to
-#: 5e-4; peft's sequence-classification examples: 1e-4 to 1e-3); full fine-tuning's default is 5e-5
+#: wants larger steps than a full fine-tuning (5e-5). 5e-4 is the LoRA paper's rate for RoBERTa-base
+#: on GLUE (4e-4 to 5e-4), and was measured on nothing else: its scripts use 4e-4 for RoBERTa-large
+#: and 1e-4 for DeBERTa-v2-XXL, and no rate is known here for a decoder (see :func:`lr_note`)
 DEFAULT_LR = 5e-4
+
+
+def lr_note(model: nn.Module) -> Optional[str]:
+    """What the run says of :data:`DEFAULT_LR` for ``model``: where it was measured, where that is
+    not this model (None for a RoBERTa-base, the model it was measured on)."""
+    config = getattr(model, "config", None)
+    shape = (getattr(config, "model_type", None), getattr(config, "num_hidden_layers", None))
+    if shape == ("roberta", 12) and getattr(config, "hidden_size", None) == 768:
+        return None
+    return (
+        f"teacher: with teacher_lr unset, LoRA fine-tunes at {DEFAULT_LR:g}, the LoRA paper's rate for RoBERTa-base "
+        f"on GLUE (4e-4 to 5e-4), not measured on a {type(model).__name__} (the paper's scripts use 4e-4 for "
+        f"RoBERTa-large and 1e-4 for DeBERTa-v2-XXL); check the teacher's dev score, and set --set teacher_lr=... "
+        f"where it is low"
+    )
 
 
 def require_peft(what: str) -> Any:
@@ -215,15 +231,30 @@ def read_adapter(directory: str, base: Optional[str] = None) -> Adapter:
             f"classifier teacher it would have no trained head. Use an adapter trained with task_type SEQ_CLS, or "
             f"fine-tune a classifier on the task: --teacher {named} --set teacher_options.lora=true"
         )
+    _refuse_pickled_weights(directory)
     kind = str(config.get("peft_type", "LORA"))
     return Adapter(directory, named, kind, config.get("r"), _saves_head(directory, config.get("modules_to_save") or ()))
+
+
+def _refuse_pickled_weights(directory: str) -> None:
+    """An adapter whose weights are ``adapter_model.bin`` (a pickle: loading it may run code from
+    the file) is refused; kdplug reads an adapter's weights from safetensors only."""
+    if os.path.isfile(os.path.join(directory, "adapter_model.safetensors")):
+        return
+    if os.path.isfile(os.path.join(directory, "adapter_model.bin")):
+        raise UsageError(
+            f"the adapter {directory} holds its weights as adapter_model.bin, a Python pickle, which can run code "
+            f"when it is loaded; kdplug loads safetensors adapters only. Convert it on a machine where you trust the "
+            f"file: load it with peft (PeftModel.from_pretrained(base_model, '{directory}')), then "
+            f"save_pretrained(NEW_DIR), which writes adapter_model.safetensors, and pass NEW_DIR as --teacher"
+        )
 
 
 def _saves_head(directory: str, modules: Any) -> bool:
     """The adapter's weights include a module of ``modules_to_save`` (the head, for SEQ_CLS)."""
     weights = os.path.join(directory, "adapter_model.safetensors")
     if not modules or not os.path.isfile(weights):
-        return bool(modules)  # an adapter_model.bin: taken at its config's word
+        return bool(modules)
     from safetensors import safe_open
 
     with safe_open(weights, "pt") as handle:

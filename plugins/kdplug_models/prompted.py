@@ -2,10 +2,11 @@
 
 The model reads each example in its prompt (:mod:`.prompting`'s encoder, which the engine runs
 for the teacher only) and scores every label by the log-probability of its verbalizer's tokens
-after the prompt, teacher-forced and summed. Those scores are the teacher's logits (the KD target;
-its prediction is their argmax), optionally calibrated as Zhao et al. (2021) do; its layer vectors
-are the hidden states at the prompt's last token, the position that predicts the label's first
-token, so every hidden-space method reads a vector that has seen the whole prompt.
+after the prompt, teacher-forced and summed. Those scores, renormalised over the labels, are the
+teacher's logits (the KD target; its prediction is their argmax), optionally calibrated as Zhao et
+al. (2021) do; its layer vectors are the hidden states at the prompt's last token, the position
+that predicts the label's first token, so every hidden-space method reads a vector that has seen
+the whole prompt.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ log = logging.getLogger(__name__)
 
 class PromptedLM(nn.Module):
     """A causal LM whose forward, on prompts (``input_ids``, left or right padded), returns the
-    labels' verbalizer log-probabilities as ``logits`` ``(batch, labels)`` and, as
+    labels' verbalizer log-probabilities renormalised over the labels (calibrated where it is) as
+    ``logits`` ``(batch, labels)`` and, as
     ``hidden_states``, each layer's state at the prompt's last token ``(batch, 1, width)``.
 
     The verbalizers' token ids and the calibration are buffers, so the teacher's fingerprint (and
@@ -57,14 +59,21 @@ class PromptedLM(nn.Module):
         scores, hidden_states = self.label_log_probs(input_ids, attention_mask)
         return SequenceClassifierOutput(logits=self.calibrated(scores), hidden_states=hidden_states)
 
+    def get_input_embeddings(self) -> nn.Module:
+        """The language model's token embeddings: a student reading the plain text with the same
+        tokenizer may start from them (``init_embeddings_from_teacher``), as under any teacher."""
+        return self.lm.get_input_embeddings()
+
     def calibrated(self, scores: torch.Tensor) -> torch.Tensor:
-        """Contextual calibration (Zhao et al. 2021, their code's ``diagonal_W``): the label
-        probabilities normalised to sum to one, ``p``, give ``q = softmax(W p)`` with
-        ``W = diag(p_cf)^-1`` (b = 0); the logits are ``log q``. Uncalibrated: the scores."""
+        """The logits: the label log-probabilities renormalised over the labels, ``log p`` (so the KD
+        target and an MSE on logits read a distribution, not scores offset by the probability the
+        model puts outside the labels). Calibrated, contextual calibration (Zhao et al. 2021, their
+        code's ``diagonal_W``, b = 0): ``q = W p`` with ``W = diag(p_cf)^-1``, renormalised, so the
+        logits are ``log_softmax(log p - log p_cf)``; an unbiased model (p_cf uniform) keeps ``p``."""
+        log_p = scores.float().log_softmax(-1)
         if self.calibration.numel() == 0:
-            return scores
-        probabilities = scores.float().softmax(-1)
-        return (probabilities / self.calibration).log_softmax(-1)
+            return log_p
+        return (log_p - self.calibration.log()).log_softmax(-1)
 
     def label_log_probs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, tuple]:
         """Each label's summed token log-probability after each prompt ``(batch, labels)``, and the
@@ -176,7 +185,7 @@ def prompted_teacher(
     train = task.load_split("train") if spec.shots else []
     chosen = draw_shots(train, spec.shots, torch.initial_seed() if shots_seed is None else shots_seed)
     encoder = PromptEncoder(tokenizer, spec, [train[i] for i in chosen], chat=chat)
-    model = PromptedLM(lm, _verbalizer_ids(tokenizer, spec), tokenizer.pad_token_id).eval()
+    model = PromptedLM(lm, _verbalizer_ids(encoder, spec, task.is_pair), tokenizer.pad_token_id).eval()
     if spec.content_free:
         model.calibrate(encoder, spec.content_free, task.is_pair)
     record = {
@@ -218,10 +227,18 @@ def _load_language_model(source: str, **load_options: Any) -> tuple[nn.Module, A
 
     config = load_pretrained(AutoConfig, source, "teacher", **load_options)
     if not is_decoder_only(config):
+        kind = getattr(config, "model_type", "?")
+        if getattr(config, "is_encoder_decoder", False):
+            instead = (
+                f"{source} is a {kind} model, an encoder-decoder, which kdplug takes neither prompted nor as a "
+                f"classifier; point --teacher at a causal language model to prompt it, or at an encoder (BERT, "
+                f"RoBERTa) or a decoder-only classifier without the prompt options"
+            )
+        else:
+            instead = f"{source} is a {kind} model; drop the prompt options to fine-tune it as a classifier"
         raise UsageError(
             f"teacher_options.prompt needs a causal (decoder-only) language model, such as a Llama, Qwen, Mistral, "
-            f"Gemma or GPT-2 checkpoint; {source} is a {getattr(config, 'model_type', '?')} model. Drop the prompt "
-            f"options to fine-tune it as a classifier"
+            f"Gemma or GPT-2 checkpoint; {instead}"
         )
     classifiers = [name for name in config.architectures or () if name.endswith("ForSequenceClassification")]
     if classifiers:
@@ -238,13 +255,58 @@ def _load_language_model(source: str, **load_options: Any) -> tuple[nn.Module, A
     return lm, tokenizer
 
 
-def _verbalizer_ids(tokenizer: Any, spec: PromptSpec) -> list[list[int]]:
-    """Each label's verbalizer as the tokenizer writes it after the prompt (no special tokens)."""
-    ids = [list(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in spec.verbalizer]
-    empty = [label for label, tokens in zip(spec.labels, ids) if not tokens]
+#: the text standing for an example's where the verbalizers are tokenised after a prompt
+PLACEHOLDER = "text"
+
+
+def _verbalizer_ids(encoder: PromptEncoder, spec: PromptSpec, pair: bool) -> list[list[int]]:
+    """Each label's verbalizer as the tokenizer writes it after the prompt: the ids of a prompt
+    followed by the verbalizer, past the prompt's own ids. Tokenised alone, a verbalizer would
+    start a text, where SentencePiece (and a byte-level BPE that adds a prefix space) writes a word
+    start: ``positive`` would be scored as `` positive``. Refused: a verbalizer whose first token
+    merges with the prompt's last, and one whose tokens begin with another label's (see
+    :func:`_refuse_prefixes`)."""
+    tokenizer = encoder.tokenizer
+    prompt = encoder.render(PLACEHOLDER, PLACEHOLDER if pair else None)
+
+    def ids(text: str) -> list[int]:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    head, verbalizer_ids = ids(prompt), []
+    for label, text in zip(spec.labels, spec.verbalizer):
+        whole = ids(prompt + text)
+        if whole[: len(head)] != head:
+            raise UsageError(
+                f"teacher_options.verbalizer: the text of {label!r} ({text!r}) joins the prompt's last token "
+                f"({tokenizer.decode(head[-1:])!r}) into another token, so the prompt the model reads does not end "
+                f"where the label begins; end the prompt with a whole word or punctuation and start each verbalizer "
+                f"with what separates it (a prompt ending 'Sentiment: ' with 'positive' becomes 'Sentiment:' with "
+                f"' positive')"
+            )
+        verbalizer_ids.append(whole[len(head) :])
+    empty = [label for label, tokens in zip(spec.labels, verbalizer_ids) if not tokens]
     if empty:
         raise UsageError(
             f"teacher_options.verbalizer: the text of {', '.join(map(repr, empty))} gives no tokens; give each "
             f"label text the model can write"
         )
-    return ids
+    _refuse_prefixes(spec, verbalizer_ids)
+    return verbalizer_ids
+
+
+def _refuse_prefixes(spec: PromptSpec, verbalizer_ids: list[list[int]]) -> None:
+    """A label's score is the joint log-probability of its tokens: a label whose tokens begin with
+    another's (`` good film`` after `` good``) scores that label's plus the log-probability of the
+    rest, never more, so uncalibrated it could never be predicted (calibrated, only by the favour of
+    ``p_cf``). Refused."""
+    for short, short_ids in zip(spec.labels, verbalizer_ids):
+        for long, long_ids in zip(spec.labels, verbalizer_ids):
+            if long != short and long_ids[: len(short_ids)] == short_ids:
+                texts = dict(zip(spec.labels, spec.verbalizer))
+                raise UsageError(
+                    f"teacher_options.verbalizer: the tokens of {long!r} ({texts[long]!r}) begin with those of "
+                    f"{short!r} ({texts[short]!r}); a label's score is the joint probability of its tokens, so "
+                    f"{long!r} scores {short!r}'s times the probability of what follows, never more, and could "
+                    f"never be predicted (uncalibrated; calibrated, only by p_cf's favour). Give each label a "
+                    f"text whose tokens do not begin with another label's (e.g. ' great' for one of them)"
+                )

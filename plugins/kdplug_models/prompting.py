@@ -18,6 +18,8 @@ from typing import Any, Optional
 from kdplug.errors import UsageError
 from kdplug.types import Example, Task
 
+from .labels import _written_word
+
 #: the content-free inputs whose label probabilities contextual calibration divides out: the
 #: three of Zhao et al. (2021)'s code (run_classification.py), averaged
 CONTENT_FREE = ("N/A", "", "[MASK]")
@@ -91,11 +93,23 @@ def _checked_template(prompt: Any, task: Task) -> str:
             f"a line break only in double quotes): --set 'teacher_options.prompt=\"Review: {{text}}\\nSentiment:\"'"
         )
     try:
-        fields = {name for _, name, _, _ in string.Formatter().parse(prompt) if name is not None}
+        parsed = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(prompt)]
     except ValueError as error:
         raise UsageError(
             f"teacher_options.prompt {prompt!r} is not a valid template ({error}); write {{{{ for {{"
         ) from None
+    fields = {name for name, _, _ in parsed if name is not None}
+    formatted = [
+        "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+        for name, spec, conversion in parsed
+        if name is not None and (spec or conversion)
+    ]
+    if formatted:
+        raise UsageError(
+            f"teacher_options.prompt {prompt!r}: {', '.join(formatted)} formats the text, but a field is replaced "
+            f"by the example's text as it is: write {{text}} (and {{text_b}}) alone, with no ':' or '!' after the "
+            f"name ({{{{ and }}}} for literal braces)"
+        )
     wanted = {"text", "text_b"} if task.is_pair else {"text"}
     unknown, missing = fields - wanted, wanted - fields
     if unknown or missing:
@@ -117,7 +131,7 @@ def _checked_verbalizer(verbalizer: Any, task: Task) -> tuple[str, ...]:
             f"teacher_options.verbalizer must map each of task {task.name!r}'s labels to the text the model "
             f"writes for it, e.g. {{{example}}}"
         )
-    given = {str(key): value for key, value in verbalizer.items()}
+    given = {_label_key(key, labels, verbalizer): value for key, value in verbalizer.items()}
     missing = [label for label in labels if label not in given]
     unknown = [key for key in given if key not in labels]
     if missing or unknown:
@@ -129,6 +143,14 @@ def _checked_verbalizer(verbalizer: Any, task: Task) -> tuple[str, ...]:
             f"teacher_options.verbalizer: {'; '.join(problems)}; task {task.name!r}'s labels are "
             f"{', '.join(labels)}: give each one text, e.g. {{{example}}}"
         )
+    booleans = [label for label in labels if isinstance(given[label], bool)]
+    if booleans:
+        raise UsageError(
+            f"teacher_options.verbalizer: the text of {', '.join(map(repr, booleans))} is "
+            f"{', '.join(str(given[label]).lower() for label in booleans)}: YAML reads an unquoted yes/no, true/false, "
+            f"on/off as a boolean; quote each text, with the leading space the model writes, e.g. "
+            f"{{{', '.join(f'{label}: {chr(34)} {label}{chr(34)}' for label in labels)}}}"
+        )
     empty = [label for label in labels if not isinstance(given[label], str) or not given[label]]
     if empty:
         raise UsageError(
@@ -139,6 +161,14 @@ def _checked_verbalizer(verbalizer: Any, task: Task) -> tuple[str, ...]:
     if len(set(texts)) < len(texts):
         raise UsageError(f"teacher_options.verbalizer: two labels have the same text ({texts}); give each its own")
     return tuple(texts)
+
+
+def _label_key(key: Any, labels: Sequence[str], verbalizer: Mapping[Any, Any]) -> str:
+    """A verbalizer key as the task label it names: YAML reads an unquoted ``yes:`` or ``no:`` as a
+    boolean, which names the one task label YAML reads so (else a UsageError that says why)."""
+    if isinstance(key, bool):
+        return _written_word(key, labels, "the task's labels", "teacher_options.verbalizer", verbalizer)
+    return str(key)
 
 
 def _checked_shots(shots: Any) -> int:

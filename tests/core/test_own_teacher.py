@@ -541,3 +541,25 @@ def test_a_listing_piped_into_head_ends_quietly():
     listing.stdout.close()  # what `| head -1` does once it has its line
     _, err = listing.communicate(timeout=60)
     assert err == b"" and listing.returncode in (0, 141)
+
+
+def test_a_teacher_kdplug_fine_tuned_is_not_told_to_let_kdplug_fine_tune_it(capsys, tmp_path, tiny_bert_dir):
+    """teacher_options.finetuned=false, fine-tuned here and still weak: the check told it to set
+    teacher_options.finetuned=false (and to suspect its label order, which kdplug's own head has)."""
+    # 11 of 12 dev examples negative: the majority class scores 91.7, which one epoch cannot beat by 5
+    skewed = [(text, 0) for text, _ in SST2_DEV * 4][:11] + [("a truly great film .", 1)]
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN, dev=skewed)
+    settings = dict(teacher=tiny_bert_dir, task="sst2", data_dir=data, allow_weak_teacher=None, teacher_epochs=1)
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        *tiny_run_args(**settings),
+        "--set",
+        "teacher_options.finetuned=false",
+        "--output",
+        tmp_path / "r",
+    )
+    err = " ".join(err.split())
+    assert code == 2 and "The teacher is not worth distilling" in err
+    assert "finetuned=false" not in err and "label_map" not in err
+    assert "its fine-tuning here did not learn the task: more epochs (--set teacher_epochs=N)" in err

@@ -122,3 +122,78 @@ def test_an_encoder_decoder_teacher_is_refused_before_its_weights_load(tmp_path)
     tokenizer.save_pretrained(tmp_path / "t5")
     with pytest.raises(UsageError, match=r"encoder-decoder model \(model type 't5'\).*decoder-only classifier"):
         kdplug.create_teacher("hf", TinyTask(), source=str(tmp_path / "t5"))
+
+
+def test_tangs_mask_is_never_a_token_that_ends_or_pads_the_sequence(tmp_path):
+    """GPT-2, Pythia and Phi-2 tokenizers have no mask token, and their unknown token is
+    <|endoftext|>, which kdplug also makes their padding token: Tang's masked word became a
+    document boundary, and a text ending in a masked word was pooled one token early. They read
+    the augmenter's "[MASK]" as its text instead."""
+    import random
+
+    from kdplug.engine.transfer import TEXTS_FILE, TransferSet
+    from kdplug_augment.tang import TangAugmenter
+
+    teacher = kdplug.create_teacher(
+        "hf", TinyTask(), source=make_tiny_decoder(tmp_path / "gpt2", "gpt2", gpt2_specials=True)
+    )
+    tokenizer = teacher.tokenizer
+    boundaries = {tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id}
+    assert tokenizer.unk_token == tokenizer.pad_token == "<|endoftext|>" and tokenizer.mask_token is None
+    augmenter = TangAugmenter(teacher, p_mask=0.4, p_pos=0.0, p_ng=0.0)
+    rng = random.Random(0)
+    texts = [augmenter(text, rng) for text in TEXTS * 5]
+    texts.append(TEXTS[0] + " " + augmenter.mask_token)  # the last word masked
+    assert sum(augmenter.mask_token in text for text in texts) > 5
+    directory = tmp_path / "set"
+    directory.mkdir()
+    (directory / TEXTS_FILE).write_text("".join(json.dumps([text]) + "\n" for text in texts), encoding="utf-8")
+    stored = TransferSet(directory, {"examples": len(texts), "mask_token": augmenter.mask_token})
+    encoded = stored.encode(tokenizer, 64, is_regression=False)
+    rows = [list(encoded.input_ids[i]) for i in range(len(texts))]
+    assert not boundaries & {token for row in rows for token in row}
+    assert rows[-1] == tokenizer(texts[-1])["input_ids"]  # "[MASK]" as the tokenizer writes that text
+    # the classifier pools each row's last token, the masked one included
+    width = max(map(len, rows))
+    ids = torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in rows])
+    mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
+    assert last_real_token(ids, mask, tokenizer.pad_token_id).tolist() == [len(row) - 1 for row in rows]
+
+
+def test_a_decoder_teachers_padding_token_is_in_its_cache_key(tmp_path):
+    """The padding token's id is no weight, but it moves the position a decoder is read at: the
+    same weights with another padding token give other outputs, and so another cache key."""
+    from kdplug.engine.data import encode
+    from kdplug.engine.teacher import logits_key, teacher_fingerprint
+
+    teacher = kdplug.create_teacher("hf", TinyTask(), source=make_tiny_decoder(tmp_path / "gpt2", "gpt2"))
+    model, tokenizer = teacher.model.eval(), teacher.tokenizer
+    inputs = dict(tokenizer(TEXTS, padding=True, return_tensors="pt"))
+    extractor = kdplug.find_layer_extractor(model)
+    split = encode([kdplug.types.Example(text, 0) for text in TEXTS], tokenizer, 16, is_regression=False)
+
+    def read():
+        with torch.no_grad():
+            outputs = model(**inputs, output_hidden_states=True)
+        key = logits_key(teacher_fingerprint(model), kdplug.fingerprint.of_tokenizer(tokenizer), split, "fp32")
+        return outputs.logits, extractor(model, outputs, inputs)[-1], key
+
+    weights = kdplug.fingerprint.of_module(model)
+    logits, vectors, key = read()
+    model.config.pad_token_id = inputs["input_ids"][1, 2].item()  # "a bad film": the id of " film"
+    moved_logits, moved_vectors, moved_key = read()
+    assert kdplug.fingerprint.of_module(model) == weights  # the weights alone do not tell the two apart
+    assert not torch.allclose(logits[1], moved_logits[1]) and not torch.allclose(vectors[1], moved_vectors[1])
+    assert moved_key != key
+
+
+def test_distilroberta_copied_from_a_decoder_teacher_is_refused_for_what_it_is(capsys, tmp_path):
+    """It was told to "ask for 1 to 2 layers" (the decoder's count), which would then be refused too:
+    a decoder's layers cannot initialise an encoder, whatever their number."""
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN, dev=SST2_DEV)
+    argv = ["run", "--teacher", make_tiny_decoder(tmp_path / "llama"), "--student", "distilroberta", "--task", "sst2"]
+    argv += ["--data-dir", str(data), "--set", "student_options.from_teacher=true", "--set", "allow_weak_teacher=true"]
+    assert main([*argv, "--output", str(tmp_path / "run"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "copies a RoBERTa teacher, but the teacher is a llama model; drop from_teacher" in err
+    assert "layers" not in err.split("drop from_teacher")[0] and "ask for" not in err

@@ -168,6 +168,11 @@ def test_the_dry_run_says_the_teacher_is_an_adapter_or_fine_tuned_with_lora(caps
     kind = "kind: a LlamaForSequenceClassification fine-tuned on the task with LoRA r=16, alpha 16, dropout 0.05"
     assert f"{kind} on q_proj, v_proj" in out
     assert "at lr 0.0005" in out and "the head trained in full" in out
+    # the default rate is said to be RoBERTa-base's, measured on nothing else
+    assert (
+        "with teacher_lr unset, LoRA fine-tunes at 0.0005, the LoRA paper's rate for RoBERTa-base on GLUE (4e-4 to "
+        "5e-4), not measured on a LlamaForSequenceClassification" in " ".join(out.split())
+    )
 
 
 @pytest.mark.parametrize(
@@ -226,3 +231,19 @@ def test_an_adapter_s_missing_base_is_named_with_the_option_that_points_to_it(tm
         assert "--set teacher_options.base=" in str(error.value)
     teacher = kdplug.create_teacher("hf", TinyTask(), source=adapter, base=base)  # the option points to it
     assert teacher.extra["kind"] == f"a LoRA adapter over {base} (r=4)"
+
+
+def test_a_pickled_adapter_is_refused_before_any_weights_load(tmp_path):
+    """adapter_model.bin is a pickle, which torch loads only with weights_only=False, that is by
+    running code from the file: kdplug reads safetensors adapters only, and says how to convert one
+    (torch's advice to set weights_only=False surfaced instead)."""
+    base = make_tiny_decoder(tmp_path / "llama", "llama")
+    adapter = _peft_adapter(base, tmp_path / "adapter")
+    from safetensors.torch import load_file
+
+    weights = load_file(os.path.join(adapter, "adapter_model.safetensors"))
+    os.remove(os.path.join(adapter, "adapter_model.safetensors"))
+    torch.save(weights, os.path.join(adapter, "adapter_model.bin"))  # what peft wrote before safetensors
+    with pytest.raises(UsageError, match=r"adapter_model.bin.*pickle.*safetensors adapters only") as error:
+        kdplug.create_teacher("hf", TinyTask(), source=adapter)
+    assert "weights_only=False" not in str(error.value) and "save_pretrained" in str(error.value)

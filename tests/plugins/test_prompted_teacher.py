@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -100,7 +101,11 @@ def test_logits_and_layers_equal_a_float64_reference(models, family, pair):
         ids, mask = padded(encoded["input_ids"], teacher.encoder.pad_token_id, side)
         with torch.no_grad():
             outputs = model(input_ids=ids, attention_mask=mask)
-        torch.testing.assert_close(outputs.logits.double(), expected, rtol=0, atol=2e-5)
+        # the logits: the verbalizers' log-probabilities renormalised over the labels
+        torch.testing.assert_close(outputs.logits.double(), expected.log_softmax(-1), rtol=0, atol=2e-5)
+        with torch.no_grad():
+            scores, _ = model.label_log_probs(ids, mask)
+        torch.testing.assert_close(scores.double(), expected, rtol=0, atol=2e-5)
         vectors = extractor(model, outputs)
         assert len(vectors) == 3  # embeddings and 2 blocks
         for layer, vector in enumerate(vectors):
@@ -129,13 +134,93 @@ def test_calibration_is_zhao_et_al(models):
     dev = task.load_split("dev")
     scores, _ = reference(models["llama"], [context + TEMPLATE.format(text=e.text_a) for e in dev], VERBALIZER.values())
     p = scores.exp() / scores.exp().sum(-1, keepdim=True)  # the label probabilities normalised to sum to one
-    expected = torch.log_softmax(p / p_cf, -1)  # q = softmax(W p + b), W = diag(p_cf)^-1, b = 0
+    expected = torch.from_numpy(np.log(zhao_calibrated(p.numpy(), p_cf.numpy())))
     ids, mask = padded(teacher.encoder([e.text_a for e in dev], max_length=64)["input_ids"], 0, "right")
     with torch.no_grad():
         logits = teacher.model.eval()(input_ids=ids, attention_mask=mask).logits
     torch.testing.assert_close(teacher.model.calibration.double(), p_cf, rtol=0, atol=1e-6)
     torch.testing.assert_close(logits.double(), expected, rtol=0, atol=1e-5)
     assert teacher.extra["prompted"]["calibrate"]["content_free"] == ["N/A", "", "[MASK]"]
+
+
+def zhao_calibrated(p, p_cf):
+    """Zhao et al. (2021): W = diag(p_cf)^-1, b = 0, each row's W p (numpy, float64), renormalised to
+    a distribution (the paper takes its argmax; its softmax of ratios would change an unbiased p)."""
+    weights = np.linalg.inv(np.diag(np.asarray(p_cf, dtype=np.float64)))
+    q = np.stack([weights @ np.asarray(row, dtype=np.float64) for row in p])
+    return q / q.sum(-1, keepdims=True)
+
+
+def test_the_logits_are_a_distribution_over_the_labels_and_calibration_rescales_it(models):
+    """Uncalibrated: log p, the label probabilities renormalised over the labels (whatever mass the
+    model puts elsewhere). Calibrated: log of W p renormalised, W = diag(p_cf)^-1; an unbiased model
+    (p_cf uniform) keeps p: [0.99, 0.01] stays [0.99, 0.01] (a softmax of p / p_cf made it [0.877, 0.123])."""
+    teacher = kdplug.create_teacher("hf", TinyTask(), source=models["llama"], prompt=TEMPLATE, verbalizer=VERBALIZER)
+    model = teacher.model
+    p = torch.tensor([[0.99, 0.01], [0.6, 0.4], [0.2, 0.8]], dtype=torch.float64)
+    scores = (p.log() - 3.0).float()  # the model puts 95% of its mass outside the labels
+    torch.testing.assert_close(model.calibrated(scores).double(), p.log(), rtol=0, atol=1e-6)
+    model.calibration = torch.tensor([0.5, 0.5])
+    torch.testing.assert_close(model.calibrated(scores).double().exp(), p, rtol=0, atol=1e-6)
+    assert model.calibrated(scores)[0].exp().tolist() == pytest.approx([0.99, 0.01], abs=1e-6)
+    for p_cf in ([0.7, 0.3], [0.1, 0.9]):
+        model.calibration = torch.tensor(p_cf)
+        expected = np.log(zhao_calibrated(p.numpy(), p_cf))
+        np.testing.assert_allclose(model.calibrated(scores).double().numpy(), expected, rtol=0, atol=1e-6)
+
+
+def metaspace_tokenizer():
+    """A SentencePiece-style tokenizer (Metaspace, a word start before every text, as Llama 2's and
+    Mistral's) over the tiny vocabulary."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always")
+    backend.decoder = decoders.Metaspace(prepend_scheme="always")
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"])
+    backend.train_from_iterator([" ".join(TINY_WORDS) + " Review: Sentiment:"] * 4, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+@pytest.mark.parametrize("kind", ["sentencepiece", "byte-level BPE with a prefix space"])
+def test_a_verbalizer_without_its_leading_space_is_scored_as_written(tmp_path, kind):
+    """Both tokenizers write a word start at the beginning of every text, so 'good' tokenised alone
+    is ' good': the label was scored as if it had the space. Its tokens are those of the prompt and
+    the verbalizer written as one text, past the prompt's."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = make_tiny_causal_lm(tmp_path / "lm")
+    if kind == "sentencepiece":
+        metaspace_tokenizer().save_pretrained(path)
+    verbalizer = {"negative": "bad film", "positive": "good"}
+    teacher = kdplug.create_teacher("hf", TinyTask(), source=path, prompt=TEMPLATE, verbalizer=verbalizer)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    assert (
+        tokenizer("good", add_special_tokens=False)["input_ids"]
+        == tokenizer(" good", add_special_tokens=False)["input_ids"]
+    )  # the fault's condition
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64).eval()
+    dev = TinyTask().load_split("dev")
+    expected = []
+    with torch.no_grad():
+        for example in dev:
+            prompt = TEMPLATE.format(text=example.text_a)
+            head = tokenizer(prompt)["input_ids"]
+            row = []
+            for text in verbalizer.values():
+                whole = tokenizer(prompt + text)["input_ids"]  # prompt and answer as one text
+                assert whole[: len(head)] == head
+                log_probs = lm(torch.tensor([whole])).logits[0].log_softmax(-1)
+                row.append(sum(log_probs[t - 1, whole[t]] for t in range(len(head), len(whole))))
+            expected.append(torch.stack(row))
+    expected = torch.stack(expected).log_softmax(-1)
+    ids, mask = padded(teacher.encoder([e.text_a for e in dev], max_length=64)["input_ids"], 0, "right")
+    with torch.no_grad():
+        logits = teacher.model.eval()(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(logits.double(), expected, rtol=0, atol=2e-5)
+    spaced = teacher.model.verbalizer_ids[1, :1].tolist()
+    assert spaced != tokenizer(" good", add_special_tokens=False)["input_ids"][:1]
 
 
 def test_shots_are_fixed_by_the_seed(models):
@@ -202,10 +287,22 @@ def test_the_chat_template_wraps_the_prompt(tmp_path):
         ({"prompt": "Review: {sentence}"}, r"it names \{sentence\}; it lacks \{text\}"),
         ({"prompt": "{text} / {text_b}"}, r"a single-text task: \{text\} only"),
         ({"prompt": {"Review": None}}, r"double quotes"),
+        ({"prompt": "Review: {text:d}"}, r"\{text:d\} formats the text.*write \{text\}"),
+        ({"prompt": "Review: {text!z} {text:>{text}}"}, r"\{text!z\}, \{text:>\{text\}\} formats the text"),
+        ({"verbalizer": {True: " yes", "negative": " no"}}, r"YAML reads yes/true/on as true, and none of the task"),
+        ({"verbalizer": {"negative": False, "positive": True}}, r"is false, true: YAML reads an unquoted yes/no"),
         ({"shots": -1}, r"shots must be a whole number"),
         ({"shots": 99}, r"the training split has 6 examples"),
         ({"calibrate": 3}, r"calibrate must be true"),
         ({"finetuned": False}, r"never fine-tuned"),
+        (
+            {"verbalizer": {"negative": " good film", "positive": " good"}},
+            r"tokens of 'negative' \(' good film'\) begin with those of 'positive' \(' good'\).*never be predicted",
+        ),
+        (
+            {"prompt": "Review: {text}\nSentiment: ", "verbalizer": {"negative": "bad", "positive": "good"}},
+            r"joins the prompt's last token \(' '\) into another token",
+        ),
         ({"label_map": {"a": "negative"}}, r"label_map do not apply to a prompted"),
         ({"prompt": None, "shots": 2}, r"belong to a prompted teacher: set teacher_options.prompt"),
     ],
@@ -218,11 +315,59 @@ def test_bad_options_are_refused_with_what_to_fix(models, options, message):
         kdplug.create_teacher("hf", TinyTask(), source=models["llama"], **options)
 
 
+def test_unquoted_yes_and_no_verbalizer_keys_name_the_labels_yaml_read_as_booleans(models):
+    """YAML reads `{yes: " yes", no: " no"}` as `{True: " yes", False: " no"}`: the keys name the task
+    labels yes and no (they were 'True' and 'False', "not a label", with no word why)."""
+    from kdplug.config import parse_value
+
+    verbalizer = parse_value('{yes: " yes", no: " no"}')  # as --set reads it
+    assert verbalizer == {True: " yes", False: " no"}
+    task = TinyTask(labels=("no", "yes"))
+    teacher = kdplug.create_teacher("hf", task, source=models["llama"], prompt=TEMPLATE, verbalizer=verbalizer)
+    assert teacher.extra["prompted"]["verbalizer"] == {"no": " no", "yes": " yes"}
+
+
+def test_a_student_starts_from_a_prompted_teachers_embeddings(models):
+    """student_options.init_embeddings_from_teacher=true under a prompted teacher was an
+    AttributeError: the student starts from its language model's table, scaled, as under any
+    teacher (the student reads the plain text with the same tokenizer)."""
+    teacher = kdplug.create_teacher("hf", TinyTask(), source=models["llama"], prompt=TEMPLATE, verbalizer=VERBALIZER)
+    table = teacher.model.lm.get_input_embeddings().weight.detach()
+    student = kdplug.create_student(
+        "bilstm", TinyTask(), teacher, hidden_size=16, embedding_dim=table.shape[1], init_embeddings_from_teacher=True
+    )
+    torch.testing.assert_close(student.embeddings.weight.detach(), table / table.std())
+    assert student.kdplug_init["init"] == "embeddings from the teacher"
+
+
+def t5_config_dir(path):
+    """A tiny T5's config and tokenizer, no weights (every refusal must come before weights load)."""
+    import transformers
+
+    from kdplug.testing.decoders import bpe_tokenizer
+
+    tokenizer = bpe_tokenizer(pad=True)
+    config = transformers.T5Config(
+        vocab_size=len(tokenizer), d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, num_labels=2,
+        pad_token_id=tokenizer.pad_token_id, decoder_start_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    config.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
 def test_only_a_language_model_takes_a_prompt(tmp_path, tiny_bert_dir):
     with pytest.raises(UsageError, match="regression"):
         kdplug.create_teacher("hf", TinyTask(labels=()), source=tiny_bert_dir, prompt=TEMPLATE, verbalizer={})
     with pytest.raises(UsageError, match="needs a causal .decoder-only. language model.*bert model"):
         kdplug.create_teacher("hf", TinyTask(), source=tiny_bert_dir, prompt=TEMPLATE, verbalizer=VERBALIZER)
+    # an encoder-decoder is no classifier either: it is not told to drop the prompt to become one
+    t5 = t5_config_dir(tmp_path / "t5")
+    with pytest.raises(UsageError, match="t5 model, an encoder-decoder, which kdplug takes neither prompted") as error:
+        kdplug.create_teacher("hf", TinyTask(), source=t5, prompt=TEMPLATE, verbalizer=VERBALIZER)
+    assert "fine-tune it as a classifier" not in str(error.value)
+    with pytest.raises(UsageError, match="encoder-decoder model"):  # what dropping the prompt would have given
+        kdplug.create_teacher("hf", TinyTask(), source=t5)
     with pytest.raises(UsageError, match="is a LlamaForSequenceClassification"):
         path = make_tiny_decoder(tmp_path / "classifier")
         kdplug.create_teacher("hf", TinyTask(), source=path, prompt=TEMPLATE, verbalizer=VERBALIZER)
@@ -279,3 +424,21 @@ def test_a_run_distils_it_and_the_student_reads_no_prompt(models, tmp_path, monk
     assert len(recorded["calibrate"]["p_cf"]) == 2 and "dev" in metrics["teacher"]
     assert main(["report", str(run), "--output", str(tmp_path / "report")]) == 0  # the report shows the prompt
     assert f"prompt `{json.dumps(TEMPLATE)}`" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_weak_prompted_teacher_is_not_told_to_set_what_is_set(models, tmp_path, capsys):
+    """The teacher check's causes suggested calibrate=true and shots=4 to a run that had set both:
+    it suggests only what the run has not tried (more shots than its own)."""
+    # 11 of 12 dev examples negative: the majority class scores 91.7, which a random model cannot beat by 5
+    skewed = [(text, 0) for text, _ in SST2_DEV * 4][:11] + [("a truly great film .", 1)]
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN, dev=skewed)
+    argv = ["run", "--teacher", models["llama"], "--student", "bilstm", "--task", "sst2", "--data-dir", str(data)]
+    argv += ["--output", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "cache")]
+    argv += ["--set", f"teacher_options.prompt={json.dumps(TEMPLATE)}"]
+    argv += ["--set", f"teacher_options.verbalizer={json.dumps({'negative': ' bad', 'positive': ' good'})}"]
+    argv += ["--set", "teacher_options.shots=1", "--set", "teacher_options.calibrate=true"]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "The teacher is not worth distilling" in err
+    assert "calibrate=true" not in err and "shots=4" not in err and "finetuned" not in err
+    assert "show it more examples than its 1: --set teacher_options.shots=2" in err
