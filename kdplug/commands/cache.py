@@ -160,12 +160,14 @@ def written_by_kdplug(kind: str, paths: list[Path]) -> bool:
 
 
 def _leftover(path: Path, stale: set[Path]) -> Optional[Item]:
-    """A staging folder, a damaged copy set aside or a previous copy: kdplug's own names, and folders."""
-    from ..storage import DAMAGED_SUFFIX, PREVIOUS_SUFFIX, STAGING_PREFIX
+    """A staging file or folder, a damaged copy set aside or a previous copy (kdplug's own names)."""
+    from ..storage import DAMAGED_SUFFIX, PREVIOUS_SUFFIX, is_staging_name
 
     name = path.name
-    ours = name.startswith(STAGING_PREFIX) or DAMAGED_SUFFIX in name or name.endswith(PREVIOUS_SUFFIX)
-    if not ours or not path.is_dir() or path.is_symlink():
+    if path.is_symlink():
+        return None
+    set_aside = (DAMAGED_SUFFIX in name or name.endswith(PREVIOUS_SUFFIX)) and path.is_dir()
+    if not set_aside and not is_staging_name(name):
         return None
     damaged = DAMAGED_SUFFIX in name
     leftover = path in stale or damaged or name.endswith(PREVIOUS_SUFFIX)
