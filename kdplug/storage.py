@@ -59,6 +59,28 @@ def default_cache_root() -> Path:
     return Path(os.environ.get("KDPLUG_CACHE") or Path.home() / ".cache" / "kdplug")
 
 
+#: the cache directory of the run building components now (see :func:`cache_root`)
+_building_under: list[Path] = []
+
+
+def cache_root() -> Path:
+    """Where a component keeps what it stores for reuse (the folders it declares in ``stores``): the
+    cache directory of the run that is building it (``--cache-dir``, as the run's preflight checked
+    it), else :func:`default_cache_root`. A factory reads it when it is called, never at import."""
+    return _building_under[-1] if _building_under else default_cache_root()
+
+
+@contextlib.contextmanager
+def building_under(root: Path) -> Iterator[None]:
+    """Components built inside the block store under ``root`` (:func:`cache_root`); the engine wraps
+    every factory call of a run in it."""
+    _building_under.append(Path(root))
+    try:
+        yield
+    finally:
+        _building_under.pop()
+
+
 def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
