@@ -117,3 +117,19 @@ def test_a_written_file_replaces_a_link_and_leaves_its_target(tmp_path):
     write_atomic(tmp_path / "metrics.json", json.dumps({"a": 1}))
     assert target.read_text() == "not kdplug's" and not (tmp_path / "metrics.json").is_symlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.json", "metrics.json"]
+
+
+# -- export reads nothing from outside the package --------------------------------------------------
+
+
+@pytest.mark.parametrize("verify", [[], ["--no-verify"]])
+def test_export_refuses_a_link_out_of_the_package(capsys, tmp_path, finished_run, verify):
+    run_dir = a_copy(finished_run, tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("a private note")
+    readme = run_dir / "student" / "README.md"
+    readme.unlink()
+    readme.symlink_to(secret)
+    code, _, err = run(capsys, "export", run_dir, "--format", "hf", "--output", tmp_path / "hf", *verify)
+    assert code == 2 and f"holds {readme}, a symbolic link to {secret}, outside the package" in err, err
+    assert not (tmp_path / "hf").exists()
