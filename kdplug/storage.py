@@ -367,6 +367,11 @@ def replace_directory(staging: Path, target: Path, between: Optional[Callable[[]
     ``<target>.previous`` until the new one is in place (see :func:`complete_copy`).
     ``between`` runs between the two renames (the robustness tests kill the process there)."""
     previous = target.with_name(target.name + PREVIOUS_SUFFIX)
+    if previous.is_symlink() or (previous.exists() and not (previous / CHECKSUMS_FILE).is_file()):
+        raise UsageError(
+            f"{previous} is in the way: kdplug keeps the previous copy of {target} under that name while it puts the "
+            f"new one in place, and it did not write what is there; move it away"
+        )
     if target.exists():
         shutil.rmtree(previous, ignore_errors=True)
         os.replace(target, previous)

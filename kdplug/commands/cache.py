@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import time
 from collections.abc import Iterable
@@ -166,11 +167,11 @@ def _leftover(path: Path, stale: set[Path]) -> Optional[Item]:
     name = path.name
     if path.is_symlink():
         return None
-    set_aside = (DAMAGED_SUFFIX in name or name.endswith(PREVIOUS_SUFFIX)) and path.is_dir()
-    if not set_aside and not is_staging_name(name):
+    damaged = path.is_dir() and re.search(rf"{re.escape(DAMAGED_SUFFIX)}-\d{{8}}-\d{{6}}$", name) is not None
+    previous = name.endswith(PREVIOUS_SUFFIX) and written_by_kdplug(path.parent.name, [path])
+    if not (damaged or previous or is_staging_name(name)):
         return None
-    damaged = DAMAGED_SUFFIX in name
-    leftover = path in stale or damaged or name.endswith(PREVIOUS_SUFFIX)
+    leftover = path in stale or damaged or previous
     info = (
         "damaged copy set aside" if damaged else "staging folder of a killed run" if leftover else "being written now"
     )
