@@ -87,6 +87,8 @@ def test_cache_clear_lists_and_removes_only_what_kdplug_wrote(capsys, tmp_path, 
     (root / "transfer" / "crawl-2024").mkdir(parents=True)
     (root / "transfer" / "crawl-2024" / "part-0.txt").write_text("a sentence of mine\n")
     (root / "transfer" / "unlabelled.txt").write_text("another sentence\n")
+    (root / "transfer" / "crawl-2023.previous").mkdir()  # kdplug's suffix, not kdplug's folder
+    (root / "transfer" / "crawl-2023.previous" / "part-0.txt").write_text("last year's\n")
     (root / "heads" / "notes.lock").parent.mkdir()
     (root / "heads" / "notes.lock").write_text("my lock notes")
     users = files_below(root)
@@ -99,10 +101,11 @@ def test_cache_clear_lists_and_removes_only_what_kdplug_wrote(capsys, tmp_path, 
 
     code, out, _ = kdplug_cache(capsys, "list", "--cache-dir", root)
     assert code == 0
-    for name in ("my-bert", "crawl-2024", "unlabelled.txt"):
+    for name in ("my-bert", "crawl-2024", "unlabelled.txt", "crawl-2023.previous"):
         assert f"  {name}  left alone: not written by kdplug" in out
     assert "a" * 32 in out and "b" * 32 in out and "c" * 32 in out
 
+    assert kdplug_cache(capsys, "clear", "--stale", "--cache-dir", root)[0] == 0
     code, out, _ = kdplug_cache(capsys, "clear", "--cache-dir", root)
     assert code == 0 and "removed 3 entries" in out
     for name in ("teachers/my-bert", "transfer/crawl-2024", "transfer/unlabelled.txt"):

@@ -133,3 +133,21 @@ def test_export_refuses_a_link_out_of_the_package(capsys, tmp_path, finished_run
     code, _, err = run(capsys, "export", run_dir, "--format", "hf", "--output", tmp_path / "hf", *verify)
     assert code == 2 and f"holds {readme}, a symbolic link to {secret}, outside the package" in err, err
     assert not (tmp_path / "hf").exists()
+
+
+def test_a_previous_copy_kdplug_did_not_write_is_never_deleted_in_its_place(tmp_path):
+    import kdplug
+    from kdplug.storage import atomic_directory
+
+    export = tmp_path / "export"
+    for _ in range(2):
+        with atomic_directory(export, "an export") as staging:
+            (staging / "model.bin").write_bytes(b"weights")
+    (tmp_path / "export.previous").mkdir()
+    (tmp_path / "export.previous" / "mine.txt").write_text("my own folder")
+    with pytest.raises(kdplug.UsageError, match=r"export.previous is in the way: .* it did not write what is there"):
+        with atomic_directory(export, "an export") as staging:
+            (staging / "model.bin").write_bytes(b"new weights")
+    assert (tmp_path / "export.previous" / "mine.txt").read_text() == "my own folder"
+    assert (export / "model.bin").read_bytes() == b"weights"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "export.previous"]
