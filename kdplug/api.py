@@ -33,6 +33,7 @@ from .plugins import hookimpl
 from .storage import (
     StorageError,
     atomic_directory,
+    cache_root,
     complete_copy,
     default_cache_root,
     file_lock,
@@ -149,6 +150,7 @@ __all__ = [
     "fingerprint",
     "storage",
     "atomic_directory",
+    "cache_root",
     "complete_copy",
     "default_cache_root",
     "file_lock",

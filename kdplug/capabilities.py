@@ -24,7 +24,8 @@ class Capabilities:
 
     stores: ClassVar[Mapping[str, str]] = {}
     """``{folder: title}``: the folders it keeps under kdplug's cache directory, which ``kdplug cache`` lists and
-    clears (and no other)."""
+    clears (and no other); it finds the run's cache directory with ``kdplug.api.cache_root()``, and writes each
+    entry with ``atomic_directory`` (what kdplug did not write is never listed or cleared)."""
 
     check_options: ClassVar[Optional[Callable[..., None]]] = None
     """``check_options(*args, **options)``: raises UsageError for option values it rules out, without building

@@ -35,7 +35,7 @@ from .engine.package import drop_foreign_code, redact_loading_paths
 from .engine.speed import SINGLE_EXAMPLES
 from .errors import KdplugError, UsageError
 from .inference import ONNX_FILE, LoadedStudent, Text, load_student, student_directory
-from .integrity import refuse_package_code, tokenizer_record, verify_package
+from .integrity import refuse_outside_links, refuse_package_code, tokenizer_record, verify_package
 from .layout import INFO_FILE
 from .native_output import PACKED_SEQUENCE_SHAPE_WARNINGS, without_native_lines
 from .quantize import INT8, TORCH_RECIPE, quantize_onnx
@@ -190,6 +190,7 @@ def export_student(
     if not dev.texts:
         raise UsageError("the export needs texts to check the student on; none were given")
     output = check_output(output, overwrite)
+    refuse_outside_links(student_directory(path))
     reference = load_student(path, device="cpu", runtime="torch", verify=verify)
     report = ExportReport(output)
     with atomic_directory(output, f"the export {output}") as staging:
@@ -383,6 +384,7 @@ def export_hf(
     """A copy of the standalone student package (the Hugging Face format)."""
     source = student_directory(path)
     refuse_package_code(source)
+    refuse_outside_links(source)
     if verify:
         verify_package(source)
     output = check_output(output, overwrite)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,25 @@ PROBE = "kdplug checks its tokenizer: The quick brown fox, aged 12, jumps over n
 class PackageIntegrityError(UsageError):
     """A student package whose files are not the ones kdplug wrote, or whose tokenizer is not the
     one it was trained with."""
+
+
+def refuse_outside_links(directory: Path) -> None:
+    """Nothing outside a package is read into what kdplug writes from it (an export, what
+    ``--push-to-hub`` uploads): a symbolic link in the package whose target lies outside it (a
+    ``README.md`` linked to a file elsewhere) is refused, named, before any work."""
+    root = Path(os.path.realpath(directory))
+    for folder, names, files in os.walk(directory):
+        for name in names + files:
+            path = Path(folder) / name
+            if not path.is_symlink():
+                continue
+            target = Path(os.path.realpath(path))
+            if target != root and root not in target.parents:
+                raise PackageIntegrityError(
+                    f"the package {directory} holds {path}, a symbolic link to {target}, outside the package; kdplug "
+                    f"reads nothing from outside a package into what it writes or uploads: put the file itself "
+                    f"there, or remove the link"
+                )
 
 
 def refuse_package_code(directory: Path) -> None:

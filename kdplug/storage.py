@@ -19,6 +19,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -32,6 +33,9 @@ from .errors import KdplugError, UsageError
 CHECKSUMS_FILE = "kdplug_checksums.json"
 #: what a staging directory's name starts with; ``kdplug cache clear --stale`` looks for it
 STAGING_PREFIX = ".staging-"
+#: the whole name of a staging file or directory: the prefix, the name it builds (and, for a file, the
+#: writer's pid), then the 8 random characters of ``tempfile``'s unique names
+_STAGING_NAME = re.compile(rf"{re.escape(STAGING_PREFIX)}.+\.[a-z0-9_]{{8}}")
 #: the suffix of a damaged stored copy that was moved aside
 DAMAGED_SUFFIX = ".damaged"
 #: the previous copy while a new one is renamed into place (used if a kill leaves no other)
@@ -55,6 +59,28 @@ def default_cache_root() -> Path:
     return Path(os.environ.get("KDPLUG_CACHE") or Path.home() / ".cache" / "kdplug")
 
 
+#: the cache directory of the run building components now (see :func:`cache_root`)
+_building_under: list[Path] = []
+
+
+def cache_root() -> Path:
+    """Where a component keeps what it stores for reuse (the folders it declares in ``stores``): the
+    cache directory of the run that is building it (``--cache-dir``, as the run's preflight checked
+    it), else :func:`default_cache_root`. A factory reads it when it is called, never at import."""
+    return _building_under[-1] if _building_under else default_cache_root()
+
+
+@contextlib.contextmanager
+def building_under(root: Path) -> Iterator[None]:
+    """Components built inside the block store under ``root`` (:func:`cache_root`); the engine wraps
+    every factory call of a run in it."""
+    _building_under.append(Path(root))
+    try:
+        yield
+    finally:
+        _building_under.pop()
+
+
 def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -67,11 +93,34 @@ def follow_umask(path: Path) -> None:
     os.chmod(path, mode)
 
 
+def open_own_file(path: Path, what: str = "file", *, append: bool = True):
+    """``path`` opened to read and write (created if missing, appended to with ``append``), never
+    through a symbolic link: kdplug writes through no link it did not make (a link planted in its
+    place would make it write a file elsewhere). A link or a directory in its place is a
+    :class:`UsageError` naming it."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if append else 0)
+    try:
+        descriptor = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(
+                f"the {what} {path} is a symbolic link (to {os.readlink(path)}); kdplug writes through no link it "
+                f"did not make: remove the link, or choose another directory"
+            ) from None
+        if exc.errno == errno.EISDIR:
+            raise UsageError(
+                f"the {what} {path} is a directory; kdplug writes a file of that name there: move the directory "
+                f"away, or choose another directory"
+            ) from None
+        raise
+    return os.fdopen(descriptor, "a+" if append else "r+", encoding="utf-8")
+
+
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
     """An exclusive lock across processes (and DDP ranks) on one machine; waits for the holder."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
+    with open_own_file(path, "lock file") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -95,7 +144,7 @@ class WriterLock:
     def acquire(self, what: str, advice: str) -> WriterLock:
         """Take the lock without waiting; a :class:`UsageError` naming the process that holds it
         (``what`` is being written by it; ``advice``: what to do instead)."""
-        handle = open(self.path, "a+", encoding="utf-8")
+        handle = open_own_file(self.path, "lock file", append=False)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -125,8 +174,8 @@ class WriterLock:
     @staticmethod
     def holder(path: Path) -> Optional[str]:
         """Who holds the lock at ``path`` now, in words; None when no process does (or no file)."""
-        try:
-            handle = open(path, encoding="utf-8")
+        try:  # never through a link: a link in the lock's place is no lock of kdplug's
+            handle = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), encoding="utf-8")
         except OSError:
             return None
         with handle:
@@ -169,7 +218,7 @@ def check_own_directory(directory: Path, marker: str, *, writes: str, option: st
     foreign = sorted(
         entry.name
         for entry in directory.iterdir()
-        if not entry.name.endswith(".lock") and not entry.name.startswith(STAGING_PREFIX)
+        if not entry.name.endswith(".lock") and not is_staging_name(entry.name)
     )
     if foreign:
         raise UsageError(
@@ -232,15 +281,26 @@ def raise_as_storage_error(exc: BaseException, what: str, kept: str, *, how_to_c
     raise StorageError(f"could not write {what}: {reason}; {kept}.{step}", how_to_continue) from exc
 
 
+def staging_file(path: Path) -> tuple[int, Path]:
+    """A new, empty file beside ``path`` to write it in, opened (its descriptor) and named for this
+    process alone: ``.staging-<name>.<pid>.<random>``, created exclusively (``O_EXCL``), so two
+    writers of one file never share it and no file of a user's is ever opened or replaced in its
+    place. The file has umask permissions; rename it onto ``path`` with ``os.replace``, which
+    replaces a link at ``path`` rather than writing through it."""
+    descriptor, name = tempfile.mkstemp(
+        prefix=f"{STAGING_PREFIX}{Path(path).name}.{os.getpid()}.", dir=Path(path).parent
+    )
+    os.fchmod(descriptor, 0o666 & ~current_umask())
+    return descriptor, Path(name)
+
+
 def write_atomic(path: Path, content: str | bytes) -> None:
     """Write a file so that readers see the old or the new content, never a part (text is UTF-8)."""
     path = Path(path)
-    staging = path.with_name(f"{STAGING_PREFIX}{path.name}")
+    descriptor, staging = staging_file(path)
     try:
-        if isinstance(content, bytes):
-            staging.write_bytes(content)
-        else:
-            staging.write_text(content, encoding="utf-8")
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(content if isinstance(content, bytes) else content.encode("utf-8"))
         os.replace(staging, path)
     except BaseException:
         staging.unlink(missing_ok=True)
@@ -307,6 +367,11 @@ def replace_directory(staging: Path, target: Path, between: Optional[Callable[[]
     ``<target>.previous`` until the new one is in place (see :func:`complete_copy`).
     ``between`` runs between the two renames (the robustness tests kill the process there)."""
     previous = target.with_name(target.name + PREVIOUS_SUFFIX)
+    if previous.is_symlink() or (previous.exists() and not (previous / CHECKSUMS_FILE).is_file()):
+        raise UsageError(
+            f"{previous} is in the way: kdplug keeps the previous copy of {target} under that name while it puts the "
+            f"new one in place, and it did not write what is there; move it away"
+        )
     if target.exists():
         shutil.rmtree(previous, ignore_errors=True)
         os.replace(target, previous)
@@ -351,6 +416,12 @@ def atomic_directory(target: Path, what: str) -> Iterator[Path]:
         raise
 
 
+def is_staging_name(name: str) -> bool:
+    """Whether ``name`` is one kdplug gives what it writes before renaming it into place (a user's
+    file that merely starts with ``.staging-`` is not)."""
+    return _STAGING_NAME.fullmatch(name) is not None
+
+
 def stale_staging(root: Path) -> list[Path]:
     """Staging directories below ``root`` that no live write owns (left by killed processes).
 
@@ -359,7 +430,7 @@ def stale_staging(root: Path) -> list[Path]:
     """
     found = []
     for path in sorted(root.rglob(f"{STAGING_PREFIX}*")) if root.is_dir() else []:
-        if path.is_dir() and not _in_use(path):
+        if is_staging_name(path.name) and not path.is_symlink() and not _in_use(path):
             found.append(path)
     return found
 

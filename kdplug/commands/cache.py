@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import time
 from collections.abc import Iterable
@@ -131,8 +132,55 @@ def _cache_info(directory: Path) -> str:
     return f"{meta.num_examples} examples; {what}; {details}"
 
 
+#: what ``kdplug cache`` says of a file or folder under one of its kinds that kdplug did not write
+NOT_OURS = "left alone: not written by kdplug"
+
+
+def written_by_kdplug(kind: str, paths: list[Path]) -> bool:
+    """Whether the files of one key are an entry kdplug wrote, by its own records: a folder with the
+    checksums :func:`~kdplug.storage.atomic_directory` writes (or, for teacher outputs, the metadata
+    naming its own key), or a file with the JSON record kdplug writes beside it (teacher heads).
+    Anything else (a model folder a user keeps there, a file dropped in) is not touched."""
+    from ..engine.cache import read_meta
+    from ..storage import CHECKSUMS_FILE
+
+    if len(paths) == 1 and paths[0].is_dir() and not paths[0].is_symlink():
+        folder = paths[0]
+        if kind == "teacher-cache":
+            meta = read_meta(folder)
+            return meta is not None and meta.fingerprint == folder.name
+        return (folder / CHECKSUMS_FILE).is_file()
+    if any(path.is_symlink() or not path.is_file() for path in paths) or len(paths) < 2:
+        return False
+    key = paths[0].name.split(".")[0]
+    record = next((path for path in paths if path.name == f"{key}.json"), None)
+    try:
+        return record is not None and isinstance(json.loads(record.read_text(encoding="utf-8")), dict)
+    except (OSError, ValueError):
+        return False
+
+
+def _leftover(path: Path, stale: set[Path]) -> Optional[Item]:
+    """A staging file or folder, a damaged copy set aside or a previous copy (kdplug's own names)."""
+    from ..storage import DAMAGED_SUFFIX, PREVIOUS_SUFFIX, is_staging_name
+
+    name = path.name
+    if path.is_symlink():
+        return None
+    damaged = path.is_dir() and re.search(rf"{re.escape(DAMAGED_SUFFIX)}-\d{{8}}-\d{{6}}$", name) is not None
+    previous = name.endswith(PREVIOUS_SUFFIX) and written_by_kdplug(path.parent.name, [path])
+    if not (damaged or previous or is_staging_name(name)):
+        return None
+    leftover = path in stale or damaged or previous
+    info = (
+        "damaged copy set aside" if damaged else "staging folder of a killed run" if leftover else "being written now"
+    )
+    return Item(path.parent.name, name, [path], _size(path), info, stale=leftover)
+
+
 def items(root: Path, kinds: Iterable[str]) -> list[Item]:
-    from ..storage import DAMAGED_SUFFIX, PREVIOUS_SUFFIX, STAGING_PREFIX, stale_staging
+    """Every entry under ``root``'s ``kinds``; what kdplug did not write is an item marked :data:`NOT_OURS`."""
+    from ..storage import stale_staging
 
     stale = set(stale_staging(root))
     found: list[Item] = []
@@ -142,28 +190,17 @@ def items(root: Path, kinds: Iterable[str]) -> list[Item]:
             continue
         entries: dict[str, list[Path]] = {}
         for path in sorted(directory.iterdir()):
-            name = path.name
-            if name.endswith(".lock"):
+            if path.name.endswith(".lock") and path.is_file() and not path.is_symlink():
                 continue
-            if name.startswith(STAGING_PREFIX) or DAMAGED_SUFFIX in name or name.endswith(PREVIOUS_SUFFIX):
-                leftover = path in stale or DAMAGED_SUFFIX in name or name.endswith(PREVIOUS_SUFFIX)
-                found.append(
-                    Item(
-                        kind,
-                        name,
-                        [path],
-                        _size(path),
-                        "damaged copy set aside"
-                        if DAMAGED_SUFFIX in name
-                        else "staging folder of a killed run"
-                        if leftover
-                        else "being written now",
-                        stale=leftover,
-                    )
-                )
+            leftover = _leftover(path, stale)
+            if leftover is not None:
+                found.append(leftover)
                 continue
-            entries.setdefault(name.split(".")[0], []).append(path)
+            entries.setdefault(path.name.split(".")[0], []).append(path)
         for key, paths in entries.items():
+            if not written_by_kdplug(kind, paths):
+                found.extend(Item(kind, path.name, [path], 0, NOT_OURS) for path in paths)
+                continue
             main = paths[0]
             info = _teacher_info(main) if kind == "teachers" else _cache_info(main) if kind == "teacher-cache" else ""
             found.append(Item(kind, key, paths, sum(_size(p) for p in paths), info))
@@ -192,6 +229,9 @@ def list_entries(root: Path, known: dict[str, str]) -> int:
             continue
         print(f"{title} ({kind}):")
         for item in group:
+            if item.info == NOT_OURS:
+                print(f"  {item.key}  {NOT_OURS}")
+                continue
             total += item.size
             modified = time.strftime("%Y-%m-%d %H:%M", time.localtime(item.paths[0].stat().st_mtime))
             flag = "  [stale: 'kdplug cache clear --stale' removes it]" if item.stale else ""
@@ -230,7 +270,8 @@ def in_use(item: Item, root: Path) -> bool:
 def clear_entries(
     root: Path, known: dict[str, str], *, kind: Optional[str] = None, key: Optional[str] = None, stale: bool = False
 ) -> int:
-    entries = items(root, known)
+    everything = items(root, known)
+    entries = [item for item in everything if item.info != NOT_OURS]
     if key is not None:
         check_key(key, entries)
     chosen = [
@@ -254,13 +295,16 @@ def clear_entries(
                 shutil.rmtree(path)
             else:
                 path.unlink()
-    for kind in {item.kind for item in chosen}:
-        _tidy(root / kind)
+    for folder in {item.kind for item in chosen}:
+        _tidy(root / folder)
     what = "stale entries" if stale else "entries"
     matched = f" whose key starts with {key!r}" if key is not None else ""
     print(f"removed {len(chosen) - len(busy)} {what}{matched} from {root} ({freed / 2**20:.1f} MiB freed)")
     for item in busy:
         print(f"kept {item.kind}/{item.key}: a running kdplug is writing it; clear it once that run has finished")
+    for item in everything:
+        if item.info == NOT_OURS and (kind is None or item.kind == kind) and key is None and not stale:
+            print(f"{NOT_OURS}: {root / item.kind / item.key}")
     return 0
 
 
@@ -269,6 +313,8 @@ def _tidy(directory: Path) -> None:
     import fcntl
 
     for lock in directory.glob("*.lock"):
+        if lock.is_symlink() or not lock.is_file() or lock.stat().st_size:  # kdplug's cache locks are empty files
+            continue
         with open(lock, "a+") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -83,7 +83,7 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
 
     from ..export import check_output, check_push, export_hf, export_student, push_to_hub
     from ..inference import student_directory
-    from ..integrity import refuse_package_code, verify_package
+    from ..integrity import refuse_outside_links, refuse_package_code, verify_package
 
     if not args.push_to_hub:
         missing = [flag for flag, value in (("--format", args.format), ("--output", args.output)) if not value]
@@ -100,6 +100,7 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         check_output(args.output, args.overwrite)  # before any work
     source = student_directory(args.run)
     refuse_package_code(source)
+    refuse_outside_links(source)  # nothing from outside the package is exported or uploaded
     if not args.no_verify:
         verify_package(source)  # once, before any work; the steps below trust it
     if args.push_to_hub:

@@ -25,7 +25,7 @@ from typing import Any, TextIO
 from ..errors import KdplugError, UsageError
 from ..plugins import PluginManager
 from ..progress import progress
-from ..storage import STAGING_PREFIX
+from ..storage import staging_file
 from ..textio import FORMATS, input_format
 
 
@@ -193,21 +193,24 @@ def open_output(path: str) -> Iterator[TextIO]:
         sys.stdout.flush()
         return
     target = Path(path)
-    staging = target.with_name(f"{STAGING_PREFIX}{target.name}")
     # SIGTERM ends a process without unwinding it: made an exit here, the staging file is removed below
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    staging = None
     try:
-        with open(staging, "w", encoding="utf-8", newline="") as handle:
+        descriptor, staging = staging_file(target)  # this process's own: two commands never share one
+        with open(descriptor, "w", encoding="utf-8", newline="") as handle:
             yield handle
         os.replace(staging, target)
     except OSError as exc:
-        staging.unlink(missing_ok=True)
+        if staging is not None:
+            staging.unlink(missing_ok=True)
         raise KdplugError(
             f"writing --output {path} failed ({exc.strerror or exc}); nothing was written there (a previous file "
             f"is unchanged). Free space or choose another --output and run the command again"
         ) from None
     except BaseException:
-        staging.unlink(missing_ok=True)
+        if staging is not None:
+            staging.unlink(missing_ok=True)
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)

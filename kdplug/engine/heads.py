@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import torch
@@ -18,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from torch.nn import functional as F
 
 from .. import fingerprint
-from ..storage import STAGING_PREFIX, file_lock, raise_as_storage_error, write_atomic
+from ..storage import file_lock, raise_as_storage_error, staging_file, write_atomic
 from .cache import TeacherCache
 from .objective import TeacherHeads
 
@@ -154,13 +155,16 @@ def warmed_up_heads(
             batch_size=batch_size,
             seed=seed,
         )
+        staging = None
         try:
-            staging = directory / f"{STAGING_PREFIX}{key}.safetensors"
+            descriptor, staging = staging_file(path)
+            os.close(descriptor)  # safetensors writes it by name: the name is this process's own
             save_file({k: v.contiguous() for k, v in heads.state_dict().items()}, str(staging))
             write_atomic(record, json.dumps(summary))
-            staging.replace(path)
+            os.replace(staging, path)
         except Exception as exc:
-            staging.unlink(missing_ok=True)
+            if staging is not None:
+                staging.unlink(missing_ok=True)
             raise_as_storage_error(
                 exc,
                 f"the teacher heads {path}",

@@ -71,7 +71,7 @@ def run(
     if config.output is None:
         config.output = str(broadcast_object(str(default_output(config))))
     output = Path(config.output)
-    preflight.writable_paths(config, output, cache_root)
+    preflight.writable_paths(config, output, cache_root, registry)
     loaded = load_task(config, registry)  # missing or too little data stops here, and leaves no run directory
     run_dir = RunDirectory(output)  # the other ranks write nothing in it
     if main_process:

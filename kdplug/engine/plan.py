@@ -139,7 +139,7 @@ def dry_run(
     threads = apply_threads(choose_threads(config.threads))  # as the run would: the timings below use them
     cache_root = Path(config.cache_dir).expanduser() if config.cache_dir else default_cache_root()
     output = Path(config.output) if config.output else default_output(config)
-    preflight.writable_paths(config, output, cache_root)
+    preflight.writable_paths(config, output, cache_root, registry)
     replaces = None if resume else RunDirectory.check_new(output, overwrite=overwrite)
     teacher_seed = config.seed if config.teacher_seed is None else config.teacher_seed
     set_seed(teacher_seed)

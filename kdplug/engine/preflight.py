@@ -411,8 +411,17 @@ def check_component_options(config: RunConfig, registry: Registry, task: Task, t
     registry.check_options("student", student, task, teacher, **{**config.student_options, **source})
 
 
-def writable_paths(config: RunConfig, output: Path, cache_root: Path) -> None:
+def writable_paths(config: RunConfig, output: Path, cache_root: Path, registry: Optional[Registry] = None) -> None:
+    """The run's directory and its cache directory accept new files, and so does every folder of the
+    cache that is already there which the engine or a registered component writes (``stores``): all
+    that a run stores goes under its cache directory, so a write there never fails after the work."""
     check_writable(output, "output directory", "--output")
     check_writable(cache_root, "cache directory", "--cache-dir (or $KDPLUG_CACHE)")
+    if registry is not None:
+        from ..commands.cache import sections  # the folders 'kdplug cache' lists: the engine's and the stores
+
+        for folder in sections(registry):
+            if (cache_root / folder).exists() or (cache_root / folder).is_symlink():
+                check_writable(cache_root / folder, "cache directory's folder", "--cache-dir (or $KDPLUG_CACHE)")
     if config.data_dir and os.path.abspath(output) == os.path.abspath(config.data_dir):
         raise UsageError(f"--output {output} is the data directory; a run writes its own directory, choose another")

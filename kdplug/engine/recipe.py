@@ -23,6 +23,7 @@ from .. import fingerprint
 from ..config import RunConfig
 from ..errors import UsageError
 from ..registry import Registry
+from ..storage import building_under
 from ..types import (
     LayerSpec,
     ProjectionRequest,
@@ -188,7 +189,8 @@ class EngineContext:
         set_seed(self.config.seed)
         opts = {**self.config.student_options, **options} if name is None else options
         factory, source = self.registry.model_reference("student", name or self.config.student)
-        student = self.registry.create("student", factory, self.task, self.teacher, **{**opts, **source})
+        with building_under(Path(self.cache_root)):  # what it stores (a trained tokenizer) goes to the run's cache
+            student = self.registry.create("student", factory, self.task, self.teacher, **{**opts, **source})
         if name is None and self.config.trim_vocab:
             trim_vocabulary(student, self.tokenizer, self.task, self.transfer, self._trimmed)
         if name is None and not self._size_checked:

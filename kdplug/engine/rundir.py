@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -32,7 +33,7 @@ from ..layout import (
     PREDICTIONS_FILE,
     RUN_ENTRIES,
 )
-from ..storage import WriterLock, check_directory_path, write_atomic
+from ..storage import WriterLock, check_directory_path, open_own_file, write_atomic
 from ..version import __version__
 
 RUNNING, COMPLETED, FAILED, INTERRUPTED = "running", "completed", "failed", "interrupted"
@@ -102,6 +103,7 @@ class RunDirectory:
         run_dir = cls(path)
         run_dir._take_lock()
         try:
+            check_no_links(path)  # what the run goes on writing there (its log, its files) is its own
             run_dir.set_status(RUNNING)
         except BaseException:
             run_dir.release()
@@ -171,10 +173,28 @@ class RunDirectory:
         write_atomic(self.path / name, json.dumps(predictions))
 
     def attach_log(self) -> logging.Handler:
-        handler = logging.FileHandler(self.path / LOG_FILE, encoding="utf-8")
+        handler = _OwnFileHandler(self.path / LOG_FILE, encoding="utf-8")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logging.getLogger("kdplug").addHandler(handler)
         return handler
+
+
+def check_no_links(path: Path) -> None:
+    """A :class:`UsageError` where one of the names a run writes in ``path`` is a symbolic link: kdplug
+    makes none there, and writing through one would change a file outside the run directory."""
+    for name in RUN_ENTRIES:
+        if (path / name).is_symlink():
+            raise UsageError(
+                f"{path / name} is a symbolic link (to {os.readlink(path / name)}), which kdplug did not make; it "
+                f"writes through no link: remove it, or start a new run in another --output"
+            )
+
+
+class _OwnFileHandler(logging.FileHandler):
+    """The run's log, appended to, never through a symbolic link."""
+
+    def _open(self):
+        return open_own_file(Path(self.baseFilename), "run log")
 
 
 def _jsonable(value: Any) -> Any:

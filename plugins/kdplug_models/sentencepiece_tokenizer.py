@@ -15,8 +15,9 @@ normaliser is switched off), and the fast tokenizer applies that same normaliser
 
 A pair is one sequence, ``A </s> B </s>``, as Universal-KD's students read pairs (App. A.2); a
 single text is ``A </s>``, so no encoding is ever empty. Trained models are stored under the
-kdplug cache (``<cache root>/sentencepiece/<fingerprint>.model``), keyed by the texts and the
-settings, so runs, stages and processes over the same data train once.
+run's cache directory (``<cache>/sentencepiece/<fingerprint>/sentencepiece.model``, with kdplug's
+checksums: ``kdplug cache`` lists and clears them), keyed by the texts and the settings, so runs,
+stages and processes over the same data train once.
 """
 
 from __future__ import annotations
@@ -29,16 +30,19 @@ from pathlib import Path
 from typing import Any, Optional
 
 import kdplug
-from kdplug import fingerprint
-from kdplug.storage import default_cache_root, file_lock, raise_as_storage_error, write_atomic
+from kdplug import fingerprint, storage
+from kdplug.storage import atomic_directory, complete_copy, file_lock, raise_as_storage_error, verify
 
 log = logging.getLogger("kdplug.models.sentencepiece")
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"  # ids 0, 1, 2, 3
 MODEL_TYPES = ("unigram", "bpe")
 DEFAULT_VOCAB_SIZE = 8000
-#: bumped whenever training settings change, so that older stored models are not reused
-FORMAT_VERSION = 1
+#: bumped whenever training settings or the stored layout change, so that older stored models are not reused
+#: (2: a checksummed folder per model, under the run's cache directory)
+FORMAT_VERSION = 2
+#: the model's file in its folder
+MODEL_FILE = "sentencepiece.model"
 #: the folder of the cache root the trained models go to, for ``kdplug cache`` (a student using them declares it)
 STORE = "sentencepiece"
 STORES = {STORE: "SentencePiece student tokenizers"}
@@ -117,21 +121,21 @@ def trained_model(
         "model_type": model_type,
     }
     key = fingerprint.of_values(settings, _digest(texts))
-    directory = Path(cache_root or default_cache_root()) / STORE
-    path = directory / f"{key}.model"
-    with file_lock(directory / f"{key}.lock"):
-        if path.is_file():
-            try:
-                sentencepiece.SentencePieceProcessor(model_file=str(path))
-                log.info("sentencepiece: reusing %s", path)
-                return path
-            except (RuntimeError, OSError) as exc:
-                log.warning("sentencepiece: %s is unreadable (%s); training it again", path, exc)
-        model = _train(texts, vocab_size=vocab_size, model_type=model_type)
-        try:
-            write_atomic(path, model)
-        except OSError as exc:
-            raise_as_storage_error(exc, f"the SentencePiece model {path}", "nothing was stored")
+    # the run's cache directory (--cache-dir), which its preflight checked is writable
+    directory = Path(cache_root or storage.cache_root()) / STORE
+    target = directory / key
+    try:
+        with file_lock(directory / f"{key}.lock"):
+            found = _stored(target)
+            if found is not None:
+                return found
+            model = _train(texts, vocab_size=vocab_size, model_type=model_type)
+            with atomic_directory(target, f"the SentencePiece model {target}") as staging:
+                (staging / MODEL_FILE).write_bytes(model)
+    except OSError as exc:
+        raise_as_storage_error(exc, f"the SentencePiece model in {directory}", "nothing was stored")
+        raise
+    path = target / MODEL_FILE
     pieces = sentencepiece.SentencePieceProcessor(model_proto=model).get_piece_size()
     log.info(
         "sentencepiece: trained a %s vocabulary of %d pieces on %d texts -> %s", model_type, pieces, len(texts), path
@@ -143,6 +147,25 @@ def trained_model(
             vocab_size,
         )
     return path
+
+
+def _stored(target: Path) -> Optional[Path]:
+    """The stored model's file, where it is complete and reads back; None (after saying why) where not."""
+    import sentencepiece
+
+    found = complete_copy(target, lambda path: (path / MODEL_FILE).is_file())
+    if found is None:
+        return None
+    problems = verify(found)
+    try:
+        if not problems:
+            sentencepiece.SentencePieceProcessor(model_file=str(found / MODEL_FILE))
+            log.info("sentencepiece: reusing %s", found / MODEL_FILE)
+            return found / MODEL_FILE
+    except (RuntimeError, OSError) as exc:
+        problems = [str(exc)]
+    log.warning("sentencepiece: %s is unreadable (%s); training it again", found, "; ".join(problems))
+    return None
 
 
 def _digest(texts: Iterable[str]) -> str:

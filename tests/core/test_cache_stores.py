@@ -4,12 +4,18 @@ declare (``stores``), by the plugins' own titles, and touches no other folder.""
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 
 import pytest
 
 import kdplug
+from kdplug.cli import main
 from kdplug.commands import cache
 from kdplug.plugins import PluginManager
+from kdplug.storage import atomic_directory
+
+from .test_cache import build
 
 
 class KeepsLinks:
@@ -39,8 +45,8 @@ def manager():
 
 
 def test_a_declared_store_is_listed_and_cleared_and_an_undeclared_folder_is_left_alone(manager, tmp_path, capsys):
-    (tmp_path / "links" / "3f9a2c11").mkdir(parents=True)
-    (tmp_path / "links" / "3f9a2c11" / "model.safetensors").write_bytes(b"weights")
+    with atomic_directory(tmp_path / "links" / "3f9a2c11", "a link") as staging:
+        (staging / "model.safetensors").write_bytes(b"weights")
     (tmp_path / "photos" / "holiday").mkdir(parents=True)  # not kdplug's: a --cache-dir pointed astray
     assert cache_command(manager, tmp_path, "list") == 0
     out = capsys.readouterr().out
@@ -62,3 +68,46 @@ def test_the_first_party_stores_come_from_their_plugins(manager):
 def test_an_unknown_kind_is_a_usage_error_naming_the_kinds(manager, tmp_path):
     with pytest.raises(kdplug.UsageError, match="--kind 'linkz' is not a kind of cache entry; the kinds: .*links"):
         cache_command(manager, tmp_path, "clear", kind="linkz")
+
+
+def kdplug_cache(capsys, *argv):
+    code = main(["cache", *map(str, argv)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def files_below(root):
+    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def test_cache_clear_lists_and_removes_only_what_kdplug_wrote(capsys, tmp_path, tiny_bert_dir):
+    root = tmp_path / "cache"
+    # a user's own files in kdplug's folders: a model kept under teachers/, texts under transfer/
+    shutil.copytree(tiny_bert_dir, root / "teachers" / "my-bert")
+    (root / "transfer" / "crawl-2024").mkdir(parents=True)
+    (root / "transfer" / "crawl-2024" / "part-0.txt").write_text("a sentence of mine\n")
+    (root / "transfer" / "unlabelled.txt").write_text("another sentence\n")
+    (root / "transfer" / "crawl-2023.previous").mkdir()  # kdplug's suffix, not kdplug's folder
+    (root / "transfer" / "crawl-2023.previous" / "part-0.txt").write_text("last year's\n")
+    (root / "heads" / "notes.lock").parent.mkdir()
+    (root / "heads" / "notes.lock").write_text("my lock notes")
+    users = files_below(root)
+    # and what kdplug wrote: a fine-tuned teacher, teacher outputs, teacher heads
+    with atomic_directory(root / "teachers" / ("a" * 32), "a teacher") as staging:
+        (staging / "config.json").write_text("{}")
+    build(root / "teacher-cache", key="b" * 32, layers=False)
+    (root / "heads" / f"{'c' * 32}.safetensors").write_bytes(b"heads")
+    (root / "heads" / f"{'c' * 32}.json").write_text(json.dumps({"epochs": 1}))
+
+    code, out, _ = kdplug_cache(capsys, "list", "--cache-dir", root)
+    assert code == 0
+    for name in ("my-bert", "crawl-2024", "unlabelled.txt", "crawl-2023.previous"):
+        assert f"  {name}  left alone: not written by kdplug" in out
+    assert "a" * 32 in out and "b" * 32 in out and "c" * 32 in out
+
+    assert kdplug_cache(capsys, "clear", "--stale", "--cache-dir", root)[0] == 0
+    code, out, _ = kdplug_cache(capsys, "clear", "--cache-dir", root)
+    assert code == 0 and "removed 3 entries" in out
+    for name in ("teachers/my-bert", "transfer/crawl-2024", "transfer/unlabelled.txt"):
+        assert f"left alone: not written by kdplug: {root / name}" in out
+    assert files_below(root) == users  # every file of the user's, byte for byte, and nothing of kdplug's

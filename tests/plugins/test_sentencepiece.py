@@ -116,7 +116,7 @@ def test_the_stored_model_is_reused_and_settings_or_text_train_a_new_one(tmp_pat
     train = spt._train
     monkeypatch.setattr(spt, "_train", lambda texts, **kw: calls.append(kw) or train(texts, **kw))
     path = spt.trained_model(CORPUS, vocab_size=100, cache_root=tmp_path)
-    assert path.parent == tmp_path / "sentencepiece" and path.suffix == ".model"
+    assert path.parent.parent == tmp_path / "sentencepiece" and path.name == "sentencepiece.model"
     stamp = path.stat().st_mtime_ns
     again = spt.sentencepiece_tokenizer(CORPUS, vocab_size=100, cache_root=tmp_path)
     assert len(calls) == 1 and path.stat().st_mtime_ns == stamp and len(again) == 100
@@ -202,24 +202,27 @@ def test_saved_student_reloads_with_the_same_tokenizer(teacher, tmp_path, name):
         torch.testing.assert_close(reloaded(**batch).logits, student(**batch).logits, rtol=0, atol=1e-6)
 
 
-def test_cli_run_distils_into_a_sentencepiece_student(tmp_path, tiny_bert_dir, sst2_dir, capsys):
+def sentencepiece_run(tmp_path, teacher, data, *extra) -> list[str]:
+    options = {"tokenizer": "sentencepiece", "embedding_dim": 16, "hidden_size": 16}
+    tiny = tiny_run_args(teacher=teacher, task="sst2", data_dir=str(data), projector="universal-ca",
+                         student_options=options, output=str(tmp_path / "run"))  # fmt: skip
+    return ["run", *tiny, *extra]
+
+
+def test_cli_run_distils_into_a_sentencepiece_student(tmp_path, tiny_bert_dir, sst2_dir, capsys, monkeypatch):
+    """... and keeps its SentencePiece model under --cache-dir, where 'kdplug cache' sees it: the default
+    cache directory (a path no one can create, under a file) is never written."""
     from kdplug.cli import main
 
-    code = main(
-        [
-            "run",
-            *tiny_run_args(
-                teacher=tiny_bert_dir,
-                task="sst2",
-                data_dir=str(sst2_dir),
-                projector="universal-ca",
-                student_options={"tokenizer": "sentencepiece", "embedding_dim": 16, "hidden_size": 16},
-                output=str(tmp_path / "run"),
-            ),
-        ]
-    )
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("KDPLUG_CACHE", str(tmp_path / "a-file" / "cache"))
+    cache = tmp_path / "cache"
+    code = main(sentencepiece_run(tmp_path, tiny_bert_dir, sst2_dir, "--cache-dir", str(cache)))
     out = capsys.readouterr().out
     assert code == 0, out
+    [model] = (cache / "sentencepiece").glob("*/sentencepiece.model")
+    assert main(["cache", "list", "--cache-dir", str(cache)]) == 0
+    assert f"SentencePiece student tokenizers (sentencepiece):\n  {model.parent.name}" in capsys.readouterr().out
     student_dir = tmp_path / "run" / "student"
     teacher_vocab = len(kdplug.create_teacher("hf", TinyTask(), source=tiny_bert_dir).tokenizer)
     vocab_size = json.loads((student_dir / "config.json").read_text())["vocab_size"]
@@ -229,3 +232,16 @@ def test_cli_run_distils_into_a_sentencepiece_student(tmp_path, tiny_bert_dir, s
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["stages"]["stage1"]["weights"]["lam"] > 0  # universal-ca's ILD term was on (two-stage default)
     assert 0.0 <= metrics["student"]["dev"]["dev"]["accuracy"] <= 1.0
+
+
+def test_a_cache_folder_that_cannot_take_the_model_stops_the_run_before_any_work(tmp_path, tiny_bert_dir, sst2_dir,
+                                                                                 capsys):  # fmt: skip
+    from kdplug.cli import main
+
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "sentencepiece").write_text("not a folder")
+    code = main(sentencepiece_run(tmp_path, tiny_bert_dir, sst2_dir, "--cache-dir", str(tmp_path / "cache")))
+    captured = capsys.readouterr()
+    assert code == 2, captured
+    assert f"{tmp_path / 'cache' / 'sentencepiece'} is not a directory" in captured.err
+    assert not (tmp_path / "run").exists() and "teacher" not in captured.out  # nothing loaded, nothing written
