@@ -29,6 +29,7 @@ from ..errors import OfflineError, UnknownComponentError, UsageError
 from ..model_types import register_model_types
 from ..registry import Registry
 from ..types import ProjectionRequest, Task, Teacher
+from .stores import sections
 from .tracking import parse_report_to
 
 
@@ -418,8 +419,6 @@ def writable_paths(config: RunConfig, output: Path, cache_root: Path, registry: 
     check_writable(output, "output directory", "--output")
     check_writable(cache_root, "cache directory", "--cache-dir (or $KDPLUG_CACHE)")
     if registry is not None:
-        from ..commands.cache import sections  # the folders 'kdplug cache' lists: the engine's and the stores
-
         for folder in sections(registry):
             if (cache_root / folder).exists() or (cache_root / folder).is_symlink():
                 check_writable(cache_root / folder, "cache directory's folder", "--cache-dir (or $KDPLUG_CACHE)")

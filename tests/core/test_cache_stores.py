@@ -12,6 +12,7 @@ import pytest
 import kdplug
 from kdplug.cli import main
 from kdplug.commands import cache
+from kdplug.engine import stores
 from kdplug.plugins import PluginManager
 from kdplug.storage import atomic_directory
 
@@ -59,10 +60,10 @@ def test_a_declared_store_is_listed_and_cleared_and_an_undeclared_folder_is_left
 
 
 def test_the_first_party_stores_come_from_their_plugins(manager):
-    known = cache.sections(manager.registry)
+    known = stores.sections(manager.registry)
     assert list(known)[:4] == ["teachers", "teacher-cache", "heads", "transfer"]  # the engine's own
     assert known["takd"] == "trained teacher assistants (TAKD)" and "sentencepiece" in known
-    assert "takd" not in cache.SECTIONS and "sentencepiece" not in cache.SECTIONS
+    assert "takd" not in stores.SECTIONS and "sentencepiece" not in stores.SECTIONS
 
 
 def test_an_unknown_kind_is_a_usage_error_naming_the_kinds(manager, tmp_path):
