@@ -176,9 +176,7 @@ def _table_lines(lines: list[list[Any]], fmt: str) -> str:
     field holding the delimiter, a quote or a line break is quoted, its quotes doubled; a backslash
     is an ordinary character. TSV too: a text with a tab or a line break cannot be written otherwise."""
     buffer = io.StringIO()
-    writer = csv.writer(
-        buffer, delimiter="\t" if fmt == "tsv" else ",", lineterminator="\n", quoting=csv.QUOTE_MINIMAL
-    )
+    writer = csv.writer(buffer, delimiter="\t" if fmt == "tsv" else ",", lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
     writer.writerows(lines)
     return buffer.getvalue()
 

@@ -175,7 +175,9 @@ def redact_info(info: dict[str, Any]) -> dict[str, Any]:
         if isinstance(info.get(key), str):
             redacted[key] = display_name(info[key])
     if isinstance(info.get("init"), dict):
-        named = {key: value for key, value in info["init"].items() if key in INIT_PATH_FIELDS and isinstance(value, str)}
+        named = {
+            key: value for key, value in info["init"].items() if key in INIT_PATH_FIELDS and isinstance(value, str)
+        }
         redacted["init"] = {**redacted["init"], **{key: display_name(value) for key, value in named.items()}}
     return redacted
 
