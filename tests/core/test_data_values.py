@@ -176,14 +176,26 @@ def test_a_header_line_repeated_in_the_data_is_refused_with_its_line(capsys, tmp
     assert_refused_before_the_teacher(tmp_path / "run")
 
 
+def test_a_header_line_of_another_layout_is_refused_by_its_label(capsys, tmp_path, tiny_bert_dir):
+    """The second file's columns in another order: its header is no repeat, but its label is the column's name."""
+    data = tmp_path / "data"
+    write_table(data / "train.csv", ("text", "label"), [*SST2_TRAIN[:6], ("label", "text"), *SST2_TRAIN[6:]])
+    write_table(data / "dev.csv", ("text", "label"), SST2_DEV)
+    code = kdplug_run(tiny_bert_dir, data, tmp_path / "run")
+    err = capsys.readouterr().err
+    assert code == 2 and "train.csv, line 8" in err and "probably the header line of another file" in err, err
+    assert "the label 'text' is the name of a column" in err
+    assert_refused_before_the_teacher(tmp_path / "run")
+
+
 def test_labels_that_differ_only_in_case_are_refused_with_their_counts_and_lines(capsys, tmp_path, tiny_bert_dir):
     data = tmp_path / "data"
-    labels = {"0": "neg", "1": "pos"}
-    train = [(t, labels[y]) for t, y in SST2_TRAIN]
+    labels = ("neg", "pos")
+    train = [(t, labels[int(y)]) for t, y in SST2_TRAIN]
     train[5] = (train[5][0], "Pos")
     train[9] = (train[9][0], "Pos")
     write_table(data / "train.csv", ("text", "label"), train)
-    write_table(data / "dev.csv", ("text", "label"), [(t, labels[y]) for t, y in SST2_DEV])
+    write_table(data / "dev.csv", ("text", "label"), [(t, labels[int(y)]) for t, y in SST2_DEV])
     count = sum(label == "pos" for _, label in train)
     first = next(i for i, (_, label) in enumerate(train) if label == "pos") + 2
     code = kdplug_run(tiny_bert_dir, data, tmp_path / "run")
@@ -199,6 +211,12 @@ def test_labels_that_differ_only_in_case_are_refused_with_their_counts_and_lines
     )
     out, err = capsys.readouterr()
     assert code == 0 and "3 labels (neg, Pos, pos)" in out, err
+    # a dev label in another case than the training file's is named as such
+    write_table(data / "train.csv", ("text", "label"), [(t, labels[int(y)]) for t, y in SST2_TRAIN])
+    write_table(data / "dev.csv", ("text", "label"), [(SST2_DEV[0][0], "Neg"), *[(t, "pos") for t, _ in SST2_DEV]])
+    code = kdplug_run(tiny_bert_dir, data, tmp_path / "run")
+    err = capsys.readouterr().err
+    assert code == 2 and "dev.csv, line 2" in err and "It differs from 'neg' only in case" in err, err
 
 
 def test_a_stored_teacher_with_the_task_s_own_labels_matches_them_by_name():
@@ -209,3 +227,5 @@ def test_a_stored_teacher_with_the_task_s_own_labels_matches_them_by_name():
     labels = ["neg", "Pos", "pos"]
     match = match_labels(dict(enumerate(labels)), labels, source="teacher-dir", what="teacher")
     assert match.order == (0, 1, 2) and not match.reordered
+    match = match_labels(dict(enumerate(["pos", "neg", "Pos"])), labels, source="teacher-dir", what="teacher")
+    assert match.order == (1, 2, 0)
