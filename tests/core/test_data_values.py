@@ -36,7 +36,7 @@ def news_run(tmp_path_factory, tiny_bert_dir):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KDPLUG_CACHE", str(tmp_path_factory.mktemp("news-cache")))
         argv = tiny_run_args(teacher=tiny_bert_dir, task="local", data_dir=root / "data", output=root / "run")
-        assert main(["run", *argv]) == 0
+        assert main(["run", *argv, "--set", "task_options.labels=[/m/news, /r/news]"]) == 0
     return root / "run"
 
 
@@ -54,6 +54,7 @@ def test_labels_that_look_like_paths_stay_labels_in_the_package_and_predictions(
     info = json.loads((student / "kdplug_student.json").read_text())
     assert info["labels"] == list(NEWS)
     assert json.loads((student / "config.json").read_text())["id2label"] == {"0": "/m/news", "1": "/r/news"}
+    assert "task_options.labels='[/m/news, /r/news]'" in (student / "README.md").read_text()  # the command, as run
     for path in student.iterdir():  # the run's own paths are still reduced to their last component
         if path.suffix in (".md", ".json") and path.name != "tokenizer.json":
             assert str(news_run.parent) not in path.read_text(), path.name
