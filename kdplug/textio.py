@@ -3,7 +3,9 @@
 A byte-order mark decides (UTF-8, UTF-16 and UTF-32, as Windows tools write them); without one the
 file must be UTF-8, or be given its encoding (``task_options.encoding=latin-1``, ``--encoding``).
 A file that is neither fails with its name, the line and the bytes that are not UTF-8, and the
-option to pass: a Windows-1252 file from Excel never becomes silently garbled text.
+option to pass: a Windows-1252 file from Excel never becomes silently garbled text. NUL bytes are
+refused too: UTF-16 or UTF-32 text saved without a byte-order mark is valid UTF-8 byte by byte,
+and would be read as texts of NUL characters split in the wrong places.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import csv
 import io
 import json
 import os
+import shlex
 from collections.abc import Iterable, Iterator
 from typing import Any, Optional
 
@@ -46,71 +49,148 @@ def _require_codec(encoding: str, path: object) -> None:
         ) from None
 
 
-def decode(data: bytes, path: object, *, encoding: Optional[str] = None, option: str = "task_options.encoding") -> str:
-    """``data`` as text: in ``encoding`` if given, else by its byte-order mark, else UTF-8."""
+def decode(
+    data: bytes, path: object, *, encoding: Optional[str] = None, option: Optional[str] = "task_options.encoding"
+) -> str:
+    """``data`` as text: in ``encoding`` if given, else by its byte-order mark, else UTF-8.
+    ``option`` is how the user gives the encoding (None: they cannot; the file must be UTF-8)."""
     chosen = encoding or detect_encoding(data) or "utf-8"
     _require_codec(chosen, path)
+    refuse_nul_bytes(data, path, chosen, option)
     try:
         return data.decode(chosen)
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         bad = data[exc.start : min(exc.end + 2, len(data))]
-        hint = (
-            f"Pass its encoding, e.g. {option}=latin-1 (or cp1252 for a file saved by Excel on Windows), "
-            f"or save it as UTF-8"
-            if encoding is None
-            else f"Check {option}={encoding}"
-        )
+        if encoding is not None:
+            hint = f"Check {option}={encoding}"
+        elif option is None:
+            hint = f"Save it as UTF-8, e.g. {_iconv('CP1252', path)} for a file saved by Excel on Windows"
+        else:
+            hint = (
+                f"Pass its encoding, e.g. {option}=latin-1 (or cp1252 for a file saved by Excel on Windows), "
+                f"or save it as UTF-8"
+            )
         raise DataError(
             f"the file is not valid {chosen.upper()}: bytes {bad!r} at byte {exc.start}. {hint}.", path=path, line=line
         ) from None
 
 
-def read_text(path: str | os.PathLike, *, encoding: Optional[str] = None, option: str = "task_options.encoding") -> str:
+#: bytes read from a file's start to tell its encoding: a byte-order mark, or the zero bytes of wide text
+SNIFF_BYTES = 1 << 16
+#: which of every four bytes is zero in ASCII text saved in each wide encoding without a byte-order mark
+WIDE_ENCODINGS = {
+    (False, True, False, True): "utf-16-le",
+    (True, False, True, False): "utf-16-be",
+    (False, True, True, True): "utf-32-le",
+    (True, True, True, False): "utf-32-be",
+}
+
+
+def wide_encoding(sample: bytes) -> Optional[str]:
+    """The UTF-16 or UTF-32 byte order that ``sample``'s zero bytes point to (ASCII text saved as
+    UTF-16-LE has a zero at every odd byte), or None."""
+    rows = len(sample) // 4
+    if rows == 0:
+        return None
+    zeros = tuple(sample[k : rows * 4 : 4].count(0) * 2 > rows for k in range(4))
+    return WIDE_ENCODINGS.get(zeros)
+
+
+def refuse_nul_bytes(data: bytes, path: object, chosen: str, option: Optional[str]) -> None:
+    """A DataError where ``data`` (a file, or its start) holds a NUL byte and ``chosen`` is a
+    byte-wide encoding: text never holds one, UTF-16 and UTF-32 text without a byte-order mark does."""
+    at = data.find(b"\0")
+    if at < 0 or codecs.lookup(chosen).name.startswith(("utf-16", "utf-32")):
+        return
+    line = data[:at].count(b"\n") + 1
+    start = at - at % 4
+    wide = wide_encoding(data[start : start + 4096])
+    if wide is None:
+        raise DataError(
+            f"the file holds a NUL byte (byte {at}), which text never holds: it is not a text file, or it is "
+            f"text in an encoding with zero bytes (UTF-16, UTF-32). Save it as UTF-8 text"
+            + (f", or pass its encoding ({option}=utf-16 ...)" if option else "")
+            + ".",
+            path=path,
+            line=line,
+        )
+    family = wide[:6].upper()
+    fix = f"Convert it to UTF-8: {_iconv(wide.upper().replace('-LE', 'LE').replace('-BE', 'BE'), path)}"
+    raise DataError(
+        f"the file holds NUL bytes (the first at byte {at}): it looks like {family} ({wide}) without a byte-order "
+        f"mark, which read as {chosen.upper()} would become texts of NUL characters split in the wrong places. "
+        + fix
+        + (f", or pass its encoding: {option}={wide}" if option else "")
+        + ".",
+        path=path,
+        line=line,
+    )
+
+
+def _iconv(source: str, path: object) -> str:
+    """The command that converts ``path`` from ``source`` to UTF-8, into a file beside it."""
+    name = os.fspath(path) if isinstance(path, (str, os.PathLike)) and os.path.isfile(path) else "FILE"
+    stem, extension = os.path.splitext(name)
+    return f"iconv -f {source} -t UTF-8 {shlex.quote(name)} > {shlex.quote(f'{stem}-utf8{extension}')}"
+
+
+def read_text(
+    path: str | os.PathLike, *, encoding: Optional[str] = None, option: Optional[str] = "task_options.encoding"
+) -> str:
     with open(path, "rb") as handle:
         return decode(handle.read(), path, encoding=encoding, option=option)
 
 
 def open_text(
-    path: str | os.PathLike, *, encoding: Optional[str] = None, option: str = "task_options.encoding"
+    path: str | os.PathLike, *, encoding: Optional[str] = None, option: Optional[str] = "task_options.encoding"
 ) -> io.TextIOWrapper:
     """The file as a text stream, decoded as it is read (a file of a million lines is never held
     whole); ``newline`` is kept so a stray carriage return inside a field does not split its record.
-    Bytes that do not decode raise the :class:`DataError` that :func:`decode` gives, with their line."""
+    Bytes that do not decode, and NUL bytes (UTF-16 read as UTF-8), raise the :class:`DataError`
+    that :func:`decode` gives, with their line: those of the file's first block before it opens."""
     with open(path, "rb") as handle:
-        start = handle.read(4)
+        start = handle.read(SNIFF_BYTES)
     chosen = encoding or detect_encoding(start) or "utf-8"
     _require_codec(chosen, path)
+    refuse_nul_bytes(start, path, chosen, option)
     return _DecodingText(open(path, "rb"), path, encoding, option, chosen)
 
 
 class _DecodingText(io.TextIOWrapper):
-    """A text stream whose decoding error is reported as :func:`decode` reports it."""
+    """A text stream whose decoding error is reported as :func:`decode` reports it; so is a NUL
+    character past the first block (a UTF-16 file appended to a UTF-8 one)."""
 
-    def __init__(self, raw, path, encoding: Optional[str], option: str, chosen: str) -> None:
+    def __init__(self, raw, path, encoding: Optional[str], option: Optional[str], chosen: str) -> None:
         super().__init__(raw, encoding=chosen, newline="\n")
         self._path, self._given, self._option = path, encoding, option
+        self._wide = codecs.lookup(chosen).name.startswith(("utf-16", "utf-32"))
 
     def __next__(self) -> str:
         try:
-            return super().__next__()
+            return self._checked(super().__next__())
         except UnicodeDecodeError:
             self._report()
             raise
 
     def readline(self, size: int = -1) -> str:
         try:
-            return super().readline(size)
+            return self._checked(super().readline(size))
         except UnicodeDecodeError:
             self._report()
             raise
 
     def read(self, size: Optional[int] = -1) -> str:
         try:
-            return super().read(size)
+            return self._checked(super().read(size))
         except UnicodeDecodeError:
             self._report()
             raise
+
+    def _checked(self, text: str) -> str:
+        if "\0" in text and not self._wide:
+            self._report()
+        return text
 
     def _report(self) -> None:
         """Read the file again whole, only now, to say where its undecodable bytes are."""

@@ -169,7 +169,7 @@ def dev_set(args: argparse.Namespace, manager: PluginManager):
         from ..textio import input_format, read_inputs
 
         student = load_student(args.run, device="cpu", verify=False)  # handle() verified it
-        text = textio.read_text(args.sample, option="--sample's encoding (save it as UTF-8)")
+        text = textio.read_text(args.sample, option=None)  # no option: --sample must be UTF-8
         texts = read_inputs(
             text, input_format(args.sample, None), args.sample, student.text_columns, student.is_pair, None
         )[2]

@@ -172,14 +172,11 @@ def render(rows: list[dict], keys: list[str], predictions: list, labels: tuple[s
 
 
 def _table_lines(lines: list[list[Any]], fmt: str) -> str:
+    """Rows as Python's csv module (and pandas, and spreadsheets) read them back to the same texts: a
+    field holding the delimiter, a quote or a line break is quoted, its quotes doubled; a backslash
+    is an ordinary character. TSV too: a text with a tab or a line break cannot be written otherwise."""
     buffer = io.StringIO()
-    writer = csv.writer(
-        buffer,
-        delimiter="\t" if fmt == "tsv" else ",",
-        lineterminator="\n",
-        quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL,
-        escapechar="\\",
-    )
+    writer = csv.writer(buffer, delimiter="\t" if fmt == "tsv" else ",", lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
     writer.writerows(lines)
     return buffer.getvalue()
 

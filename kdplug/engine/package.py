@@ -45,7 +45,7 @@ def write_package(directory: Path, student: nn.Module, tokenizer: Any, info: dic
         (staging / CARD_FILE).write_text(redact(card), encoding="utf-8")
         redact_loading_paths(staging)
         drop_foreign_code(staging)
-        (staging / INFO_FILE).write_text(json.dumps(redact(info), indent=2, default=str))
+        (staging / INFO_FILE).write_text(json.dumps(redact_info(info), indent=2, default=str))
     return directory
 
 
@@ -133,15 +133,53 @@ _PATH = re.compile(r"(?<![\w.:/~-])(?:~|/)[^\s`'\",;)\]]+")
 
 
 def redact(value: Any) -> Any:
-    """``value`` (a string, or the strings inside lists and dicts) with every absolute path reduced to
-    its last component: the package is meant to be published, the user's file system is not."""
+    """``value`` (a string, or the strings inside lists and dicts) with every path of this machine
+    reduced to its last component: the package is meant to be published, the user's file system is
+    not. Only a path that is one here (it, or its directory, exists; or it starts with ``~``) is
+    rewritten: a label such as ``/m/news`` or a verbalizer with a slash is data, kept as written."""
     if isinstance(value, str):
-        return _PATH.sub(lambda found: display_name(found.group(0)), value)
+        return _PATH.sub(lambda found: _local_path_name(found.group(0)), value)
     if isinstance(value, dict):
         return {key: redact(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [redact(item) for item in value]
     return value
+
+
+def _local_path_name(text: str) -> str:
+    """``text``'s last component where it is a path of this machine, else ``text`` as it is."""
+    if text.startswith("~"):
+        return display_name(text)
+    path = Path(text)
+    try:
+        local = path.exists() or (path.parent != Path(path.anchor) and path.parent.exists())
+    except (OSError, ValueError):  # a name too long to be a path here, or a NUL inside
+        local = False
+    return display_name(text) if local else text
+
+
+#: the fields of ``kdplug_student.json`` that name a model or file the run loaded (a local one by
+#: its last component); ``init`` is the student's provenance
+PATH_FIELDS = ("student",)
+INIT_PATH_FIELDS = ("from", "embeddings")
+#: the fields that are the task's data, written as they are: a label is never a path to hide
+DATA_FIELDS = ("labels", "text_columns", "tokenizer")
+
+
+def redact_info(info: dict[str, Any]) -> dict[str, Any]:
+    """``kdplug_student.json``'s record without the user's paths: the fields that name a model or
+    file by its last component, the other texts as :func:`redact` leaves them, the data fields as
+    they are."""
+    redacted = {key: value if key in DATA_FIELDS else redact(value) for key, value in info.items()}
+    for key in PATH_FIELDS:
+        if isinstance(info.get(key), str):
+            redacted[key] = display_name(info[key])
+    if isinstance(info.get("init"), dict):
+        named = {
+            key: value for key, value in info["init"].items() if key in INIT_PATH_FIELDS and isinstance(value, str)
+        }
+        redacted["init"] = {**redacted["init"], **{key: display_name(value) for key, value in named.items()}}
+    return redacted
 
 
 def _redact_field(path: Path, key: str) -> None:
@@ -150,7 +188,7 @@ def _redact_field(path: Path, key: str) -> None:
         return
     data = json.loads(path.read_text(encoding="utf-8"))
     if isinstance(data.get(key), str):
-        data[key] = redact(data[key])
+        data[key] = display_name(data[key])
         path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
 

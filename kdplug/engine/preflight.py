@@ -273,7 +273,7 @@ def check_registered_hub_source(kind: str, name: str, factory: Any, options: dic
 def check_transfer_sources(config: RunConfig, registry: Registry) -> None:
     """Before any expensive work: every --transfer source exists in a known format, the augmenter
     exists, takes the options given and has what it needs installed."""
-    from ..textio import input_format
+    from ..textio import input_format, open_text
 
     if (config.transfer or config.augment) and not reads_teacher(config, registry):
         raise UsageError(
@@ -287,6 +287,8 @@ def check_transfer_sources(config: RunConfig, registry: Registry) -> None:
             raise UsageError(f"--transfer {path}: no such file or directory")
         if source.is_file():
             fmt = input_format(str(source), None)  # an unknown extension names the formats read
+            with open_text(source, option=None):  # the first block: UTF-16 without its byte-order mark is refused
+                pass
             if not has_texts(source, fmt):
                 raise UsageError(
                     f"--transfer {path} holds no texts"

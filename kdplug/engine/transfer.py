@@ -261,9 +261,9 @@ def read_transfer_file(path: str, task: Task) -> Iterator[Text]:
     name = str(source)
     keys = None
     if fmt == "jsonl":  # the columns are picked from every row's keys: a first pass reads them
-        with open_text(source) as stream:
+        with open_text(source, option=None) as stream:
             keys = jsonl_keys(stream, name)
-    with open_text(source) as stream:  # read as it goes, never whole
+    with open_text(source, option=None) as stream:  # read as it goes, never whole
         _, items = input_rows(
             stream,
             fmt,

@@ -101,6 +101,8 @@ def match_labels(
         return LabelMatch(_from_label_map(label_map, checkpoint, task_labels, source, option), "label_map", checkpoint)
     if _positional(checkpoint) or _positional(task_labels):
         return LabelMatch(tuple(range(count)), "positional", checkpoint)
+    if len(set(checkpoint)) == count and set(checkpoint) == set(task_labels):  # the very names: Pos and pos apart
+        return LabelMatch(tuple(checkpoint.index(label) for label in task_labels), "names", checkpoint)
     by_name = {normalise(name): index for index, name in enumerate(checkpoint)}
     if len(by_name) == count and set(by_name) == {normalise(label) for label in task_labels}:
         return LabelMatch(tuple(by_name[normalise(label)] for label in task_labels), "names", checkpoint)

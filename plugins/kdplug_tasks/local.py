@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import numpy as np
+
 import kdplug
 from kdplug.errors import ConfigError, DataError
 from kdplug.textio import yaml_word
@@ -129,7 +131,7 @@ def local_task(
         files, records, class_names = _dataset_records(dataset, data_dir, train_split, dev_split, columns)
     else:
         files, records, class_names = _file_records(data_dir, train_file, dev_file, columns, encoding)
-    label_set = _label_set(labels, regression, class_names, records, label_column, files["train"])
+    label_set = _label_set(labels, regression, class_names, records, columns, files["train"])
     examples = _ExampleReader(
         label_set=label_set,
         declared_labels=labels is not None,
@@ -218,7 +220,7 @@ def _label_set(
     regression: bool,
     class_names: Optional[tuple[str, ...]],
     records: dict[str, RecordTable],
-    label_column: str,
+    columns: dict[str, Optional[str]],
     train_file: str,
 ) -> tuple[str, ...]:
     """The class names in class order: none for regression, the declared ones, the ClassLabel
@@ -230,13 +232,66 @@ def _label_set(
     if class_names:  # a ClassLabel column: its own names, in its own order; rows hold indices
         return class_names
     label_set = tuple(sorted({label_text(value) for value in records["train"].distinct("label")}))
+    _check_found_labels(label_set, records["train"], columns, train_file)
     if len(label_set) == 1:
         raise DataError(
-            f"every example has the label {label_set[0]!r} in column {label_column!r}; a "
+            f"every example has the label {label_set[0]!r} in column {columns['label']!r}; a "
             f"classification task needs at least two labels (or set regression=true).",
             path=train_file,
         )
     return label_set
+
+
+def _check_found_labels(label_set: tuple[str, ...], table: RecordTable, columns: dict, train_file: str) -> None:
+    """Labels read from the training file that are a mistake far more often than a class: a column's
+    name (a header line of another file), and labels that differ only in case."""
+    names = [label for label in label_set if label in columns.values()]
+    if names:
+        raise DataError(
+            f"the label {names[0]!r} is the name of a column: this line is probably the header line of another "
+            f"file joined to this one, and would be an example of a class {names[0]!r}. Delete it; to join files, "
+            f"keep the first one's header only (tail -n +2 second.csv >> first.csv).",
+            path=train_file,
+            line=_label_lines(table)[names[0]][1],
+        )
+    label_column = columns["label"]
+    by_case: dict[str, list[str]] = {}
+    for label in label_set:
+        by_case.setdefault(label.casefold(), []).append(label)
+    clashes = [spellings for spellings in by_case.values() if len(spellings) > 1]
+    if not clashes:
+        return
+    found = _label_lines(table)
+    named = "; ".join(
+        " and ".join(
+            f"{label!r} ({_examples(found[label][0])}, first on line {found[label][1]})" for label in spellings
+        )
+        for spellings in clashes
+    )
+    declared = "task_options.labels=[" + ", ".join(yaml_word(label) for label in label_set) + "]"
+    raise DataError(
+        f"labels in column {label_column!r} that differ only in case: {named}. Each spelling would be a class of "
+        f"its own. If they are one class, write them alike in the file (e.g. all lower-case); if they are different "
+        f"classes, declare every label, in class order: --set {shlex.quote(declared)} (labels=[...] in Python).",
+        path=train_file,
+    )
+
+
+def _examples(count: int) -> str:
+    return f"{count} example{'s' if count != 1 else ''}"
+
+
+def _label_lines(table: RecordTable) -> dict[str, tuple[int, int]]:
+    """Each label of ``table`` (as :func:`label_text` spells it): how many records hold it, and the
+    line of the first."""
+    codes = np.frombuffer(table.codes["label"], dtype=np.dtype(table.codes["label"].typecode))
+    seen, first, counts = np.unique(codes, return_index=True, return_counts=True)
+    found: dict[str, tuple[int, int]] = {}
+    for code, index, count in zip(seen.tolist(), first.tolist(), counts.tolist()):
+        label, line = label_text(table.values["label"][code]), table.lines[index]
+        earlier = found.get(label, (0, line))
+        found[label] = (earlier[0] + count, min(earlier[1], line))
+    return found
 
 
 @dataclass(frozen=True)
@@ -282,13 +337,17 @@ class _ExampleReader:
                     line=line,
                 )
             return value
+        text = label_text(value)
+        alike = [label for label in self.label_set if label.casefold() == text.casefold()]
         return label_index(
-            label_text(value),
+            text,
             self.label_set,
             column=self.label_column,
             path=path,
             line=line,
-            hint=f"The label set was {self.declared}; fix the label, or {self.declare_all(label_text(value))}",
+            hint=f"It differs from {alike[0]!r} only in case: write it as {alike[0]!r}."
+            if alike
+            else f"The label set was {self.declared}; fix the label, or {self.declare_all(text)}",
         )
 
 

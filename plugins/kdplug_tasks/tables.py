@@ -165,7 +165,10 @@ def read_records(
         role: column_index(fieldnames, column, path=path, role=ROLE_NAMES.get(role, role), option=options.get(role))
         for role, column in wanted.items()
     }
+    header = [_header_field(name) for name in fieldnames] if layout.startswith("the header") else None
     for line_number, fields in rows:
+        if header is not None and [_header_field(field) for field in fields] == header:
+            refuse_repeated_header(fields, path=path, line=line_number, label=positions.get("label"))
         if len(fields) != len(fieldnames) and on_malformed is not None:
             on_malformed(line_number)
             continue
@@ -178,6 +181,24 @@ def read_records(
             hint=TSV_HINT if fmt == "tsv" else CSV_HINT,
         )
         yield line_number, {role: fields[position] for role, position in positions.items()}
+
+
+def _header_field(name: str) -> str:
+    return name.strip().lstrip("\ufeff")  # a file joined after another keeps its byte-order mark
+
+
+def refuse_repeated_header(fields: Sequence[str], *, path: str, line: int, label: Optional[int]) -> None:
+    """A data line that is the header line again: two files joined with ``cat``, whose second header
+    would be read as an example (and its label column's name as a class of its own)."""
+    became = f", and {fields[label].strip()!r} a class of its own" if label is not None else ""
+    raise DataError(
+        f"this line repeats the header line ({', '.join(repr(field.strip()) for field in fields)}), as when two "
+        f"files are joined with cat: read as data it would be an example{became}. Delete the line; to join files, "
+        f"keep the first one's header only: tail -n +2 second{os.path.splitext(path)[1]} >> first"
+        f"{os.path.splitext(path)[1]}.",
+        path=path,
+        line=line,
+    )
 
 
 TSV_HINT = "A sentence probably contains a tab or a line break: remove it, or re-export the file."
