@@ -12,7 +12,8 @@ What changes the model is checked on the whole dev split against the fp32 studen
 vocabulary must leave every prediction unchanged (kdplug/vocab.py says why it does), and an int8
 student may lose at most ``max_drop`` points of the task's main metric (agreement with the fp32
 student is printed beside it; without gold labels, ``--sample``, the share of changed predictions
-counts instead).
+counts instead). An int8 ONNX file is then measured itself against the PyTorch student on the
+sample the fp32 file was checked on, and that figure is the one recorded.
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ class ExportReport:
     max_abs_diff: Optional[float] = None
     sample_size: int = 0
     inputs: tuple[str, ...] = ()
+    sample_texts: list = field(default_factory=list)
+    #: the int8 file shipped against the fp32 PyTorch student on the same sample (None: not int8 ONNX)
+    int8_max_abs_diff: Optional[float] = None
+    int8_same_class: Optional[int] = None
     #: fp32 student and export on the dev texts: main metric (or None), agreement
     reference_metric: Optional[float] = None
     export_metric: Optional[float] = None
@@ -86,6 +91,15 @@ class ExportReport:
             out.append(
                 f"ONNX Runtime vs PyTorch on {self.sample_size} examples: largest absolute difference of the "
                 f"logits {self.max_abs_diff:.2e} (tolerance {TOLERANCE:g})"
+                + (" for the fp32 export, before quantization" if self.int8_max_abs_diff is not None else "")
+            )
+        if self.int8_max_abs_diff is not None:
+            same = ""
+            if self.int8_same_class is not None:
+                same = f", the same predicted class for {self.int8_same_class} of {self.sample_size}"
+            out.append(
+                f"the int8 file shipped (ONNX Runtime) vs the fp32 PyTorch student on the same {self.sample_size} "
+                f"examples: largest absolute difference of the logits {self.int8_max_abs_diff:.2e}{same}"
             )
         if self.vocabulary:
             out.append(f"trimmed: {self.vocabulary}; every dev prediction unchanged")
@@ -198,14 +212,16 @@ def export_student(
             report.vocabulary = _trim(reference, staging, trim_texts, dev.texts)
         if fmt == "onnx":
             base = load_student(staging, device="cpu", runtime="torch", verify=False)
+            report.sample_texts = list(dev.texts[:SAMPLE_SIZE])
             report.inputs, report.max_abs_diff, report.sample_size = _write_onnx(
-                base, staging, dev.texts[:SAMPLE_SIZE], tolerance, onnxruntime
+                base, staging, report.sample_texts, tolerance, onnxruntime
             )
             for weights in staging.glob("*.safetensors"):
                 weights.unlink()  # the ONNX export is its own weights
             if quantize == INT8:
                 quantize_onnx(staging / ONNX_FILE, staging / f"int8-{ONNX_FILE}")
                 (staging / f"int8-{ONNX_FILE}").replace(staging / ONNX_FILE)
+                _check_int8_file(report, base, staging, onnxruntime)
         if quantize == INT8:
             _record(
                 staging,
@@ -291,17 +307,7 @@ def _write_onnx(
             opset_version=OPSET,
             dynamo=False,
         )
-    session = onnxruntime.InferenceSession(str(staging / ONNX_FILE), providers=["CPUExecutionProvider"])
-    worst = 0.0
-    # batches of 16 and single examples: other batch sizes and lengths than the traced ones
-    chunks = [list(sample[start : start + 16]) for start in range(0, len(sample), 16)]
-    chunks += [[text] for text in sample[:4]]
-    for chunk in chunks:
-        batch = _encode(student, chunk)
-        with torch.inference_mode():
-            expected = wrapper(*(batch[name] for name in names)).numpy()
-        got = session.run(["logits"], {name: batch[name].numpy() for name in names})[0]
-        worst = max(worst, float(abs(got - expected).max()))
+    worst, _ = onnx_parity(student, names, staging / ONNX_FILE, sample, onnxruntime)
     if worst > tolerance:
         raise ExportMismatchError(
             f"the ONNX model differs from the student by up to {worst:.2e} in its logits "
@@ -319,6 +325,46 @@ def _write_onnx(
         },
     )
     return tuple(names), worst, len(sample)
+
+
+def onnx_parity(
+    student: LoadedStudent, names: Sequence[str], onnx_file: Path, sample: Sequence[Text], onnxruntime: Any
+) -> tuple[float, Optional[int]]:
+    """``onnx_file`` in ONNX Runtime against ``student`` in PyTorch on ``sample``, in batches of 16 and
+    its first 4 texts one by one (other batch sizes and lengths than the traced ones; an int8 file
+    quantizes its activations per batch, so the batches are part of the figure): the largest absolute
+    difference of the logits and, for a classifier, how many of the batched texts get the same class."""
+    wrapper = _LogitsOnly(student.model, names).eval()
+    session = onnxruntime.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
+    worst, same = 0.0, 0
+    chunks = [list(sample[start : start + 16]) for start in range(0, len(sample), 16)]
+    singles = [[text] for text in sample[:4]]
+    for index, chunk in enumerate(chunks + singles):
+        batch = _encode(student, chunk)
+        with torch.inference_mode():
+            expected = wrapper(*(batch[name] for name in names)).numpy()
+        got = session.run(["logits"], {name: batch[name].numpy() for name in names})[0]
+        worst = max(worst, float(abs(got - expected).max()))
+        if index < len(chunks):
+            same += int((got.argmax(-1) == expected.argmax(-1)).sum())
+    return worst, (same if expected.shape[-1] > 1 else None)
+
+
+def _check_int8_file(report: ExportReport, student: LoadedStudent, staging: Path, onnxruntime: Any) -> None:
+    """The figure of the file shipped: the int8 ``model.onnx`` against the fp32 PyTorch student on the
+    sample the fp32 export was checked on; recorded in place of the fp32 file's (kept beside it)."""
+    info = json.loads((staging / INFO_FILE).read_text())["onnx"]
+    sample = report.sample_texts
+    worst, same = onnx_parity(student, info["inputs"], staging / ONNX_FILE, sample, onnxruntime)
+    report.int8_max_abs_diff, report.int8_same_class = worst, same
+    info.update(
+        weights=INT8,
+        compared_with="the fp32 PyTorch student",
+        max_abs_diff=worst,
+        same_class=same,
+        fp32_max_abs_diff=report.max_abs_diff,
+    )
+    _record(staging, onnx=info)
 
 
 def _predicted(student: LoadedStudent, texts: Sequence[Text], regression: bool) -> list:

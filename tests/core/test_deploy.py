@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from safetensors.torch import load_file
 
 import kdplug
@@ -561,6 +562,36 @@ def test_int8_export_of_every_family_is_checked_against_the_fp32_student(capsys,
         assert {n.op_type for n in graph.node} & {"DynamicQuantizeLinear", "MatMulInteger", "DynamicQuantizeLSTM"}
     assert "examples/s at batch 32" in out and "MB exported" in out
     assert "ms/example at batch 1" in out and " ±" in out  # the run's timing routine: each figure with its spread
+
+
+@pytest.mark.parametrize("family", ["bert-2", "bilstm"])
+def test_the_int8_onnx_exports_parity_figure_is_the_file_shipped(capsys, tmp_path, runs, family):
+    """The figure saved and printed is the int8 file's, recomputed here from the file with ONNX
+    Runtime against the fp32 PyTorch student (it was the fp32 file's, measured before quantization)."""
+    import onnxruntime
+
+    output = tmp_path / "int8"
+    argv = ["export", str(runs[family]), "--format", "onnx", "--quantize", "int8", "--max-drop", "100"]
+    assert main([*argv, "--output", str(output)]) == 0
+    out = capsys.readouterr().out
+    info = json.loads((output / "kdplug_student.json").read_text())["onnx"]
+    student = kdplug.load_student(runs[family], device="cpu", runtime="torch")
+    session = onnxruntime.InferenceSession(str(output / "model.onnx"))
+    texts = dev_texts()
+    worst, same = 0.0, 0
+    for index, chunk in enumerate([texts[i : i + 16] for i in range(0, len(texts), 16)] + [[t] for t in texts[:4]]):
+        encoded = student.tokenizer(chunk, padding=True, truncation=True, max_length=64, return_tensors="pt")
+        feed = {name: encoded[name] for name in info["inputs"]}
+        with torch.inference_mode():
+            expected = student.model(**feed).logits.numpy()
+        got = session.run(["logits"], {name: value.numpy() for name, value in feed.items()})[0]
+        worst = max(worst, float(np.abs(got - expected).max()))
+        same += int((got.argmax(-1) == expected.argmax(-1)).sum()) if index * 16 < len(texts) else 0
+    assert worst > 1e-4  # an int8 file: not the fp32 file's 1e-6
+    assert info["max_abs_diff"] == pytest.approx(worst, rel=1e-5, abs=1e-7)
+    assert info["weights"] == "int8" and info["fp32_max_abs_diff"] <= 1e-4 and info["same_class"] == same
+    assert f"the int8 file shipped (ONNX Runtime) vs the fp32 PyTorch student on the same {len(texts)}" in out
+    assert f"largest absolute difference of the logits {worst:.2e}, the same predicted class for {same} of" in out
 
 
 def test_max_drop_refuses_a_degraded_int8_student():
