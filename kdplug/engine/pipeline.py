@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from torch import nn
 
+from .. import fingerprint
 from ..config import RunConfig
 from ..errors import KdplugError, UsageError, debugging
 from ..layout import BASELINE_PREDICTIONS_FILE, CHECKPOINT_DIR, CONFIG_FILE, TRACKING_DIR
@@ -147,6 +148,18 @@ def record_failure(
             continue
 
 
+def data_record(config: RunConfig, splits: dict[str, list[Example]]) -> dict[str, Any]:
+    """What data the run read, for metrics.json: its folder's name (the task's, for data kdplug
+    builds) and a fingerprint of its examples, so that data edited in place is told from its earlier
+    version (``kdplug report`` never compares the two)."""
+    name = Path(config.data_dir).expanduser().resolve().name if config.data_dir else config.task
+    return {
+        "name": name,
+        "fingerprint": fingerprint.of_examples(splits),
+        "examples": {split: len(examples) for split, examples in splits.items()},
+    }
+
+
 def explained(exc: BaseException) -> bool:
     """Whether ``exc``'s message says what went wrong without its traceback: kdplug's own errors and
     failed writes (a full disk, a file-size limit, permissions)."""
@@ -194,6 +207,7 @@ class RunSession:
         config, registry = self.config, self.registry
         if self.main_process:
             self.run_dir.write_config(config)
+        self.metrics["data"] = data_record(config, loaded[1])
         env = self.environment()
         inputs = prepare_inputs(config, registry, env, loaded, record=self.metrics.update)
         context = EngineContext.for_run(config, registry, inputs, self.cache_root, env.checkpoints)
