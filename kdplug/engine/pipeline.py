@@ -35,7 +35,7 @@ from .recipe import EngineContext, run_recipe
 from .results import Row, format_table, write_student_package
 from .rundir import COMPLETED, FAILED, INTERRUPTED, RunDirectory, default_output, is_completed
 from .tracking import Tracking, parse_report_to
-from .trainer import build_accelerator, process_state
+from .trainer import build_accelerator, inference_precision, process_state
 
 log = logging.getLogger("kdplug")
 
@@ -234,9 +234,11 @@ class RunSession:
         trackers = parse_report_to(config.report_to)
         accelerator = build_accelerator(config.precision, log_with=trackers, project_dir=path / TRACKING_DIR)
         threads = self.metrics.get("threads", {})
+        teacher = inference_precision(config.precision, accelerator.device)  # the README's figures depend on it
         self.echo(
-            f"kdplug run -> {path}  (device: {accelerator.device}, threads: {threads.get('threads')} "
-            f"({threads.get('reason')}; --threads N sets it), cache: {self.cache_root})"
+            f"kdplug run -> {path}  (device: {accelerator.device}, teacher in {teacher}, "
+            f"threads: {threads.get('threads')} ({threads.get('reason')}; --threads N sets it), "
+            f"cache: {self.cache_root})"
         )
         tracker = Tracking(accelerator, trackers, path, config.to_dict()) if trackers else None
         if tracker is not None:
