@@ -10,7 +10,6 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..plugins import PluginManager
-from ..vocab import read_corpus
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -122,6 +121,8 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         raise UsageError("--vocab-corpus and --vocab-min-count go with --trim-vocab")
     if args.vocab_min_count < 1:
         raise UsageError(f"--vocab-min-count is a number of occurrences, 1 or more; got {args.vocab_min_count}")
+    from ..vocab import read_corpus  # here: `kdplug --help` does not load torch
+
     corpus = read_corpus(args.vocab_corpus, "--vocab-corpus") if args.vocab_corpus else ()
     fmt = args.format or "hf"
     if args.output:
