@@ -30,10 +30,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
+# transformers' and the hub's progress bars (save_pretrained's "Writing model shards") go to stderr as the
+# table goes to stdout, and a terminal shows them through it: off, as kdplug's own commands have them
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_device import pick_device, synchronize  # noqa: E402
@@ -228,7 +232,28 @@ def _threads(student: Any, threads: int) -> None:
         )
 
 
+def busy_machine() -> Optional[str]:
+    """Why this machine's timings are not to be trusted now (other processes keep cores busy), as the
+    run and the export say it (kdplug.threads.other_load, kdplug.timing.unreliable); None when idle.
+    Measured before any model runs: while they do, this process is one of the busy ones."""
+    from kdplug.threads import other_load
+    from kdplug.timing import RETIME, unreliable
+
+    reason = unreliable([], other_load())
+    return f"the timings below are not reliable: {reason}. Time them again {RETIME}" if reason else None
+
+
 def main() -> int:
+    busy = busy_machine()
+    if busy:
+        print(f"warning: {busy}", file=sys.stderr)
+    code = measure()
+    if busy:
+        print(busy.replace("the timings below", "these timings"))  # under the table, where it is read
+    return code
+
+
+def measure() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, help="a trained run directory: its teacher and student in every form")
     parser.add_argument(

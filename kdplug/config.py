@@ -70,7 +70,9 @@ class RunConfig:
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     max_length: Optional[int] = None  # None = 64 for single sentences, 128 for pairs
-    trim_vocab: bool = False  # the student keeps only the vocabulary the task's texts use (kdplug/vocab.py)
+    trim_vocab: bool = False  # the student keeps only the vocabulary of the training texts (kdplug/vocab.py) ...
+    trim_vocab_corpus: Optional[str] = None  # ... and of this text file (one text per line): what it will serve
+    trim_vocab_min_count: int = 1  # a token of trim_vocab_corpus is kept if it occurs at least this often
     best_checkpoint: str = "best"  # "best": the best dev epoch (as the papers report); "last"
     # early stopping: end a stage after this many epochs without a dev improvement; None: 3 where
     # kdplug chose the epoch count (epochs / teacher_epochs unset), off where you set it; 0: off

@@ -8,11 +8,14 @@ exporter turns into ONNX's own ``LSTM`` with sequence lengths. Batch and sequenc
 dynamic. The fp32 export is checked with ONNX Runtime against PyTorch on a sample of the run's dev
 set; above ``tolerance`` (largest absolute difference of the logits) nothing is written.
 
-What changes the model is checked on the whole dev split against the fp32 student: a trimmed
-vocabulary must leave every prediction unchanged (kdplug/vocab.py says why it does), and an int8
-student may lose at most ``max_drop`` points of the task's main metric (agreement with the fp32
-student is printed beside it; without gold labels, ``--sample``, the share of changed predictions
-counts instead).
+What changes the model is checked on the whole dev split against the fp32 student: an int8 or
+trimmed student may lose at most ``max_drop`` points of the task's main metric (agreement with the
+fp32 student is printed beside it; without gold labels, ``--sample``, the share of changed
+predictions counts instead). A trimmed vocabulary is built from the training split, the transfer set
+and a corpus the user names, never from the dev texts: on those, the share of tokens it reads as
+unknown is measured, and a high one is warned about (kdplug/vocab.py). An int8 ONNX file is then
+measured itself against the PyTorch student on the sample the fp32 file was checked on, and that
+figure is the one recorded.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ class DevSet:
     metrics: Optional[Callable[[list, list], dict[str, float]]] = None
     main_metric: Optional[str] = None
     is_regression: bool = False
+    name: str = "dev texts"  # what they are, in words
 
 
 @dataclass
@@ -71,11 +75,23 @@ class ExportReport:
     max_abs_diff: Optional[float] = None
     sample_size: int = 0
     inputs: tuple[str, ...] = ()
+    sample_texts: list = field(default_factory=list)
+    #: the int8 file shipped against the fp32 PyTorch student on the same sample (None: not int8 ONNX)
+    int8_max_abs_diff: Optional[float] = None
+    int8_same_class: Optional[int] = None
     #: fp32 student and export on the dev texts: main metric (or None), agreement
     reference_metric: Optional[float] = None
     export_metric: Optional[float] = None
     agreement: Optional[float] = None
     vocabulary: Optional[str] = None  # what trimming did, in words
+    coverage: Any = None  # kdplug.vocab.Coverage: how the trimmed vocabulary reads the dev texts
+
+    def warnings(self) -> list[str]:
+        """What ``kdplug export`` tells on stderr: a trimmed vocabulary that leaves much of the dev texts unread."""
+        fix = "Name a corpus of the texts the student will serve (--vocab-corpus FILE), or export without --trim-vocab"
+        warning = self.coverage.warning(fix) if self.coverage is not None else None
+        return [warning] if warning else []
+
     size_mb: dict[str, float] = field(default_factory=dict)  # "fp32", "export"
     speed: dict[str, dict[str, float]] = field(default_factory=dict)  # "fp32", "export" -> ms_b1, per_s_b32
 
@@ -86,9 +102,18 @@ class ExportReport:
             out.append(
                 f"ONNX Runtime vs PyTorch on {self.sample_size} examples: largest absolute difference of the "
                 f"logits {self.max_abs_diff:.2e} (tolerance {TOLERANCE:g})"
+                + (" for the fp32 export, before quantization" if self.int8_max_abs_diff is not None else "")
+            )
+        if self.int8_max_abs_diff is not None:
+            same = ""
+            if self.int8_same_class is not None:
+                same = f", the same predicted class for {self.int8_same_class} of {self.sample_size}"
+            out.append(
+                f"the int8 file shipped (ONNX Runtime) vs the fp32 PyTorch student on the same {self.sample_size} "
+                f"examples: largest absolute difference of the logits {self.int8_max_abs_diff:.2e}{same}"
             )
         if self.vocabulary:
-            out.append(f"trimmed: {self.vocabulary}; every dev prediction unchanged")
+            out.append(f"trimmed: {self.vocabulary}; {self.coverage.describe()}")
         if self.agreement is not None:
             scores = ""
             if self.export_metric is not None:
@@ -170,6 +195,8 @@ def export_student(
     dev: DevSet,
     quantize: Optional[str] = None,
     trim_texts: Optional[Sequence[Text]] = None,
+    vocab_corpus: Sequence[Text] = (),
+    vocab_min_count: int = 1,
     tolerance: float = TOLERANCE,
     max_drop: float = MAX_DROP,
     allow_drop: bool = False,
@@ -178,8 +205,9 @@ def export_student(
     verify: bool = True,
 ) -> ExportReport:
     """Export the student in ``path`` to ``output`` as ``fmt`` (``hf``: its package; ``onnx``), int8
-    with ``quantize="int8"``, its vocabulary trimmed to ``trim_texts`` (the task's texts) when
-    given; checked on ``dev`` (see the module docstring), timed when ``measure``. ``verify``: check
+    with ``quantize="int8"``, its vocabulary trimmed to ``trim_texts`` (the training split and the
+    transfer set) and the tokens of ``vocab_corpus`` seen ``vocab_min_count`` times when given;
+    checked on ``dev`` (see the module docstring), timed when ``measure``. ``verify``: check
     the source package against its checksums first (see :mod:`kdplug.integrity`)."""
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -196,30 +224,36 @@ def export_student(
     with atomic_directory(output, f"the export {output}") as staging:
         _copy_package(reference.directory, staging)
         if trim_texts is not None:
-            report.vocabulary = _trim(reference, staging, trim_texts, dev.texts)
+            report.vocabulary, report.coverage = _trim(
+                reference, staging, trim_texts, vocab_corpus, vocab_min_count, dev
+            )
         if fmt == "onnx":
             base = load_student(staging, device="cpu", runtime="torch", verify=False)
+            report.sample_texts = list(dev.texts[:SAMPLE_SIZE])
             report.inputs, report.max_abs_diff, report.sample_size = _write_onnx(
-                base, staging, dev.texts[:SAMPLE_SIZE], tolerance, onnxruntime
+                base, staging, report.sample_texts, tolerance, onnxruntime
             )
             for weights in staging.glob("*.safetensors"):
                 weights.unlink()  # the ONNX export is its own weights
             if quantize == INT8:
                 quantize_onnx(staging / ONNX_FILE, staging / f"int8-{ONNX_FILE}")
                 (staging / f"int8-{ONNX_FILE}").replace(staging / ONNX_FILE)
+                _check_int8_file(report, base, staging, onnxruntime)
         if quantize == INT8:
             _record(
                 staging,
                 quantization=TORCH_RECIPE if fmt == "hf" else {"method": "onnxruntime-dynamic", "weights": "int8"},
             )
+        if quantize == INT8 or trim_texts is not None:
+            what = " and ".join(filter(None, [quantize, "trimmed" if trim_texts is not None else None]))
             exported = load_student(staging, device="cpu", runtime="onnx" if fmt == "onnx" else "torch", verify=False)
-            _check_drop(report, reference, exported, dev, max_drop, allow_drop)
+            _check_drop(report, reference, exported, dev, max_drop, allow_drop, what=what)
             _record(
                 staging,
                 check={
                     "metric": dev.main_metric,
                     "fp32": report.reference_metric,
-                    "int8": report.export_metric,
+                    quantize or "trimmed": report.export_metric,
                     "agreement": report.agreement,
                 },
             )
@@ -237,13 +271,20 @@ def _record(directory: Path, **facts: Any) -> None:
     (directory / INFO_FILE).write_text(json.dumps(info, indent=2))
 
 
-def _trim(reference: LoadedStudent, staging: Path, texts: Sequence[Text], dev_texts: Sequence[Text]) -> str:
-    """Rewrite the package in ``staging`` with the vocabulary the task's texts use; every dev
-    prediction must be what the full student predicts (else nothing is kept)."""
-    from .vocab import trim
+def _trim(
+    reference: LoadedStudent,
+    staging: Path,
+    texts: Sequence[Text],
+    corpus: Sequence[Text],
+    min_count: int,
+    dev: DevSet,
+) -> tuple[str, Any]:
+    """Rewrite the package in ``staging`` with the vocabulary :func:`kdplug.vocab.kept_token_ids`
+    keeps; what it did, in words, and how it reads the ``dev`` texts (which it was not built from)."""
+    from .vocab import measure_coverage, trim
 
     model = copy.deepcopy(reference.model)
-    tokenizer, trimmed = trim(model, reference.tokenizer, list(texts) + list(dev_texts))
+    tokenizer, trimmed = trim(model, reference.tokenizer, list(texts), corpus, min_count)
     for old in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "spiece.model"):
         (staging / old).unlink(missing_ok=True)
     if hasattr(model, "tokenizer"):
@@ -253,21 +294,19 @@ def _trim(reference: LoadedStudent, staging: Path, texts: Sequence[Text], dev_te
     tokenizer.save_pretrained(str(staging))
     redact_loading_paths(staging)
     drop_foreign_code(staging)
+    coverage = measure_coverage(reference.tokenizer, tokenizer, list(dev.texts), dev.name)
+    sources = "training split, transfer set" + (f", corpus (tokens seen {min_count}+ times)" if corpus else "")
     _record(
         staging,
-        vocabulary={"before": trimmed.vocab_before, "after": trimmed.vocab_after},
+        vocabulary={
+            "before": trimmed.vocab_before,
+            "after": trimmed.vocab_after,
+            "built_from": sources,
+            **coverage.record(),
+        },
         tokenizer=tokenizer_record(tokenizer),
     )
-    after = load_student(staging, device="cpu", runtime="torch", verify=False)
-    changed = sum(
-        a.label != b.label or a.score != b.score
-        for a, b in zip(reference.predict(list(dev_texts)), after.predict(list(dev_texts)))
-    )
-    if changed:
-        raise ExportMismatchError(
-            f"with the trimmed vocabulary {changed} of {len(dev_texts)} dev predictions changed; nothing was written"
-        )
-    return trimmed.describe()
+    return trimmed.describe(), coverage
 
 
 def _write_onnx(
@@ -292,17 +331,7 @@ def _write_onnx(
             opset_version=OPSET,
             dynamo=False,
         )
-    session = onnxruntime.InferenceSession(str(staging / ONNX_FILE), providers=["CPUExecutionProvider"])
-    worst = 0.0
-    # batches of 16 and single examples: other batch sizes and lengths than the traced ones
-    chunks = [list(sample[start : start + 16]) for start in range(0, len(sample), 16)]
-    chunks += [[text] for text in sample[:4]]
-    for chunk in chunks:
-        batch = _encode(student, chunk)
-        with torch.inference_mode():
-            expected = wrapper(*(batch[name] for name in names)).numpy()
-        got = session.run(["logits"], {name: batch[name].numpy() for name in names})[0]
-        worst = max(worst, float(abs(got - expected).max()))
+    worst, _ = onnx_parity(student, names, staging / ONNX_FILE, sample, onnxruntime)
     if worst > tolerance:
         raise ExportMismatchError(
             f"the ONNX model differs from the student by up to {worst:.2e} in its logits "
@@ -322,6 +351,46 @@ def _write_onnx(
     return tuple(names), worst, len(sample)
 
 
+def onnx_parity(
+    student: LoadedStudent, names: Sequence[str], onnx_file: Path, sample: Sequence[Text], onnxruntime: Any
+) -> tuple[float, Optional[int]]:
+    """``onnx_file`` in ONNX Runtime against ``student`` in PyTorch on ``sample``, in batches of 16 and
+    its first 4 texts one by one (other batch sizes and lengths than the traced ones; an int8 file
+    quantizes its activations per batch, so the batches are part of the figure): the largest absolute
+    difference of the logits and, for a classifier, how many of the batched texts get the same class."""
+    wrapper = _LogitsOnly(student.model, names).eval()
+    session = onnxruntime.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
+    worst, same = 0.0, 0
+    chunks = [list(sample[start : start + 16]) for start in range(0, len(sample), 16)]
+    singles = [[text] for text in sample[:4]]
+    for index, chunk in enumerate(chunks + singles):
+        batch = _encode(student, chunk)
+        with torch.inference_mode():
+            expected = wrapper(*(batch[name] for name in names)).numpy()
+        got = session.run(["logits"], {name: batch[name].numpy() for name in names})[0]
+        worst = max(worst, float(abs(got - expected).max()))
+        if index < len(chunks):
+            same += int((got.argmax(-1) == expected.argmax(-1)).sum())
+    return worst, (same if expected.shape[-1] > 1 else None)
+
+
+def _check_int8_file(report: ExportReport, student: LoadedStudent, staging: Path, onnxruntime: Any) -> None:
+    """The figure of the file shipped: the int8 ``model.onnx`` against the fp32 PyTorch student on the
+    sample the fp32 export was checked on; recorded in place of the fp32 file's (kept beside it)."""
+    info = json.loads((staging / INFO_FILE).read_text())["onnx"]
+    sample = report.sample_texts
+    worst, same = onnx_parity(student, info["inputs"], staging / ONNX_FILE, sample, onnxruntime)
+    report.int8_max_abs_diff, report.int8_same_class = worst, same
+    info.update(
+        weights=INT8,
+        compared_with="the fp32 PyTorch student",
+        max_abs_diff=worst,
+        same_class=same,
+        fp32_max_abs_diff=report.max_abs_diff,
+    )
+    _record(staging, onnx=info)
+
+
 def _predicted(student: LoadedStudent, texts: Sequence[Text], regression: bool) -> list:
     return [p.score if regression else student.labels.index(p.label) for p in student.predict(list(texts))]
 
@@ -333,9 +402,10 @@ def _check_drop(
     dev: DevSet,
     max_drop: float,
     allow_drop: bool,
+    what: str = INT8,
 ) -> None:
-    """The int8 student against the fp32 one on the dev texts: the main metric of both and their
-    agreement; a loss of more than ``max_drop`` points stops the export unless ``allow_drop``."""
+    """The ``what`` (int8, trimmed) student against the fp32 one on the dev texts: the main metric of
+    both and their agreement; a loss of more than ``max_drop`` points stops the export unless ``allow_drop``."""
     before = _predicted(reference, dev.texts, dev.is_regression)
     after = _predicted(exported, dev.texts, dev.is_regression)
     if dev.is_regression:
@@ -345,13 +415,14 @@ def _check_drop(
     if dev.labels is not None and dev.metrics is not None:
         report.reference_metric = dev.metrics(before, dev.labels)[dev.main_metric]
         report.export_metric = dev.metrics(after, dev.labels)[dev.main_metric]
-        lost, what = (report.reference_metric - report.export_metric) * 100, f"dev {dev.main_metric}"
+        lost, measure = (report.reference_metric - report.export_metric) * 100, f"dev {dev.main_metric}"
     else:
-        lost, what = (1.0 - (report.agreement or 0.0)) * 100, "agreement with the fp32 student (no gold labels)"
+        lost, measure = (1.0 - (report.agreement or 0.0)) * 100, "agreement with the fp32 student (no gold labels)"
+    fix = " or ".join(option for option, name in (("--quantize", INT8), ("--trim-vocab", "trimmed")) if name in what)
     if lost > max_drop and not allow_drop:
         raise ExportMismatchError(
-            f"the int8 student loses {lost:.2f} points of {what} (--max-drop {max_drop:g}); nothing was written. "
-            f"Keep it anyway with --allow-drop, or export without --quantize"
+            f"the {what} student loses {lost:.2f} points of {measure} (--max-drop {max_drop:g}); nothing was written. "
+            f"Keep it anyway with --allow-drop, or export without {fix}"
         )
 
 

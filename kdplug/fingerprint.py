@@ -64,6 +64,17 @@ def of_token_ids(sequences: Iterable[Iterable[int]]) -> str:
     return digest.hexdigest()
 
 
+def of_examples(splits: dict[str, Iterable[Any]]) -> str:
+    """Hash of a data set's examples, split by split (texts and labels), read one at a time."""
+    digest = hasher()
+    for name in sorted(splits):
+        digest.update(f"split {name}\n".encode())
+        for example in splits[name]:
+            record = [example.text_a, example.text_b, example.label]
+            digest.update(json.dumps(record, ensure_ascii=False, default=str).encode() + b"\n")
+    return digest.hexdigest()
+
+
 def of_values(*values: Any) -> str:
     """Hash of JSON-serialisable settings."""
     return hashlib.blake2b(json.dumps(values, sort_keys=True, default=str).encode(), digest_size=16).hexdigest()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from ..errors import UsageError
@@ -22,8 +23,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "quantization (PyTorch: Linear and LSTM layers, built when the package is loaded; ONNX: ONNX Runtime's, "
         "int8 weights in the file), checked on the whole dev split: the dev metric of the fp32 and the int8 "
         "student and their agreement are printed, and an export that loses more than --max-drop points is "
-        "refused. --trim-vocab: keep only the embedding rows of the tokens the task's texts use (train, transfer "
-        "set, dev) and a tokenizer to match; every dev prediction must stay the same. Every export prints its "
+        "refused. --trim-vocab: keep only the embedding rows of the tokens of the training split, the transfer "
+        "set and --vocab-corpus FILE, and a tokenizer to match; checked on the dev split like int8, where the "
+        "share of tokens it reads as unknown is printed (a warning above 1%). Every export prints its "
         "size and speed beside the fp32 student's.",
         epilog="examples:\n  kdplug export runs/demo --format onnx --output deploy/demo-onnx\n"
         "  kdplug export runs/demo --format onnx --quantize int8 --trim-vocab --output deploy/demo-int8\n"
@@ -43,7 +45,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--trim-vocab",
         dest="trim_vocab",
         action="store_true",
-        help="keep only the vocabulary the task's texts use (WordPiece and unigram tokenizers)",
+        help="keep only the vocabulary of the training split, the transfer set and --vocab-corpus (WordPiece and "
+        "unigram tokenizers)",
+    )
+    parser.add_argument(
+        "--vocab-corpus",
+        dest="vocab_corpus",
+        metavar="FILE",
+        help="with --trim-vocab: also keep the tokens of this text file (one text per line), e.g. unlabelled text of "
+        "what the student will serve",
+    )
+    parser.add_argument(
+        "--vocab-min-count",
+        dest="vocab_min_count",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --vocab-corpus: keep a corpus token only if it occurs at least N times (default: 1)",
     )
     parser.add_argument(
         "--max-drop",
@@ -51,10 +69,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=1.0,
         metavar="POINTS",
-        help="with --quantize: refuse an export that loses more points of the dev metric (default: 1.0)",
+        help="with --quantize or --trim-vocab: refuse an export that loses more points of the dev metric "
+        "(default: 1.0)",
     )
     parser.add_argument(
-        "--allow-drop", dest="allow_drop", action="store_true", help="keep a quantized export beyond --max-drop"
+        "--allow-drop",
+        dest="allow_drop",
+        action="store_true",
+        help="keep a quantized or trimmed export beyond --max-drop",
     )
     parser.add_argument(
         "--push-to-hub",
@@ -93,8 +115,15 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         raise UsageError("--private and --revision go with --push-to-hub REPO")
     if args.max_drop < 0:
         raise UsageError(f"--max-drop is a number of points, 0 or more; got {args.max_drop}")
-    if (args.allow_drop or args.max_drop != 1.0) and not args.quantize:
-        raise UsageError("--max-drop and --allow-drop go with --quantize int8")
+    if (args.allow_drop or args.max_drop != 1.0) and not (args.quantize or args.trim_vocab):
+        raise UsageError("--max-drop and --allow-drop go with --quantize int8 or --trim-vocab")
+    if (args.vocab_corpus or args.vocab_min_count != 1) and not args.trim_vocab:
+        raise UsageError("--vocab-corpus and --vocab-min-count go with --trim-vocab")
+    if args.vocab_min_count < 1:
+        raise UsageError(f"--vocab-min-count is a number of occurrences, 1 or more; got {args.vocab_min_count}")
+    from ..vocab import read_corpus  # here: `kdplug --help` does not load torch
+
+    corpus = read_corpus(args.vocab_corpus, "--vocab-corpus") if args.vocab_corpus else ()
     fmt = args.format or "hf"
     if args.output:
         check_output(args.output, args.overwrite)  # before any work
@@ -123,6 +152,8 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
                 dev=dev,
                 quantize=args.quantize,
                 trim_texts=trim_texts,
+                vocab_corpus=corpus,
+                vocab_min_count=args.vocab_min_count,
                 max_drop=args.max_drop,
                 allow_drop=args.allow_drop,
                 overwrite=args.overwrite,
@@ -132,6 +163,8 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
             print(f"exported the student to {report.directory} ({what})")
             for line in report.lines():
                 print(f"  {line}")
+            for warning in report.warnings():
+                print(f"warning: {warning}", file=sys.stderr)
         if args.push_to_hub:
             url = push_to_hub(folder, args.push_to_hub, private=args.private, revision=args.revision)
             print(f"pushed {fmt} export to {args.push_to_hub}: {url}")
@@ -173,7 +206,7 @@ def dev_set(args: argparse.Namespace, manager: PluginManager):
         texts = read_inputs(
             text, input_format(args.sample, None), args.sample, student.text_columns, student.is_pair, None
         )[2]
-        return DevSet(texts, is_regression=student.is_regression)
+        return DevSet(texts, is_regression=student.is_regression, name="texts of --sample")
     task, _, _ = _run_task(args, manager, "pass --sample FILE with texts to check the export on")
     examples = task.load_split(task.dev_splits[0])
     return DevSet(

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from torch import nn
 
+from .. import fingerprint
 from ..config import RunConfig
 from ..errors import KdplugError, UsageError, debugging
 from ..layout import BASELINE_PREDICTIONS_FILE, CHECKPOINT_DIR, CONFIG_FILE, TRACKING_DIR
@@ -34,7 +35,7 @@ from .recipe import EngineContext, run_recipe
 from .results import Row, format_table, write_student_package
 from .rundir import COMPLETED, FAILED, INTERRUPTED, RunDirectory, default_output, is_completed
 from .tracking import Tracking, parse_report_to
-from .trainer import build_accelerator, process_state
+from .trainer import build_accelerator, inference_precision, process_state
 
 log = logging.getLogger("kdplug")
 
@@ -147,6 +148,18 @@ def record_failure(
             continue
 
 
+def data_record(config: RunConfig, splits: dict[str, list[Example]]) -> dict[str, Any]:
+    """What data the run read, for metrics.json: its folder's name (the task's, for data kdplug
+    builds) and a fingerprint of its examples, so that data edited in place is told from its earlier
+    version (``kdplug report`` never compares the two)."""
+    name = Path(config.data_dir).expanduser().resolve().name if config.data_dir else config.task
+    return {
+        "name": name,
+        "fingerprint": fingerprint.of_examples(splits),
+        "examples": {split: len(examples) for split, examples in splits.items()},
+    }
+
+
 def explained(exc: BaseException) -> bool:
     """Whether ``exc``'s message says what went wrong without its traceback: kdplug's own errors and
     failed writes (a full disk, a file-size limit, permissions)."""
@@ -194,6 +207,7 @@ class RunSession:
         config, registry = self.config, self.registry
         if self.main_process:
             self.run_dir.write_config(config)
+        self.metrics["data"] = data_record(config, loaded[1])
         env = self.environment()
         inputs = prepare_inputs(config, registry, env, loaded, record=self.metrics.update)
         context = EngineContext.for_run(config, registry, inputs, self.cache_root, env.checkpoints)
@@ -220,9 +234,11 @@ class RunSession:
         trackers = parse_report_to(config.report_to)
         accelerator = build_accelerator(config.precision, log_with=trackers, project_dir=path / TRACKING_DIR)
         threads = self.metrics.get("threads", {})
+        teacher = inference_precision(config.precision, accelerator.device)  # the README's figures depend on it
         self.echo(
-            f"kdplug run -> {path}  (device: {accelerator.device}, threads: {threads.get('threads')} "
-            f"({threads.get('reason')}; --threads N sets it), cache: {self.cache_root})"
+            f"kdplug run -> {path}  (device: {accelerator.device}, teacher in {teacher}, "
+            f"threads: {threads.get('threads')} ({threads.get('reason')}; --threads N sets it), "
+            f"cache: {self.cache_root})"
         )
         tracker = Tracking(accelerator, trackers, path, config.to_dict()) if trackers else None
         if tracker is not None:

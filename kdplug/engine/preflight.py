@@ -144,6 +144,7 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
     if config.kd_loss or config.kd_loss_options:
         check_kd_loss(config, registry)
     check_transfer_sources(config, registry)
+    check_trim_vocab(config)
     return notes
 
 
@@ -303,6 +304,19 @@ def check_transfer_sources(config: RunConfig, registry: Registry) -> None:
             check_values(**config.augment_options)
     elif config.augment_options:
         raise UsageError("augment_options are the options of an augmenter: set --augment NAME too")
+
+
+def check_trim_vocab(config: RunConfig) -> None:
+    """Before any expensive work: trim_vocab's corpus is a text file, its floor a count, both with trim_vocab."""
+    if (config.trim_vocab_corpus or config.trim_vocab_min_count != 1) and not config.trim_vocab:
+        raise UsageError("trim_vocab_corpus and trim_vocab_min_count go with trim_vocab=true")
+    count = config.trim_vocab_min_count
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise UsageError(f"trim_vocab_min_count is a number of occurrences, 1 or more; got {count!r}")
+    if config.trim_vocab_corpus:
+        from ..vocab import read_corpus
+
+        read_corpus(str(Path(config.trim_vocab_corpus).expanduser()), "trim_vocab_corpus")
 
 
 def has_texts(path: Path, fmt: str) -> bool:

@@ -192,7 +192,7 @@ class EngineContext:
         with building_under(Path(self.cache_root)):  # what it stores (a trained tokenizer) goes to the run's cache
             student = self.registry.create("student", factory, self.task, self.teacher, **{**opts, **source})
         if name is None and self.config.trim_vocab:
-            trim_vocabulary(student, self.tokenizer, self.task, self.transfer, self._trimmed)
+            trim_vocabulary(student, self.tokenizer, self, self._trimmed)
         if name is None and not self._size_checked:
             self._size_checked = True
             warn_if_not_smaller(student, self.teacher.model, self.config.student)
@@ -440,13 +440,15 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def trim_vocabulary(student: nn.Module, tokenizer: Any, task: Task, transfer: Any, trimmed: dict) -> None:
-    """``trim_vocab``: the student keeps only the embedding rows of the tokens the task's texts
-    use (train, ``transfer`` set, dev) and reads with a tokenizer trimmed to match (kdplug/vocab.py).
-    ``tokenizer``: the run's, for a student without its own; ``trimmed`` keeps each tokenizer's trim
-    (by id) for the students after the first."""
-    from ..vocab import TrimReport, trim_embeddings, trim_tokenizer, used_token_ids
+def trim_vocabulary(student: nn.Module, tokenizer: Any, run: Any, trimmed: dict) -> None:
+    """``trim_vocab``: the student keeps only the embedding rows of the tokens of the training split,
+    the transfer set and ``trim_vocab_corpus`` (the dev splits are held out: the share of their tokens
+    read as unknown is logged, recorded, and warned about when high) and reads with a tokenizer trimmed
+    to match (kdplug/vocab.py). ``tokenizer``: the run's, for a student without its own; ``trimmed``
+    keeps each tokenizer's trim (by id) for the students after the first. ``run``: the recipe context."""
+    from ..vocab import TrimReport, kept_token_ids, measure_coverage, read_corpus, trim_embeddings, trim_tokenizer
 
+    config, task = run.config, run.task
     tokenizer = getattr(student, "tokenizer", None) or tokenizer
     rows = student.get_input_embeddings().num_embeddings
     if rows != len(tokenizer):
@@ -455,21 +457,30 @@ def trim_vocabulary(student: nn.Module, tokenizer: Any, task: Task, transfer: An
             f"{len(tokenizer)} tokens; they do not belong together"
         )
     if id(tokenizer) not in trimmed:
-        texts = [
-            e.text_a if e.text_b is None else (e.text_a, e.text_b)
-            for split in ("train", *task.dev_splits)
-            for e in task.load_split(split)
-        ]
-        if transfer is not None:
-            texts += [a if b is None else (a, b) for a, b in transfer.texts()]
-        trimmed[id(tokenizer)] = trim_tokenizer(tokenizer, used_token_ids(tokenizer, texts))
-    trimmed_tokenizer, kept = trimmed[id(tokenizer)]
+        texts = [_text(e) for e in task.load_split("train")]
+        if run.transfer is not None:
+            texts += [a if b is None else (a, b) for a, b in run.transfer.texts()]
+        corpus = read_corpus(config.trim_vocab_corpus, "trim_vocab_corpus") if config.trim_vocab_corpus else ()
+        new_tokenizer, kept = trim_tokenizer(
+            tokenizer, kept_token_ids(tokenizer, texts, corpus, config.trim_vocab_min_count)
+        )
+        held_out = [_text(e) for split in task.dev_splits for e in task.load_split(split)]
+        coverage = measure_coverage(tokenizer, new_tokenizer, held_out, "dev texts")
+        trimmed[id(tokenizer)] = new_tokenizer, kept, coverage
+        warning = coverage.warning("Name a corpus of the texts it will serve: --set trim_vocab_corpus=FILE")
+        if warning:
+            log.warning("trim_vocab: %s", warning)
+    trimmed_tokenizer, kept, coverage = trimmed[id(tokenizer)]
     trim_embeddings(student, kept)
     student.tokenizer = trimmed_tokenizer
     report = TrimReport(kept, rows, len(kept), student.get_input_embeddings().embedding_dim)
     init = dict(getattr(student, "kdplug_init", None) or {"init": "random"})
-    student.kdplug_init = {**init, "vocabulary": {"before": rows, "after": len(kept)}}
-    log.info("trim_vocab: %s", report.describe())
+    student.kdplug_init = {**init, "vocabulary": {"before": rows, "after": len(kept), **coverage.record()}}
+    log.info("trim_vocab: %s; %s", report.describe(), coverage.describe())
+
+
+def _text(example: Any) -> Any:
+    return example.text_a if example.text_b is None else (example.text_a, example.text_b)
 
 
 def warn_if_not_smaller(student: nn.Module, teacher: nn.Module, name: str) -> None:

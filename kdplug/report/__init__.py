@@ -9,13 +9,14 @@ on their common seeds, and every difference gets a 95% interval, a verdict and a
 seeds that would resolve it (:mod:`kdplug.compare`). Zoo runs are grouped by paper table and task
 column, and the paper's ordering of each pair of rows is checked against ours.
 
-Figures, per setup and method (the method's lowest seed; each run keeps its own in its directory):
-- ``curves-<setup>.png``: one panel per method and training stage, in order: every loss term its
+Figures, per setup and method (the method's lowest seed; each run keeps its own in its directory),
+named by numbers (group, method: short and path-free; the captions say what each shows):
+- ``curves-<group>.png``: one panel per method and training stage, in order: every loss term its
   own line, the dev score on a second axis, the kept epoch starred;
-- ``attention-<setup>-<method>.png``: the mean attention of every matched student layer over the
+- ``attention-<group>-<method>.png``: the mean attention of every matched student layer over the
   teacher layers, and per example for the first student layer (ALP-KD Figure 3) and the last
   matched one (Universal-KD Figure 3);
-- ``layers-<setup>-<method>.png``: the pairs the projector compared, in the space it compared them
+- ``layers-<group>-<method>.png``: the pairs the projector compared, in the space it compared them
   (ALP's attention mix, Universal-KD's pseudo-classifier outputs, PKD's mapped layers): the PCA
   of both sides' dev vectors and, per example, the ILD term the method minimised (ALP-KD Figure 4).
 """

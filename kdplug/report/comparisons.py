@@ -23,7 +23,7 @@ from .runs import RESOLVED_FROM_WEIGHTS, Run, resolved_config
 #: configuration keys that make two runs a different setup, never paired: another dev set, or dev
 #: scores chosen another way; every other key that is not ignored (projector, recipe, their
 #: options, eta, lam, temperature, lr, epochs, the transfer set, and the FACTOR_KEYS) is the method
-SETUP_KEYS = ("task", "task_options", "data_dir", "best_checkpoint")
+SETUP_KEYS = ("task", "task_options", "data_dir", "data_fingerprint", "best_checkpoint")
 #: keys of the models that runs on one dev set may differ in (an ablation of the student's options,
 #: another student or teacher): labels always name them where they differ within a group
 FACTOR_KEYS = (
@@ -263,7 +263,7 @@ def _add_setup_run(
     group = groups.setdefault(
         _key(["setup", setup]),
         Group(
-            run.task,
+            f"{run.task} ({run.data})" if run.data != run.task else run.task,
             run.metrics.get("main_metric", "accuracy"),
             str(config.get("best_checkpoint", "best")),
             setup,

@@ -227,7 +227,3 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)

@@ -28,6 +28,27 @@ class Run:
     def task(self) -> str:
         return self.metrics.get("task") or self.config.get("task", "?")
 
+    @property
+    def data(self) -> str:
+        """The data it read: its folder's name and the first 8 digits of its fingerprint (metrics.json's
+        ``data``); a run of an older kdplug, which recorded none, by its data folder's name alone."""
+        record = self.metrics.get("data") or {}
+        name = record.get("name") or (Path(str(self.config["data_dir"])).name if self.config.get("data_dir") else "")
+        digits = str(record.get("fingerprint") or "")[:8]
+        return " ".join(filter(None, [name or self.task, digits and f"#{digits}"]))
+
+    @property
+    def data_fingerprint(self) -> Optional[str]:
+        return (self.metrics.get("data") or {}).get("fingerprint")
+
+    @property
+    def stopped(self) -> Optional[str]:
+        """Why the run stopped before it finished (metrics.json's ``status`` and ``error``), or None."""
+        status = self.metrics.get("status", "completed")  # runs of older kdplug versions wrote no status
+        if status == "completed":
+            return None
+        return f"{status}: {self.metrics.get('error') or 'no reason recorded'}"
+
     def score(self, split: str, metric: str, measure: str = "student") -> Optional[float]:
         """A dev score of the student (or the teacher), as a fraction."""
         if measure == "teacher":
@@ -107,6 +128,7 @@ def resolved_config(run: Run) -> dict[str, Any]:
     """The run's configuration with the values kdplug chose filled in (``lr=None`` -> the lr its
     student trained at), so that methods are told apart, and labelled, by what actually ran."""
     config = {**run.metrics.get("config", {}), **run.config}
+    config["data_fingerprint"] = run.data_fingerprint  # data edited in place is another setup
     student = run.metrics.get("student", {})
     if config.get("recipe") is None and student.get("recipe"):
         config["recipe"] = student["recipe"]

@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from .. import compare
 from ..layout import ATTENTION_FILE
 from ..progress import human_count
 from .comparisons import Group, GroupComparison, Method, PairComparison
 from .document import Document, _interval, _needed, pct, points
-from .figures import _safe, attention_figure, curves_figure, layers_figure
+from .figures import attention_figure, curves_figure, layers_figure
 from .runs import Run
 
 CHECKPOINT_POLICY = {"best": "best dev epoch", "last": "last epoch"}
@@ -22,34 +22,12 @@ CHECKPOINT_POLICY = {"best": "best dev epoch", "last": "last epoch"}
 
 def summary_section(doc: Document, runs: list[Run]) -> None:
     doc.heading("Runs")
-    rows = []
-    for run in runs:
-        metric = run.metrics.get("main_metric", "accuracy")
-        dev = run.metrics.get("student", {}).get("dev", {})
-        split = next(iter(dev), "dev")
-        student = run.metrics.get("student", {})
-        rows.append(
-            [
-                run.label,
-                run.task,
-                str(run.config.get("student", "?")),
-                str(run.config.get("projector", "?")),
-                str(run.config.get("recipe", "?")),
-                str(run.seed),
-                str(run.config.get("best_checkpoint", "best")),
-                f"{split} {metric}",
-                pct(run.score(split, metric)),
-                pct(run.score(split, metric, "teacher")),
-                pct(run.metrics.get("agreement", {}).get(split)),
-                human_count(student.get("parameters", 0)),
-                f"{run.metrics.get('wall_seconds', 0):.0f}s",
-                run.config.get("zoo") or "–",
-            ]
-        )
+    rows = [_summary_row(run) for run in runs]
     doc.table(
         [
             "run",
             "task",
+            "data",
             "student",
             "projector",
             "recipe",
@@ -65,6 +43,9 @@ def summary_section(doc: Document, runs: list[Run]) -> None:
         ],
         rows,
     )
+    stopped = [run for run in runs if run.stopped]
+    for run in stopped:
+        doc.para(f"{run.label} stopped before it finished ({run.stopped}): it has no student to report.")
     for run in runs:
         prompted = run.metrics.get("teacher", {}).get("prompted")
         if prompted:
@@ -77,6 +58,36 @@ def summary_section(doc: Document, runs: list[Run]) -> None:
         "checkpoint: the student kept at the **best** dev epoch (as the papers report) or the **last** epoch "
         "(configuration key best_checkpoint); the choice alone moves scores, so compare runs with the same one."
     )
+
+
+def _summary_row(run: Run) -> list[str]:
+    """A run's row of the runs table: a stopped run says so where its scores would be."""
+    metric = run.metrics.get("main_metric", "accuracy")
+    dev = run.metrics.get("student", {}).get("dev", {})
+    split = next(iter(dev), "dev")
+    student = run.metrics.get("student", {})
+    setting = [
+        run.label,
+        run.task,
+        run.data,
+        str(run.config.get("student", "?")),
+        str(run.config.get("projector", "?")),
+        str(run.config.get("recipe", "?")),
+        str(run.seed),
+        str(run.config.get("best_checkpoint", "best")),
+    ]
+    closing = [f"{run.metrics.get('wall_seconds', 0):.0f}s", run.config.get("zoo") or "–"]
+    if run.stopped:
+        return [*setting, f"**stopped** ({run.metrics.get('status')})", "–", "–", "–", "–", *closing]
+    return [
+        *setting,
+        f"{split} {metric}",
+        pct(run.score(split, metric)),
+        pct(run.score(split, metric, "teacher")),
+        pct(run.metrics.get("agreement", {}).get(split)),
+        human_count(student.get("parameters", 0)),
+        *closing,
+    ]
 
 
 def prompted_teacher_line(prompted: dict[str, Any]) -> str:
@@ -261,6 +272,12 @@ def _ordering_row(pair: PairComparison) -> list[str]:
     ]
 
 
+def figure_name(kind: str, group: int, method: Optional[int] = None) -> str:
+    """A figure's file name: its kind, group and method by number (``attention-2-3.png``); the captions
+    name them. Titles and labels carry paths and settings: as names they ran past 200 characters."""
+    return f"{kind}-{group}" + (f"-{method}" if method is not None else "") + ".png"
+
+
 def figures_sections(doc: Document, groups: list[Group], out: Path) -> None:
     """Curves, attention and layer figures: per setup, one run per method (its lowest seed; the
     other seeds' figures are in their run directories), each skip said once."""
@@ -282,7 +299,7 @@ def figures_sections(doc: Document, groups: list[Group], out: Path) -> None:
     doc.heading("Training curves")
     drawn = False
     for index, (group, methods) in enumerate(shown, 1):
-        name = curves_figure(methods, out / f"curves-{index}-{_safe(group.title)}.png")
+        name = curves_figure(methods, out / figure_name("curves", index))
         if name:
             drawn = True
             doc.image(
@@ -297,13 +314,13 @@ def figures_sections(doc: Document, groups: list[Group], out: Path) -> None:
     doc.heading("Attention over teacher layers")
     without: list[str] = []
     for index, (group, methods) in enumerate(shown, 1):
-        for label, run in methods:
+        for position, (label, run) in enumerate(methods, 1):
             path = run.path / ATTENTION_FILE
             if not path.is_file():
                 without.append(label)
                 continue
             record = json.loads(path.read_text(encoding="utf-8"))
-            name = attention_figure(run, record, out / f"attention-{index}-{_safe(label)}.png")
+            name = attention_figure(run, record, out / figure_name("attention", index, position))
             doc.image(
                 name,
                 f"{group.title}, {label} (seed {run.seed}): attention of each matched student layer "
@@ -319,8 +336,8 @@ def figures_sections(doc: Document, groups: list[Group], out: Path) -> None:
     doc.heading("Layer representations: the pairs each method compared")
     without = []
     for index, (group, methods) in enumerate(shown, 1):
-        for label, run in methods:
-            name = layers_figure(label, run, out / f"layers-{index}-{_safe(label)}.png")
+        for position, (label, run) in enumerate(methods, 1):
+            name = layers_figure(label, run, out / figure_name("layers", index, position))
             if name is None:
                 without.append(label)
                 continue

@@ -41,3 +41,41 @@ def test_a_benchmark_runs_in_its_smoke_mode(script, args, expected, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert expected in result.stdout, result.stdout[-3000:]
+
+
+def test_the_inference_benchmark_warns_on_a_busy_machine_and_keeps_progress_bars_off_its_table(
+    tmp_path, tiny_bert_dir, sst2_dir
+):
+    """As the run and the export do: measured before any model runs, with a real process keeping a
+    core busy; and save_pretrained's progress bars (stderr) no longer run through the table (stdout)."""
+    from kdplug.cli import main
+    from kdplug.testing import tiny_run_args
+
+    env = {**os.environ, "KDPLUG_CACHE": str(tmp_path / "cache")}
+    run = tmp_path / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KDPLUG_CACHE", env["KDPLUG_CACHE"])
+        settings = dict(student_options={"hidden_size": 8, "embedding_dim": 8}, output=str(run))
+        assert (
+            main(["run", *tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_dir), **settings)]) == 0
+        )
+    burner = subprocess.Popen(
+        [sys.executable, "-c", "import time\nend = time.time() + 8\nwhile time.time() < end: pass"]
+    )
+    try:
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "inference.py"), "--run", str(run), "--repeats", "1"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        burner.kill()
+        burner.wait()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "warning: the timings below are not reliable: other processes kept" in result.stderr
+    assert result.stdout.splitlines()[-1].startswith("these timings are not reliable: other processes kept")
+    assert "student: int8 ONNX Runtime" in result.stdout
+    assert "Writing model shards" not in result.stderr and "it/s]" not in result.stderr, result.stderr[-2000:]

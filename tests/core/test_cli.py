@@ -224,3 +224,15 @@ def test_help_does_not_load_torch(command):
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.stdout.split()[-2:] == ["False", "False"], done.stderr
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_runs_first_line_says_the_precision_the_teacher_ran_in(
+    capsys, tmp_path, tiny_bert_dir, sst2_dir, precision
+):
+    """The README's figures depend on it: the first line says it, as metrics.json records it."""
+    argv = tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(sst2_dir), output=str(tmp_path / "run"))
+    assert main(["run", *argv, "--set", f"precision={precision}", "--set", "measure_speed=false"]) == 0
+    first = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("kdplug run ->"))
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["teacher"]["precision"] == precision and f"teacher in {precision}," in first

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from safetensors.torch import load_file
 
 import kdplug
@@ -563,6 +564,36 @@ def test_int8_export_of_every_family_is_checked_against_the_fp32_student(capsys,
     assert "ms/example at batch 1" in out and " ±" in out  # the run's timing routine: each figure with its spread
 
 
+@pytest.mark.parametrize("family", ["bert-2", "bilstm"])
+def test_the_int8_onnx_exports_parity_figure_is_the_file_shipped(capsys, tmp_path, runs, family):
+    """The figure saved and printed is the int8 file's, recomputed here from the file with ONNX
+    Runtime against the fp32 PyTorch student (it was the fp32 file's, measured before quantization)."""
+    import onnxruntime
+
+    output = tmp_path / "int8"
+    argv = ["export", str(runs[family]), "--format", "onnx", "--quantize", "int8", "--max-drop", "100"]
+    assert main([*argv, "--output", str(output)]) == 0
+    out = capsys.readouterr().out
+    info = json.loads((output / "kdplug_student.json").read_text())["onnx"]
+    student = kdplug.load_student(runs[family], device="cpu", runtime="torch")
+    session = onnxruntime.InferenceSession(str(output / "model.onnx"))
+    texts = dev_texts()
+    worst, same = 0.0, 0
+    for index, chunk in enumerate([texts[i : i + 16] for i in range(0, len(texts), 16)] + [[t] for t in texts[:4]]):
+        encoded = student.tokenizer(chunk, padding=True, truncation=True, max_length=64, return_tensors="pt")
+        feed = {name: encoded[name] for name in info["inputs"]}
+        with torch.inference_mode():
+            expected = student.model(**feed).logits.numpy()
+        got = session.run(["logits"], {name: value.numpy() for name, value in feed.items()})[0]
+        worst = max(worst, float(np.abs(got - expected).max()))
+        same += int((got.argmax(-1) == expected.argmax(-1)).sum()) if index * 16 < len(texts) else 0
+    assert worst > 1e-4  # an int8 file: not the fp32 file's 1e-6
+    assert info["max_abs_diff"] == pytest.approx(worst, rel=1e-5, abs=1e-7)
+    assert info["weights"] == "int8" and info["fp32_max_abs_diff"] <= 1e-4 and info["same_class"] == same
+    assert f"the int8 file shipped (ONNX Runtime) vs the fp32 PyTorch student on the same {len(texts)}" in out
+    assert f"largest absolute difference of the logits {worst:.2e}, the same predicted class for {same} of" in out
+
+
 def test_max_drop_refuses_a_degraded_int8_student():
     from kdplug.errors import KdplugError
     from kdplug.export import DevSet, ExportReport, _check_drop
@@ -628,6 +659,51 @@ def test_a_trimmed_vocabulary_keeps_every_dev_prediction_and_shrinks_the_table(c
     assert small.tokenizer("zebra")["input_ids"][1] == small.tokenizer.unk_token_id
 
 
+HELD_OUT = ["you saw that book", "the service was quite fine but the food was not", "a different film"]
+
+
+def test_a_trimmed_vocabulary_reports_and_warns_what_held_out_text_loses_and_keeps_a_named_corpus(
+    capsys, tmp_path, runs
+):
+    """The vocabulary is built from the training split (and transfer set, and --vocab-corpus), never
+    from the texts it is checked on: the share of their tokens read as unknown is printed, recorded,
+    and warned about above 1%; a corpus of what the student will serve keeps its words."""
+    sample, corpus = tmp_path / "held-out.txt", tmp_path / "corpus.txt"
+    sample.write_text("\n".join(HELD_OUT) + "\n")
+    corpus.write_text("did you read that book or saw it\nthe service and the food were quite fine but different\n")
+    base = ["export", str(runs["bilstm"]), "--format", "hf", "--trim-vocab", "--sample", str(sample)]
+    assert main([*base, "--max-drop", "100", "--output", str(tmp_path / "narrow")]) == 0
+    out, err = capsys.readouterr()
+    full = kdplug.load_student(runs["bilstm"]).tokenizer
+    narrow = kdplug.load_student(tmp_path / "narrow").tokenizer
+    ids = [i for text in HELD_OUT for i in narrow(text)["input_ids"][1:-1]]
+    share = ids.count(narrow.unk_token_id) / len(ids)
+    assert share > 0.3  # "you", "saw", "that", "book", "service" ... were never in the training split
+    recorded = json.loads((tmp_path / "narrow" / "kdplug_student.json").read_text())["vocabulary"]
+    assert recorded["unknown_after"] == pytest.approx(share) and recorded["unknown_before"] == 0.0
+    assert recorded["measured_on"] == "texts of --sample"
+    assert f"on the texts of --sample (not used to build it) {share * 100:.1f}% of the tokens are unknown" in out
+    assert "warning: the trimmed vocabulary reads" in err and "--vocab-corpus FILE" in err
+    assert main([*base, "--vocab-corpus", str(corpus), "--output", str(tmp_path / "served")]) == 0
+    out, err = capsys.readouterr()
+    served = kdplug.load_student(tmp_path / "served").tokenizer
+    for text in HELD_OUT[1:]:  # every word of these is in the corpus: read as the full vocabulary reads it
+        assert served.convert_ids_to_tokens(served(text)["input_ids"]) == full.convert_ids_to_tokens(
+            full(text)["input_ids"]
+        )
+    assert "warning" not in err and "(0.0% with the full vocabulary)" in out
+    # a floor above the corpus's counts keeps none of its words; options alone are refused before any work
+    assert main([*base, "--vocab-corpus", str(corpus), "--vocab-min-count", "3", "--output", str(tmp_path / "f")]) == 0
+    assert "warning: the trimmed vocabulary reads" in capsys.readouterr().err
+    for argv, message in (
+        (["export", str(runs["bilstm"]), "--format", "hf", "--vocab-corpus", str(corpus)], "go with --trim-vocab"),
+        ([*base, "--vocab-corpus", str(tmp_path / "none.txt")], "--vocab-corpus"),
+        ([*base, "--vocab-min-count", "0"], "1 or more"),
+    ):
+        assert main([*argv, "--output", str(tmp_path / "refused")]) == 2
+        assert message in capsys.readouterr().err and not (tmp_path / "refused").exists()
+
+
 def test_trim_refuses_a_byte_level_bpe_vocabulary(tmp_path):
     from transformers import AutoTokenizer
 
@@ -686,3 +762,31 @@ def test_a_run_can_train_its_student_on_a_trimmed_vocabulary(tmp_path, tiny_bert
         assert student.tokenizer.convert_ids_to_tokens(
             student.tokenizer(text)["input_ids"]
         ) == full.convert_ids_to_tokens(full(text)["input_ids"])
+
+
+def test_a_run_trims_to_its_training_texts_and_a_corpus_and_measures_the_dev_texts_it_held_out(
+    tmp_path, tiny_bert_dir, caplog
+):
+    """trim_vocab during a run: dev is held out of the vocabulary; its unknown share is recorded
+    and warned about; trim_vocab_corpus keeps the words of what the student will serve."""
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN * 2, dev=[(text, 1) for text in HELD_OUT] + SST2_DEV)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("you saw that book\nthe service and the food were quite fine but different\n")
+    shares = {}
+    for name, extra in (("narrow", []), ("served", ["--set", f"trim_vocab_corpus={corpus}"])):
+        tiny = tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(data), trim_vocab=True)
+        caplog.clear()
+        assert main(["run", *tiny, *extra, "--output", str(tmp_path / name)]) == 0
+        vocabulary = json.loads((tmp_path / name / "metrics.json").read_text())["student"]["init"]["vocabulary"]
+        tokenizer = kdplug.load_student(tmp_path / name).tokenizer
+        ids = [i for text, _ in [(t, 1) for t in HELD_OUT] + SST2_DEV for i in tokenizer(text)["input_ids"][1:-1]]
+        assert vocabulary["unknown_after"] == pytest.approx(ids.count(tokenizer.unk_token_id) / len(ids))
+        shares[name] = (vocabulary["unknown_after"], "trimmed vocabulary reads" in caplog.text)
+    assert shares["narrow"][0] > 0.1 and shares["narrow"][1]  # warned
+    assert shares["served"] == (0.0, False)
+    missing = tiny_run_args(teacher=tiny_bert_dir, task="sst2", data_dir=str(data), trim_vocab=True)
+    assert (
+        main(["run", *missing, "--set", f"trim_vocab_corpus={tmp_path / 'none.txt'}", "--output", str(tmp_path / "x")])
+        == 2
+    )
+    assert not (tmp_path / "x").exists()
