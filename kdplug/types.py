@@ -386,7 +386,7 @@ class StepState:
 
     ``labelled`` ``(batch,)`` is True where the example has a gold label (examples of an
     unlabelled transfer set have none); CE-like terms must only count those rows. None means
-    every row is labelled. ``labelled_weight`` (0-d), set when the batch is one process's share of a
+    every row is labelled. ``labelled_weight``, set when the batch is one process's share of a
     global batch that holds labelled rows, scales the CE over this share's labelled rows to its part of
     the global batch's labelled mean (engine/batches.py); such a share without a labelled row still
     gets a CE term (zero), as every process must return the same terms.
@@ -400,7 +400,7 @@ class StepState:
     teacher_head_logits: Optional[torch.Tensor]
     pairs: Optional[ProjectedPairs]
     labelled: Optional[torch.Tensor] = None
-    labelled_weight: Optional[torch.Tensor] = None
+    labelled_weight: Optional[float] = None
 
     def labelled_loss(
         self, task_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], regression: bool = False

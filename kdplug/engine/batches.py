@@ -95,13 +95,13 @@ class ShareCollator:
     def __init__(self, collator: Collator) -> None:
         self.collator = collator
 
-    def __call__(self, data: tuple[Share, list[dict[str, Any]]]) -> dict[str, torch.Tensor]:
+    def __call__(self, data: tuple[Share, list[dict[str, Any]]]) -> dict[str, Any]:
         share, items = data
         batch = self.collator(items)
-        batch["weight"] = torch.tensor(share.weight)
+        batch["weight"] = share.weight  # a float: exact in any dtype the loss is computed in
         if share.labelled:  # CE_r * weight_r, averaged over the processes = sum of CE over labelled / |L|
             mine = 0 if share.filler else int(batch["labelled"].sum())  # integers: exactly 1.0 in one process
-            batch["labelled_weight"] = torch.tensor(mine * share.batch_size / (len(share.indices) * share.labelled))
+            batch["labelled_weight"] = mine * share.batch_size / (len(share.indices) * share.labelled)
         return batch
 
 
