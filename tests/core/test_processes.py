@@ -63,11 +63,18 @@ def test_transfer_sets_a_baseline_and_early_stopping_under_two_processes(tmp_pat
 
 def test_dih_with_a_baseline_killed_under_two_processes_resumes_to_the_end(tmp_path, tiny_bert_dir):
     """DIH's heads, a TinyBERT baseline (its own two stages, per-token signals from a live teacher) and
-    an augmented set; both processes killed in the distillation stage (as a node's loss would), then
-    the run resumed under torchrun: the finished stages are reused, the killed one continues."""
+    an augmented set. A process killed while the set is built is named; then both processes killed in
+    the distillation stage (as a node's loss would), and the run resumed under torchrun: the finished
+    stages are reused, the killed one continues."""
     directory, _ = data(tmp_path)
     argv = ["--student", "bert-2", "--recipe", "dih", "--baseline", "tinybert", "--augment", "teacher-words"]
     argv += ["--set", "augment_factor=2", "--set", "checkpoint_every=2"]
+    # rank 1 SIGKILLed as it joins the transfer set's first exchange (its second: the teacher's dev pass
+    # was the first), where rank 0 waits for it in a broadcast: gloo said "Connection reset by peer"
+    code, log, _ = launch(tmp_path, tiny_bert_dir, directory, "run", *argv, KDPLUG_FAULT_AT="exchange-rank1:2")
+    assert code != 0 and "process rank 1 (pid" in log, log
+    assert "died: it was killed or crashed during building the transfer set; nothing of it was stored" in log, log
+    assert "by peer" not in log and "ShareFailed" not in log, log  # gloo's words, a traceback
     code, log, _ = launch(tmp_path, tiny_bert_dir, directory, "run", *argv, KDPLUG_SIGNAL_AT="distill:1:3")
     assert code != 0 and "distill epoch 1/1" not in log, log
     code, log, metrics = launch(tmp_path, None, None, "run")
