@@ -386,7 +386,10 @@ class StepState:
 
     ``labelled`` ``(batch,)`` is True where the example has a gold label (examples of an
     unlabelled transfer set have none); CE-like terms must only count those rows. None means
-    every row is labelled.
+    every row is labelled. ``labelled_weight``, set when the batch is one process's share of a
+    global batch that holds labelled rows, scales the CE over this share's labelled rows to its part of
+    the global batch's labelled mean (engine/batches.py); such a share without a labelled row still
+    gets a CE term (zero), as every process must return the same terms.
     """
 
     student_logits: torch.Tensor
@@ -397,6 +400,7 @@ class StepState:
     teacher_head_logits: Optional[torch.Tensor]
     pairs: Optional[ProjectedPairs]
     labelled: Optional[torch.Tensor] = None
+    labelled_weight: Optional[float] = None
 
     def labelled_loss(
         self, task_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], regression: bool = False
@@ -407,9 +411,10 @@ class StepState:
         labels = self.labels
         if self.labelled is not None:
             if not bool(self.labelled.any()):
-                return None
+                return None if self.labelled_weight is None else logits.sum() * 0.0
             logits, labels = logits[self.labelled], labels[self.labelled]
-        return task_loss(logits, labels)
+        loss = task_loss(logits, labels)
+        return loss if self.labelled_weight is None else loss * self.labelled_weight
 
 
 # --------------------------------------------------------------------------------------------

@@ -295,12 +295,13 @@ def open_or_build(
                     log.info("teacher cache hit: %s (%s, reused)", root / keys[kind], kind)
             missing = [kind for kind, meta in found.items() if meta is None]
             folder = staging_directory(root, f"{logits_key}.shares") if missing and processes.count > 1 else None
-            processes.broadcast({"missing": missing, "folder": str(folder) if folder else None})
+            order = {"missing": missing, "folder": str(folder) if folder else None}
+            shares.exchange(processes, order, plan.what)
             if missing:
                 metas, computed_by = plan.build(missing, compute, progress, folder)
                 found.update(metas)
     else:
-        order = processes.broadcast(None)
+        order = shares.exchange(processes, None, plan.what)
         missing = order["missing"]
         if missing:
             plan.compute_share(missing, compute, progress, Path(order["folder"]))

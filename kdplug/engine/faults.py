@@ -9,7 +9,9 @@ process's real file-size limit (``RLIMIT_FSIZE``) so that the writes that follow
 full disk or a quota makes them fail. Points: ``checkpoint-write``, ``checkpoint-swap`` (between
 the two renames that put a new checkpoint in place), ``cache-write``, ``teacher-store``,
 ``run-results``, and per rank N of a launch ``teacher-share-rankN`` (a batch of its share of the
-teacher pass) and ``augment-share-rankN`` (an augmented copy of its share). Unset, each costs one dictionary lookup.
+teacher pass), ``augment-share-rankN`` (an augmented copy of its share) and ``exchange-rankN`` (before
+it joins an exchange of the shared work, where the others wait for it in a collective). Unset, each
+costs one dictionary lookup.
 """
 
 from __future__ import annotations

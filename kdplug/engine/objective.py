@@ -171,6 +171,7 @@ class DistillationModule(nn.Module):
                 teacher_head_logits=head_logits,
                 pairs=pairs,
                 labelled=batch.get("labelled"),
+                labelled_weight=batch.get("labelled_weight"),
             )
         )
 

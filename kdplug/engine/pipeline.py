@@ -25,7 +25,7 @@ from ..storage import default_cache_root, raise_as_storage_error, write_failure_
 from ..threads import apply as apply_threads
 from ..threads import choose as choose_threads
 from ..types import Example, StudentCapabilities, Task, capabilities
-from . import faults, interrupt, preflight
+from . import faults, interrupt, preflight, shares
 from .baseline import Baseline, run_baseline
 from .checkpoint import Checkpointer, training_settings
 from .evaluation import Evaluation, evaluate
@@ -77,7 +77,8 @@ def run(
     run_dir = RunDirectory(output)  # the other ranks write nothing in it
     if main_process:
         run_dir = RunDirectory.reopen(output) if resume else RunDirectory.create(output, overwrite=overwrite)
-    process_state().wait_for_everyone()
+    if process_state().num_processes > 1:  # every rank waits for the directory, and learns the others' pids
+        shares.meet(process_state().num_processes)
     handler = run_dir.attach_log() if main_process else None
     say = echo if main_process else _silent
     if not main_process:  # the main process tells the run; the others speak only of trouble

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from ..errors import KdplugError
 from ..storage import write_atomic
+from . import faults
 
 #: a process on another host whose heartbeat is older than this is taken for dead (its pid cannot
 #: be checked); a live process beats every 30 s
@@ -60,15 +62,58 @@ def share(num_items: int, rank: int, count: int, align: int = 1) -> range:
     return range(min(first * align, num_items), min(last * align, num_items))
 
 
-class ShareFailed(RuntimeError):
-    """Another process of the launch died or failed before finishing its share."""
+class ShareFailed(KdplugError, RuntimeError):
+    """Another process of the launch died or failed before finishing its share: its message says
+    which (None: it could not be told) and what to do, on the command line without a traceback (exit 1)."""
 
-    def __init__(self, rank: int, reason: str, what: str) -> None:
-        super().__init__(f"process rank {rank} {reason} during {what}; nothing of it was stored. {AFTER}")
+    def __init__(self, rank: Optional[int], reason: str, what: str) -> None:
+        who = f"process rank {rank}" if rank is not None else "another process of the launch"
+        super().__init__(f"{who} {reason} during {what}; nothing of it was stored. {AFTER}")
         self.rank = rank
 
 
 AFTER = "Run again to compute it from the start (the folder it left is listed by 'kdplug cache clear --stale')."
+
+#: (host, pid) of each rank of this launch, learnt when the run starts (:func:`meet`), to name a
+#: process lost in a collective, of which gloo says only "Connection closed by peer"
+_roster: list[tuple[str, int]] = []
+
+
+def meet(count: int) -> None:
+    """Every process of a launch of ``count``: wait for the others, and learn each one's host and pid."""
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * count
+    dist.all_gather_object(gathered, (socket.gethostname(), os.getpid()))
+    _roster[:] = [tuple(item) for item in gathered]
+
+
+def exchange(processes: Processes, value: Any, what: str) -> Any:
+    """``processes.broadcast(value)``; a process lost during it (killed, crashed) is named as a share's
+    death is, not in the collective library's words."""
+    faults.fire_at(f"exchange-rank{processes.rank}")
+    try:
+        return processes.broadcast(value)
+    except ShareFailed:
+        raise
+    except RuntimeError as exc:  # gloo/NCCL: "Connection closed by peer", "connection reset"
+        raise lost_process(processes.rank, what, exc) from exc
+
+
+def lost_process(rank: int, what: str, error: BaseException, wait: float = 5.0) -> ShareFailed:
+    """The error naming the process of the launch that is gone, found among the ranks on this host
+    (a killed process's connections close before it has exited: it is looked for ``wait`` seconds)."""
+    host = socket.gethostname()
+    deadline = time.monotonic() + wait
+    while _roster:
+        for other, (where, pid) in enumerate(_roster):
+            if other != rank and where == host and not pid_alive(pid):
+                return ShareFailed(other, f"(pid {pid} on {host}) died: it was killed or crashed", what)
+        if time.monotonic() > deadline:
+            break
+        time.sleep(POLL_SECONDS)
+    words = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return ShareFailed(None, f"stopped (the exchange with it failed: {words})", what)
 
 
 class Folder:

@@ -21,7 +21,7 @@ from typing import Any, Optional
 import torch
 from accelerate import Accelerator, PartialState
 from accelerate.state import AcceleratorState
-from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, set_seed
+from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, send_to_device, set_seed
 from torch import nn
 from torch.utils.data import DataLoader
 from transformers import get_linear_schedule_with_warmup
@@ -30,6 +30,7 @@ from ..errors import KdplugError
 from ..progress import human_duration, progress
 from ..types import StageResult, Task
 from . import faults, health, interrupt
+from .batches import ProcessShards, training_loader
 from .cache import TeacherCache
 from .checkpoint import Checkpointer, Progress, restore_rng
 from .data import Collator, EncodedSplit, LengthGroupedBatchSampler, WithTransfer
@@ -67,7 +68,8 @@ def build_accelerator(
         # Python API) may ask for one: its state is dropped (not the process group, PartialState's)
         AcceleratorState._reset_state()
     # split_batches: batch_size is the global batch, whatever the number of processes, so a
-    # multi-GPU run keeps the papers' hyper-parameters (and matches a one-process run)
+    # multi-GPU run keeps the papers' hyper-parameters; the evaluation loaders only: training cuts
+    # its global batches itself (engine/batches.py), as Accelerate drops or repeats a partial one
     return Accelerator(
         mixed_precision=mixed,
         cpu=not torch.cuda.is_available(),
@@ -311,7 +313,11 @@ class Trainer:
         # a stage's randomness depends on the seed and its name only, so a resumed run that
         # skips earlier stages draws the same dropout masks as an uninterrupted one
         set_seed(self.seed + zlib.crc32(plan.name.encode()) % 100_000)
-        loader, sampler = self.loader(train, shuffle=True)
+        _, sampler = self.loader(train, shuffle=True)
+        state = self.accelerator.state
+        loader, shards = training_loader(
+            train, sampler, rank=state.process_index, processes=state.num_processes, num_workers=self.num_workers
+        )
         optimizer = make_optimizer(module, plan.lr, self.weight_decay)
         steps = plan.epochs * len(loader)
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup_ratio * steps), steps)
@@ -323,7 +329,7 @@ class Trainer:
             scheduler.load_state_dict(optimizers["scheduler"])
             pending_rng = (rng, progress.python_rng, progress.numpy_rng)
             log.info("stage %s: resuming at epoch %d, step %d", plan.name, progress.epoch, progress.step)
-        module, optimizer, loader, scheduler = self.accelerator.prepare(module, optimizer, loader, scheduler)
+        module, optimizer, scheduler = self.accelerator.prepare(module, optimizer, scheduler)
         return StageRun(
             plan,
             module,
@@ -331,7 +337,7 @@ class Trainer:
             optimizer,
             scheduler,
             loader,
-            sampler,
+            shards,
             progress,
             best_state,
             pending_rng,
@@ -341,23 +347,19 @@ class Trainer:
     def _train_epoch(self, run: StageRun, epoch: int) -> float:
         """One epoch's steps (the rest of it, for the epoch a resumed stage stopped in); when it started."""
         plan, progress, loader = run.plan, run.progress, run.loader
-        # Both: Accelerate's loader re-sets its sampler's epoch on every iteration (one process),
-        # but does not reach it through its sharding wrapper (several processes)
-        loader.set_epoch(epoch)
-        run.sampler.set_epoch(epoch)
+        skip = progress.step if epoch == progress.epoch else 0
+        run.shards.set_epoch(epoch, skip)
         if hasattr(run.unwrapped.objective, "set_epoch"):  # schedules over epochs, e.g. annealing KD
             run.unwrapped.objective.set_epoch(epoch, plan.epochs)
         run.module.train()
         epoch_started = time.perf_counter()
-        skip = progress.step if epoch == progress.epoch else 0
-        batches = self.accelerator.skip_first_batches(loader, skip) if skip else loader
-        bar = self.progress(batches, len(loader) - skip, f"{plan.name} epoch {epoch}/{plan.epochs}")
+        bar = self.progress(loader, len(loader) - skip, f"{plan.name} epoch {epoch}/{plan.epochs}")
         iterator = iter(bar)
         if run.pending_rng is not None:  # after the iterator exists: creating one may draw random numbers
             restore_rng(*run.pending_rng)
             run.pending_rng = None
         for step, batch in enumerate(iterator, start=skip + 1):
-            terms = self._step(run, batch, epoch, step)
+            terms = self._step(run, send_to_device(batch, self.accelerator.device), epoch, step)
             if self.tracking is not None:
                 at = (epoch - 1) * len(loader) + step
                 self.tracking.log_step(plan.name, at, terms, run.scheduler.get_last_lr()[0])
@@ -454,7 +456,9 @@ class Trainer:
         return path
 
     def _step(self, run: StageRun, batch: dict, epoch: int, step: int) -> dict[str, float]:
-        """One optimizer step on ``batch``; its loss terms (over the global batch)."""
+        """One optimizer step on ``batch``, this process's share of a global batch; the loss terms
+        of the global batch (each share's loss is weighted by its share: engine/batches.py)."""
+        weight = batch.pop("weight")
         teacher = {}
         plan, unwrapped = run.plan, run.unwrapped
         if plan.teacher_cache is not None and unwrapped.needs_teacher:
@@ -477,12 +481,14 @@ class Trainer:
                 f"stage {plan.name!r}, epoch {epoch}, step {step}: the loss is not finite ({values}); {kept}. "
                 f"Lower the learning rate or the temperature and resume or rerun."
             )
-        self.accelerator.backward(loss)
+        self.accelerator.backward(loss * weight)
         run.optimizer.step()
         run.scheduler.step()
         run.optimizer.zero_grad(set_to_none=True)
         if self.accelerator.num_processes > 1:  # log the loss of the global batch, not of this rank's share
-            terms = {key: self.accelerator.reduce(value.detach(), reduction="mean") for key, value in terms.items()}
+            terms = {
+                key: self.accelerator.reduce(value.detach() * weight, reduction="mean") for key, value in terms.items()
+            }
         return {key: float(value.detach()) for key, value in terms.items()}
 
 
@@ -515,7 +521,7 @@ class StageRun:
     optimizer: torch.optim.Optimizer
     scheduler: Any
     loader: Any
-    sampler: LengthGroupedBatchSampler
+    shards: ProcessShards
     progress: Progress
     best_state: Optional[dict] = None
     #: the random states of a resumed stage, restored once its first batch iterator exists

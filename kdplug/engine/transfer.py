@@ -134,7 +134,7 @@ class TransferSet:
 
         what = "tokenising the transfer set"
         if not processes.leads:
-            folder = processes.broadcast(None)
+            folder = shares.exchange(processes, None, what)
             if folder:
                 shared, rows = (
                     shares.Folder(Path(folder), what),
@@ -150,7 +150,7 @@ class TransferSet:
                 if complete_copy(target) is None and processes.count > 1:
                     folder = staging_directory(self.directory.parent, f"{self.key}.{key}.shares")
                     shares.Folder(folder, what).announce(0)
-                processes.broadcast(str(folder) if folder else None)
+                shares.exchange(processes, str(folder) if folder else None, what)
                 if folder is not None:
                     self._encode_shared(target, shares.Folder(folder, what), processes.count, write)
                 elif complete_copy(target) is None:
@@ -363,7 +363,7 @@ def build_or_load(
     store = root / "transfer"
     what = "building the transfer set"
     if not processes.leads:  # rank 0's key: a teacher whose head is drawn anew in each process differs
-        order = processes.broadcast(None)
+        order = shares.exchange(processes, None, what)
         target = store / order["key"]
         if order["folder"]:
             folder = Path(order["folder"])
@@ -394,7 +394,8 @@ def build_or_load(
             leading.enter_context(lead.beating(0))
             if config.augment:
                 augmenting.SharedAugmentation.create(folder)
-        processes.broadcast({"key": key, "folder": str(folder) if folder else None, "augment": bool(config.augment)})
+        order = {"key": key, "folder": str(folder) if folder else None, "augment": bool(config.augment)}
+        shares.exchange(processes, order, what)
         if existing is not None:
             echo(f"transfer set: reusing {existing.directory} ({len(existing)} examples)")
             return _nonempty(existing)

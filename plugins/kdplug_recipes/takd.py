@@ -14,13 +14,15 @@ it instead of training it again. The final link trains the run's student and is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from accelerate.utils import set_seed
+from accelerate import PartialState
+from accelerate.utils import broadcast_object_list, set_seed
 from safetensors.torch import load_model, save_model
 from torch import nn
 
@@ -196,32 +198,50 @@ class TAKD:
         }
 
     def train_or_reuse(self, ctx, teaching, stage: str, model: nn.Module, weights, key: str) -> Path:
-        """Load the link's stored weights into ``model``, or train it and store them."""
+        """Load the link's stored weights into ``model``, or train it and store them. The processes of
+        a launch train the link together: the main one alone holds the lock (another rank waiting on
+        it would leave the main one waiting in training's first collective) and decides for all."""
         directory = ctx.store_directory("takd", key)
-        with file_lock(directory.parent / f"{key}.lock"):
-            found = complete_copy(directory, lambda path: (path / SUMMARY).is_file())
-            problems = verify(found) if found is not None else []
-            if problems:  # a damaged store: keep it aside for inspection, train again
-                log.warning(
-                    "stored TA %s is damaged (%s); moved it to %s and training it again",
-                    found,
-                    "; ".join(problems),
-                    move_aside(found),
-                )
-            elif found is not None:
-                directory = found
-                try:
-                    load_model(model, str(directory / WEIGHTS))
-                    summary = json.loads((directory / SUMMARY).read_text())
-                except Exception as exc:
-                    log.warning("stored TA %s is unreadable (%s); training it again", directory, exc)
-                else:
-                    log.info("%s: reusing the trained TA %s", stage, directory)
-                    ctx.record(stage, **summary, reused=str(directory))
-                    return directory
+        launch = PartialState()
+        lock = file_lock(directory.parent / f"{key}.lock") if launch.is_main_process else contextlib.nullcontext()
+        with lock:
+            found = self.stored(ctx, stage, model, directory) if launch.is_main_process else None
+            if launch.num_processes > 1:
+                found = broadcast_object_list([found])[0]
+            if found is not None:
+                if not launch.is_main_process:
+                    load_model(model, str(found / WEIGHTS))
+                return found
             teaching.train_stage(stage, model, None, weights=weights, epochs=self.ta_epochs, lr=self.ta_lr)
-            store(model, directory, dict(ctx.stage_record(stage)))
+            if launch.is_main_process:
+                store(model, directory, dict(ctx.stage_record(stage)))
+            launch.wait_for_everyone()
         return directory
+
+    @staticmethod
+    def stored(ctx, stage: str, model: nn.Module, directory: Path) -> Optional[Path]:
+        """The intact stored copy of the link, loaded into ``model`` and recorded; None if there is none."""
+        found = complete_copy(directory, lambda path: (path / SUMMARY).is_file())
+        problems = verify(found) if found is not None else []
+        if problems:  # a damaged store: keep it aside for inspection, train again
+            log.warning(
+                "stored TA %s is damaged (%s); moved it to %s and training it again",
+                found,
+                "; ".join(problems),
+                move_aside(found),
+            )
+            return None
+        if found is None:
+            return None
+        try:
+            load_model(model, str(found / WEIGHTS))
+            summary = json.loads((found / SUMMARY).read_text())
+        except Exception as exc:
+            log.warning("stored TA %s is unreadable (%s); training it again", found, exc)
+            return None
+        log.info("%s: reusing the trained TA %s", stage, found)
+        ctx.record(stage, **summary, reused=str(found))
+        return found
 
 
 def store(model: nn.Module, directory: Path, summary: dict) -> None:

@@ -1,4 +1,5 @@
-"""Two processes (torchrun, gloo on CPU) give the one-process result; the teacher cache is built once."""
+"""Two processes (torchrun, gloo on CPU) give the one-process result, whatever the training set's size;
+the teacher cache is built once."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import subprocess
 import sys
 
 import numpy as np
-import torch
 from safetensors.torch import load_file
 
 from kdplug.testing import tiny_run_args
@@ -25,7 +25,9 @@ OPTIONS = tiny_run_args(
     teacher_batch_size=8,
     teacher_options={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
 )
-#: float sums are reduced in another order across two processes; nothing else may differ
+#: float sums are reduced in another order across two processes (each share's loss and gradient are
+#: summed apart, then averaged), nothing else may differ: measured 5.5e-7 on the weights after 2 epochs
+#: of 3 steps; a dropped or repeated partial batch of 5 examples moved them by 3.7e-4
 TOLERANCE = 1e-5
 
 
@@ -67,7 +69,9 @@ def cache_entries(cache):
 
 
 def test_two_processes_match_one(tmp_path, tiny_bert_dir):
-    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN * 4, dev=SST2_DEV * 2)
+    # 45 examples, batches of 8: the one partial batch (5 examples) is trained on once an epoch, as in
+    # one process, though 5 do not split evenly (3 + 2, each share's loss weighted by its part)
+    data = write_sst2(tmp_path / "SST-2", train=(SST2_TRAIN * 4)[:45], dev=SST2_DEV * 2)
     single, _ = run([sys.executable], tiny_bert_dir, data, tmp_path / "one", tmp_path / "cache-one")
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     # rank 1 killed in its share of the teacher pass: the run fails and caches nothing of the pass
@@ -78,10 +82,10 @@ def test_two_processes_match_one(tmp_path, tiny_bert_dir):
     assert (single["processes"], double["processes"]) == (1, 2)
     assert log.count("building the teacher cache") == 2  # train and dev, once each, shared by both ranks
     assert log.count("distill epoch 2/2") == 1  # the main process tells the run, not every rank
-    # each process computed its share of the train split (48 examples: 3 batches of 16) ...
+    # each process computed its share of the train split (45 examples: batches of 16, 16 and 13) ...
     shares = [(r["rank"], r["examples"]) for r in double["teacher"]["cache"]["train"]["computed_by"]]
-    assert shares == [(0, 16), (1, 32)], shares
-    assert "teacher pass over train: 2 processes computed 16 + 32 examples" in log
+    assert shares == [(0, 16), (1, 29)], shares
+    assert "teacher pass over train: 2 processes computed 16 + 29 examples" in log
     # ... and the joined cache is the one-process cache
     one, two = cache_entries(tmp_path / "cache-one"), cache_entries(tmp_path / "cache-two")
     assert sorted(one) == sorted(two) and len(one) == 4  # logits and layers of train and dev
@@ -93,21 +97,6 @@ def test_two_processes_match_one(tmp_path, tiny_bert_dir):
         assert abs(one["train"]["loss"] - two["train"]["loss"]) < TOLERANCE
     weights_one = load_file(str(tmp_path / "one" / "student" / "model.safetensors"))
     weights_two = load_file(str(tmp_path / "two" / "student" / "model.safetensors"))
-    for name, tensor in weights_one.items():
-        torch.testing.assert_close(weights_two[name], tensor, atol=TOLERANCE, rtol=0)
-
-
-def test_a_logit_method_trains_a_student_whose_layer_poolers_it_leaves_unused(tmp_path, tiny_bert_dir):
-    """rkd reads the BiLSTM's last pooled layer only: DDP must not wait for the other poolers'
-    gradients (it failed at the second step with "Expected to have finished reduction")."""
-    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN * 4, dev=SST2_DEV)
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    argv += ["-m", "kdplug.cli", "run", "--teacher", tiny_bert_dir, "--data-dir", str(data), "--task", "sst2"]
-    argv += ["--student", "bilstm", "--projector", "rkd", "--epochs", "1", "--set", "teacher_epochs=1"]
-    argv += ["--set", "allow_weak_teacher=true", "--set", "batch_size=8", "--set", "student_options.hidden_size=16"]
-    argv += ["--set", "measure_speed=false", "--output", str(tmp_path / "run")]
-    env = {**os.environ, "KDPLUG_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    history = json.loads((tmp_path / "run" / "metrics.json").read_text())["stages"]["distill"]["history"]
-    assert len(history) == 1 and history[0]["train"]["loss"] > 0
+    largest = max(float((weights_two[name] - tensor).abs().max()) for name, tensor in weights_one.items())
+    print(f"largest difference of the student's weights, 2 processes vs 1: {largest:.2e}")
+    assert largest <= TOLERANCE

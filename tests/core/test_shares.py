@@ -195,3 +195,32 @@ def test_a_process_on_another_host_is_dead_when_silent_and_alive_while_it_beats(
     (tmp_path / "rank-1.failed").write_text("OSError: disk full")
     with pytest.raises(ShareFailed, match=r"process rank 1 failed \(OSError: disk full\)"):
         folder.check_alive(1)
+
+
+def test_a_process_lost_in_an_exchange_is_named_not_in_the_collective_librarys_words(monkeypatch):
+    """gloo says only "Connection closed by peer" when a process of the launch dies while the others
+    wait for it in a broadcast; the run names it from the ranks' pids learnt at its start."""
+    import signal
+    import socket
+
+    from kdplug.engine import shares
+
+    peer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    monkeypatch.setattr(shares, "_roster", [(socket.gethostname(), os.getpid()), (socket.gethostname(), peer.pid)])
+
+    def broadcast(value):
+        if peer.poll() is None:
+            os.kill(peer.pid, signal.SIGKILL)  # dies during the exchange
+            peer.wait()
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:29500")
+
+    with pytest.raises(ShareFailed) as failed:
+        shares.exchange(Processes(0, 2, broadcast), {"key": "k"}, "building the transfer set")
+    message = str(failed.value)
+    assert failed.value.rank == 1 and f"process rank 1 (pid {peer.pid} on" in message, message
+    assert "died: it was killed or crashed during building the transfer set; nothing of it was stored" in message
+    assert "Connection closed" not in message
+
+    monkeypatch.setattr(shares, "_roster", [])  # not learnt (a launch that never met): said as it is
+    with pytest.raises(ShareFailed, match="another process of the launch stopped .*Connection closed by peer"):
+        shares.exchange(Processes(0, 2, broadcast), None, "building the transfer set")
