@@ -28,7 +28,7 @@ from .errors import (
     UsageError,
     close_matches,
 )
-from .options import Positive, PositiveFloat, Range
+from .options import Positive, PositiveFloat, Range, check_option_values
 from .plugins import hookimpl
 from .storage import (
     StorageError,
@@ -136,6 +136,7 @@ __all__ = [
     "Positive",
     "PositiveFloat",
     "Range",
+    "check_option_values",
     # errors (UsageError and its subclasses exit 2)
     "ConfigError",
     "DataError",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +18,7 @@ from typing import Any, Optional
 import yaml
 
 from .errors import ConfigError, close_matches
+from .options import advice, expected, fits
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 CHECKPOINT_POLICIES = ("best", "last")
@@ -130,9 +131,11 @@ class RunConfig:
             require(getattr(self, key) >= 1, key, "at least 1")
         require(self.epochs is None or self.epochs >= 1, "epochs", "at least 1 (or unset for the student's default)")
         require(self.teacher_epochs is None or self.teacher_epochs >= 0, "teacher_epochs", "0 or more (or unset)")
-        for key in ("head_epochs", "num_workers", "seed"):
+        for key in ("head_epochs", "num_workers"):
             require(getattr(self, key) >= 0, key, "0 or more")
-        require(self.teacher_seed is None or self.teacher_seed >= 0, "teacher_seed", "0 or more")
+        for key in ("seed", "teacher_seed"):  # numpy's seeds are 32-bit
+            value = getattr(self, key)
+            require(value is None or 0 <= value < 2**32, key, "0 or more and below 2**32 (4294967296)")
         require(
             self.threads is None or self.threads >= 1,
             "threads",
@@ -202,43 +205,26 @@ def _unknown_key(key: str, valid: list[str]) -> ConfigError:
 
 
 def _coerce(key: str, value: Any) -> Any:
-    """Check ``value`` against the field type of ``key``; YAML scalars are converted."""
+    """Check ``value`` against the field type of ``key`` (kdplug/options.py, as every component option
+    is checked); a whole number given for a float becomes one, a single path a list of one."""
     hint = _HINTS[key]
-    optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
-    if value is None:
-        if optional:
-            return None
-        raise ConfigError(f"{key} may not be empty")
-    base = next(a for a in typing.get_args(hint) if a is not type(None)) if optional else hint
-    if base is bool and isinstance(value, bool):
-        return value
-    if base is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if base is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, str) and list in (hint, *typing.get_args(hint)):  # a single path is a list of one
+        value = [value]
+    if not fits(value, hint):
+        shown = f"{value!r}" if value is not None else "empty"
+        raise ConfigError(f"{key} must be {expected(hint)}, got {shown} ({type(value).__name__}){advice(value, hint)}")
+    if isinstance(value, int) and not isinstance(value, bool) and float in (hint, *typing.get_args(hint)):
         return float(value)
-    if base is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return str(value)
-    if base is dict and isinstance(value, dict):
-        return dict(value)
-    if base is list and isinstance(value, (list, tuple, str)):  # a single path is a list of one
-        items = [value] if isinstance(value, str) else list(value)
-        if all(isinstance(item, str) for item in items):
-            return items
-    raise ConfigError(f"{key} must be {getattr(base, '__name__', base)}, got {value!r} ({type(value).__name__})")
+    return list(value) if isinstance(value, (list, tuple)) else dict(value) if isinstance(value, dict) else value
 
 
 def parse_value(text: str) -> Any:
-    """A ``--set`` value, read as YAML: ``3`` -> 3, ``1e-5`` -> 1e-05, ``[1,5,9]`` -> list."""
+    """A ``--set`` value, read as YAML: ``3`` -> 3, ``1e-5`` -> 1e-05, ``[1,5,9]`` -> list; text in quotes
+    stays text (``"010"``)."""
     try:
-        value = yaml.load(text, Loader=UniqueKeyLoader)
+        return yaml.load(text, Loader=UniqueKeyLoader)
     except yaml.YAMLError:
         return text
-    if isinstance(value, str):  # YAML 1.1 reads 1e-5 as a string
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
 
 
 def apply(config: RunConfig, values: dict[str, Any], *, source: str) -> RunConfig:
@@ -280,6 +266,14 @@ class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
                 )
             seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.1 reads a number with an exponent but no point (1e-5) as text; YAML 1.2, JSON and Python read a number
+UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
 
 
 def parse_yaml(text: str, where: str) -> Any:

@@ -20,7 +20,18 @@ import typing
 from dataclasses import dataclass
 from typing import Annotated, Any, Optional
 
-__all__ = ["Positive", "PositiveFloat", "Range", "advice", "declared_options", "expected", "fits"]
+from .errors import ConfigError
+
+__all__ = [
+    "Positive",
+    "PositiveFloat",
+    "Range",
+    "advice",
+    "check_option_values",
+    "declared_options",
+    "expected",
+    "fits",
+]
 
 
 @dataclass(frozen=True)
@@ -34,12 +45,14 @@ class Range:
     high_open: bool = False
 
     def __contains__(self, value: Any) -> bool:
+        if not math.isfinite(value):  # inf is no learning rate, temperature or size
+            return False
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
         return self.high is None or (value < self.high if self.high_open else value <= self.high)
 
     def describe(self) -> str:
-        parts = []
+        parts = ["finite"] if self.low is None and self.high is None else []
         if self.low is not None:
             parts.append(f"{'above' if self.low_open else 'at least'} {self.low:g}")
         if self.high is not None:
@@ -47,8 +60,8 @@ class Range:
         return " and ".join(parts) or "any number"
 
 
-#: a count or a size: a whole number, at least 1
-Positive = Annotated[int, Range(1)]
+#: a count or a size: a whole number, at least 1 (and below 2**31, which no size reaches and torch overflows past)
+Positive = Annotated[int, Range(1, 2**31 - 1)]
 #: a rate, a temperature, a scale: a number above 0
 PositiveFloat = Annotated[float, Range(0, low_open=True)]
 
@@ -157,6 +170,26 @@ def advice(value: Any, hint: Any) -> str:
                 else ""
             )
             return f" ({value!r} is text: write the number without quotes{exponent})"
-    if isinstance(value, float) and value.is_integer() and fits(int(value), hint):
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15 and fits(int(value), hint):
         return f" (write {int(value)}, without the point)"
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and fits(str(value), hint):
+        return " (YAML read it as a number: put it in quotes to give it as text)"
     return ""
+
+
+def check_option_values(factory: Any, options: dict[str, Any], *, section: str, owner: str) -> None:
+    """Raise a ConfigError naming the first of ``options`` whose value is not of the type or range
+    ``factory`` declares for it (``section.option of owner must be ...``); undeclared ones pass."""
+    declared = declared_options(factory)
+    for option, value in options.items():
+        hint = declared.get(option)
+        if hint is not None and not fits(value, hint):
+            raise ConfigError(
+                f"{section}.{option} of {owner} must be {expected(hint)}, got {_shown(value)} "
+                f"({type(value).__name__}){advice(value, hint)}"
+            )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from .capabilities import CAPABILITIES, capabilities
 from .errors import AmbiguousNameError, ConfigError, PluginError, UnknownComponentError
 from .hub import is_hub_id
-from .options import advice, declared_options, expected, fits
+from .options import check_option_values
 
 if TYPE_CHECKING:
     from .types import ModelShape
@@ -285,11 +285,5 @@ def _check_options(
             f"{entry.kind} {name!r} ({entry.provider()}): {exc}. Its options are: {', '.join(valid) or '(none)'}; "
             f"set them with --set {section}.NAME=VALUE"
         ) from None
-    declared = declared_options(entry.factory)
-    for option, value in options.items():
-        hint = declared.get(option) if option in bound.arguments else None  # **overrides are not declared
-        if hint is not None and not fits(value, hint):
-            raise ConfigError(
-                f"{section}.{option} of {entry.kind} {name!r} must be {expected(hint)}, got {value!r} "
-                f"({type(value).__name__}){advice(value, hint)}"
-            )
+    named = {option: value for option, value in options.items() if option in bound.arguments}  # not **overrides
+    check_option_values(entry.factory, named, section=section, owner=f"{entry.kind} {name!r}")

@@ -102,9 +102,9 @@ def choose(
     if requested is not None:
         if requested > cores:  # each operation would wait for threads that share a core: 25-40x slower epochs
             raise UsageError(
-                f"--threads {requested}: this process may use {cores} core{'s' * (cores > 1)} (its CPU affinity and "
-                f"cgroup quota), and more threads than cores make every operation wait for the ones sharing a core "
-                f"(an epoch ran 25 to 40 times slower). Use --threads {cores} or less, or leave it unset"
+                f"threads={requested} (--threads): this process may use {cores} core{'s' * (cores > 1)} (its CPU "
+                f"affinity and cgroup quota), and more threads than cores make every operation wait for the ones "
+                f"sharing a core (an epoch ran 25 to 40 times slower). Use --threads {cores} or less, or leave it unset"
             )
         return ThreadChoice(requested, "--threads", cores, load)
     for variable in TORCH_VARIABLES:

@@ -17,6 +17,7 @@ from torch import nn
 
 import kdplug
 from kdplug import hub
+from kdplug.api import check_option_values
 from kdplug.errors import UsageError
 from kdplug.types import LayerSpec, ModelShape, Task, Teacher, TokenSignals, TokenSpec, num_outputs
 
@@ -272,6 +273,8 @@ def _prompted(
             f"teacher option(s) {', '.join(refused)} do not apply to a prompted language model (its labels are the "
             f"verbalizer's); its options are source, {', '.join(PROMPT_OPTIONS)}, trust_remote_code and revision"
         )
+    # the prompt options reach the hf factory as **overrides, past the registry's check of declared options
+    check_option_values(prompted_teacher, prompting, section="teacher_options", owner="a prompted teacher")
     return prompted_teacher(task, source, **prompting, trust_remote_code=trust_remote_code, revision=revision)
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import torch
 from torch import nn
 
+from kdplug.api import Range
 from kdplug.errors import UsageError
 from kdplug.types import LayerSpec, Task, Teacher, TokenSpec
 
@@ -171,7 +172,7 @@ def prompted_teacher(
     shots: Any = 0,
     chat_template: Any = "auto",
     calibrate: Any = False,
-    shots_seed: Optional[int] = None,
+    shots_seed: Optional[Annotated[int, Range(0)]] = None,
     trust_remote_code: bool = False,
     revision: Optional[str] = None,
 ) -> Teacher:

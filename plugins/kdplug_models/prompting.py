@@ -194,9 +194,13 @@ def _content_free(calibrate: Any) -> tuple[str, ...]:
         return ()
     if calibrate is True:
         return CONTENT_FREE
-    if isinstance(calibrate, str):
-        return (calibrate,)
-    if isinstance(calibrate, Sequence) and calibrate and all(isinstance(text, str) for text in calibrate):
+    if isinstance(calibrate, str):  # "no" in quotes is text, which Python takes as true: never a content-free input
+        raise UsageError(
+            f"teacher_options.calibrate must be true or false (written without quotes) or a list of content-free "
+            f"inputs, got the text {calibrate!r}; for one content-free input of your own, write it as a list: "
+            f"--set 'teacher_options.calibrate=[{calibrate!r}]'"
+        )
+    if isinstance(calibrate, (list, tuple)) and calibrate and all(isinstance(text, str) for text in calibrate):
         return tuple(calibrate)
     raise UsageError(
         f"teacher_options.calibrate must be true (content-free inputs {list(CONTENT_FREE)}), false, or a list of "

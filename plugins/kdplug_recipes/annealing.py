@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Optional
+from typing import Annotated, Optional
 
 import torch
 from torch import nn
 
 import kdplug
-from kdplug.api import Positive, PositiveFloat
+from kdplug.api import Positive, PositiveFloat, Range
 from kdplug.errors import ConfigError
 from kdplug.types import StepState
 
@@ -91,7 +91,11 @@ class Annealing:
     reads_teacher_layers = False  # the teacher's logits only: its cache holds no layer vectors
 
     def __init__(
-        self, e1: Positive = 10, e2: Positive = 3, tau_max: Positive = 10, phase2_lr: Optional[PositiveFloat] = None
+        self,
+        e1: Positive = 10,
+        e2: Annotated[int, Range(0)] = 3,
+        tau_max: Positive = 10,
+        phase2_lr: Optional[PositiveFloat] = None,
     ) -> None:
         for name, value, least in (("e1", e1, 1), ("e2", e2, 0), ("tau_max", tau_max, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:

@@ -152,5 +152,68 @@ def test_more_threads_than_cores_is_refused_before_any_work(capsys, tmp_path, ti
     cores = usable_cores()
     code, _, err = run(capsys, *tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / "run", "--threads", "1000"))
     assert code == 2, err
-    assert f"--threads 1000: this process may use {cores} core" in err and f"Use --threads {cores} or less" in err
+    assert (
+        f"threads=1000 (--threads): this process may use {cores} core" in err
+        and f"Use --threads {cores} or less" in err
+    )
     assert not (tmp_path / "run").exists()
+
+
+# -- found by trying it as an unlucky user would ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [("1e-5", 1e-5), ("1E5", 1e5), ("-2e3", -2000.0), ('"010"', "010"), ("'1e-5'", "1e-5"), ("1e", "1e")],
+)
+def test_a_set_value_is_read_as_yaml_12_reads_it_and_text_in_quotes_stays_text(text, value):
+    from kdplug.config import parse_value
+
+    assert parse_value(text) == value and type(parse_value(text)) is type(value)
+
+
+def test_a_configuration_files_exponent_is_a_number_and_text_keys_refuse_numbers(tmp_path):
+    from kdplug.config import build_config
+
+    (tmp_path / "run.yaml").write_text("lr: 1e-5\nprojector_options: {attention_temperature: 2e0}\n")
+    config = build_config(file=str(tmp_path / "run.yaml"))
+    assert config.lr == 1e-5 and config.projector_options == {"attention_temperature": 2.0}
+    with pytest.raises(ConfigError, match=r"output must be text, or null, got 8 \(int\) \(YAML read it as a number"):
+        build_config(overrides=["output=010"])  # YAML 1.1's octal: it wrote into ./8
+    assert build_config(overrides=["output='010'"]).output == "010"
+    with pytest.raises(ConfigError, match=r"epochs must be a whole number, or null, got 2.0 \(float\) \(write 2,"):
+        build_config(overrides=["epochs=2.0"])
+    with pytest.raises(ConfigError, match=r"seed must be 0 or more and below 2\*\*32"):
+        build_config(overrides=["seed=1000000000000000000000"])
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"phase2_lr": float("inf")}, "recipe_options.phase2_lr of recipe 'annealing' must be a number above 0"),
+        ({"e2": -1}, "recipe_options.e2 of recipe 'annealing' must be a whole number at least 0"),
+    ],
+)
+def test_infinite_and_out_of_range_values_are_refused(options, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        process_registry().check_options("recipe", "annealing", **options)
+    process_registry().check_options("recipe", "annealing", e2=0)  # 0 skips phase 2 (docs/recipes.md)
+
+
+def test_a_huge_size_is_refused_with_a_short_message():
+    with pytest.raises(ConfigError) as raised:
+        process_registry().check_options("student", "bilstm", None, None, hidden_size=10**30)
+    assert "at most 2.14748e+09" in str(raised.value) and len(str(raised.value)) < 200
+    with pytest.raises(ConfigError) as raised:
+        process_registry().check_options("student", "bilstm", None, None, hidden_size=1e308)
+    assert "without the point" not in str(raised.value) and len(str(raised.value)) < 200
+
+
+@pytest.mark.parametrize("calibrate", ["no", "false", "off"])
+def test_calibrate_given_as_text_is_refused_not_used_as_a_content_free_input(calibrate):
+    from kdplug.errors import UsageError
+    from kdplug_models.prompting import _content_free
+
+    with pytest.raises(UsageError, match=f"calibrate must be true or false .* got the text '{calibrate}'"):
+        _content_free(calibrate)
+    assert _content_free([calibrate]) == (calibrate,)  # one content-free input of the user's own, as a list
