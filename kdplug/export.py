@@ -420,9 +420,11 @@ def _check_drop(
         lost, measure = (1.0 - (report.agreement or 0.0)) * 100, "agreement with the fp32 student (no gold labels)"
     fix = " or ".join(option for option, name in (("--quantize", INT8), ("--trim-vocab", "trimmed")) if name in what)
     if lost > max_drop and not allow_drop:
+        why = f" With the trimmed vocabulary, {report.coverage.describe()}." if report.coverage is not None else ""
         raise ExportMismatchError(
-            f"the {what} student loses {lost:.2f} points of {measure} (--max-drop {max_drop:g}); nothing was written. "
-            f"Keep it anyway with --allow-drop, or export without {fix}"
+            f"the {what} student loses {lost:.2f} points of {measure} (--max-drop {max_drop:g}); nothing was written."
+            f"{why} Keep it anyway with --allow-drop, or export without {fix}"
+            + (", or name a corpus of the texts it will serve with --vocab-corpus FILE" if why else "")
         )
 
 
