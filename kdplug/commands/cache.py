@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..engine.stores import sections
+from ..engine.stores import SECTIONS, sections
 from ..errors import UsageError
 from ..plugins import PluginManager
 
@@ -115,23 +115,29 @@ def _cache_info(directory: Path) -> str:
 NOT_OURS = "left alone: not written by kdplug"
 
 
-def written_by_kdplug(kind: str, paths: list[Path]) -> bool:
-    """Whether the files of one key are an entry kdplug wrote, by its own records: a folder with the
-    checksums :func:`~kdplug.storage.atomic_directory` writes (or, for teacher outputs, the metadata
-    naming its own key), or a file with the JSON record kdplug writes beside it (teacher heads).
-    Anything else (a model folder a user keeps there, a file dropped in) is not touched."""
-    from ..engine.cache import read_meta
-    from ..storage import CHECKSUMS_FILE
+#: the key of an entry of the engine's own kinds: a fingerprint (kdplug/fingerprint.py), in hexadecimal
+KEY = re.compile(r"[0-9a-f]{16,64}")
 
+
+def written_by_kdplug(kind: str, paths: list[Path]) -> bool:
+    """Whether the files of one key are an entry kdplug wrote, by its own records: in the engine's kinds
+    a fingerprint for a name, and a folder whose checksums (written by
+    :func:`~kdplug.storage.atomic_directory`) name exactly its files (or, for teacher outputs, the metadata
+    naming its own key), or a teacher head's file with the JSON record kdplug writes beside it. Anything
+    else (a model folder or a student package a user keeps there, a file dropped in) is not touched."""
+    from ..engine.cache import read_meta
+
+    key = paths[0].name.split(".")[0]
+    if kind in SECTIONS and not KEY.fullmatch(key):
+        return False
     if len(paths) == 1 and paths[0].is_dir() and not paths[0].is_symlink():
         folder = paths[0]
         if kind == "teacher-cache":
             meta = read_meta(folder)
             return meta is not None and meta.fingerprint == folder.name
-        return (folder / CHECKSUMS_FILE).is_file()
-    if any(path.is_symlink() or not path.is_file() for path in paths) or len(paths) < 2:
+        return _checksums_name_its_files(folder)
+    if kind != "heads" or len(paths) < 2 or any(path.is_symlink() or not path.is_file() for path in paths):
         return False
-    key = paths[0].name.split(".")[0]
     record = next((path for path in paths if path.name == f"{key}.json"), None)
     try:
         return record is not None and isinstance(json.loads(record.read_text(encoding="utf-8")), dict)
@@ -139,15 +145,27 @@ def written_by_kdplug(kind: str, paths: list[Path]) -> bool:
         return False
 
 
+def _checksums_name_its_files(folder: Path) -> bool:
+    """A checksum record that names every file of ``folder`` and no other (an empty or forged one does not)."""
+    from ..storage import CHECKSUMS_FILE, recorded_checksums
+
+    sums = recorded_checksums(folder)
+    files = {str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file() or path.is_symlink()}
+    return bool(sums) and set(sums) == files - {CHECKSUMS_FILE}
+
+
 def _leftover(path: Path, stale: set[Path]) -> Optional[Item]:
     """A staging file or folder, a damaged copy set aside or a previous copy (kdplug's own names)."""
-    from ..storage import DAMAGED_SUFFIX, PREVIOUS_SUFFIX, is_staging_name
+    from ..storage import DAMAGED_SUFFIX, PREVIOUS_SUFFIX, STAGING_PREFIX, is_staging_name
 
     name = path.name
     if path.is_symlink():
         return None
+    kind, key = path.parent.name, name.removeprefix(STAGING_PREFIX).split(".")[0]
+    if kind in SECTIONS and not KEY.fullmatch(key):  # kdplug's leftovers carry the key they were written for
+        return None
     damaged = path.is_dir() and re.search(rf"{re.escape(DAMAGED_SUFFIX)}-\d{{8}}-\d{{6}}$", name) is not None
-    previous = name.endswith(PREVIOUS_SUFFIX) and written_by_kdplug(path.parent.name, [path])
+    previous = name.endswith(PREVIOUS_SUFFIX) and written_by_kdplug(kind, [path])
     if not (damaged or previous or is_staging_name(name)):
         return None
     leftover = path in stale or damaged or previous
@@ -293,6 +311,8 @@ def _tidy(directory: Path) -> None:
 
     for lock in directory.glob("*.lock"):
         if lock.is_symlink() or not lock.is_file() or lock.stat().st_size:  # kdplug's cache locks are empty files
+            continue
+        if directory.name in SECTIONS and not KEY.fullmatch(lock.name.removesuffix(".lock")):  # a user's file
             continue
         with open(lock, "a+") as handle:
             try:

@@ -71,6 +71,41 @@ def test_an_unknown_kind_is_a_usage_error_naming_the_kinds(manager, tmp_path):
         cache_command(manager, tmp_path, "clear", kind="linkz")
 
 
+def test_what_only_looks_like_kdplugs_is_left_alone(capsys, tmp_path):
+    """Found by trying: a student package a user keeps under teachers/ (its checksum file is kdplug's), a
+    forged or empty checksum record, a file and a JSON note of one name, a folder named like a staging or
+    damaged copy, an empty .lock of the user's: none of them is an entry, so none is removed."""
+    import os
+    import time
+
+    from kdplug.storage import write_checksums
+
+    root = tmp_path / "cache"
+    for kind in ("teachers", "heads"):  # a package kdplug wrote elsewhere, copied here by its user
+        package = root / kind / "my-kept-model"
+        package.mkdir(parents=True)
+        (package / "config.json").write_text("{}")
+        write_checksums(package)
+    forged = root / "transfer" / ("d" * 32)
+    forged.mkdir(parents=True)
+    (forged / "kdplug_checksums.json").write_text("{}")
+    (forged / "data.txt").write_text("mine")
+    (root / "teachers" / "mydata.csv").write_text("my,data\n")
+    (root / "teachers" / "mydata.json").write_text('{"note": "mine"}')
+    for name in (".staging-backup.20261127", "photos.damaged-20250101-120000"):
+        (root / "transfer" / name).mkdir()
+        (root / "transfer" / name / "thesis.tex").write_text("mine")
+        old = time.time() - 2 * 86400
+        os.utime(root / "transfer" / name, (old, old))
+    (root / "transfer" / "empty-user.lock").write_text("")
+    users = files_below(root)
+
+    assert kdplug_cache(capsys, "clear", "--stale", "--cache-dir", root)[0] == 0
+    code, out, _ = kdplug_cache(capsys, "clear", "--cache-dir", root)
+    assert code == 0 and "removed" not in out.replace("removed 0", "")
+    assert files_below(root) == users
+
+
 def kdplug_cache(capsys, *argv):
     code = main(["cache", *map(str, argv)])
     captured = capsys.readouterr()
