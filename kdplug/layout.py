@@ -53,6 +53,9 @@ RUN_ENTRIES = (
     TRACKING_DIR,
 )
 
+#: those of :data:`RUN_ENTRIES` that are folders (the others are files)
+RUN_FOLDERS = (STUDENT_DIR, CHECKPOINT_DIR, TRACKING_DIR)
+
 SEEDS_FILE = "seeds.json"
 SEED_DIR_PREFIX = "seed-"
 SWEEP_FILE = "sweep.yaml"

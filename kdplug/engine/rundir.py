@@ -32,6 +32,7 @@ from ..layout import (
     METRICS_FILE,
     PREDICTIONS_FILE,
     RUN_ENTRIES,
+    RUN_FOLDERS,
 )
 from ..storage import WriterLock, check_directory_path, open_own_file, write_atomic
 from ..version import __version__
@@ -57,7 +58,17 @@ def is_completed(path: Path) -> bool:
 
 
 def remove_run_entries(path: Path) -> None:
-    """Delete what a run wrote in ``path`` (and nothing else)."""
+    """Delete what a run wrote in ``path`` (and nothing else): a folder where a run writes a file, or a
+    file where it writes a folder, is not the run's, and stops the removal before anything goes."""
+    for name in RUN_ENTRIES:
+        entry = path / name
+        if entry.is_symlink() or not entry.exists() or entry.is_dir() == (name in RUN_FOLDERS):
+            continue
+        what = "a folder" if entry.is_dir() else "a file"
+        raise UsageError(
+            f"{entry} is {what}, where a run writes {'a folder' if name in RUN_FOLDERS else 'a file'}: kdplug did not "
+            f"write it and will not delete it. Move it away, or choose another --output"
+        )
     for name in RUN_ENTRIES:
         if name == LOCK_FILE:  # held by this process now: removing it would let another take a second one
             continue

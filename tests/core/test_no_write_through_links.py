@@ -65,6 +65,19 @@ def test_a_directory_in_the_locks_place_is_a_usage_error(capsys, tmp_path, finis
     assert "Traceback" not in err
 
 
+def test_a_folder_in_the_place_of_a_runs_file_is_never_deleted_by_overwrite(
+    capsys, tmp_path, finished_run, tiny_bert_dir, data
+):
+    run_dir = a_copy(finished_run, tmp_path)
+    (run_dir / "log.txt").unlink()
+    (run_dir / "log.txt").mkdir()
+    (run_dir / "log.txt" / "notes").write_text("mine")
+    code, _, err = run(capsys, *tiny_argv(tiny_bert_dir, data, run_dir), "--overwrite")
+    assert code == 2 and f"{run_dir / 'log.txt'} is a folder, where a run writes a file" in err, err
+    assert (run_dir / "log.txt" / "notes").read_text() == "mine"
+    assert (run_dir / "metrics.json").is_file()  # nothing of the earlier run was removed either
+
+
 # -- predict's staging file -----------------------------------------------------------------------
 
 
