@@ -222,8 +222,9 @@ def check_output_file(target: Path, overwrite: bool) -> None:
     directory that accepts new files."""
     if target.is_dir():
         raise UsageError(f"--output {target} is a directory; name a file in it, e.g. {target / 'predictions.tsv'}")
-    if target.exists() and not overwrite:
-        raise UsageError(f"--output {target} exists; choose another file or pass --overwrite to replace it")
+    if (target.exists() or target.is_symlink()) and not overwrite:  # a dangling link is the user's too
+        what = "exists" if target.exists() else "is a symbolic link (to nothing)"
+        raise UsageError(f"--output {target} {what}; choose another file or pass --overwrite to replace it")
     if not target.parent.is_dir():
         what = "is a file, not a directory" if target.parent.exists() else "does not exist"
         raise UsageError(f"the directory of --output {target}, {target.parent}, {what}")

@@ -121,6 +121,16 @@ def test_predict_never_touches_a_users_file_named_like_its_staging_file(capsys, 
     assert sorted(p.name for p in output.parent.iterdir()) == [".staging-predictions.tsv", "predictions.tsv"]
 
 
+def test_predict_refuses_a_dangling_link_as_output_without_overwrite(capsys, tmp_path, finished_run):
+    (tmp_path / "in.txt").write_text("a fine film\n")
+    (tmp_path / "out.tsv").symlink_to(tmp_path / "nowhere")
+    code, _, err = run(
+        capsys, "predict", finished_run, "--input", tmp_path / "in.txt", "--output", tmp_path / "out.tsv"
+    )
+    assert code == 2 and "is a symbolic link (to nothing); choose another file or pass --overwrite" in err, err
+    assert (tmp_path / "out.tsv").is_symlink()
+
+
 def test_a_written_file_replaces_a_link_and_leaves_its_target(tmp_path):
     from kdplug.storage import write_atomic
 
