@@ -83,7 +83,7 @@ def _config_for_task(
     wanted = num_labels if num_labels is not None else num_outputs(task)
     is_classifier = any(name.endswith("ForSequenceClassification") for name in config.architectures or ())
     head_fits = is_classifier and config.num_labels == wanted
-    config.update(overrides)
+    _update(config, overrides, what)
     if not head_fits:
         config.num_labels = wanted
         if not task.is_regression and len(task.labels) == wanted:
@@ -92,6 +92,36 @@ def _config_for_task(
     config.output_hidden_states = True
     config.problem_type = "regression" if task.is_regression else "single_label_classification"
     return config, is_classifier, head_fits
+
+
+_WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
+
+
+def _update(config: Any, overrides: dict[str, Any], what: str) -> None:
+    """Set ``overrides`` on ``config``, each of the type of the attribute it replaces (a config's own
+    attributes declare no types kdplug's option check can read: 2.5 layers failed deep in transformers)."""
+    for key, value in overrides.items():
+        current = getattr(config, key, None)
+        kind = type(current)
+        if current is None or value is None or kind not in _WORDS:
+            continue
+        fits = (
+            isinstance(value, bool)
+            if kind is bool
+            else isinstance(value, kind) and not isinstance(value, bool)
+            if kind in (int, str)
+            else isinstance(value, (int, float)) and not isinstance(value, bool)
+        )
+        if not fits:
+            raise UsageError(
+                f"{what}_options.{key} must be {_WORDS[kind]}, as the checkpoint's {type(config).__name__} has it "
+                f"({current!r}), got {value!r} ({type(value).__name__})"
+            )
+    try:
+        config.update(overrides)
+    except (TypeError, ValueError) as exc:  # a value the config itself refuses
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UsageError(f"{what}_options: {type(config).__name__} refuses {overrides}: {reason}") from None
 
 
 def checkpoint_shape(
@@ -109,7 +139,7 @@ def checkpoint_shape(
 
     load_options = {"trust_remote_code": trust_remote_code, **({"revision": revision} if revision else {})}
     config = load_pretrained(AutoConfig, os.path.expanduser(str(source)), what, **load_options)
-    config.update({key: value for key, value in overrides.items() if hasattr(config, key)})
+    _update(config, {key: value for key, value in overrides.items() if hasattr(config, key)}, what)
     layers, width = getattr(config, "num_hidden_layers", None), getattr(config, "hidden_size", None)
     if getattr(config, "is_encoder_decoder", False) or not _positive(layers) or not _positive(width):
         return None

@@ -217,3 +217,11 @@ def test_calibrate_given_as_text_is_refused_not_used_as_a_content_free_input(cal
     with pytest.raises(UsageError, match=f"calibrate must be true or false .* got the text '{calibrate}'"):
         _content_free(calibrate)
     assert _content_free([calibrate]) == (calibrate,)  # one content-free input of the user's own, as a list
+
+
+def test_an_attribute_of_a_checkpoints_config_keeps_its_type(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    argv = tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / "run", "--set", "teacher_options.num_hidden_layers=2.5")
+    code, _, err = run(capsys, *argv, "--dry-run")
+    assert code == 2, err
+    assert "teacher_options.num_hidden_layers must be a whole number, as the checkpoint's BertConfig has it" in err
+    assert "Traceback" not in err
