@@ -9,6 +9,12 @@ from pathlib import Path
 
 import pytest
 
+# huggingface_hub reads HF_HUB_OFFLINE once, when it is imported: set after that (as the fixture below
+# does), a hub name still went to the network and waited out its retries (about 45 s a load here)
+os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
+if "huggingface_hub" in sys.modules:
+    sys.modules["huggingface_hub"].constants.HF_HUB_OFFLINE = True
+
 from kdplug.testing.contracts import TINY_SST2_DEV, TINY_SST2_TRAIN, write_tiny_sst2
 from kdplug.testing.tiny import make_tiny_bert
 
