@@ -175,10 +175,19 @@ def _table_lines(lines: list[list[Any]], fmt: str) -> str:
     """Rows as Python's csv module (and pandas, and spreadsheets) read them back to the same texts: a
     field holding the delimiter, a quote or a line break is quoted, its quotes doubled; a backslash
     is an ordinary character. TSV too: a text with a tab or a line break cannot be written otherwise."""
+    # The writer quotes a lone "\r" only when its line terminator holds one, and readers end a row at
+    # it: so rows are written ending "\r\n" (every "\r" in a field quoted), then end in "\n" alone.
     buffer = io.StringIO()
-    writer = csv.writer(buffer, delimiter="\t" if fmt == "tsv" else ",", lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
-    writer.writerows(lines)
-    return buffer.getvalue()
+    writer = csv.writer(
+        buffer, delimiter="\t" if fmt == "tsv" else ",", lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL
+    )
+    rows = []
+    for values in lines:
+        buffer.seek(0)
+        buffer.truncate()
+        writer.writerow(values)
+        rows.append(buffer.getvalue()[:-2] + "\n")
+    return "".join(rows)
 
 
 @contextlib.contextmanager

@@ -36,12 +36,14 @@ def finetune_key(
     teacher: Teacher, task: Task, train: EncodedSplit, dev: dict[str, EncodedSplit], settings: dict[str, Any]
 ) -> str:
     """What a fine-tuned teacher depends on: base weights, tokenizer, training data, the dev data
-    its best epoch is chosen on, and the settings."""
+    its best epoch is chosen on, and the settings. The label names too: a teacher is saved with them,
+    and two data sets with the same texts and label indices but other names are different tasks."""
     return fingerprint.of_values(
         "teacher-finetune",
         fingerprint.of_module(teacher.model),
         fingerprint.of_tokenizer(teacher.tokenizer),
         task.name,
+        list(task.labels),
         fingerprint.of_token_ids(train.input_ids),
         fingerprint.of_values(train.labels),
         {
