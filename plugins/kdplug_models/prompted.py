@@ -187,6 +187,9 @@ def prompted_teacher(
     chosen = draw_shots(train, spec.shots, torch.initial_seed() if shots_seed is None else shots_seed)
     encoder = PromptEncoder(tokenizer, spec, [train[i] for i in chosen], chat=chat)
     model = PromptedLM(lm, _verbalizer_ids(encoder, spec, task.is_pair), tokenizer.pad_token_id).eval()
+    encoder.positions = getattr(lm.config, "max_position_embeddings", None) or getattr(lm.config, "n_positions", None)
+    encoder.longest_label = int(model.verbalizer_lengths.max())
+    encoder.check_fits(len(encoder.prompt_ids("", "" if task.is_pair else None)))  # the template and shots alone
     if spec.content_free:
         model.calibrate(encoder, spec.content_free, task.is_pair)
     record = {

@@ -228,6 +228,9 @@ class PromptEncoder:
         self.tokenizer, self.spec, self.chat = tokenizer, spec, chat
         self.context = "".join(spec.shot(example) + SHOT_SEPARATOR for example in shots)
         self.pad_token_id = tokenizer.pad_token_id
+        #: the model's positions and its longest label's tokens, once known (prompted_teacher sets them)
+        self.positions: Optional[int] = None
+        self.longest_label = 0
         #: what changes the ids beyond the tokenizer (the transfer set's stored encodings are keyed by it)
         self.kdplug_fingerprint = hashlib.sha256(
             json.dumps([spec.as_dict(), self.context, chat], sort_keys=True).encode()
@@ -261,7 +264,20 @@ class PromptEncoder:
         pairs = list(text_pairs) if text_pairs is not None else [None] * len(texts)
         if truncation and max_length is not None:
             texts, pairs = self.truncated(list(texts), pairs, max_length)
-        return {"input_ids": [self.prompt_ids(text, text_b) for text, text_b in zip(texts, pairs)]}
+        ids = [self.prompt_ids(text, text_b) for text, text_b in zip(texts, pairs)]
+        self.check_fits(max(map(len, ids), default=0))
+        return {"input_ids": ids}
+
+    def check_fits(self, prompt_tokens: int) -> None:
+        """A prompt whose label would fall past the model's positions is refused: a model reads positions it
+        was never trained on silently (Llama's rotary ones) or fails deep inside (GPT-2's table)."""
+        if self.positions is None or prompt_tokens + self.longest_label <= self.positions:
+            return
+        raise UsageError(
+            f"teacher_options.prompt: a prompt of {prompt_tokens} tokens (the template, {self.spec.shots} shot(s) "
+            f"and the example's text) and a label of {self.longest_label} take more than the model's "
+            f"{self.positions} positions; shorten the prompt, use fewer shots, or lower max_length"
+        )
 
     def truncated(
         self, texts: list[str], pairs: list[Optional[str]], max_length: int

@@ -442,3 +442,19 @@ def test_a_weak_prompted_teacher_is_not_told_to_set_what_is_set(models, tmp_path
     assert "The teacher is not worth distilling" in err
     assert "calibrate=true" not in err and "shots=4" not in err and "finetuned" not in err
     assert "show it more examples than its 1: --set teacher_options.shots=2" in err
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_prompt_past_the_models_positions_is_refused(models, family):
+    """Found by trying: Llama read positions it was never trained on without a word, GPT-2 failed with an
+    IndexError deep in its position table."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(models[family])
+    positions = getattr(config, "max_position_embeddings", None) or config.n_positions
+    huge = "word " * (positions + 10) + TEMPLATE
+    with pytest.raises(kdplug.UsageError, match=f"take more than the model's {positions} positions"):
+        kdplug.create_teacher("hf", TinyTask(), source=models[family], prompt=huge, verbalizer=VERBALIZER)
+    teacher = kdplug.create_teacher("hf", TinyTask(), source=models[family], prompt=TEMPLATE, verbalizer=VERBALIZER)
+    with pytest.raises(kdplug.UsageError, match="shorten the prompt, use fewer shots, or lower max_length"):
+        teacher.encoder(["word " * (positions + 10)], truncation=False)
