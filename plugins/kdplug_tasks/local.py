@@ -371,17 +371,19 @@ class _ExampleReader:
                 )
             return value
         text = label_text(value)
-        alike = [label for label in self.label_set if label.casefold() == text.casefold()]
         return label_index(
-            text,
-            self.label_set,
-            column=self.label_column,
-            path=path,
-            line=line,
-            hint=f"It differs from {alike[0]!r} only in case: write it as {alike[0]!r}."
-            if alike
-            else f"The label set was {self.declared}; fix the label, or {self.declare_all(text)}",
+            text, self.label_set, column=self.label_column, path=path, line=line, hint=self.unknown_hint(text)
         )
+
+    def unknown_hint(self, text: str) -> str:
+        """How to fix a label ``text`` outside the label set: a known label spelt another way is named."""
+        number = _number(text)
+        for label in self.label_set:
+            if label.casefold() == text.casefold():
+                return f"It differs from {label!r} only in case: write it as {label!r}."
+            if number is not None and _number(label) == number:
+                return f"It is the number {label!r} written another way: write it as {label!r}."
+        return f"The label set was {self.declared}; fix the label, or {self.declare_all(text)}"
 
 
 @kdplug.hookimpl

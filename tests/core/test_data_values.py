@@ -250,6 +250,13 @@ def test_labels_that_are_one_number_written_two_ways_are_refused_with_their_coun
     assert f"'1.0' (2 examples, first on line {ones[-2] + 2})" in err, err
     assert "e.g. every '1.0' as '1'" in err and """task_options.labels=["0", "1", "1.0"]""" in err, err
     assert_refused_before_the_teacher(tmp_path / "run")
+    # a dev label that is a training label's number written another way is named as such
+    write_table(data / "train.csv", ("text", "label"), SST2_TRAIN)
+    write_table(data / "dev.csv", ("text", "label"), [*SST2_DEV, (SST2_DEV[0][0], "1.0")])
+    code = kdplug_run(tiny_bert_dir, data, tmp_path / "run")
+    err = capsys.readouterr().err
+    assert code == 2 and f"dev.csv, line {len(SST2_DEV) + 2}" in err, err
+    assert "It is the number '1' written another way: write it as '1'." in err, err
 
 
 def test_an_empty_label_is_refused_with_its_line(capsys, tmp_path, tiny_bert_dir):
