@@ -15,6 +15,7 @@ brings its label names.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 from array import array
@@ -244,7 +245,7 @@ def _label_set(
 
 def _check_found_labels(label_set: tuple[str, ...], table: RecordTable, columns: dict, train_file: str) -> None:
     """Labels read from the training file that are a mistake far more often than a class: a column's
-    name (a header line of another file), and labels that differ only in case."""
+    name (a header line of another file), an empty label, and labels spelt two ways (case, number)."""
     names = [label for label in label_set if label in columns.values()]
     if names:
         raise DataError(
@@ -254,11 +255,42 @@ def _check_found_labels(label_set: tuple[str, ...], table: RecordTable, columns:
             path=train_file,
             line=_label_lines(table)[names[0]][1],
         )
-    label_column = columns["label"]
-    by_case: dict[str, list[str]] = {}
+    if "" in label_set:
+        count, line = _label_lines(table)[""]
+        raise DataError(
+            f"the label in column {columns['label']!r} is empty ({_examples(count)} without one, the first on this "
+            f"line): an empty label would be a class of its own. Write each example's label, or delete the "
+            f"examples that have none.",
+            path=train_file,
+            line=line,
+        )
+    for how, spelling_key, alike in (
+        ("differ only in case", str.casefold, "e.g. all lower-case"),
+        ("are one number written two ways", _number, "e.g. every {others} as {first}"),
+    ):
+        _refuse_spellings(how, spelling_key, alike, label_set, table, columns["label"], train_file)
+
+
+def _number(label: str) -> Optional[float]:
+    """The finite number ``label`` spells (``1``, ``1.0`` and ``1e0`` alike), if it spells one."""
+    try:
+        value = float(label)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _refuse_spellings(
+    how: str, spelling_key, alike: str, label_set: tuple[str, ...], table: RecordTable, label_column: str, path: str
+) -> None:
+    """Refuse labels that ``spelling_key`` takes for one: a class written two ways, far more often than two
+    classes. ``alike`` is the advice on writing them alike, given the first clash's ``first`` and ``others``."""
+    by_key: dict[Any, list[str]] = {}
     for label in label_set:
-        by_case.setdefault(label.casefold(), []).append(label)
-    clashes = [spellings for spellings in by_case.values() if len(spellings) > 1]
+        key = spelling_key(label)
+        if key is not None:
+            by_key.setdefault(key, []).append(label)
+    clashes = [spellings for spellings in by_key.values() if len(spellings) > 1]
     if not clashes:
         return
     found = _label_lines(table)
@@ -269,11 +301,12 @@ def _check_found_labels(label_set: tuple[str, ...], table: RecordTable, columns:
         for spellings in clashes
     )
     declared = "task_options.labels=[" + ", ".join(yaml_word(label) for label in label_set) + "]"
+    advice = alike.format(first=repr(clashes[0][0]), others=" and ".join(map(repr, clashes[0][1:])))
     raise DataError(
-        f"labels in column {label_column!r} that differ only in case: {named}. Each spelling would be a class of "
-        f"its own. If they are one class, write them alike in the file (e.g. all lower-case); if they are different "
-        f"classes, declare every label, in class order: --set {shlex.quote(declared)} (labels=[...] in Python).",
-        path=train_file,
+        f"labels in column {label_column!r} that {how}: {named}. Each spelling would be a class of its own. If they "
+        f"are one class, write them alike in the file ({advice}); if they are different classes, declare every "
+        f"label, in class order: --set {shlex.quote(declared)} (labels=[...] in Python).",
+        path=path,
     )
 
 
@@ -338,17 +371,19 @@ class _ExampleReader:
                 )
             return value
         text = label_text(value)
-        alike = [label for label in self.label_set if label.casefold() == text.casefold()]
         return label_index(
-            text,
-            self.label_set,
-            column=self.label_column,
-            path=path,
-            line=line,
-            hint=f"It differs from {alike[0]!r} only in case: write it as {alike[0]!r}."
-            if alike
-            else f"The label set was {self.declared}; fix the label, or {self.declare_all(text)}",
+            text, self.label_set, column=self.label_column, path=path, line=line, hint=self.unknown_hint(text)
         )
+
+    def unknown_hint(self, text: str) -> str:
+        """How to fix a label ``text`` outside the label set: a known label spelt another way is named."""
+        number = _number(text)
+        for label in self.label_set:
+            if label.casefold() == text.casefold():
+                return f"It differs from {label!r} only in case: write it as {label!r}."
+            if number is not None and _number(label) == number:
+                return f"It is the number {label!r} written another way: write it as {label!r}."
+        return f"The label set was {self.declared}; fix the label, or {self.declare_all(text)}"
 
 
 @kdplug.hookimpl

@@ -1,7 +1,8 @@
 """Data values kept as they are: labels that look like paths stay labels in the package,
 ``kdplug predict`` writes tables a CSV reader reads back to the input texts, text files that are
-not UTF-8 (UTF-16 without a byte-order mark) are refused with the fix, and a local task's labels
-that are a repeated header line or differ only in case are refused before the teacher loads."""
+not UTF-8 (UTF-16 without a byte-order mark) are refused with the fix, a local task's labels
+that are a repeated header line, empty, or differ only in case or in how a number is written are
+refused before the teacher loads, and a fine-tuned teacher is stored under its task's label names."""
 
 from __future__ import annotations
 
@@ -228,6 +229,51 @@ def test_labels_that_differ_only_in_case_are_refused_with_their_counts_and_lines
     code = kdplug_run(tiny_bert_dir, data, tmp_path / "run")
     err = capsys.readouterr().err
     assert code == 2 and "dev.csv, line 2" in err and "It differs from 'neg' only in case" in err, err
+
+
+def test_labels_that_are_one_number_written_two_ways_are_refused_with_their_counts_and_lines(
+    capsys, tmp_path, tiny_bert_dir
+):
+    """``1`` and ``1.0`` (a column saved once as integers, once as floats) were two classes, silently."""
+    data = tmp_path / "data"
+    train = [(t, str(y)) for t, y in SST2_TRAIN]
+    ones = [i for i, (_, y) in enumerate(train) if y == "1"]
+    for i in ones[-2:]:
+        train[i] = (train[i][0], "1.0")
+    write_table(data / "train.csv", ("text", "label"), train)
+    write_table(data / "dev.csv", ("text", "label"), SST2_DEV)
+    code = kdplug_run(tiny_bert_dir, data, tmp_path / "run")
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "train.csv" in err and "are one number written two ways" in err, err
+    assert f"'1' ({len(ones) - 2} examples, first on line {ones[0] + 2})" in err, err
+    assert f"'1.0' (2 examples, first on line {ones[-2] + 2})" in err, err
+    assert "e.g. every '1.0' as '1'" in err and """task_options.labels=["0", "1", "1.0"]""" in err, err
+    assert_refused_before_the_teacher(tmp_path / "run")
+    # a dev label that is a training label's number written another way is named as such
+    write_table(data / "train.csv", ("text", "label"), SST2_TRAIN)
+    write_table(data / "dev.csv", ("text", "label"), [*SST2_DEV, (SST2_DEV[0][0], "1.0")])
+    code = kdplug_run(tiny_bert_dir, data, tmp_path / "run")
+    err = capsys.readouterr().err
+    assert code == 2 and f"dev.csv, line {len(SST2_DEV) + 2}" in err, err
+    assert "It is the number '1' written another way: write it as '1'." in err, err
+
+
+def test_an_empty_label_is_refused_with_its_line(capsys, tmp_path, tiny_bert_dir):
+    """An empty label cell was a class '' of its own (labels ['', 'neg', 'pos']), silently."""
+    data = tmp_path / "data"
+    labels = ("neg", "pos")
+    train = [(t, labels[int(y)]) for t, y in SST2_TRAIN]
+    train[3] = (train[3][0], "")
+    train[7] = (train[7][0], "")
+    write_table(data / "train.csv", ("text", "label"), train)
+    write_table(data / "dev.csv", ("text", "label"), [(t, labels[int(y)]) for t, y in SST2_DEV])
+    code = kdplug_run(tiny_bert_dir, data, tmp_path / "run")
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "train.csv, line 5" in err and "the label in column 'label' is empty (2 examples without one" in err, err
+    assert "Write each example's label, or delete the examples that have none" in err
+    assert_refused_before_the_teacher(tmp_path / "run")
 
 
 def test_a_stored_teacher_with_the_task_s_own_labels_matches_them_by_name():
