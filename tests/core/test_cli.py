@@ -54,7 +54,7 @@ def test_unknown_projector_exits_2_with_the_closest_name(capsys, tmp_path):
     "argv, message",
     [
         (["--set", "epochz=3"], "Did you mean 'epochs'"),
-        (["--set", "epochs=three"], "epochs must be int"),
+        (["--set", "epochs=three"], "epochs must be a whole number, or null, got 'three'"),
         (["--set", "novalue"], "--set expects KEY=VALUE"),
         (["--set", "eta=0.8", "--set", "lam=0.5"], "eta + lam = 1.3 exceeds 1"),
     ],

@@ -55,9 +55,17 @@ def test_the_loss_ignores_scale(kdplug_plugin_manager):
     assert loss(-x, x).item() == pytest.approx(2 * 2, rel=1e-6)  # cos = -1 on each of 2 pairs
 
 
-@pytest.mark.parametrize("layers", [0, 5, "2", True])
-def test_layers_out_of_range_is_a_usage_error(kdplug_plugin_manager, layers):
-    with pytest.raises(UsageError, match="layers must be an integer from 1 to 4"):
+@pytest.mark.parametrize(
+    "layers, message",
+    [
+        (0, "layers must be an integer from 1 to 4"),  # the range: this projector's own check
+        (5, "layers must be an integer from 1 to 4"),
+        ("2", "projector_options.layers of projector 'cosine' must be a whole number"),  # the type: kdplug's
+        (True, "projector_options.layers of projector 'cosine' must be a whole number"),
+    ],
+)
+def test_layers_out_of_range_is_a_usage_error(kdplug_plugin_manager, layers, message):
+    with pytest.raises(UsageError, match=message):
         kdplug_plugin_manager.registry.create(
             "projector", "cosine", LayerShapes(12, 32, 4, 16).request(), layers=layers
         )
