@@ -140,7 +140,7 @@ def test_a_planted_violation_is_found(tmp_path, case):
 
 def test_a_read_of_another_objects_attribute_passes_only_where_it_says_so(tmp_path):
     line = "    return getattr(tokenizer, 'ild_loss', None)"
-    plant(tmp_path, {"kdplug/t.py": f"def f(tokenizer):\n{line}  # not a capability: the tokenizer's own\n"})
+    plant(tmp_path, {"kdplug/t.py": f"def f(tokenizer):\n{line}  # not through capabilities(): the tokenizer's own\n"})
     assert violations(tmp_path) == []
     plant(tmp_path, {"kdplug/t.py": f"def f(tokenizer):\n{line}\n"})
     assert violations(tmp_path) == ["capability read kdplug/t.py:2: getattr(tokenizer, 'ild_loss', None)"]
