@@ -148,3 +148,11 @@ def test_a_read_of_another_objects_attribute_passes_only_where_it_says_so(tmp_pa
     assert violations(tmp_path) == []
     plant(tmp_path, {"kdplug/t.py": f"def f(tokenizer):\n{line}\n"})
     assert violations(tmp_path) == ["capability read kdplug/t.py:2: getattr(tokenizer, 'ild_loss', None)"]
+
+
+def test_the_architecture_page_names_every_module_of_the_engine():
+    """docs/architecture.md groups the engine's modules by what they do; a module it does not name is
+    one a newcomer cannot place (wherever the engine's folders put it: the page names modules)."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    modules = {path.stem for path in (ROOT / "kdplug" / "engine").rglob("*.py") if path.stem != "__init__"}
+    assert sorted(name for name in modules if f"`{name}`" not in page) == []
