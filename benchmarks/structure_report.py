@@ -309,7 +309,7 @@ def report(root: Path) -> None:
     reads = capability_reads(trees, declared_capabilities(root / "kdplug" / "capabilities.py"))
     section("getattr reads of a declared capability outside capabilities.py", unwaived(reads))
     section(
-        "reads of a declared name marked as another object's own attribute",
+        "reads of a declared name that say why they are not through capabilities()",
         [r for r in reads if r not in unwaived(reads)],
     )
     print("lines:")
