@@ -4,17 +4,23 @@ and after, and compare.
     python benchmarks/behaviour_snapshot.py capture OUT_DIR             # with the kdplug on PYTHONPATH
     python benchmarks/behaviour_snapshot.py compare BEFORE_DIR AFTER_DIR  # every difference; exit 1 if any
 
-``capture`` builds a tiny random BERT teacher and a tiny SST-2 in a fixed scratch folder (``--work``, default
-``/tmp/kdplug-behaviour-snapshot``: the same paths in every capture, so that cache keys and data fingerprints
-compare), runs ``python -m kdplug.cli`` as a subprocess per scenario (one process, one thread, fixed seeds; see
-``SCENARIOS``), then ``predict``, ``export`` and ``report`` over the runs, and writes per scenario:
+``capture`` builds a tiny random BERT teacher, a tiny causal LM and a tiny SST-2 in a fixed scratch folder
+(``--work``, default ``/tmp/kdplug-behaviour-snapshot``: the same paths in every capture, so that cache keys and
+data fingerprints compare), runs ``python -m kdplug.cli`` as a subprocess per scenario (one process, one thread,
+fixed seeds; see ``SCENARIOS``), then ``predict``, ``export`` and ``report`` over the runs. It copies everything
+they wrote to ``OUT_DIR/raw`` and derives ``OUT_DIR/snapshot`` from it, one folder per run, command, export and
+the cache, each with:
 
-  - ``metrics.txt``: metrics.json flattened to ``key.path = value`` lines, sorted, with timings, dates, pids,
-    hostnames and the load masked (``MASKED_KEYS``) and the scratch folder written ``<WORK>``;
-  - ``weights.txt``: the sha256 of every weights file (``.safetensors``, ``.onnx``, ``.bin``) in the run (the
-    student package, each stage's) and its list of files;
-  - ``files/...``: every other text file the run wrote (model card, config, predictions, the dry run's and the
-    commands' stdout, the report's Markdown), masked the same way.
+  - ``files.txt``: every file written;
+  - ``weights.txt``: the sha256 of every binary file (the student package's and each stage's weights and
+    checkpoints, the cached fine-tuned teachers and teacher outputs, encoded transfer sets);
+  - ``files/...``: every text file masked: JSON (metrics.json, the report's, the package's) flattened to
+    ``key.path = value`` lines, sorted, with timings, dates, pids, hostnames and the load masked
+    (``MASKED_KEYS``); model cards, configs, predictions, the commands' stdout and stderr (the dry runs' plans
+    among them) with the scratch folder written ``<WORK>`` and durations and dates masked (``mask_text``).
+
+``compare`` derives both snapshots again from their ``raw`` folders with today's masks (so a mask improved later
+applies to an earlier capture) and prints every difference.
 
 To compare a branch with main (single core, about 3 minutes a capture; hold the heavy-job lock)::
 
@@ -39,6 +45,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -50,6 +57,14 @@ BERT2 = ["--student", "bert-2"]
 TINY = ["--epochs", "1", "--set", "teacher_epochs=1", "--set", "allow_weak_teacher=true", "--set", "batch_size=8"]
 TINY += ["--set", "measure_speed=false", "--set", "head_epochs=1", "--threads", "1", "--seed", "42"]
 TINY += ["--set", "keep_checkpoints=true"]  # each stage's weights stay in checkpoints/, to be compared
+
+PROMPT = {"prompt": "Review: {text}\nSentiment:", "verbalizer": {"negative": " bad", "positive": " good"}}
+PROMPTED = [f"teacher_options.{key}={json.dumps(value)}" for key, value in PROMPT.items()]
+PROMPTED = [
+    part
+    for option in [*PROMPTED, "teacher_options.shots=1", "teacher_options.calibrate=true"]
+    for part in ("--set", option)
+]
 
 #: (name, arguments after ``kdplug run``); {transfer} is the unlabelled text file. In this order: the first
 #: run fine-tunes the teacher (after a dry run that plans the fine-tuning), the later ones reuse it from the cache
@@ -75,6 +90,10 @@ SCENARIOS: list[tuple[str, list[str]]] = [
         + "--set patience=1 --set min_epochs=1".split(),
     ),
     ("augment-tang", [*BILSTM, *"--projector rkd --augment tang --augment-factor 2".split()]),
+    ("augment-teacher-words", [*BILSTM, *"--projector rkd --augment teacher-words --augment-factor 2".split()]),
+    ("bert2-tinybert", [*BERT2, "--projector", "tinybert"]),  # the teacher in the loop
+    ("seeds", [*BILSTM, *"--projector rkd --seeds 2".split()]),
+    ("prompted-lm", ["--teacher", "{lm}", *BILSTM, "--projector", "alp", *PROMPTED]),
 ]
 #: scenarios whose dry run is also captured (after the real runs: the teacher and caches exist)
 DRY_RUNS = [
@@ -85,6 +104,7 @@ DRY_RUNS = [
     "baseline",
     "transfer-early-stop",
     "augment-tang",
+    "prompted-lm",
 ]
 PREDICTED = ["finetune-bilstm-pkd", "bert2-pkd"]
 EXPORTED = ["finetune-bilstm-pkd", "bert2-pkd"]
@@ -99,13 +119,20 @@ TEXT_SUFFIXES = {".json", ".md", ".txt", ".yaml", ".yml", ".tsv", ".csv", ".json
 #: binary files compared by their sha256: weights, checkpoints, the teacher cache's arrays, encoded transfer sets
 WEIGHT_SUFFIXES = {".safetensors", ".onnx", ".bin", ".pt", ".pth", ".npy", ".npz", ".f16", ".f32", ".i32", ".i8"}
 SKIPPED = {"log.txt"}  # the log is timings throughout (its messages are in stdout/stderr.txt)
-SKIPPED_SUFFIXES = {".lock", ".png"}  # locks are empty; figures carry the plotting library's metadata
+SKIPPED_SUFFIXES = {".lock", ".png"}
+WORK_PATH = "work_path.txt"  # the scratch folder's path, written <WORK> in the snapshot
+GROUPS = (
+    "runs",
+    "outputs",
+    "exports",
+    "predictions",
+)  # folders of one snapshot folder per entry  # locks are empty; figures carry the plotting library's metadata
 
 
 # -- masking ---------------------------------------------------------------------------------------------------------
 
 
-def mask_text(text: str, work: Path) -> str:
+def mask_text(text: str, work: str) -> str:
     """The scratch folder as ``<WORK>``; dates, clock times and durations as placeholders (they measure the
     moment and the machine's speed, never the run's result)."""
     text = text.replace(str(work), "<WORK>")
@@ -129,7 +156,7 @@ def flatten(value, prefix: str = ""):
         yield prefix, value
 
 
-def masked_metrics(path: Path, work: Path) -> str:
+def masked_metrics(path: Path, work: str) -> str:
     lines = []
     for key, value in flatten(json.loads(path.read_text(encoding="utf-8"))):
         leaf = re.sub(r"\[\d+\]$", "", key).rsplit(".", 1)[-1]
@@ -146,33 +173,36 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-# -- capture ---------------------------------------------------------------------------------------------------------
+# -- the snapshot: derived from a capture's raw files, so that a better mask applies to earlier captures too ---------
 
 
-def snapshot_folder(source: Path, target: Path, work: Path) -> None:
-    """``target``: weights.txt (digests and the file list), metrics.txt, and every other text file masked."""
+def snapshot_folder(source: Path, target: Path, work: str) -> None:
+    """``target``: files.txt (every file), weights.txt (the binary files' sha256), metrics.json.txt and every
+    other text file masked (JSON key by key, so that a changed key reads as that key)."""
     target.mkdir(parents=True, exist_ok=True)
-    files = sorted(path for path in source.rglob("*") if path.is_file())
     listing, digests = [], []
-    for path in files:
+    for path in sorted(path for path in source.rglob("*") if path.is_file()):
         relative = path.relative_to(source).as_posix()
         listing.append(relative)
         if path.name in SKIPPED or path.suffix in SKIPPED_SUFFIXES:
             continue
         if path.suffix in WEIGHT_SUFFIXES:
             digests.append(f"{relative} sha256 {sha256(path)}")
-        elif path.name == "metrics.json":
-            (target / f"{relative}.txt").parent.mkdir(parents=True, exist_ok=True)
-            (target / f"{relative}.txt").write_text(masked_metrics(path, work), encoding="utf-8")
         elif path.suffix in TEXT_SUFFIXES:
             out = target / "files" / relative
             out.parent.mkdir(parents=True, exist_ok=True)
-            text = path.read_text(encoding="utf-8", errors="replace")
-            if path.suffix == ".json" and _is_json(text):
-                text = masked_metrics(path, work)  # key by key, so a changed key reads as that key
-            out.write_text(mask_text(text, work), encoding="utf-8")
+            out.write_text(masked_file(path, work), encoding="utf-8")
     (target / "weights.txt").write_text("\n".join(digests) + "\n", encoding="utf-8")
     (target / "files.txt").write_text("\n".join(listing) + "\n", encoding="utf-8")
+
+
+def masked_file(path: Path, work: str) -> str:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix == ".json" and _is_json(text):
+        return masked_metrics(path, work)
+    if path.name == "stderr.txt":
+        return mask_stderr(text, work)
+    return mask_text(text, work)
 
 
 def _is_json(text: str) -> bool:
@@ -183,8 +213,28 @@ def _is_json(text: str) -> bool:
     return True
 
 
-def cli(argv: list[str], work: Path, out: Path, name: str) -> subprocess.CompletedProcess:
-    """``python -m kdplug.cli argv`` in a child process; its masked stdout, stderr and exit code to ``out``."""
+def mask_stderr(text: str, work: str) -> str:
+    """stderr without progress bars (tqdm redraws them by speed)."""
+    lines = [line for line in text.replace("\r", "\n").splitlines() if not re.search(r"\d+it/s|s/it\]|%\|", line)]
+    return mask_text("\n".join(lines), work) + "\n"
+
+
+def derive(raw: Path, target: Path) -> None:
+    """The snapshot of a capture's raw folder: one folder per run, command output, export, and the cache."""
+    work = (raw / WORK_PATH).read_text(encoding="utf-8").strip()
+    for entry in sorted(raw.iterdir()):
+        if entry.name in GROUPS and entry.is_dir():
+            for unit in sorted(entry.iterdir()):
+                snapshot_folder(unit, target / entry.name / unit.name, work)
+        elif entry.is_dir():
+            snapshot_folder(entry, target / entry.name, work)
+
+
+# -- capture ---------------------------------------------------------------------------------------------------------
+
+
+def cli(argv: list[str], work: Path, name: str) -> subprocess.CompletedProcess:
+    """``python -m kdplug.cli argv`` in a child process; its stdout, stderr and exit code to outputs/``name``."""
     env = {**os.environ, "KDPLUG_CACHE": str(work / "cache"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0")
     env.pop("KDPLUG_DISABLE_PLUGINS", None)  # every plugin loaded, in both captures
@@ -193,17 +243,12 @@ def cli(argv: list[str], work: Path, out: Path, name: str) -> subprocess.Complet
         [sys.executable, "-m", "kdplug.cli", *argv], env=env, capture_output=True, text=True, cwd=work, timeout=600
     )
     print(f"  {name}: exit {done.returncode} ({time.monotonic() - started:.1f} s)", flush=True)
+    out = work / "outputs" / name
     out.mkdir(parents=True, exist_ok=True)
     (out / "exit_code.txt").write_text(f"{done.returncode}\n", encoding="utf-8")
-    (out / "stdout.txt").write_text(mask_text(done.stdout, work), encoding="utf-8")
-    (out / "stderr.txt").write_text(mask_stderr(done.stderr, work), encoding="utf-8")
+    (out / "stdout.txt").write_text(done.stdout, encoding="utf-8")
+    (out / "stderr.txt").write_text(done.stderr, encoding="utf-8")
     return done
-
-
-def mask_stderr(text: str, work: Path) -> str:
-    """stderr without progress bars (tqdm redraws by speed) and log lines' timings."""
-    lines = [line for line in text.replace("\r", "\n").splitlines() if not re.search(r"\d+it/s|s/it\]|%\|", line)]
-    return mask_text("\n".join(lines), work) + "\n"
 
 
 def prepare(work: Path) -> dict[str, Path]:
@@ -214,25 +259,37 @@ def prepare(work: Path) -> dict[str, Path]:
         shutil.rmtree(work)
     work.mkdir(parents=True)
     (work / MARKER).write_text("made by benchmarks/behaviour_snapshot.py\n", encoding="utf-8")
+    (work / WORK_PATH).write_text(f"{work}\n", encoding="utf-8")
     from kdplug.testing.contracts import TINY_SST2_DEV, TINY_SST2_TRAIN, write_tiny_sst2
+    from kdplug.testing.decoders import make_tiny_causal_lm
     from kdplug.testing.tiny import make_tiny_bert
 
     teacher = make_tiny_bert(work / "bert", num_layers=4, hidden=32)
+    language_model = make_tiny_causal_lm(work / "lm", "llama")
     data = write_tiny_sst2(work / "SST-2", (TINY_SST2_TRAIN * 4)[:45], TINY_SST2_DEV * 2)
     transfer = work / "unlabelled.txt"
     transfer.write_text("".join(f"{text} and more\n" for text, _ in TINY_SST2_TRAIN * 2), encoding="utf-8")
     texts = work / "texts.txt"
     texts.write_text("".join(f"{text}\n" for text, _ in TINY_SST2_DEV + TINY_SST2_TRAIN[:4]), encoding="utf-8")
-    return {"teacher": Path(teacher), "data": Path(data), "transfer": transfer, "texts": texts}
+    return {
+        "teacher": Path(teacher),
+        "lm": Path(language_model),
+        "data": Path(data),
+        "transfer": transfer,
+        "texts": texts,
+    }
 
 
 def run_argv(arguments: list[str], inputs: dict[str, Path], output: Path) -> list[str]:
-    arguments = [argument.replace("{transfer}", str(inputs["transfer"])) for argument in arguments]
-    common = ["--teacher", str(inputs["teacher"]), "--task", "sst2", "--data-dir", str(inputs["data"]), *TINY]
+    """``run`` with the tiny teacher (unless the scenario names its own), task and settings."""
+    arguments = [{"{transfer}": str(inputs["transfer"]), "{lm}": str(inputs["lm"])}.get(a, a) for a in arguments]
+    teacher = [] if "--teacher" in arguments else ["--teacher", str(inputs["teacher"])]
+    common = [*teacher, "--task", "sst2", "--data-dir", str(inputs["data"]), *TINY]
     return ["run", *common, *arguments, "--output", str(output)]
 
 
 def capture(out: Path, work: Path) -> None:
+    """Run every scenario in ``work``; copy what they wrote to OUT/raw and its snapshot to OUT/snapshot."""
     started = time.monotonic()
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"error: {out} is not empty; give a new folder")
@@ -242,85 +299,68 @@ def capture(out: Path, work: Path) -> None:
     print(f"capturing kdplug from {Path(kdplug.__file__).parent} into {out} (scratch: {work})", flush=True)
     runs = work / "runs"
     for name, arguments in SCENARIOS:
-        kdplug_run(name, arguments, inputs, runs, out, work)
+        cli(run_argv(arguments, inputs, runs / name), work, name)
     for name in DRY_RUNS:
-        arguments = dict(SCENARIOS)[name]
-        cli(run_argv([*arguments, "--dry-run"], inputs, runs / f"dry-{name}"), work, out / f"dry-run-{name}", name)
-    capture_commands(inputs, runs, out, work)
-    snapshot_folder(work / "cache", out / "cache", work)  # fine-tuned teachers, TAKD's assistant, heads, outputs
+        cli(run_argv([*dict(SCENARIOS)[name], "--dry-run"], inputs, runs / f"dry-{name}"), work, f"dry-run-{name}")
+    run_commands(inputs, runs, work)
+    shutil.copytree(work, out / "raw", ignore=shutil.ignore_patterns(MARKER, "*.lock"))
+    derive(out / "raw", out / "snapshot")
     (out / "source.txt").write_text(f"{Path(kdplug.__file__).parent}\n", encoding="utf-8")
     print(f"captured in {time.monotonic() - started:.0f} s: {out}", flush=True)
 
 
-def kdplug_run(name: str, arguments: list[str], inputs, runs: Path, out: Path, work: Path) -> None:
-    output = runs / name
-    cli(run_argv(arguments, inputs, output), work, out / name, name)
-    if output.is_dir():
-        snapshot_folder(output, out / name / "run", work)
-
-
-def capture_commands(inputs: dict[str, Path], runs: Path, out: Path, work: Path) -> None:
+def run_commands(inputs: dict[str, Path], runs: Path, work: Path) -> None:
     """predict and export over some runs; report over all of them."""
     for name in PREDICTED:
-        target = out / f"predict-{name}"
-        cli(
-            [
-                "predict",
-                str(runs / name),
-                "--input",
-                str(inputs["texts"]),
-                "--output",
-                str(work / f"{name}.jsonl"),
-                "--device",
-                "cpu",
-            ],
-            work,
-            target,
-            f"predict {name}",
-        )
-        if (work / f"{name}.jsonl").is_file():
-            shutil.copy(work / f"{name}.jsonl", target / "predictions.jsonl")
+        predictions = work / "predictions" / name / "predictions.jsonl"
+        predictions.parent.mkdir(parents=True)
+        argv = ["predict", str(runs / name), "--input", str(inputs["texts"]), "--output", str(predictions)]
+        cli([*argv, "--device", "cpu"], work, f"predict-{name}")
     for name in EXPORTED:
-        exported = work / "exports" / name
         cli(
-            ["export", str(runs / name), "--format", "hf", "--output", str(exported)],
+            ["export", str(runs / name), "--format", "hf", "--output", str(work / "exports" / name)],
             work,
-            out / f"export-{name}",
-            f"export {name}",
+            f"export-{name}",
         )
-        if exported.is_dir():
-            snapshot_folder(exported, out / f"export-{name}" / "export", work)
     ran = [str(runs / name) for name, _ in SCENARIOS if (runs / name / "metrics.json").is_file()]
-    cli(["report", *ran, "--output", str(work / "report"), "--resamples", "200"], work, out / "report", "report")
-    if (work / "report").is_dir():
-        snapshot_folder(work / "report", out / "report" / "report", work)
+    cli(["report", *ran, "--output", str(work / "report"), "--resamples", "200"], work, "report")
 
 
 # -- compare ---------------------------------------------------------------------------------------------------------
 
 
 def compare(before: Path, after: Path) -> int:
-    """Print every difference between two captures; 1 if any, else 0."""
-    names = {path.relative_to(before).as_posix() for path in before.rglob("*") if path.is_file()}
-    names |= {path.relative_to(after).as_posix() for path in after.rglob("*") if path.is_file()}
-    names.discard("source.txt")
-    differences = 0
-    for name in sorted(names):
-        old, new = before / name, after / name
-        if not old.is_file() or not new.is_file():
-            print(f"only in {'after' if new.is_file() else 'before'}: {name}")
-            differences += 1
-            continue
-        old_lines = old.read_text(encoding="utf-8").splitlines()
-        new_lines = new.read_text(encoding="utf-8").splitlines()
-        if old_lines != new_lines:
-            differences += 1
-            print(f"--- {name}")
-            for line in difflib.unified_diff(old_lines, new_lines, "before", "after", lineterm="", n=0):
-                if not line.startswith(("---", "+++")):
-                    print(f"    {line}")
+    """Print every difference between two captures (their snapshots derived again from their raw files, with
+    today's masks); 1 if any, else 0."""
+    with tempfile.TemporaryDirectory() as scratch:
+        old_root, new_root = snapshot_of(before, Path(scratch) / "before"), snapshot_of(after, Path(scratch) / "after")
+        names = {path.relative_to(old_root).as_posix() for path in old_root.rglob("*") if path.is_file()}
+        names |= {path.relative_to(new_root).as_posix() for path in new_root.rglob("*") if path.is_file()}
+        differences = sum(print_difference(old_root / name, new_root / name, name) for name in sorted(names))
     print(f"{differences} file(s) differ" if differences else f"identical ({len(names)} files)")
     return 1 if differences else 0
+
+
+def snapshot_of(capture_dir: Path, scratch: Path) -> Path:
+    if not (capture_dir / "raw" / WORK_PATH).is_file():
+        raise SystemExit(f"error: {capture_dir} is not a capture (no raw/{WORK_PATH}); make one with 'capture'")
+    derive(capture_dir / "raw", scratch)
+    return scratch
+
+
+def print_difference(old: Path, new: Path, name: str) -> bool:
+    if not old.is_file() or not new.is_file():
+        print(f"only in {'after' if new.is_file() else 'before'}: {name}")
+        return True
+    old_lines = old.read_text(encoding="utf-8").splitlines()
+    new_lines = new.read_text(encoding="utf-8").splitlines()
+    if old_lines == new_lines:
+        return False
+    print(f"--- {name}")
+    for line in difflib.unified_diff(old_lines, new_lines, "before", "after", lineterm="", n=0):
+        if not line.startswith(("---", "+++")):
+            print(f"    {line}")
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
