@@ -214,8 +214,10 @@ def _is_json(text: str) -> bool:
 
 
 def mask_stderr(text: str, work: str) -> str:
-    """stderr without progress bars (tqdm redraws them by speed)."""
+    """stderr without progress bars (tqdm redraws them by speed), and log lines without their logger's module
+    (``INFO kdplug.engine.cache: ...``): where the code lives may move in a refactor; what it says may not."""
     lines = [line for line in text.replace("\r", "\n").splitlines() if not re.search(r"\d+it/s|s/it\]|%\|", line)]
+    lines = [re.sub(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL) kdplug[\w.]*:", r"\1 kdplug:", line) for line in lines]
     return mask_text("\n".join(lines), work) + "\n"
 
 
