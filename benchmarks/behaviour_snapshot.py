@@ -111,7 +111,8 @@ EXPORTED = ["finetune-bilstm-pkd", "bert2-pkd"]
 
 #: metrics keys masked wherever they occur, with why: they measure the machine or the moment, not the run
 MASKED_KEYS = re.compile(
-    r"(^|_)(seconds|secs|elapsed|wall|time|timestamp|date|updated|started|finished|pid|pids|host|hostname)($|_)"
+    r"(^|_)(seconds|secs|elapsed|wall|time|timestamp|date|created|updated|started|finished|pid|pids|host|hostname)"
+    r"($|_)"
     r"|per_second|ms_per|^load$|^usable_cores$",  # threads' load and usable cores: what other jobs leave free
     re.IGNORECASE,
 )
@@ -120,6 +121,9 @@ TEXT_SUFFIXES = {".json", ".md", ".txt", ".yaml", ".yml", ".tsv", ".csv", ".json
 WEIGHT_SUFFIXES = {".safetensors", ".onnx", ".bin", ".pt", ".pth", ".npy", ".npz", ".f16", ".f32", ".i32", ".i8"}
 SKIPPED = {"log.txt"}  # the log is timings throughout (its messages are in stdout/stderr.txt)
 SKIPPED_SUFFIXES = {".lock", ".png"}
+#: a package's or cache entry's checksums: the md5 of its JSON files (they hold timings and dates, and are
+#: compared key by key, masked, on their own) and of its safetensors files (compared by ``sha256``) are masked
+CHECKSUMS, COMPARED_APART = "kdplug_checksums.json", (".json", ".safetensors")
 WORK_PATH = "work_path.txt"  # the scratch folder's path, written <WORK> in the snapshot
 GROUPS = (
     "runs",
@@ -157,17 +161,25 @@ def flatten(value, prefix: str = ""):
 
 
 def masked_metrics(path: Path, work: str) -> str:
+    """A JSON file as sorted ``key.path = value`` lines, the keys of ``MASKED_KEYS`` masked."""
     lines = []
     for key, value in flatten(json.loads(path.read_text(encoding="utf-8"))):
         leaf = re.sub(r"\[\d+\]$", "", key).rsplit(".", 1)[-1]
-        shown = "<MASKED>" if MASKED_KEYS.search(leaf) else json.dumps(value, sort_keys=True)
+        masked = MASKED_KEYS.search(leaf) or (path.name == CHECKSUMS and key.endswith(COMPARED_APART))
+        shown = "<MASKED>" if masked else json.dumps(value, sort_keys=True)
         lines.append(f"{key} = {mask_text(shown, work)}")
     return "\n".join(sorted(lines)) + "\n"
 
 
 def sha256(path: Path) -> str:
+    """The file's sha256; of a safetensors file, over its header with sorted keys and then its tensors' bytes:
+    safetensors writes the header's metadata from a Rust HashMap, in an order that changes from process to
+    process (layers_dev.safetensors, with three metadata keys, differed between two captures of the same code)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
+        if path.suffix == ".safetensors":
+            size = int.from_bytes(handle.read(8), "little")
+            digest.update(json.dumps(json.loads(handle.read(size)), sort_keys=True).encode())
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
