@@ -82,6 +82,14 @@ def test_the_inference_benchmark_warns_on_a_busy_machine_and_keeps_progress_bars
     assert "Writing model shards" not in result.stderr and "it/s]" not in result.stderr, result.stderr[-2000:]
 
 
+def safetensors_bytes(data: bytes, metadata: dict) -> bytes:
+    """A safetensors file of one uint8 tensor, its header's keys in the order given (as safetensors writes them:
+    in an order that changes from process to process)."""
+    tensor = {"dtype": "U8", "shape": [len(data)], "data_offsets": [0, len(data)]}
+    header = json.dumps({"__metadata__": metadata, "weights": tensor}).encode()
+    return len(header).to_bytes(8, "little") + header + data
+
+
 def fake_capture(root: Path, *, seconds: float, weights: bytes, loss: float, work: str) -> Path:
     """What ``behaviour_snapshot.py capture`` keeps in OUT/raw for one run (no kdplug run: a capture takes
     minutes): its metrics, its weights, its stdout, from a scratch folder at ``work``."""
@@ -90,7 +98,8 @@ def fake_capture(root: Path, *, seconds: float, weights: bytes, loss: float, wor
     (root / "raw" / "work_path.txt").write_text(f"{work}\n")
     metrics = {"wall_seconds": seconds, "config": {"output": f"{work}/runs/tiny"}, "history": [{"loss": loss}]}
     (run / "metrics.json").write_text(json.dumps(metrics))
-    (run / "student" / "model.safetensors").write_bytes(weights)
+    metadata = {"stage": "distill", "split": "dev"} if seconds > 5 else {"split": "dev", "stage": "distill"}
+    (run / "student" / "model.safetensors").write_bytes(safetensors_bytes(weights, metadata))
     outputs = root / "raw" / "outputs" / "tiny"
     outputs.mkdir(parents=True)
     (outputs / "stdout.txt").write_text(f"time: distill {seconds} s; results in {work}/runs/tiny\n")
@@ -99,8 +108,8 @@ def fake_capture(root: Path, *, seconds: float, weights: bytes, loss: float, wor
 
 
 def test_the_behaviour_snapshot_masks_timings_and_paths_and_names_each_difference(tmp_path):
-    """Two captures differing only in timings and in the scratch folder's place compare identical; a changed
-    loss and a changed weights file are each named, and compare exits 1."""
+    """Two captures differing only in timings, in the scratch folder's place and in the order of a safetensors
+    header compare identical; a changed loss and a changed weights file are each named, and compare exits 1."""
     script = [sys.executable, str(ROOT / "benchmarks" / "behaviour_snapshot.py"), "compare"]
     before = fake_capture(tmp_path / "before", seconds=1.5, weights=b"w1", loss=0.25, work="/tmp/a")
     same = fake_capture(tmp_path / "same", seconds=7.25, weights=b"w1", loss=0.25, work="/tmp/b")
