@@ -53,6 +53,11 @@ def digest(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little")
 
 
+def first_occurrences(digests: np.ndarray) -> np.ndarray:
+    """The positions of each distinct digest's first occurrence, in order."""
+    return np.sort(np.unique(digests, return_index=True)[1])
+
+
 def line(text: Text) -> str:
     """A text as a line of the set's JSONL file."""
     return json.dumps([text[0]] if text[1] is None else list(text), ensure_ascii=False) + "\n"
@@ -162,39 +167,15 @@ def prepare_alone(augmenter: Any, train: Sequence[Example]) -> None:
 
 
 class SharedAugmentation:
-    """The processes of a launch augmenting the training set together, through ``folder`` (on the
+    """The processes of a launch augmenting the training set together, in ``build``'s folder (on the
     filesystem they all see): one share each of the augmenter's preparation, then of the copies."""
 
-    def __init__(
-        self, folder: Path, processes: shares.Processes, augmenter: Any, train: Sequence[Example], checks: Checks
-    ) -> None:
-        self.processes, self.augmenter, self.train, self.checks = processes, augmenter, train, checks
-        self.folder = folder
-        self._copying: Optional[shares.Folder] = None
+    PREPARING, COPYING = "the augmenter's preparation", "the augmentation of the training set"
 
-    @staticmethod
-    def create(folder: Path) -> None:
-        """Rank 0, before the other processes are told of ``folder``."""
-        (folder / "prepare").mkdir()
-        (folder / "copies").mkdir()
-
-    # each phase's Folder is made when the phase starts: its clock for a process's start runs from then
-    def _phase(self, name: str) -> shares.Folder:
-        what = "the augmenter's preparation" if name == "prepare" else "the augmentation of the training set"
-        return shares.Folder(self.folder / name, what)
-
-    @property
-    def copying(self) -> shares.Folder:
-        if self._copying is None:
-            self._copying = self._phase("copies")
-        return self._copying
-
-    @classmethod
-    def failed(cls, folder: Path, rank: int, error: BaseException) -> None:
-        """A process that failed outside its shares (e.g. creating the augmenter): marked failed
-        in both phases, so rank 0, whichever it waits on, names it at once."""
-        for name in ("prepare", "copies"):
-            shares.Folder(folder / name, name).fail(rank, f"{type(error).__name__}: {error}")
+    def __init__(self, build: shares.Build, augmenter: Any, train: Sequence[Example], checks: Checks) -> None:
+        self.build, self.augmenter, self.train, self.checks = build, augmenter, train, checks
+        self.processes = build.processes
+        self._copies: list[dict[str, Any]] = []
 
     def prepare(self) -> None:
         """The augmenter prepared as ``prepare`` would, each process preparing one share of the
@@ -204,36 +185,24 @@ class SharedAugmentation:
             prepare_alone(self.augmenter, self.train)
             return
         sentences = TrainingSentences(self.train)
-        distinct, seen = array("q"), DigestSet(len(sentences))
-        for index, sentence in enumerate(sentences):
-            if seen.add(digest(sentence)):
-                distinct.append(index)
-        del seen
+        distinct = first_occurrences(np.fromiter((digest(s) for s in sentences), np.uint64, len(sentences)))
         mine = shares.share(len(distinct), rank, count)
-        folder = self._phase("prepare")
 
         def prepare_share(directory: Path) -> dict[str, Any]:
-            prepared = self.augmenter.prepare_share(sentences[distinct[i]] for i in mine)
+            prepared = self.augmenter.prepare_share(sentences[int(distinct[i])] for i in mine)
             (directory / PREPARED_FILE).write_text(json.dumps(prepared), encoding="utf-8")
             return {}
 
-        folder.run_share(rank, prepare_share, len(mine))
-
-        def beat() -> None:
-            folder.require_lead()
-            folder.beat(rank)
-
-        with folder.beating(rank):
-            folder.wait_for_shares(range(count), beat=beat)
-            self.augmenter.prepare_join(
-                [
-                    json.loads((folder.share_dir(other) / PREPARED_FILE).read_text(encoding="utf-8"))
-                    for other in range(count)
-                ]
-            )
+        self.build.share(prepare_share, len(mine), phase="prepare", what=self.PREPARING)
+        self.augmenter.prepare_join(
+            [
+                json.loads((self.build.share_dir(other, "prepare") / PREPARED_FILE).read_text(encoding="utf-8"))
+                for other in range(count)
+            ]
+        )
 
     def copy_share(self, factor: int, seed: int) -> None:
-        """This process's copies, checked, written into its share of the folder, then marked done."""
+        """This process's copies, checked and written into its share of the folder; every rank's record."""
         rank = self.processes.rank
         rows = shares.share(len(self.train), rank, self.processes.count)
 
@@ -258,26 +227,23 @@ class SharedAugmentation:
                 digests.tofile(digest_file)
             return {"dropped": dropped}
 
-        self.copying.run_share(rank, write, len(rows))
+        self._copies = self.build.share(write, len(rows), phase="copies", what=self.COPYING)
 
     def join_copies(self, writer: Writer) -> list[dict[str, Any]]:
         """Rank 0: every process's copies, offered to ``writer`` in order; each share's record."""
-        folder = self.copying
-        with folder.beating(0):
-            records = folder.wait_for_shares(range(self.processes.count), beat=lambda: folder.beat(0))
-            for rank, record in enumerate(records):
-                directory = folder.share_dir(rank)
-                path = directory / DIGESTS_FILE
-                digests = np.memmap(path, dtype=np.uint64, mode="r") if path.stat().st_size else np.zeros(0, np.uint64)
-                offered = 0
-                with open(directory / COPIES_FILE, encoding="utf-8") as copies:
-                    for start in range(0, len(digests), CHUNK):  # a chunk of Python ints at a time
-                        for hashed, text_line in zip(digests[start : start + CHUNK].tolist(), copies):
-                            writer.offer(text_line, hashed, "augmented")
-                            offered += 1
-                    if offered != len(digests) or copies.readline():
-                        raise shares.ShareFailed(rank, "left a share that is incomplete", folder.what)
-                del digests
-                for name, value in record["dropped"].items():
-                    writer.counts[name] += value
-        return [{key: record[key] for key in ("rank", "examples", "seconds")} for record in records]
+        for rank, record in enumerate(self._copies):
+            directory = self.build.share_dir(rank, "copies")
+            path = directory / DIGESTS_FILE
+            digests = np.memmap(path, dtype=np.uint64, mode="r") if path.stat().st_size else np.zeros(0, np.uint64)
+            offered = 0
+            with open(directory / COPIES_FILE, encoding="utf-8") as copies:
+                for start in range(0, len(digests), CHUNK):  # a chunk of Python ints at a time
+                    for hashed, text_line in zip(digests[start : start + CHUNK].tolist(), copies):
+                        writer.offer(text_line, hashed, "augmented")
+                        offered += 1
+                if offered != len(digests) or copies.readline():
+                    raise shares.ShareFailed(rank, "left a share that is incomplete", self.COPYING)
+            del digests
+            for name, value in record["dropped"].items():
+                writer.counts[name] += value
+        return [{key: record[key] for key in ("rank", "examples", "seconds")} for record in self._copies]
