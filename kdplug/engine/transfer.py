@@ -431,7 +431,7 @@ def _write_texts(
     factor = augment_factor(config, task) if augmenter is not None else None
     computed_by = []
     with open(directory / TEXTS_FILE, "w", encoding="utf-8") as handle:
-        writer = augmenting.Writer(handle)
+        writer = augmenting.Writer(handle, directory)
         shared = None
         if build.shared and augmenter is not None:
             shared = augmenting.SharedAugmentation(build, augmenter, train, checks)
@@ -444,6 +444,7 @@ def _write_texts(
         elif augmenter is not None:
             augmenting.prepare_alone(augmenter, train)
             writer.check_and_offer(checks, (text for _, text in augmented(augmenter, train, factor, seed)), "augmented")
+        writer.finish()
     return {
         **writer.counts,
         "version": FORMAT_VERSION,
