@@ -19,6 +19,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Optional
 
@@ -27,21 +28,35 @@ from ..storage import file_lock, staging_directory
 from . import faults
 
 POLL_SECONDS = 0.2
+#: how long a process waits in a step of a shared build for the others, alive: rank 0 may check a
+#: large stored entry, read large --transfer files or join a large split meanwhile (a dead process
+#: breaks the step at once; the default groups' 10 to 30 minutes would fail a live one)
+STEP_TIMEOUT = timedelta(hours=24)
+#: the gloo group the shared builds' steps run in, made by :func:`meet` (None: the default group)
+_steps_group: Any = None
 
 
 def _all_gather(value: Any) -> list[Any]:
     import torch.distributed as dist
 
     gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, value)
+    dist.all_gather_object(gathered, value, group=_steps_group)
     return gathered
+
+
+def broadcast(value: Any) -> Any:
+    import torch.distributed as dist
+
+    box = [value]
+    dist.broadcast_object_list(box, src=0, group=_steps_group)
+    return box[0]
 
 
 @dataclass(frozen=True)
 class Processes:
     """The processes that share a piece of work: this one's ``rank`` among ``count``, a collective
     ``broadcast`` that gives every rank rank 0's value, and ``gather``, every rank's value to every
-    rank (torch.distributed's default group unless given)."""
+    rank (torch.distributed's, in the group :func:`meet` made, unless given)."""
 
     rank: int = 0
     count: int = 1
@@ -84,7 +99,13 @@ _roster: list[tuple[str, int]] = []
 
 
 def meet(count: int) -> None:
-    """Every process of a launch of ``count``: wait for the others, and learn each one's host and pid."""
+    """Every process of a launch of ``count``: wait for the others, learn each one's host and pid, and
+    make the gloo group of :data:`STEP_TIMEOUT` that the shared builds' steps run in (on CPU, not
+    through the GPUs' NCCL and its watchdog)."""
+    import torch.distributed as dist
+
+    global _steps_group
+    _steps_group = dist.new_group(backend="gloo", timeout=STEP_TIMEOUT)
     _roster[:] = [tuple(item) for item in _all_gather((socket.gethostname(), os.getpid()))]
 
 
