@@ -8,6 +8,8 @@ its share's record or its error, is then gathered by every rank (``all_gather_ob
 failing share's error reaches them all at once; rank 0 joins the shares, and a last gather tells the
 others the result is in place. A process that dies breaks the collective the others wait in, and
 the launcher (torch-elastic's agent under ``torchrun`` and ``accelerate launch``) ends the launch.
+No heartbeat, no polling, and no monitored barrier: a share takes as long as its data (a teacher
+pass over a large split), so a barrier's timeout would name a slow process as lost.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def meet(count: int) -> None:
     _roster[:] = [tuple(item) for item in _all_gather((socket.gethostname(), os.getpid()))]
 
 
-def exchange(processes: Processes, value: Any, what: str, roster: Optional[list] = None) -> Any:
+def exchange(processes: Processes, value: Any, what: str) -> Any:
     """``processes.broadcast(value)``; a process lost during it (killed, crashed) is named as a share's
     death is, not in the collective library's words."""
     faults.fire_at(f"exchange-rank{processes.rank}")
@@ -118,7 +120,7 @@ def exchange(processes: Processes, value: Any, what: str, roster: Optional[list]
     except ShareFailed:
         raise
     except RuntimeError as exc:  # gloo/NCCL: "Connection closed by peer", "connection reset"
-        raise lost_process(processes.rank, what, exc, roster) from exc
+        raise lost_process(processes.rank, what, exc) from exc
 
 
 def lost_process(
