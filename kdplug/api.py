@@ -30,6 +30,7 @@ from .errors import (
 )
 from .options import Positive, PositiveFloat, Range, check_option_values
 from .plugins import hookimpl
+from .recipe_context import RecipeContext
 from .storage import (
     StorageError,
     atomic_directory,
@@ -58,7 +59,6 @@ from .types import (
     Projector,
     ProjectorCapabilities,
     RecipeCapabilities,
-    RecipeContext,
     Register,
     Settings,
     StageResult,
@@ -83,6 +83,7 @@ PUBLIC_MODULES = (
     "kdplug",
     "kdplug.api",
     "kdplug.types",
+    "kdplug.recipe_context",
     "kdplug.errors",
     "kdplug.storage",
     "kdplug.fingerprint",

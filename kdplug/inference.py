@@ -22,14 +22,13 @@ from typing import Any, Optional, Union
 import torch
 
 from .errors import ArgumentError, UsageError
-from .layout import INFO_FILE, STUDENT_DIR
+from .layout import INFO_FILE, MODEL_CONFIG_FILE, ONNX_FILE, STUDENT_DIR, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE
 
-ONNX_FILE = "model.onnx"
 RUNTIMES = ("auto", "torch", "onnx")
 #: what a student directory must hold, and what each file is
 REQUIRED = {
-    "config.json": "the model's config",
-    "tokenizer_config.json": "the tokenizer",
+    MODEL_CONFIG_FILE: "the model's config",
+    TOKENIZER_CONFIG_FILE: "the tokenizer",
     INFO_FILE: "kdplug's record of labels, input columns and maximum length",
 }
 
@@ -240,7 +239,7 @@ def _tokenizer(directory: Path) -> Any:
     try:
         return AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
     except (OSError, ValueError) as exc:
-        if (directory / "tokenizer.json").is_file():
+        if (directory / TOKENIZER_FILE).is_file():
             raise damaged(directory, "its tokenizer", exc) from None
         raise UsageError(
             f"{directory}: tokenizer.json is missing, and nothing else in the package describes its tokenizer; "

@@ -29,8 +29,8 @@ from typing import Optional
 
 from . import fingerprint
 from .errors import KdplugError, UsageError
+from .layout import CHECKSUMS_FILE
 
-CHECKSUMS_FILE = "kdplug_checksums.json"
 #: what a staging directory's name starts with; ``kdplug cache clear --stale`` looks for it
 STAGING_PREFIX = ".staging-"
 #: the whole name of a staging file or directory: the prefix, the name it builds (and, for a file, the

@@ -147,7 +147,8 @@ def written_by_kdplug(kind: str, paths: list[Path]) -> bool:
 
 def _checksums_name_its_files(folder: Path) -> bool:
     """A checksum record that names every file of ``folder`` and no other (an empty or forged one does not)."""
-    from ..storage import CHECKSUMS_FILE, recorded_checksums
+    from ..layout import CHECKSUMS_FILE
+    from ..storage import recorded_checksums
 
     sums = recorded_checksums(folder)
     files = {str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file() or path.is_symlink()}

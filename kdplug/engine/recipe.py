@@ -20,6 +20,7 @@ from accelerate.utils import set_seed
 from torch import nn
 
 from .. import fingerprint
+from ..capabilities import ProjectorCapabilities, StudentCapabilities, capabilities
 from ..config import RunConfig
 from ..errors import UsageError
 from ..registry import Registry
@@ -242,7 +243,7 @@ class EngineContext:
         setting, else the projector's default. The CE weight is ``ce`` if given; when the recipe
         passes ``eta`` or ``lam`` it defines the stage, so CE is 1 − eta − lam (two-stage's stage 1
         has none, whatever the run says); otherwise the run's ``ce_weight``, else 1 − eta − lam."""
-        defaults = dict(getattr(projector, "default_weights", {}) or {})
+        defaults = dict(capabilities(ProjectorCapabilities, projector).default_weights or {})
         config = self.config
 
         def pick(*candidates: Optional[float]) -> Optional[float]:
@@ -273,7 +274,7 @@ class EngineContext:
         the transfer set (read with the student's tokenizer), and both caches."""
         if self.transfer is None:
             return train, cache
-        tokenizer = getattr(student, "tokenizer", None) or self.tokenizer
+        tokenizer = capabilities(StudentCapabilities, student).tokenizer or self.tokenizer
         transfer = self.transfer.encode(
             tokenizer,
             self.max_length,
@@ -348,7 +349,7 @@ class EngineContext:
     # -- stages -----------------------------------------------------------------------------
     def splits_for(self, student: nn.Module) -> tuple[EncodedSplit, dict[str, EncodedSplit]]:
         """The data as this student reads it: re-encoded when it brings its own tokenizer."""
-        return self.splits_with(getattr(student, "tokenizer", None))
+        return self.splits_with(capabilities(StudentCapabilities, student).tokenizer)
 
     def splits_with(self, tokenizer: Any) -> tuple[EncodedSplit, dict[str, EncodedSplit]]:
         """The data encoded with ``tokenizer`` (None: the run's encoding)."""
@@ -419,7 +420,7 @@ class EngineContext:
             return None
         if not self.layer_variation:
             self.layer_variation.update(variation.input_dependent_shares(train_cache))
-        name = getattr(projector, "name", None) or self.config.projector
+        name = capabilities(ProjectorCapabilities, projector).name or self.config.projector
         warning = variation.near_constant_warning(name, projector, matched, self.layer_variation)
         if warning:
             log.warning(warning)
@@ -449,7 +450,7 @@ def trim_vocabulary(student: nn.Module, tokenizer: Any, run: Any, trimmed: dict)
     from ..vocab import TrimReport, kept_token_ids, measure_coverage, read_corpus, trim_embeddings, trim_tokenizer
 
     config, task = run.config, run.task
-    tokenizer = getattr(student, "tokenizer", None) or tokenizer
+    tokenizer = capabilities(StudentCapabilities, student).tokenizer or tokenizer
     rows = student.get_input_embeddings().num_embeddings
     if rows != len(tokenizer):
         raise UsageError(
@@ -474,7 +475,7 @@ def trim_vocabulary(student: nn.Module, tokenizer: Any, run: Any, trimmed: dict)
     trim_embeddings(student, kept)
     student.tokenizer = trimmed_tokenizer
     report = TrimReport(kept, rows, len(kept), student.get_input_embeddings().embedding_dim)
-    init = dict(getattr(student, "kdplug_init", None) or {"init": "random"})
+    init = dict(capabilities(StudentCapabilities, student).kdplug_init or {"init": "random"})
     student.kdplug_init = {**init, "vocabulary": {"before": rows, "after": len(kept), **coverage.record()}}
     log.info("trim_vocab: %s; %s", report.describe(), coverage.describe())
 

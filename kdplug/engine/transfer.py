@@ -103,6 +103,7 @@ class TransferSet:
         mask = self.meta.get("mask_token")
         if mask is None:
             return None
+        # not through capabilities(): the tokenizer's own mask token
         own = getattr(tokenizer, "mask_token", None) or getattr(tokenizer, "unk_token", None)
         boundaries = boundary_tokens(tokenizer)
         if own in boundaries:
