@@ -28,7 +28,7 @@ from .errors import (
     UsageError,
     close_matches,
 )
-from .options import Positive, PositiveFloat, Range, check_option_values
+from .options import Positive, PositiveFloat, Range, check_option_values, forwards_options
 from .plugins import hookimpl
 from .storage import (
     StorageError,
@@ -137,6 +137,7 @@ __all__ = [
     "PositiveFloat",
     "Range",
     "check_option_values",
+    "forwards_options",
     # errors (UsageError and its subclasses exit 2)
     "ConfigError",
     "DataError",

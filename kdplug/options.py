@@ -31,6 +31,7 @@ __all__ = [
     "declared_options",
     "expected",
     "fits",
+    "forwards_options",
 ]
 
 
@@ -85,6 +86,20 @@ def declared_options(factory: Any) -> dict[str, Any]:
         except Exception:
             continue
     return hints
+
+
+def forwards_options(target: Any) -> Any:
+    """Declare that a factory passes its ``**options`` on to ``target`` (another factory): the factory
+    takes ``target``'s signature and annotations, so the registry checks each option against
+    ``target``'s declaration. A bare ``**options`` declares nothing, and a value it forwards would
+    go unchecked (``trust_remote_code: "no"`` through ``--teacher minilm`` ran a checkpoint's code)."""
+
+    def declare(factory: Any) -> Any:
+        factory.__signature__ = inspect.signature(target)
+        factory.__annotations__ = declared_options(target)
+        return factory
+
+    return declare
 
 
 def fits(value: Any, hint: Any) -> bool:
