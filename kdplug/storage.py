@@ -419,6 +419,11 @@ def replace_directory(staging: Path, target: Path, between: Optional[Callable[[]
     ``<target>.previous`` until the new one is in place (see :func:`complete_copy`).
     ``between`` runs between the two renames (the robustness tests kill the process there)."""
     previous = target.with_name(target.name + PREVIOUS_SUFFIX)
+    if target.is_symlink() or (target.exists() and not (target / CHECKSUMS_FILE).is_file() and _holds_any(target)):
+        raise UsageError(  # what is there would be moved aside and deleted: only a copy kdplug wrote may be
+            f"{target} holds files kdplug did not write (it has no {CHECKSUMS_FILE}), and kdplug would replace it; "
+            f"move it away, or choose another directory"
+        )
     if previous.is_symlink() or (previous.exists() and not (previous / CHECKSUMS_FILE).is_file()):
         raise UsageError(
             f"{previous} is in the way: kdplug keeps the previous copy of {target} under that name while it puts the "
@@ -432,6 +437,10 @@ def replace_directory(staging: Path, target: Path, between: Optional[Callable[[]
     unmark_staging(staging)
     os.replace(staging, target)
     shutil.rmtree(previous, ignore_errors=True)
+
+
+def _holds_any(directory: Path) -> bool:
+    return not directory.is_dir() or any(directory.iterdir())
 
 
 def complete_copy(target: Path, is_complete=lambda path: not verify(path)) -> Optional[Path]:
