@@ -46,7 +46,7 @@ class Range:
     high_open: bool = False
 
     def __contains__(self, value: Any) -> bool:
-        if not math.isfinite(value):  # inf is no learning rate, temperature or size
+        if not _finite(value):  # inf is no learning rate, temperature or size
             return False
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
@@ -59,6 +59,11 @@ class Range:
         if self.high is not None:
             parts.append(f"{'below' if self.high_open else 'at most'} {self.high:g}")
         return " and ".join(parts) or "any number"
+
+
+def _finite(value: Any) -> bool:
+    """A whole number is finite however large (math.isfinite raises OverflowError past 1e308)."""
+    return isinstance(value, int) or math.isfinite(value)
 
 
 #: a count or a size: a whole number, at least 1 (and below 2**31, which no size reaches and torch overflows past)
@@ -122,7 +127,11 @@ def fits(value: Any, hint: Any) -> bool:
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+        return (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and (isinstance(value, int) or not math.isnan(value))
+        )
     if hint is str:
         return isinstance(value, str)
     if inspect.isclass(hint) and issubclass(hint, os.PathLike):  # Path: a path may be given as text

@@ -283,3 +283,13 @@ def test_the_hub_loader_passes_trust_remote_code_only_when_it_is_true(tmp_path, 
     with pytest.raises(UsageError, match="trust_remote_code must be true or false"):
         load_pretrained(AutoConfig, str(teacher_with_own_code), "teacher", trust_remote_code=given)
     assert not (tmp_path / "RAN").exists(), "the checkpoint's code ran"
+
+
+def test_a_whole_number_too_large_for_a_float_is_out_of_range_not_a_crash():
+    from kdplug.config import build_config
+
+    with pytest.raises(ConfigError) as raised:
+        process_registry().check_options("student", "bilstm", None, None, hidden_size=10**400)
+    assert "student_options.hidden_size of student 'bilstm' must be a whole number at least 1" in str(raised.value)
+    with pytest.raises(ConfigError, match=r"lr must be a number at most 1.79769e\+308, got 9999"):
+        build_config(overrides=["lr=" + "9" * 400])
