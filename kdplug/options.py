@@ -188,12 +188,7 @@ def advice(value: Any, hint: Any) -> str:
         except ValueError:
             return ""
         if fits(number, hint) or fits(int(number) if number.is_integer() else number, hint):
-            exponent = (
-                ", and with a point before an exponent (1.0e-5: YAML reads 1e-5 as text)"
-                if "e" in value.lower()
-                else ""
-            )
-            return f" ({value!r} is text: write the number without quotes{exponent})"
+            return f" ({value!r} is text, in quotes: remove the quotes to give the number)"  # 1e-5 unquoted is one
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15 and fits(int(value), hint):
         return f" (write {int(value)}, without the point)"
     if isinstance(value, (int, float)) and not isinstance(value, bool) and fits(str(value), hint):

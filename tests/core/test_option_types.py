@@ -293,3 +293,11 @@ def test_a_whole_number_too_large_for_a_float_is_out_of_range_not_a_crash():
     assert "student_options.hidden_size of student 'bilstm' must be a whole number at least 1" in str(raised.value)
     with pytest.raises(ConfigError, match=r"lr must be a number at most 1.79769e\+308, got 9999"):
         build_config(overrides=["lr=" + "9" * 400])
+
+
+def test_a_number_in_quotes_is_told_to_drop_the_quotes_not_that_yaml_reads_exponents_as_text():
+    with pytest.raises(ConfigError) as raised:
+        process_registry().check_options("recipe", "annealing", phase2_lr="1e-5")
+    message = str(raised.value)
+    assert "got '1e-5' (str) ('1e-5' is text, in quotes: remove the quotes to give the number)" in message, message
+    assert "YAML reads 1e-5 as text" not in message
