@@ -203,23 +203,44 @@ def open_output(path: str) -> Iterator[TextIO]:
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     staging = None
     try:
-        descriptor, staging = staging_file(target)  # this process's own: two commands never share one
-        with open(descriptor, "w", encoding="utf-8", newline="") as handle:
-            yield handle
-        os.replace(staging, target)
-    except OSError as exc:
-        if staging is not None:
-            staging.unlink(missing_ok=True)
-        raise KdplugError(
-            f"writing --output {path} failed ({exc.strerror or exc}); nothing was written there (a previous file "
-            f"is unchanged). Free space or choose another --output and run the command again"
-        ) from None
+        with _writing(path):
+            descriptor, staging = staging_file(target)  # this process's own: two commands never share one
+            handle = open(descriptor, "w", encoding="utf-8", newline="")
+        with handle:
+            yield _Output(handle, path)  # an error of the block's own (reading --input, predicting) is not ours
+            with _writing(path):
+                handle.flush()
+        with _writing(path):
+            os.replace(staging, target)
     except BaseException:
         if staging is not None:
             staging.unlink(missing_ok=True)
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _writing(path: str) -> Iterator[None]:
+    """A failed write of --output (disk full, file-size limit) as a message naming it."""
+    try:
+        yield
+    except OSError as exc:
+        raise KdplugError(
+            f"writing --output {path} failed ({exc.strerror or exc}); nothing was written there (a previous file "
+            f"is unchanged). Free space or choose another --output and run the command again"
+        ) from None
+
+
+class _Output:
+    """The staging file, whose failed writes are --output's (and nothing else the block does)."""
+
+    def __init__(self, handle: TextIO, path: str) -> None:
+        self._handle, self._path = handle, path
+
+    def write(self, text: str) -> int:
+        with _writing(self._path):
+            return self._handle.write(text)
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:

@@ -174,3 +174,31 @@ def test_a_previous_copy_kdplug_did_not_write_is_never_deleted_in_its_place(tmp_
     assert (tmp_path / "export.previous" / "mine.txt").read_text() == "my own folder"
     assert (export / "model.bin").read_bytes() == b"weights"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "export.previous"]
+
+
+def test_predict_blames_output_only_for_its_own_write_failures(tmp_path):
+    """An error reading the input (or predicting) inside the output's block is not a failed write of
+    --output; a write that reaches the file-size limit is, and leaves nothing behind."""
+    import resource
+    import signal
+
+    from kdplug.commands.predict import open_output
+    from kdplug.errors import KdplugError
+
+    output = tmp_path / "predictions.tsv"
+    with pytest.raises(FileNotFoundError):
+        with open_output(str(output)) as out:
+            out.write("text\tlabel\n")
+            (tmp_path / "input-gone.txt").read_text()  # the input, read as it goes, fails
+    assert list(tmp_path.iterdir()) == []
+    limits, handler = resource.getrlimit(resource.RLIMIT_FSIZE), signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, limits[1]))
+    try:
+        with pytest.raises(KdplugError, match=f"writing --output {output} failed .*nothing was written there"):
+            with open_output(str(output)) as out:
+                for _ in range(100):
+                    out.write("a row of predictions\t0.5\n" * 40)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert list(tmp_path.iterdir()) == []
