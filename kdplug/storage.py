@@ -419,7 +419,12 @@ def replace_directory(staging: Path, target: Path, between: Optional[Callable[[]
     ``<target>.previous`` until the new one is in place (see :func:`complete_copy`).
     ``between`` runs between the two renames (the robustness tests kill the process there)."""
     previous = target.with_name(target.name + PREVIOUS_SUFFIX)
-    if target.is_symlink() or (target.exists() and not (target / CHECKSUMS_FILE).is_file() and _holds_any(target)):
+    if target.is_symlink():
+        raise UsageError(
+            f"{target} is a symbolic link (to {os.readlink(target)}), which kdplug did not make and would replace; "
+            f"remove the link, or choose another directory"
+        )
+    if target.exists() and not (target / CHECKSUMS_FILE).is_file() and _holds_any(target):
         raise UsageError(  # what is there would be moved aside and deleted: only a copy kdplug wrote may be
             f"{target} holds files kdplug did not write (it has no {CHECKSUMS_FILE}), and kdplug would replace it; "
             f"move it away, or choose another directory"

@@ -802,3 +802,14 @@ def test_a_vocabulary_corpus_not_in_utf8_is_told_to_be_saved_as_utf8(tmp_path):
         read_corpus(str(corpus), "--vocab-corpus")
     message = str(raised.value)
     assert "Save it as UTF-8" in message and str(corpus) in message and "=latin-1" not in message, message
+
+
+def test_the_export_help_states_the_unknown_token_warning_as_the_code_applies_it(capsys):
+    from kdplug.cli import main
+    from kdplug.vocab import UNKNOWN_WARNING
+
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    points = f"{UNKNOWN_WARNING * 100:.0f} point"
+    assert f"more than {points} above the full vocabulary's" in text and "above 1%" not in text
