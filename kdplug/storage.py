@@ -356,6 +356,15 @@ def staging_target(name: str) -> Optional[str]:
     return built.rsplit(".", 1)[0] if _STAGING_FILE.fullmatch(name) else built
 
 
+def staging_pid(path: Path, name: str) -> Optional[int]:
+    """The process id in a staging file of ``name`` (``.staging-<name>.<pid>.<random>``, a plain file), else None."""
+    prefix = f"{STAGING_PREFIX}{name}."
+    if path.is_symlink() or not path.is_file() or not _STAGING_FILE.fullmatch(path.name):
+        return None
+    pid, _, random = path.name.removeprefix(prefix).partition(".") if path.name.startswith(prefix) else ("", "", "")
+    return int(pid) if pid.isdigit() and len(random) == 8 else None
+
+
 def is_kdplug_lock(path: Path) -> bool:
     """Whether ``path`` is a lock file :func:`file_lock` made (it holds kdplug's mark and nothing else)."""
     return path.name.endswith(".lock") and _holds(path, LOCK_MARK)

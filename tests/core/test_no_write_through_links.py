@@ -52,7 +52,7 @@ def test_the_run_lock_is_never_written_through_a_link(capsys, tmp_path, finished
     (run_dir / LOCK_FILE).unlink()
     (run_dir / LOCK_FILE).symlink_to(outside)
     code, _, err = run(capsys, *tiny_argv(tiny_bert_dir, data, run_dir), "--overwrite")
-    assert code == 2 and f"the lock file {run_dir / LOCK_FILE} is a symbolic link (to {outside})" in err, err
+    assert code == 2 and f"{run_dir / LOCK_FILE} is a symbolic link (to {outside})" in err, err
     assert outside.read_text() == "a file outside the run directory"
 
 
@@ -202,3 +202,32 @@ def test_predict_blames_output_only_for_its_own_write_failures(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, limits)
         signal.signal(signal.SIGXFSZ, handler)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_predict_refuses_a_package_whose_tokenizer_links_outside_it(capsys, tmp_path, finished_run):
+    copy = a_copy(finished_run, tmp_path)
+    tokenizer = copy / "student" / "tokenizer.json"
+    elsewhere = tmp_path / "elsewhere.json"
+    shutil.move(tokenizer, elsewhere)  # the same bytes, so the checksums still pass through the link
+    tokenizer.symlink_to(elsewhere)
+    (tmp_path / "in.txt").write_text("a fine film\n")
+    code, out, err = run(capsys, "predict", copy, "--input", tmp_path / "in.txt", "--output", "-")
+    assert code == 2, err
+    assert f"holds {tokenizer}, a symbolic link to {elsewhere}, outside the package" in err and out == ""
+
+
+def test_predict_names_staging_files_a_killed_predict_left_and_removes_none(capsys, tmp_path, finished_run):
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # a process id no process has now
+    output = tmp_path / "out" / "predictions.tsv"
+    output.parent.mkdir()
+    left = output.parent / f".staging-predictions.tsv.{ended.pid}.abcd1234"
+    left.write_text("sentence\tlabel\nhalf a ro")
+    live = output.parent / f".staging-predictions.tsv.{os.getpid()}.efgh5678"  # a predict running now
+    live.write_text("")
+    (tmp_path / "in.txt").write_text("a fine film\n")
+    code, _, err = run(capsys, "predict", finished_run, "--input", tmp_path / "in.txt", "--output", output)
+    assert code == 0, err
+    assert f"{left} was left by a kdplug predict that has ended (process {ended.pid})" in err
+    assert f"rm {left}" in err and str(live) not in err
+    assert left.exists() and live.exists()
