@@ -202,3 +202,12 @@ def test_replacing_a_directory_refuses_one_kdplug_did_not_write(tmp_path):
     with atomic_directory(tmp_path / "ours", "a copy") as building:
         (building / "a.txt").write_text("2")
     assert (tmp_path / "ours" / "a.txt").read_text() == "2"
+
+
+def test_the_first_line_of_a_run_whose_output_is_a_link_names_the_real_directory(tmp_path):
+    from kdplug.engine.pipeline import where_written
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+    assert where_written(tmp_path / "link") == f"{tmp_path / 'link'} (a link: written in {tmp_path / 'real'})"
+    assert where_written(tmp_path / "real") == str(tmp_path / "real")
