@@ -164,7 +164,11 @@ def _leftover(path: Path, stale: set[Path]) -> Optional[Item]:
     kind, key = path.parent.name, (staging_target(name) or name).split(".")[0]
     if kind in SECTIONS and not KEY.fullmatch(key):  # kdplug's leftovers carry the key they were written for
         return None
-    damaged = path.is_dir() and re.search(rf"{re.escape(DAMAGED_SUFFIX)}-\d{{8}}-\d{{6}}$", name) is not None
+    damaged = (  # a copy kdplug set aside carries its key, in a plugin's store too (photos.damaged-... is a user's)
+        path.is_dir()
+        and KEY.fullmatch(key) is not None
+        and re.search(rf"{re.escape(DAMAGED_SUFFIX)}-\d{{8}}-\d{{6}}$", name) is not None
+    )
     previous = name.endswith(PREVIOUS_SUFFIX) and written_by_kdplug(kind, [path])
     if not (damaged or previous or is_kdplug_staging(path)):
         return None

@@ -160,7 +160,9 @@ def test_clear_stale_in_a_plugins_store_removes_only_staging_folders_and_locks_k
     (store / ".staging-backup.20261127").mkdir(parents=True)  # a user's, named like a staging folder
     (store / ".staging-backup.20261127" / "photo.txt").write_text("mine")
     (store / "notes.lock").write_text("")  # a user's empty file named like a lock
-    for path in (store / ".staging-backup.20261127", store / "notes.lock"):
+    (store / "photos.damaged-20250101-120000").mkdir()  # and like a damaged copy set aside
+    (store / "photos.damaged-20250101-120000" / "thesis.tex").write_text("mine")
+    for path in (store / ".staging-backup.20261127", store / "notes.lock", store / "photos.damaged-20250101-120000"):
         os.utime(path, (old, old))
     users = files_below(root)
     killed = staging_directory(store, "e" * 32)  # what a killed kdplug left: its marked staging folder and lock
