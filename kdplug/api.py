@@ -28,7 +28,7 @@ from .errors import (
     UsageError,
     close_matches,
 )
-from .options import Positive, PositiveFloat, Range, check_option_values
+from .options import Positive, PositiveFloat, Range, check_option_values, forwards_options
 from .plugins import hookimpl
 from .recipe_context import RecipeContext
 from .storage import (
@@ -138,6 +138,7 @@ __all__ = [
     "PositiveFloat",
     "Range",
     "check_option_values",
+    "forwards_options",
     # errors (UsageError and its subclasses exit 2)
     "ConfigError",
     "DataError",

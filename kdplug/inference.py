@@ -185,7 +185,7 @@ def load_student(
     the CPU), ``onnx`` (an export's ``model.onnx`` through ONNX Runtime) or ``auto`` (ONNX where
     ``path`` is an ONNX export, else PyTorch). ``verify``: check every file against the package's
     checksums first (see :mod:`kdplug.integrity`); the tokenizer is checked either way."""
-    from .integrity import check_tokenizer, refuse_package_code, verify_package
+    from .integrity import check_tokenizer, refuse_outside_links, refuse_package_code, verify_package
 
     check_path("load_student", path)
     device = check_device(device)
@@ -193,6 +193,7 @@ def load_student(
     check_flag("verify", verify)
     directory = student_directory(path)
     refuse_package_code(directory)  # checksums or not: they prove who wrote a package, not that its code is safe
+    refuse_outside_links(directory)  # a tokenizer.json linked elsewhere is another file than the one packaged
     if verify:
         verify_package(directory)
     info = _read_info(directory)

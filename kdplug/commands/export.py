@@ -25,7 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "student and their agreement are printed, and an export that loses more than --max-drop points is "
         "refused. --trim-vocab: keep only the embedding rows of the tokens of the training split, the transfer "
         "set and --vocab-corpus FILE, and a tokenizer to match; checked on the dev split like int8, where the "
-        "share of tokens it reads as unknown is printed (a warning above 1%). Every export prints its "
+        "share of tokens it reads as unknown is printed (a warning when it is more than 1 point above the full "
+        "vocabulary's). Every export prints its "
         "size and speed beside the fp32 student's.",
         epilog="examples:\n  kdplug export runs/demo --format onnx --output deploy/demo-onnx\n"
         "  kdplug export runs/demo --format onnx --quantize int8 --trim-vocab --output deploy/demo-int8\n"

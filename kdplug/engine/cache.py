@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from .. import fingerprint
-from ..storage import raise_as_storage_error, staging_directory
+from ..storage import raise_as_storage_error, staging_directory, unmark_staging
 from ..types import LayerSpec
 from . import faults, shares
 from .shares import ONE_PROCESS, Processes
@@ -456,6 +456,7 @@ def _build(
             directory = root / templates[kind].fingerprint
             if directory.exists():  # an incomplete or corrupted copy, already reported by _verify
                 shutil.rmtree(directory)
+            unmark_staging(stagings[kind])
             os.replace(stagings.pop(kind), directory)
     except BaseException as exc:
         for staging in stagings.values():
