@@ -1,5 +1,6 @@
-"""Tiny random decoder classifiers (Llama, Qwen2, Mistral, Gemma, GPT-2), saved as plain
-transformers saves them, for testing decoder teachers offline.
+"""Tiny random decoder classifiers (Llama, Qwen2, Mistral, Gemma, GPT-2) and causal language
+models, saved as plain transformers saves them, for testing decoder and prompted teachers offline
+(and a T5's config, which both must refuse).
 
 Each comes with a byte-level BPE tokenizer trained on :data:`~kdplug.testing.tiny.TINY_WORDS`
 that, like Llama's and GPT-2's, has an end-of-sequence token and no padding token (transformers'
@@ -153,5 +154,21 @@ def make_tiny_causal_lm(
     model = AutoModelForCausalLM.from_config(config)
     path = os.fspath(path)
     model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def make_tiny_t5_config(path: str | os.PathLike) -> str:
+    """Save a tiny T5's config and tokenizer to ``path``, no weights: an encoder-decoder, which
+    kdplug takes neither as a classifier nor prompted, and must refuse before any weights load."""
+    import transformers
+
+    tokenizer = bpe_tokenizer(pad=True)
+    config = transformers.T5Config(
+        vocab_size=len(tokenizer), d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, num_labels=2,
+        pad_token_id=tokenizer.pad_token_id, decoder_start_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    path = os.fspath(path)
+    config.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -17,14 +18,21 @@ from torch import nn
 
 import kdplug
 from kdplug import hub
-from kdplug.api import check_option_values, forwards_options
+from kdplug.api import forwards_options
 from kdplug.errors import UsageError
 from kdplug.types import LayerSpec, ModelShape, Task, Teacher, TokenSignals, TokenSpec, num_outputs
 
 from . import tokens
 from .decoders import HFDecoderExtractor, is_decoder_only
 from .dtypes import dtype_name, load_dtype
-from .hf_loading import Loaded, _load_classifier, available, checkpoint_shape, declared_base_model
+from .hf_loading import (
+    Loaded,
+    _load_classifier,
+    available,
+    bound_options,
+    checkpoint_shape,
+    declared_base_model,
+)
 from .hf_students import bert_k_student, distilroberta_student, hf_student
 from .labels import LabelMatch
 from .lora import DEFAULT_LR as LORA_LR
@@ -40,8 +48,7 @@ from .lora import (
     save_adapter,
 )
 from .lora import lr_note as lora_lr_note
-from .prompted import PromptedLMExtractor, prompted_teacher
-from .prompting import PROMPT_OPTIONS
+from .prompted import PROMPT_OPTIONS, PromptedLMExtractor, prompted_teacher
 
 logger = logging.getLogger(__name__)
 
@@ -98,37 +105,86 @@ def hf_teacher(
     one it names, or ``base``) is loaded as a classifier, the adapter applied and merged.
     ``lora`` (true, or a mapping of r, alpha, dropout, target_modules): where kdplug fine-tunes
     the teacher, it trains a LoRA adapter and the head, and stores that. ``dtype``: auto, fp32,
-    bf16 or fp16, the weights' dtype (:mod:`.dtypes`).
-    With ``prompt`` (and ``verbalizer``, ``shots``, ``chat_template``,
-    ``calibrate``), ``source`` is a causal language model that labels the task through a prompt,
-    never fine-tuned (:func:`kdplug_models.prompted.prompted_teacher`).
+    bf16 or fp16, the weights' dtype (:mod:`.dtypes`). A causal language model read through a
+    prompt is another teacher, ``prompted-lm`` (:func:`kdplug_models.prompted.prompted_teacher`).
     """
+    source = _checked_source(source, config_overrides)
+    adapter = _adapter(source, base)
+    lora_settings = LoraSettings.parse(lora)
+    if lora_settings is not None:
+        require_peft("teacher_options.lora")  # before any weights are read
+    checkpoint = _load(
+        task,
+        source,
+        adapter,
+        load_dtype(dtype),
+        num_labels=num_labels,
+        label_map=label_map,
+        trust_remote_code=trust_remote_code,
+        revision=revision,
+        config_overrides=config_overrides,
+    )
+    _warn_before_finetuning(checkpoint, task, finetuned)
+    teacher = _describe(checkpoint, task, finetuned, trust_remote_code)
+    _prepare_finetuning(teacher, task, checkpoint, lora_settings)
+    return teacher
+
+
+@dataclass(frozen=True)
+class _Checkpoint:
+    """What ``hf_teacher`` loaded: the classifier, where from, and kdplug's marker in its directory."""
+
+    source: str
+    loaded: Loaded
+    adapter: Optional[Adapter]
+    #: the weights' dtype where teacher_options.dtype set one
+    dtype: Optional[torch.dtype]
+    #: kdplug's ``kdplug_finetuned.json`` (None: the directory has none, or the source is a hub id)
+    marker: Optional[dict[str, Any]]
+    #: the marker names another task: kdplug fine-tuned it for that one, and fine-tunes it again
+    for_other_task: bool
+
+
+def _checked_source(source: Optional[str], config_overrides: dict[str, Any]) -> str:
+    """``source``, its ``~`` expanded, after refusing none and a prompted teacher's options."""
+    _refuse_prompt_options(source, config_overrides)
     if not source:
         raise UsageError(
             "teacher 'hf' needs the option source: a hub id or a directory "
             "(--teacher /path/to/dir, --teacher bert-base-uncased, or --set teacher_options.source=ID)"
         )
-    source = os.path.expanduser(str(source))
-    prompting = {key: config_overrides.pop(key) for key in PROMPT_OPTIONS if key in config_overrides}
+    return os.path.expanduser(str(source))
+
+
+def _refuse_prompt_options(source: Optional[str], config_overrides: dict[str, Any]) -> None:
+    """A language model read through a prompt is the ``prompted-lm`` teacher: the ``hf`` teacher given
+    its options (which it took before prompted-lm had a name of its own) says how to name it."""
+    prompting = [key for key in PROMPT_OPTIONS if key in config_overrides]
     if prompting:
-        return _prompted(
-            task,
-            source,
-            prompting,
-            finetuned,
-            label_map,
-            num_labels,
-            {**config_overrides, "dtype": dtype, "lora": lora, "base": base},
-            trust_remote_code,
-            revision,
+        given = ", ".join(prompting)
+        raise UsageError(
+            f"teacher_options {given}: a language model read through a prompt is the teacher prompted-lm, not hf. "
+            f"Name it --teacher prompted-lm --set teacher_options.source={source or 'DIR_OR_HUB_ID'} (in a config "
+            f"file: teacher: prompted-lm, and source under teacher_options) and keep teacher_options {given} as they "
+            f"are; prompted-lm's options are source, {', '.join(PROMPT_OPTIONS)}, trust_remote_code and revision"
         )
-    adapter = _adapter(source, base)
-    lora_settings = LoraSettings.parse(lora)
-    if lora_settings is not None:
-        require_peft("teacher_options.lora")  # before any weights are read
+
+
+def _load(
+    task: Task,
+    source: str,
+    adapter: Optional[Adapter],
+    dtype: Optional[torch.dtype],
+    *,
+    num_labels: Optional[int],
+    label_map: Optional[dict],
+    trust_remote_code: bool,
+    revision: Optional[str],
+    config_overrides: dict[str, Any],
+) -> _Checkpoint:
+    """``source`` loaded as a classifier for ``task`` (an adapter's base with the adapter merged)."""
     marker = _read_marker(source) if os.path.isdir(source) else None
     other_task = marker is not None and marker.get("task") not in (None, task.name)
-    weights_dtype = load_dtype(dtype)
     loaded = _load_classifier(
         source,
         task,
@@ -137,19 +193,24 @@ def hf_teacher(
         label_map=label_map,
         trust_remote_code=trust_remote_code,
         revision=revision,
-        dtype=weights_dtype,
+        dtype=dtype,
         adapter=adapter,
         in_task_order=adapter is not None and marker is not None and not other_task,
         **config_overrides,
     )
-    _warn_before_finetuning(source, loaded, task, marker if other_task else None, finetuned)
-    finetuned_already = loaded.head_fits and not other_task and finetuned is not False
+    return _Checkpoint(source, loaded, adapter, dtype, marker, other_task)
+
+
+def _describe(checkpoint: _Checkpoint, task: Task, finetuned: Optional[bool], trust_remote_code: bool) -> Teacher:
+    """The teacher, with what the run says and records of it: fine-tuned or not, its labels, its kind."""
+    source, loaded, marker = checkpoint.source, checkpoint.loaded, checkpoint.marker
+    finetuned_already = loaded.head_fits and not checkpoint.for_other_task and finetuned is not False
     teacher = Teacher(
         model=loaded.model,
         tokenizer=loaded.tokenizer,
         source=source,
         finetuned=finetuned_already,
-        pretrained=_pretrained_source(source, loaded, marker, adapter),
+        pretrained=_pretrained_source(source, loaded, marker, checkpoint.adapter),
     )
     if finetuned_already and marker is None:
         teacher.notes.append(
@@ -162,21 +223,13 @@ def hf_teacher(
     if loaded.labels is not None:
         teacher.extra["labels"] = loaded.labels.as_dict()
         teacher.notes.append(_label_note(loaded.labels, task))
-    if adapter is not None:
-        teacher.extra["kind"] = adapter.describe()
+    if checkpoint.adapter is not None:
+        teacher.extra["kind"] = checkpoint.adapter.describe()
     elif is_decoder_only(teacher.model.config):
         teacher.extra["kind"] = f"a decoder classifier ({type(teacher.model).__name__})"
-    if weights_dtype is not None:
-        teacher.extra["dtype"] = dtype_name(weights_dtype)
+    if checkpoint.dtype is not None:
+        teacher.extra["dtype"] = dtype_name(checkpoint.dtype)
     teacher.save_pretrained = _saver(teacher, task)
-    if lora_settings is not None:
-        _finetune_with_lora(teacher, task, lora_settings, adapter, marker)
-    elif weights_dtype in (torch.bfloat16, torch.float16) and not teacher.finetuned:
-        teacher.notes.append(
-            f"teacher: fine-tuning every weight in {dtype_name(weights_dtype)} loses small updates to rounding (there "
-            f"are no fp32 master weights): fine-tune a LoRA adapter (--set teacher_options.lora=true), or drop "
-            f"teacher_options.dtype to fine-tune in fp32"
-        )
     return teacher
 
 
@@ -198,6 +251,21 @@ def _adapter(source: str, base: Optional[str]) -> Optional[Adapter]:
             f"directory (it has no adapter_config.json); drop the option"
         )
     return None
+
+
+def _prepare_finetuning(
+    teacher: Teacher, task: Task, checkpoint: _Checkpoint, lora_settings: Optional[LoraSettings]
+) -> None:
+    """How the engine will fine-tune the teacher, where it does: a LoRA adapter with ``lora_settings``,
+    else every weight, which loses small updates in bf16 or fp16 (the run says so)."""
+    if lora_settings is not None:
+        _finetune_with_lora(teacher, task, lora_settings, checkpoint.adapter, checkpoint.marker)
+    elif checkpoint.dtype in (torch.bfloat16, torch.float16) and not teacher.finetuned:
+        teacher.notes.append(
+            f"teacher: fine-tuning every weight in {dtype_name(checkpoint.dtype)} loses small updates to rounding "
+            f"(there are no fp32 master weights): fine-tune a LoRA adapter (--set teacher_options.lora=true), or "
+            f"drop teacher_options.dtype to fine-tune in fp32"
+        )
 
 
 def _finetune_with_lora(
@@ -240,60 +308,20 @@ def _finetune_with_lora(
     teacher.after_finetuning = merge_adapter
 
 
-def _prompted(
-    task: Task,
-    source: str,
-    prompting: dict[str, Any],
-    finetuned: Optional[bool],
-    label_map: Optional[dict],
-    num_labels: Optional[int],
-    config_overrides: dict[str, Any],
-    trust_remote_code: bool,
-    revision: Optional[str],
-) -> Teacher:
-    """``source`` as a prompted language model (the prompt options given), after refusing the
-    options that only a classifier's head has."""
-    if "prompt" not in prompting:
-        raise UsageError(
-            f"teacher_options {', '.join(sorted(prompting))} belong to a prompted teacher: set teacher_options.prompt "
-            f'too (a template with {{text}}, e.g. "Review: {{text}}\\nSentiment:")'
-        )
-    if finetuned is False:
-        raise UsageError(
-            "teacher_options.finetuned=false asks to fine-tune the teacher, but a prompted language model "
-            "(teacher_options.prompt) is used as it is, never fine-tuned; drop one of the two"
-        )
-    refused = [
-        name
-        for name, value in (("label_map", label_map), ("num_labels", num_labels), *config_overrides.items())
-        if value is not None
-    ]
-    if refused:
-        raise UsageError(
-            f"teacher option(s) {', '.join(refused)} do not apply to a prompted language model (its labels are the "
-            f"verbalizer's); its options are source, {', '.join(PROMPT_OPTIONS)}, trust_remote_code and revision"
-        )
-    # the prompt options reach the hf factory as **overrides, past the registry's check of declared options
-    check_option_values(prompted_teacher, prompting, section="teacher_options", owner="a prompted teacher")
-    return prompted_teacher(task, source, **prompting, trust_remote_code=trust_remote_code, revision=revision)
-
-
-def _warn_before_finetuning(
-    source: str, loaded: Loaded, task: Task, other_task_marker: Optional[dict[str, Any]], finetuned: Optional[bool]
-) -> None:
+def _warn_before_finetuning(checkpoint: _Checkpoint, task: Task, finetuned: Optional[bool]) -> None:
     """Say why a checkpoint that may look fine-tuned will be fine-tuned (again)."""
-    if other_task_marker is not None:
+    if checkpoint.for_other_task:
         logger.warning(
             "%s was fine-tuned on task %r, not %r: it will be fine-tuned again",
-            source,
-            other_task_marker.get("task"),
+            checkpoint.source,
+            checkpoint.marker.get("task"),
             task.name,
         )
-    if finetuned and not loaded.head_fits:
+    if finetuned and not checkpoint.loaded.head_fits:
         logger.warning(
             "%s has no classification head with %d outputs: it will be fine-tuned on %r first",
-            source,
-            loaded.model.config.num_labels,
+            checkpoint.source,
+            checkpoint.loaded.model.config.num_labels,
             task.name,
         )
 
@@ -358,30 +386,21 @@ def _label_note(match: LabelMatch, task: Task) -> str:
     return f"teacher labels: matched {how} ({mapping}), already in the task's order"
 
 
-def hf_teacher_shape(
-    task: Task,
-    source: Optional[str] = None,
-    num_labels: Optional[int] = None,
-    *,
-    finetuned: Optional[bool] = None,
-    label_map: Optional[dict] = None,
-    trust_remote_code: bool = False,
-    revision: Optional[str] = None,
-    dtype: Optional[str] = None,
-    lora: Any = None,
-    base: Optional[str] = None,
-    **config_overrides: Any,
-) -> Optional[ModelShape]:
-    """What ``hf_teacher`` will load, from the checkpoint's config (an adapter's base's; see the teacher hook)."""
-    if not source:
+def hf_teacher_shape(task: Task, **options: Any) -> Optional[ModelShape]:
+    """What ``hf_teacher`` will load, from the checkpoint's config (an adapter's base's; see the teacher
+    hook); ``options`` read as the factory binds them."""
+    given = bound_options(hf_teacher, task, **options)
+    _refuse_prompt_options(given["source"], given["config_overrides"])
+    if not given["source"]:
         return None
-    for key in PROMPT_OPTIONS:  # a prompted model's shape is its checkpoint's
-        config_overrides.pop(key, None)
-    source = os.path.expanduser(str(source))
-    adapter = _adapter(source, base)
-    checkpoint = adapter.base if adapter is not None else source
+    source = os.path.expanduser(str(given["source"]))
+    adapter = _adapter(source, given["base"])
     return checkpoint_shape(
-        checkpoint, "teacher", config_overrides, trust_remote_code=trust_remote_code, revision=revision
+        adapter.base if adapter is not None else source,
+        "teacher",
+        given["config_overrides"],
+        trust_remote_code=given["trust_remote_code"],
+        revision=given["revision"],
     )
 
 
@@ -466,8 +485,14 @@ def kdplug_register_teachers(register):
     register(
         "hf",
         hf_teacher,
-        description="any Hugging Face encoder: option source = hub id or directory (--teacher DIR_OR_HUB_ID); "
-        "a causal LM with options prompt and verbalizer",
+        description="any Hugging Face encoder or decoder classifier: option source = hub id or directory "
+        "(--teacher DIR_OR_HUB_ID)",
+    )
+    register(
+        "prompted-lm",
+        prompted_teacher,
+        description="a causal language model read through a prompt, never fine-tuned: options source (hub id or "
+        "directory), prompt and verbalizer",
     )
     for name, hub_id in HUB_TEACHERS.items():
         register(name, functools.partial(hf_teacher, source=hub_id), description=f"{hub_id} from the hub")

@@ -6,6 +6,7 @@ where a fine-tuned checkpoint says its pre-trained weights came from."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -122,6 +123,15 @@ def _update(config: Any, overrides: dict[str, Any], what: str) -> None:
     except (TypeError, ValueError) as exc:  # a value the config itself refuses
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UsageError(f"{what}_options: {type(config).__name__} refuses {overrides}: {reason}") from None
+
+
+def bound_options(factory: Any, *args: Any, **options: Any) -> dict[str, Any]:
+    """``factory``'s parameters as a call with ``args`` and ``options`` binds them, defaults filled in (a
+    ``**`` parameter as a dict; a required one not given is absent): a factory's ``shape`` reads its
+    options so, not from a copy of its signature that could drift from it."""
+    bound = inspect.signature(factory).bind_partial(*args, **options)
+    bound.apply_defaults()
+    return bound.arguments
 
 
 def checkpoint_shape(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from collections.abc import Sequence
 from typing import Annotated, Any, Optional
 
@@ -21,10 +22,10 @@ from torch import nn
 
 from kdplug.api import Range
 from kdplug.errors import UsageError
-from kdplug.types import LayerSpec, Task, Teacher, TokenSpec
+from kdplug.types import LayerSpec, ModelShape, Task, Teacher, TokenSpec
 
 from .decoders import give_padding_token, is_decoder_only
-from .hf_loading import load_pretrained
+from .hf_loading import bound_options, checkpoint_shape, load_pretrained
 from .prompting import PromptEncoder, PromptSpec, draw_shots, prompt_spec, uses_chat_template
 
 log = logging.getLogger(__name__)
@@ -176,9 +177,13 @@ def prompted_teacher(
     trust_remote_code: bool = False,
     revision: Optional[str] = None,
 ) -> Teacher:
-    """``source``, a causal language model, labelling ``task`` through ``prompt`` and ``verbalizer``
-    (see docs/llm-teachers.md). ``shots`` training examples, drawn by ``shots_seed`` (None: the
-    run's teacher seed, which kdplug sets before it builds the teacher), are put before each prompt."""
+    """The ``prompted-lm`` teacher: ``source`` (a hub id or a directory), a causal language model,
+    labelling ``task`` through ``prompt`` and ``verbalizer`` (see docs/llm-teachers.md). ``shots``
+    training examples, drawn by ``shots_seed`` (None: the run's teacher seed, which kdplug sets
+    before it builds the teacher), are put before each prompt. The prompt's options are ``Any``:
+    :func:`.prompting.prompt_spec` checks them against the task, with messages that say how to
+    write each (YAML's quoting of a prompt, a verbalizer's labels), before any weights load."""
+    source = os.path.expanduser(str(source))
     spec = prompt_spec(task, prompt, verbalizer, shots, chat_template, calibrate)  # before any weights load
     load_options = {"trust_remote_code": trust_remote_code, **({"revision": revision} if revision else {})}
     lm, tokenizer = _load_language_model(source, **load_options)
@@ -211,6 +216,26 @@ def prompted_teacher(
     )
 
 
+def prompted_teacher_shape(task: Task, **options: Any) -> Optional[ModelShape]:
+    """The language model's layers, from its config alone (no weights); ``options`` read as the factory binds them."""
+    given = bound_options(prompted_teacher, task, **options)
+    if not given.get("source"):
+        return None
+    return checkpoint_shape(
+        given["source"], "teacher", {}, trust_remote_code=given["trust_remote_code"], revision=given["revision"]
+    )
+
+
+prompted_teacher.shape = prompted_teacher_shape
+
+#: the options only a prompted teacher takes (the ``hf`` teacher, given one, says to name ``prompted-lm``)
+PROMPT_OPTIONS = tuple(
+    name
+    for name, parameter in inspect.signature(prompted_teacher).parameters.items()
+    if parameter.kind is parameter.KEYWORD_ONLY and name not in ("trust_remote_code", "revision")
+)
+
+
 def describe(spec: PromptSpec, chat: bool, model: PromptedLM) -> str:
     """What the dry run and the run say of a prompted teacher."""
     verbalizer = ", ".join(f"{label} -> {text!r}" for label, text in zip(spec.labels, spec.verbalizer))
@@ -235,11 +260,14 @@ def _load_language_model(source: str, **load_options: Any) -> tuple[nn.Module, A
         if getattr(config, "is_encoder_decoder", False):
             instead = (
                 f"{source} is a {kind} model, an encoder-decoder, which kdplug takes neither prompted nor as a "
-                f"classifier; point --teacher at a causal language model to prompt it, or at an encoder (BERT, "
-                f"RoBERTa) or a decoder-only classifier without the prompt options"
+                f"classifier; point teacher_options.source at a causal language model to prompt it, or name an "
+                f"encoder (BERT, RoBERTa) or a decoder-only classifier as --teacher DIR_OR_HUB_ID (the hf teacher)"
             )
         else:
-            instead = f"{source} is a {kind} model; drop the prompt options to fine-tune it as a classifier"
+            instead = (
+                f"{source} is a {kind} model; to fine-tune it as a classifier, name it as --teacher {source} (the hf "
+                f"teacher), without the prompt options"
+            )
         raise UsageError(
             f"teacher_options.prompt needs a causal (decoder-only) language model, such as a Llama, Qwen, Mistral, "
             f"Gemma or GPT-2 checkpoint; {instead}"
@@ -248,8 +276,9 @@ def _load_language_model(source: str, **load_options: Any) -> tuple[nn.Module, A
     if classifiers:
         raise UsageError(
             f"teacher_options.prompt reads a language model's next-token probabilities, but {source} is a "
-            f"{classifiers[0]} (its language-model head is gone); drop the prompt options to use its classifier "
-            f"as the teacher, or point --teacher at the language model it was trained from"
+            f"{classifiers[0]} (its language-model head is gone); to use its classifier as the teacher, name it as "
+            f"--teacher {source} (the hf teacher) without the prompt options, or point teacher_options.source at the "
+            f"language model it was trained from"
         )
     lm = load_pretrained(AutoModelForCausalLM, source, "teacher", **load_options)
     tokenizer = load_pretrained(AutoTokenizer, source, "teacher", **load_options)

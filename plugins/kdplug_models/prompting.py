@@ -25,8 +25,6 @@ from .labels import _written_word
 CONTENT_FREE = ("N/A", "", "[MASK]")
 #: between the few-shot examples, and between the last of them and the query (as Zhao et al.'s prompts)
 SHOT_SEPARATOR = "\n\n"
-#: the options that make an ``hf`` teacher a prompted language model
-PROMPT_OPTIONS = ("prompt", "verbalizer", "shots", "chat_template", "calibrate", "shots_seed")
 
 
 @dataclass(frozen=True)

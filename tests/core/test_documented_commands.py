@@ -78,7 +78,7 @@ def set_values(words):
 
 def model_stand_in(name: str, hub_cache: Path, causal_lm: bool = False) -> None:
     """A tiny checkpoint where ``name`` points: a directory, or a hub id in the local cache; a causal
-    language model for a teacher given a prompt."""
+    language model for the prompted teacher."""
     make = make_tiny_roberta if "roberta" in name.lower() else make_tiny_bert
     if causal_lm:
         make = lambda path, **_: make_tiny_causal_lm(path)  # noqa: E731
@@ -174,9 +174,10 @@ def test_every_documented_run_resolves_with_dry_run(words, tmp_path, monkeypatch
 
     for flag in ("--teacher", "--student"):
         name = option(words, flag)
-        if name:
-            prompted = flag == "--teacher" and "teacher_options.prompt" in settings
-            model_stand_in(HUB_TEACHERS.get(name, name), hub_cache, causal_lm=prompted)
+        if flag == "--teacher" and name == "prompted-lm":  # the language model it prompts is its option source
+            model_stand_in(settings["teacher_options.source"], hub_cache, causal_lm=True)
+        elif name:
+            model_stand_in(HUB_TEACHERS.get(name, name), hub_cache)
     if settings.get("student_options.source"):  # the pre-trained encoder a student starts from
         model_stand_in(settings["student_options.source"], hub_cache)
     data_stand_in(words, settings)

@@ -46,6 +46,18 @@ def declared(kind: str):
             yield name, parameter.name, hints[parameter.name], parameter.default
 
 
+def required_text(registry, kind: str, name: str) -> dict[str, str]:
+    """Text for each option a factory requires (the prompted teacher's source and prompt), so the
+    check reaches the option under test."""
+    entry, implied = registry.resolve(kind, name)  # bert-4's layers are its name's
+    parameters = list(inspect.signature(entry.factory).parameters.values())[POSITIONAL[kind] :]
+    return {
+        p.name: "text"
+        for p in parameters
+        if p.default is p.empty and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in implied
+    }
+
+
 @pytest.mark.parametrize("kind", [kind for kind in KINDS if kind != "layer_extractor"])
 def test_every_declared_option_refuses_a_value_of_another_type_naming_it(kind):
     registry, checked = process_registry(), 0
@@ -56,7 +68,8 @@ def test_every_declared_option_refuses_a_value_of_another_type_naming_it(kind):
         if value is None:
             continue
         with pytest.raises(ConfigError) as raised:
-            registry.check_options(kind, name, *[None] * POSITIONAL[kind], **{option: value})
+            options = {**required_text(registry, kind, name), option: value}
+            registry.check_options(kind, name, *[None] * POSITIONAL[kind], **options)
         section = OPTION_KEYS.get(kind, f"{kind}_options")
         assert f"{section}.{option} of {kind} {name!r} must be " in str(raised.value), str(raised.value)
         assert repr(value) in str(raised.value)

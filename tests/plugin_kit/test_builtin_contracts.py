@@ -8,6 +8,7 @@ import pytest
 
 import kdplug
 from kdplug.testing import contracts
+from kdplug.testing.decoders import make_tiny_causal_lm
 from kdplug.testing.tiny import make_tiny_roberta
 
 #: test-size options for the built-in students whose paper-size defaults are slow on a CPU
@@ -48,8 +49,17 @@ def test_student_contract(name, workspace):
 
 @pytest.mark.parametrize("name", names("teacher"))
 def test_teacher_contract(name, workspace):
-    # Every teacher factory accepts `source` (the teacher hook): a tiny BERT stands in for the real one.
-    assert_passes(contracts.check_teacher(name, workspace=workspace, cases=contracts.MODEL_CASES[:1]))
+    # Every teacher factory accepts `source` (the teacher hook): a tiny BERT stands in for the real one,
+    # and a tiny causal language model, read through a prompt, for the prompted one's.
+    options = None
+    if name == "prompted-lm":
+        lm = make_tiny_causal_lm(workspace.path("causal-lm"))
+        options = {
+            "source": lm,
+            "prompt": "Review: {text}\nSentiment:",
+            "verbalizer": {"negative": " bad", "positive": " good"},
+        }
+    assert_passes(contracts.check_teacher(name, options=options, workspace=workspace, cases=contracts.MODEL_CASES[:1]))
 
 
 def test_teacher_contract_on_every_task_shape(workspace):

@@ -15,7 +15,7 @@ import torch
 import kdplug
 from kdplug.cli import main
 from kdplug.errors import UsageError
-from kdplug.testing.decoders import FAMILIES, bpe_tokenizer, make_tiny_decoder
+from kdplug.testing.decoders import FAMILIES, make_tiny_decoder, make_tiny_t5_config
 from kdplug.testing.tiny import TinyTask
 from kdplug_models.decoders import HFDecoderExtractor, last_real_token
 from kdplug_models.hf_loading import checkpoint_shape
@@ -111,17 +111,9 @@ def test_the_dry_run_says_how_a_decoder_teachers_layers_are_read(capsys, tmp_pat
 
 
 def test_an_encoder_decoder_teacher_is_refused_before_its_weights_load(tmp_path):
-    import transformers
-
-    tokenizer = bpe_tokenizer(pad=True)
-    config = transformers.T5Config(
-        vocab_size=len(tokenizer), d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, num_labels=2,
-        pad_token_id=tokenizer.pad_token_id, decoder_start_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    config.save_pretrained(tmp_path / "t5")  # a config alone: the refusal must come before any weights are read
-    tokenizer.save_pretrained(tmp_path / "t5")
+    t5 = make_tiny_t5_config(tmp_path / "t5")  # a config alone: the refusal must come before any weights are read
     with pytest.raises(UsageError, match=r"encoder-decoder model \(model type 't5'\).*decoder-only classifier"):
-        kdplug.create_teacher("hf", TinyTask(), source=str(tmp_path / "t5"))
+        kdplug.create_teacher("hf", TinyTask(), source=t5)
 
 
 def test_tangs_mask_is_never_a_token_that_ends_or_pads_the_sequence(tmp_path):

@@ -7,6 +7,7 @@ read no prompt token, and bad options are refused before any weights load."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -15,8 +16,9 @@ import torch
 import kdplug
 from kdplug.cli import main
 from kdplug.errors import UsageError
-from kdplug.testing.decoders import make_tiny_causal_lm, make_tiny_decoder
+from kdplug.testing.decoders import make_tiny_causal_lm, make_tiny_decoder, make_tiny_t5_config
 from kdplug.testing.tiny import TINY_WORDS, TinyTask
+from kdplug_models.hf_loading import checkpoint_shape
 from kdplug_models.prompted import PromptedLM, PromptedLMExtractor
 
 from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
@@ -66,6 +68,11 @@ def padded(sequences, pad, side):
     return ids, mask
 
 
+def prompted_lm(source):
+    """The command line's teacher: the prompted-lm teacher reading the language model at ``source``."""
+    return ["--teacher", "prompted-lm", "--set", f"teacher_options.source={source}"]
+
+
 def shots_text(task, teacher, template):
     train = task.load_split("train")
     chosen = teacher.extra["prompted"]["shot_examples"]
@@ -81,7 +88,7 @@ def test_logits_and_layers_equal_a_float64_reference(models, family, pair):
     task = TinyTask(is_pair=pair)
     template = PAIR_TEMPLATE if pair else TEMPLATE
     teacher = kdplug.create_teacher(
-        "hf", task, source=models[family], prompt=template, verbalizer=VERBALIZER, shots=2, shots_seed=5
+        "prompted-lm", task, source=models[family], prompt=template, verbalizer=VERBALIZER, shots=2, shots_seed=5
     )
     model, extractor = teacher.model.eval(), kdplug.find_layer_extractor(teacher.model)
     assert isinstance(model, PromptedLM) and isinstance(extractor, PromptedLMExtractor)
@@ -116,7 +123,7 @@ def test_logits_and_layers_equal_a_float64_reference(models, family, pair):
 def test_calibration_is_zhao_et_al(models):
     task = TinyTask()
     teacher = kdplug.create_teacher(
-        "hf",
+        "prompted-lm",
         task,
         source=models["llama"],
         prompt=TEMPLATE,
@@ -155,7 +162,9 @@ def test_the_logits_are_a_distribution_over_the_labels_and_calibration_rescales_
     """Uncalibrated: log p, the label probabilities renormalised over the labels (whatever mass the
     model puts elsewhere). Calibrated: log of W p renormalised, W = diag(p_cf)^-1; an unbiased model
     (p_cf uniform) keeps p: [0.99, 0.01] stays [0.99, 0.01] (a softmax of p / p_cf made it [0.877, 0.123])."""
-    teacher = kdplug.create_teacher("hf", TinyTask(), source=models["llama"], prompt=TEMPLATE, verbalizer=VERBALIZER)
+    teacher = kdplug.create_teacher(
+        "prompted-lm", TinyTask(), source=models["llama"], prompt=TEMPLATE, verbalizer=VERBALIZER
+    )
     model = teacher.model
     p = torch.tensor([[0.99, 0.01], [0.6, 0.4], [0.2, 0.8]], dtype=torch.float64)
     scores = (p.log() - 3.0).float()  # the model puts 95% of its mass outside the labels
@@ -194,7 +203,7 @@ def test_a_verbalizer_without_its_leading_space_is_scored_as_written(tmp_path, k
     if kind == "sentencepiece":
         metaspace_tokenizer().save_pretrained(path)
     verbalizer = {"negative": "bad film", "positive": "good"}
-    teacher = kdplug.create_teacher("hf", TinyTask(), source=path, prompt=TEMPLATE, verbalizer=verbalizer)
+    teacher = kdplug.create_teacher("prompted-lm", TinyTask(), source=path, prompt=TEMPLATE, verbalizer=verbalizer)
     tokenizer = AutoTokenizer.from_pretrained(path)
     assert (
         tokenizer("good", add_special_tokens=False)["input_ids"]
@@ -226,7 +235,13 @@ def test_a_verbalizer_without_its_leading_space_is_scored_as_written(tmp_path, k
 def test_shots_are_fixed_by_the_seed(models):
     def shots(**options):
         teacher = kdplug.create_teacher(
-            "hf", TinyTask(), source=models["llama"], prompt=TEMPLATE, verbalizer=VERBALIZER, shots=3, **options
+            "prompted-lm",
+            TinyTask(),
+            source=models["llama"],
+            prompt=TEMPLATE,
+            verbalizer=VERBALIZER,
+            shots=3,
+            **options,
         )
         return teacher.extra["prompted"]["shot_examples"]
 
@@ -238,7 +253,9 @@ def test_shots_are_fixed_by_the_seed(models):
 
 
 def test_text_is_cut_and_the_prompt_kept(models):
-    teacher = kdplug.create_teacher("hf", TinyTask(), source=models["llama"], prompt=TEMPLATE, verbalizer=VERBALIZER)
+    teacher = kdplug.create_teacher(
+        "prompted-lm", TinyTask(), source=models["llama"], prompt=TEMPLATE, verbalizer=VERBALIZER
+    )
     tokenizer = teacher.tokenizer
     # a word the tokenizer writes as one token, so that 8 tokens of text are 8 words
     word = next(w for w in TINY_WORDS if len(tokenizer(" ".join([w] * 8), add_special_tokens=False)["input_ids"]) == 8)
@@ -252,14 +269,14 @@ def test_the_chat_template_wraps_the_prompt(tmp_path):
         "{% if add_generation_prompt %}<s>bot:{% endif %}"
     )
     path = make_tiny_causal_lm(tmp_path / "chat", chat_template=template)
-    teacher = kdplug.create_teacher("hf", TinyTask(), source=path, prompt=TEMPLATE, verbalizer=VERBALIZER)
+    teacher = kdplug.create_teacher("prompted-lm", TinyTask(), source=path, prompt=TEMPLATE, verbalizer=VERBALIZER)
     rendered = "<s>user: " + TEMPLATE.format(text="a bad film") + "</s><s>bot:"
     assert (
         teacher.encoder(["a bad film"], max_length=64)["input_ids"][0]
         == teacher.tokenizer(rendered, add_special_tokens=False)["input_ids"]
     )
     plain = kdplug.create_teacher(
-        "hf", TinyTask(), source=path, prompt=TEMPLATE, verbalizer=VERBALIZER, chat_template=False
+        "prompted-lm", TinyTask(), source=path, prompt=TEMPLATE, verbalizer=VERBALIZER, chat_template=False
     )
     assert (
         plain.encoder(["a bad film"], max_length=64)["input_ids"][0]
@@ -267,7 +284,7 @@ def test_the_chat_template_wraps_the_prompt(tmp_path):
     )
     with pytest.raises(UsageError, match="has no chat template"):
         kdplug.create_teacher(
-            "hf",
+            "prompted-lm",
             TinyTask(),
             source=make_tiny_causal_lm(tmp_path / "plain"),
             prompt=TEMPLATE,
@@ -294,7 +311,6 @@ def test_the_chat_template_wraps_the_prompt(tmp_path):
         ({"shots": -1}, r"shots must be a whole number"),
         ({"shots": 99}, r"the training split has 6 examples"),
         ({"calibrate": 3}, r"calibrate must be true"),
-        ({"finetuned": False}, r"never fine-tuned"),
         (
             {"verbalizer": {"negative": " good film", "positive": " good"}},
             r"tokens of 'negative' \(' good film'\) begin with those of 'positive' \(' good'\).*never be predicted",
@@ -303,8 +319,7 @@ def test_the_chat_template_wraps_the_prompt(tmp_path):
             {"prompt": "Review: {text}\nSentiment: ", "verbalizer": {"negative": "bad", "positive": "good"}},
             r"joins the prompt's last token \(' '\) into another token",
         ),
-        ({"label_map": {"a": "negative"}}, r"label_map do not apply to a prompted"),
-        ({"prompt": None, "shots": 2}, r"belong to a prompted teacher: set teacher_options.prompt"),
+        ({"prompt": None, "shots": 2}, r"teacher 'prompted-lm' .*missing a required argument: 'prompt'"),
     ],
 )
 def test_bad_options_are_refused_with_what_to_fix(models, options, message):
@@ -312,7 +327,78 @@ def test_bad_options_are_refused_with_what_to_fix(models, options, message):
     if options["prompt"] is None:
         del options["prompt"]
     with pytest.raises(UsageError, match=message):
-        kdplug.create_teacher("hf", TinyTask(), source=models["llama"], **options)
+        kdplug.create_teacher("prompted-lm", TinyTask(), source=models["llama"], **options)
+
+
+PROMPTED_LM_OPTIONS = (
+    "source, prompt, verbalizer, shots, chat_template, calibrate, shots_seed, trust_remote_code, revision"
+)
+
+
+def test_the_hf_teacher_given_prompt_options_says_to_name_prompted_lm(models, tmp_path, capsys):
+    """Before prompted-lm had a name, --teacher DIR with teacher_options.prompt made the hf teacher a
+    prompted one. That spelling stops before anything loads (exit 2) with the spelling that works,
+    which is then accepted as it is written."""
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN, dev=SST2_DEV)
+    argv = ["--student", "bilstm", "--task", "sst2", "--data-dir", str(data), "--output", str(tmp_path / "run")]
+    argv += ["--cache-dir", str(tmp_path / "cache"), "--set", "allow_weak_teacher=true", "--dry-run"]
+    argv += ["--set", f"teacher_options.prompt={json.dumps(TEMPLATE)}", "--set", "teacher_options.calibrate=true"]
+    argv += ["--set", f"teacher_options.verbalizer={json.dumps(VERBALIZER)}"]
+    assert main(["run", "--teacher", models["llama"], *argv]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "Traceback" not in err
+    assert (
+        "teacher_options prompt, verbalizer, calibrate: a language model read through a prompt is the teacher "
+        f"prompted-lm, not hf. Name it --teacher prompted-lm --set teacher_options.source={models['llama']} (in a "
+        "config file: teacher: prompted-lm, and source under teacher_options) and keep teacher_options prompt, "
+        "verbalizer, calibrate as they are; prompted-lm's options are source, prompt, verbalizer, shots, "
+        "chat_template, calibrate, shots_seed, trust_remote_code and revision"
+    ) in err
+    fix = re.search(r"Name it (--teacher \S+ --set \S+)", err).group(1).split()
+    assert main(["run", *fix, *argv]) == 0
+    assert "kind: a prompted causal LM (LlamaForCausalLM), not fine-tuned" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("teacher", "option", "message"),
+    [
+        ("prompted-lm", "label_map={a: negative}", "got an unexpected keyword argument 'label_map'"),
+        ("prompted-lm", "lora=true", "got an unexpected keyword argument 'lora'"),
+        ("hf", "shots=2", "teacher_options shots: a language model read through a prompt is the teacher prompted-lm"),
+    ],
+)
+def test_a_stray_option_is_refused_by_either_teacher(models, tmp_path, capsys, teacher, option, message):
+    """Each teacher takes its own options: the prompted one's are its signature's, so the registry's
+    check refuses another's with the valid ones (before the data loads); the hf teacher refuses a
+    prompted teacher's before any weights load."""
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN, dev=SST2_DEV)
+    argv = ["run", "--student", "bilstm", "--task", "sst2", "--data-dir", str(data), "--dry-run"]
+    argv += [
+        "--output",
+        str(tmp_path / "run"),
+        "--set",
+        "allow_weak_teacher=true",
+        "--set",
+        f"teacher_options.{option}",
+    ]
+    if teacher == "prompted-lm":
+        argv += [*prompted_lm(models["llama"]), "--set", f"teacher_options.prompt={json.dumps(TEMPLATE)}"]
+    else:
+        argv += ["--teacher", models["llama"]]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert message in err and "Traceback" not in err
+    if teacher == "prompted-lm":
+        assert f"Its options are: {PROMPTED_LM_OPTIONS}; set them with --set teacher_options.NAME=VALUE" in err
+
+
+def test_the_prompted_teachers_shape_is_its_language_models(models):
+    registry = kdplug.get_plugin_manager().registry
+    options = {"source": models["llama"], "prompt": TEMPLATE, "verbalizer": VERBALIZER}
+    shape = registry.model_shape("teacher", "prompted-lm", TinyTask(), **options)
+    assert shape == checkpoint_shape(models["llama"], "teacher", {}) and len(shape.layers) == 2
+    with pytest.raises(UsageError, match="the teacher prompted-lm, not hf"):  # read before the teacher loads
+        registry.model_shape("teacher", "hf", TinyTask(), **options)
 
 
 def test_unquoted_yes_and_no_verbalizer_keys_name_the_labels_yaml_read_as_booleans(models):
@@ -323,7 +409,7 @@ def test_unquoted_yes_and_no_verbalizer_keys_name_the_labels_yaml_read_as_boolea
     verbalizer = parse_value('{yes: " yes", no: " no"}')  # as --set reads it
     assert verbalizer == {True: " yes", False: " no"}
     task = TinyTask(labels=("no", "yes"))
-    teacher = kdplug.create_teacher("hf", task, source=models["llama"], prompt=TEMPLATE, verbalizer=verbalizer)
+    teacher = kdplug.create_teacher("prompted-lm", task, source=models["llama"], prompt=TEMPLATE, verbalizer=verbalizer)
     assert teacher.extra["prompted"]["verbalizer"] == {"no": " no", "yes": " yes"}
 
 
@@ -331,7 +417,9 @@ def test_a_student_starts_from_a_prompted_teachers_embeddings(models):
     """student_options.init_embeddings_from_teacher=true under a prompted teacher was an
     AttributeError: the student starts from its language model's table, scaled, as under any
     teacher (the student reads the plain text with the same tokenizer)."""
-    teacher = kdplug.create_teacher("hf", TinyTask(), source=models["llama"], prompt=TEMPLATE, verbalizer=VERBALIZER)
+    teacher = kdplug.create_teacher(
+        "prompted-lm", TinyTask(), source=models["llama"], prompt=TEMPLATE, verbalizer=VERBALIZER
+    )
     table = teacher.model.lm.get_input_embeddings().weight.detach()
     student = kdplug.create_student(
         "bilstm", TinyTask(), teacher, hidden_size=16, embedding_dim=table.shape[1], init_embeddings_from_teacher=True
@@ -340,37 +428,21 @@ def test_a_student_starts_from_a_prompted_teachers_embeddings(models):
     assert student.kdplug_init["init"] == "embeddings from the teacher"
 
 
-def t5_config_dir(path):
-    """A tiny T5's config and tokenizer, no weights (every refusal must come before weights load)."""
-    import transformers
-
-    from kdplug.testing.decoders import bpe_tokenizer
-
-    tokenizer = bpe_tokenizer(pad=True)
-    config = transformers.T5Config(
-        vocab_size=len(tokenizer), d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, num_labels=2,
-        pad_token_id=tokenizer.pad_token_id, decoder_start_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    config.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def test_only_a_language_model_takes_a_prompt(tmp_path, tiny_bert_dir):
     with pytest.raises(UsageError, match="regression"):
-        kdplug.create_teacher("hf", TinyTask(labels=()), source=tiny_bert_dir, prompt=TEMPLATE, verbalizer={})
+        kdplug.create_teacher("prompted-lm", TinyTask(labels=()), source=tiny_bert_dir, prompt=TEMPLATE, verbalizer={})
     with pytest.raises(UsageError, match="needs a causal .decoder-only. language model.*bert model"):
-        kdplug.create_teacher("hf", TinyTask(), source=tiny_bert_dir, prompt=TEMPLATE, verbalizer=VERBALIZER)
+        kdplug.create_teacher("prompted-lm", TinyTask(), source=tiny_bert_dir, prompt=TEMPLATE, verbalizer=VERBALIZER)
     # an encoder-decoder is no classifier either: it is not told to drop the prompt to become one
-    t5 = t5_config_dir(tmp_path / "t5")
+    t5 = make_tiny_t5_config(tmp_path / "t5")
     with pytest.raises(UsageError, match="t5 model, an encoder-decoder, which kdplug takes neither prompted") as error:
-        kdplug.create_teacher("hf", TinyTask(), source=t5, prompt=TEMPLATE, verbalizer=VERBALIZER)
+        kdplug.create_teacher("prompted-lm", TinyTask(), source=t5, prompt=TEMPLATE, verbalizer=VERBALIZER)
     assert "fine-tune it as a classifier" not in str(error.value)
     with pytest.raises(UsageError, match="encoder-decoder model"):  # what dropping the prompt would have given
         kdplug.create_teacher("hf", TinyTask(), source=t5)
     with pytest.raises(UsageError, match="is a LlamaForSequenceClassification"):
         path = make_tiny_decoder(tmp_path / "classifier")
-        kdplug.create_teacher("hf", TinyTask(), source=path, prompt=TEMPLATE, verbalizer=VERBALIZER)
+        kdplug.create_teacher("prompted-lm", TinyTask(), source=path, prompt=TEMPLATE, verbalizer=VERBALIZER)
 
 
 def test_a_run_distils_it_and_the_student_reads_no_prompt(models, tmp_path, monkeypatch):
@@ -390,7 +462,7 @@ def test_a_run_distils_it_and_the_student_reads_no_prompt(models, tmp_path, monk
     monkeypatch.setattr(teacher, "model_forward", recording)
     data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN, dev=SST2_DEV * 3)
     run = tmp_path / "run"
-    argv = ["run", "--teacher", models["llama"], "--student", "bilstm", "--projector", "alp", "--task", "sst2"]
+    argv = ["run", *prompted_lm(models["llama"]), "--student", "bilstm", "--projector", "alp", "--task", "sst2"]
     argv += ["--data-dir", str(data), "--epochs", "1", "--output", str(run), "--cache-dir", str(tmp_path / "cache")]
     argv += [
         "--set",
@@ -432,7 +504,7 @@ def test_a_weak_prompted_teacher_is_not_told_to_set_what_is_set(models, tmp_path
     # 11 of 12 dev examples negative: the majority class scores 91.7, which a random model cannot beat by 5
     skewed = [(text, 0) for text, _ in SST2_DEV * 4][:11] + [("a truly great film .", 1)]
     data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN, dev=skewed)
-    argv = ["run", "--teacher", models["llama"], "--student", "bilstm", "--task", "sst2", "--data-dir", str(data)]
+    argv = ["run", *prompted_lm(models["llama"]), "--student", "bilstm", "--task", "sst2", "--data-dir", str(data)]
     argv += ["--output", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "cache")]
     argv += ["--set", f"teacher_options.prompt={json.dumps(TEMPLATE)}"]
     argv += ["--set", f"teacher_options.verbalizer={json.dumps({'negative': ' bad', 'positive': ' good'})}"]
@@ -454,7 +526,9 @@ def test_a_prompt_past_the_models_positions_is_refused(models, family):
     positions = getattr(config, "max_position_embeddings", None) or config.n_positions
     huge = "word " * (positions + 10) + TEMPLATE
     with pytest.raises(kdplug.UsageError, match=f"take more than the model's {positions} positions"):
-        kdplug.create_teacher("hf", TinyTask(), source=models[family], prompt=huge, verbalizer=VERBALIZER)
-    teacher = kdplug.create_teacher("hf", TinyTask(), source=models[family], prompt=TEMPLATE, verbalizer=VERBALIZER)
+        kdplug.create_teacher("prompted-lm", TinyTask(), source=models[family], prompt=huge, verbalizer=VERBALIZER)
+    teacher = kdplug.create_teacher(
+        "prompted-lm", TinyTask(), source=models[family], prompt=TEMPLATE, verbalizer=VERBALIZER
+    )
     with pytest.raises(kdplug.UsageError, match="shorten the prompt, use fewer shots, or lower max_length"):
         teacher.encoder(["word " * (positions + 10)], truncation=False)
