@@ -93,7 +93,10 @@ SCENARIOS: list[tuple[str, list[str]]] = [
     ("augment-teacher-words", [*BILSTM, *"--projector rkd --augment teacher-words --augment-factor 2".split()]),
     ("bert2-tinybert", [*BERT2, "--projector", "tinybert"]),  # the teacher in the loop
     ("seeds", [*BILSTM, *"--projector rkd --seeds 2".split()]),
-    ("prompted-lm", ["--teacher", "{lm}", *BILSTM, "--projector", "alp", *PROMPTED]),
+    (
+        "prompted-lm",
+        ["--teacher", "prompted-lm", "--set", "teacher_options.source={lm}", *BILSTM, "--projector", "alp", *PROMPTED],
+    ),
 ]
 #: scenarios whose dry run is also captured (after the real runs: the teacher and caches exist)
 DRY_RUNS = [
@@ -296,7 +299,7 @@ def prepare(work: Path) -> dict[str, Path]:
 
 def run_argv(arguments: list[str], inputs: dict[str, Path], output: Path) -> list[str]:
     """``run`` with the tiny teacher (unless the scenario names its own), task and settings."""
-    arguments = [{"{transfer}": str(inputs["transfer"]), "{lm}": str(inputs["lm"])}.get(a, a) for a in arguments]
+    arguments = [a.replace("{transfer}", str(inputs["transfer"])).replace("{lm}", str(inputs["lm"])) for a in arguments]
     teacher = [] if "--teacher" in arguments else ["--teacher", str(inputs["teacher"])]
     common = [*teacher, "--task", "sst2", "--data-dir", str(inputs["data"]), *TINY]
     return ["run", *common, *arguments, "--output", str(output)]

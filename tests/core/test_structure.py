@@ -26,8 +26,6 @@ _spec.loader.exec_module(structure)
 #: what breaks a limit today, each with the work that removes it: the test fails on anything else,
 #: and on an entry that is gone (delete it then, so that it cannot hide a new one)
 KNOWN = {
-    # issue 44 item 3 cuts hf_teacher into load, describe and LoRA steps
-    "function plugins/kdplug_models/hf.py hf_teacher",
     # issue 44 item 1: inputs -> recipe -> stage -> recipe (the last two under TYPE_CHECKING)
     "circle kdplug.engine.inputs kdplug.engine.recipe kdplug.engine.stage",
 }
