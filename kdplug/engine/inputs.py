@@ -52,7 +52,7 @@ def broadcast_object(value):
     return broadcast_object_list([value])[0]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunEnvironment:
     """Where a run computes its inputs: the device, the cache, the checkpoints of the teacher's
     fine-tuning, this process's rank, where messages go and the trackers (if any)."""
@@ -131,12 +131,14 @@ def teacher_inputs(
     # what auto resolved to
     inputs.teacher_info["precision"] = inference_precision(config.precision, env.accelerator.device)
     record({"teacher": inputs.teacher_info})
+    teacher_train, teacher_dev = teacher_stage.teacher_splits(inputs.teacher, task, max_length, train, dev)
     inputs.caches = teacher_stage.TeacherOutputs(
-        inputs.teacher,
-        registry.find_layer_extractor(inputs.teacher.model),
-        inputs.trainer,
-        task,
-        *teacher_stage.teacher_splits(inputs.teacher, task, max_length, train, dev),
+        teacher=inputs.teacher,
+        extractor=registry.find_layer_extractor(inputs.teacher.model),
+        trainer=inputs.trainer,
+        task=task,
+        train=teacher_train,
+        dev=teacher_dev,
         root=env.cache_root,
         precision=config.precision,
         layers=preflight.reads_teacher_layers(config, registry),
@@ -417,7 +419,8 @@ def warm_teacher(config: RunConfig, registry: Registry, *, echo: Callable[[str],
     # the fine-tuning's own checkpoints are scratch here: the fine-tuned teacher lands in the store
     with tempfile.TemporaryDirectory(prefix=".warm-", dir=cache_root) as scratch:
         how = "run the same command again (the teacher's fine-tuning starts over)"
-        env = RunEnvironment(accelerator, cache_root, Checkpointer(Path(scratch), how_to_continue=how), echo=echo)
+        checkpoints = Checkpointer(Path(scratch), how_to_continue=how)
+        env = RunEnvironment(accelerator=accelerator, cache_root=cache_root, checkpoints=checkpoints, echo=echo)
         inputs = teacher_inputs(config, registry, env)
     if preflight.reads_teacher(config, registry):
         inputs.caches()

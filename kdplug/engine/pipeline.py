@@ -244,7 +244,14 @@ class RunSession:
         tracker = Tracking(accelerator, trackers, path, config.to_dict()) if trackers else None
         if tracker is not None:
             self.closing.append(tracker.finish)
-        return RunEnvironment(accelerator, self.cache_root, checkpoints, self.main_process, self.echo, tracker)
+        return RunEnvironment(
+            accelerator=accelerator,
+            cache_root=self.cache_root,
+            checkpoints=checkpoints,
+            main_process=self.main_process,
+            echo=self.echo,
+            tracker=tracker,
+        )
 
     def write_results(
         self, context: EngineContext, evaluation: Evaluation, baseline: Optional[Baseline], checkpoints: Checkpointer

@@ -104,12 +104,12 @@ class EngineContext:
             self.max_length = self.config.max_length or default_max_length(self.task)
         if self.transfer is not None and self.transfer_outputs is None:
             self.transfer_outputs = TransferOutputs(
-                self.transfer,
-                self.teacher,
-                self.extractor(self.teacher.model),
-                self.trainer,
-                self.task,
-                self.max_length,
+                transfer=self.transfer,
+                teacher=self.teacher,
+                extractor=self.extractor(self.teacher.model),
+                trainer=self.trainer,
+                task=self.task,
+                max_length=self.max_length,
                 root=self.cache_root,
                 precision=self.config.precision,
             )
@@ -324,12 +324,12 @@ class EngineContext:
         freeze(teacher)
         train, dev = self.splits_with(teacher.tokenizer)
         caches = TeacherOutputs(
-            teacher,
-            self.extractor(teacher.model),
-            self.trainer,
-            self.task,
-            train,
-            dev,
+            teacher=teacher,
+            extractor=self.extractor(teacher.model),
+            trainer=self.trainer,
+            task=self.task,
+            train=train,
+            dev=dev,
             root=self.cache_root,
             precision=self.config.precision,
             layers=self.cache_layers,

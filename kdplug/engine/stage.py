@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .recipe import EngineContext
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Stage:
     """A stage ready to train: what :func:`prepare_stage` resolved."""
 
@@ -129,21 +129,21 @@ def prepare_stage(
     patience = 0 if blind else patience if patience is not None else resolve_patience(config.patience, chosen)
     min_epochs = resolve_min_epochs(config.min_epochs, epochs) if patience else 0
     return Stage(
-        module,
-        projector,
-        weights,
-        train,
-        dev,
-        train_cache,
-        epochs,
-        lr,
-        patience,
-        examples,
-        live,
-        blind,
-        min_epochs,
-        losses,
-        [flat_layers] if flat_layers else [],
+        module=module,
+        projector=projector,
+        weights=weights,
+        train=train,
+        dev=dev,
+        teacher_cache=train_cache,
+        epochs=epochs,
+        lr=lr,
+        patience=patience,
+        examples=examples,
+        live_teacher=live,
+        keep_last=blind,
+        min_epochs=min_epochs,
+        losses=losses,
+        warnings=[flat_layers] if flat_layers else [],
     )
 
 

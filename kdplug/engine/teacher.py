@@ -318,13 +318,13 @@ class TeacherOutputs:
 
     def __init__(
         self,
+        *,
         teacher: Teacher,
         extractor: LayerExtractor,
         trainer: Trainer,
         task: Task,
         train: EncodedSplit,
         dev: dict[str, EncodedSplit],
-        *,
         root: Path,
         precision: str,
         layers: bool = True,

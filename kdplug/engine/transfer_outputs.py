@@ -15,7 +15,7 @@ from .teacher import build_cache, launch_processes, teacher_encoding, teacher_fi
 from .trainer import Trainer
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TransferOutputs:
     """Calling it gives the teacher's outputs on ``transfer`` (an engine.transfer.TransferSet), with
     its layer vectors where ``layers`` (they are added to a cache opened without them); ``info``
