@@ -211,7 +211,7 @@ class RunSession:
         self.metrics["data"] = data_record(config, loaded[1])
         env = self.environment()
         inputs = prepare_inputs(config, registry, env, loaded, record=self.metrics.update)
-        context = EngineContext.for_run(config, registry, inputs, self.cache_root, env.checkpoints)
+        context = EngineContext.for_run(config, registry, inputs, env.checkpoints)
         baseline = run_baseline(context, self.echo) if config.baseline else None
         if baseline is not None:
             self.metrics["baseline"] = baseline.record

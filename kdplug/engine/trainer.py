@@ -530,6 +530,10 @@ class StageRun:
     fault: Any = None
 
 
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
 def stage_result(name: str, progress: Progress, started: float) -> StageResult:
     """What training the stage ``name`` gave, from where it stands."""
     return StageResult(
