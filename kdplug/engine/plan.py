@@ -21,7 +21,6 @@ from typing import Any, Optional
 
 from accelerate.utils import set_seed
 
-from .. import fingerprint
 from ..config import RunConfig
 from ..errors import PluginError
 from ..progress import human_count, human_duration
@@ -358,17 +357,14 @@ def _cached_outputs(config: RunConfig, registry: Registry, inputs: RunInputs) ->
     teacher, layers = inputs.teacher, inputs.caches.layers
     # as the teacher reads them
     train, dev = teacher_stage.teacher_splits(teacher, inputs.task, inputs.max_length, inputs.train, inputs.dev)
-    specs, _ = teacher_stage.matchable_specs(registry.find_layer_extractor(teacher.model), teacher.model)
-    teacher_fp, tokenizer_fp = (
-        teacher_stage.teacher_fingerprint(teacher.model),
-        fingerprint.of_tokenizer(teacher.tokenizer),
-    )
-    dtype = inference_precision(config.precision, inputs.trainer.accelerator.device)
-    root = inputs.cache_root
+    extractor, fingerprints = registry.find_layer_extractor(teacher.model), teacher_stage.teacher_fingerprints(teacher)
+    device, root = inputs.trainer.accelerator.device, inputs.cache_root
     found = {}
     for name, split in [("train", train), *dev.items()]:
-        logits = teacher_stage.logits_key(teacher_fp, tokenizer_fp, split, dtype)
-        keys = {"logits": logits, **({"layers": teacher_stage.layers_key(logits, specs)} if layers else {})}
+        split_keys = teacher_stage.split_keys(
+            teacher, extractor, split, precision=config.precision, device=device, layers=layers, **fingerprints
+        )
+        keys = {"logits": split_keys.logits, **({"layers": split_keys.layers} if layers else {})}
         cached = [kind for kind, key in keys.items() if is_cached(root / "teacher-cache", key)]
         found[name] = (
             "cached"

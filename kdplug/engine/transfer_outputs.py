@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import fingerprint
 from ..types import Task, Teacher
 from .cache import TeacherCache
-from .teacher import build_cache, launch_processes, teacher_encoding, teacher_fingerprint
+from .teacher import build_cache, launch_processes, teacher_encoding, teacher_fingerprints
 from .trainer import Trainer
 
 
@@ -51,9 +50,8 @@ class TransferOutputs:
                 split,
                 root=self.root,
                 precision=self.precision,
-                teacher_fingerprint=teacher_fingerprint(self.teacher.model),
-                tokenizer_fingerprint=fingerprint.of_tokenizer(self.teacher.tokenizer),
                 layers=layers,
+                **teacher_fingerprints(self.teacher),
             )
             seconds = time.perf_counter() - started
             self.info.update(
