@@ -113,7 +113,10 @@ class LiveSource:
         data = WithTransfer(train, transfer, per_epoch=None if ratio is None else round(ratio * len(train)))
         return data, ConcatCache(cache, self.transfer_outputs(layers=cache.has_layers)), data.epoch_size
 
-    def run(self, name: str, stage: Stage, checkpoints: Optional[Checkpointer]) -> tuple[StageResult, dict[str, Any]]:
+    def run(
+        self, name: str, stage: Stage, checkpoints: Optional[Checkpointer], note: str = ""
+    ) -> tuple[StageResult, dict[str, Any]]:
+        log.info("stage %s: %s%s", name, stage.describe(), note)
         result = self.inputs.trainer.fit(
             name,
             stage.module,

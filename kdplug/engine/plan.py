@@ -103,7 +103,8 @@ class PlannedSource:
     def with_transfer(self, student, train, cache) -> tuple[Any, Any, int]:
         return train, cache, len(train) + self.transfer_per_epoch
 
-    def run(self, name: str, stage: Stage, checkpoints: Any) -> tuple[StageResult, dict[str, Any]]:
+    def run(self, name: str, stage: Stage, checkpoints: Any, note: str = "") -> tuple[StageResult, dict[str, Any]]:
+        """Recorded with an estimate of its time, not trained (and not logged: the plan is printed)."""
         timing = estimate.epoch_seconds(
             stage.module.student, self.inputs.trainer, stage.train, stage.dev, stage.examples, self.config.batch_size
         )

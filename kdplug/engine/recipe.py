@@ -235,8 +235,7 @@ class EngineContext:
         :class:`~kdplug.engine.stage.StageRequest`), or plan it in a dry run."""
         request = StageRequest(name=self.stage_prefix + name, student=student, projector=projector, **options)
         stage = prepare_stage(self, request)
-        log.info("stage %s: %s%s", request.name, stage.describe(), self.stage_note)
-        result, record = self.source.run(request.name, stage, self.checkpoints)
+        result, record = self.source.run(request.name, stage, self.checkpoints, self.stage_note)
         if stage.projector is not None:
             self.last_distillation = (request.name, stage.module)  # for the attention and layer records
         self.stages[request.name] = record

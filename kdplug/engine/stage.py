@@ -63,8 +63,11 @@ class StageSource(Protocol):
         """A distilling stage's data and teacher outputs, the transfer set's share added, and its examples per epoch."""
         ...
 
-    def run(self, name: str, stage: Stage, checkpoints: Optional[Checkpointer]) -> tuple[StageResult, dict[str, Any]]:
-        """Train ``stage`` (or plan it): its result and what metrics.json (or the plan) records of it."""
+    def run(
+        self, name: str, stage: Stage, checkpoints: Optional[Checkpointer], note: str = ""
+    ) -> tuple[StageResult, dict[str, Any]]:
+        """Train ``stage`` (or plan it): its result and what metrics.json (or the plan) records of it.
+        ``note``: added to the stage's line in the log (a ``--baseline`` stage's)."""
         ...
 
     def for_teacher(self, teacher: Teacher, extractor: Any) -> StageSource:
