@@ -128,12 +128,10 @@ def time_onnx(
 def run_variants(run: Path, repeats: int) -> int:
     """The table of --run (see the module docstring)."""
     import json
-    import shutil
 
     import kdplug  # noqa: F401  (registers the pooled students' model types)
     from kdplug.config import build_config
-    from kdplug.export import DevSet, _encode, export_student
-    from kdplug.inference import load_student
+    from kdplug.export import DevSet
     from kdplug.layout import INFO_FILE
     from kdplug.plugins import PluginManager
 
@@ -148,50 +146,76 @@ def run_variants(run: Path, repeats: int) -> int:
     dev = DevSet(texts, labels, task.compute_metrics, task.main_metric, task.is_regression)
     train = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in task.load_split("train")]
     info = json.loads((run / "student" / INFO_FILE).read_text())
-    rows: list[tuple[str, str, Any, dict]] = []
     with tempfile.TemporaryDirectory() as scratch:
-        teacher_pkg = Path(scratch) / "teacher"  # the teacher as a package, so that export builds its forms too
-        shutil.copytree(teacher_dir, teacher_pkg)
-        (teacher_pkg / INFO_FILE).write_text(json.dumps({**info, "student": "teacher"}))
-        for who, source in (("teacher", teacher_pkg), ("student", run / "student")):
-            rows.append((who, "fp32 PyTorch", source, {"runtime": "torch"}))
-            for name, fmt, quantize, trim in (
-                ("fp32 ONNX Runtime", "onnx", None, False),
-                ("int8 PyTorch", "hf", "int8", False),
-                ("int8 ONNX Runtime", "onnx", "int8", False),
-                ("int8 ONNX Runtime, trimmed vocab", "onnx", "int8", True),
-            ):
-                if trim and who == "teacher":
-                    continue
-                target = Path(scratch) / f"{who}-{fmt}-{quantize}-{trim}"
-                export_student(
-                    source,
-                    target,
-                    fmt=fmt,
-                    dev=dev,
-                    quantize=quantize,
-                    trim_texts=train if trim else None,
-                    allow_drop=True,
-                    measure=False,
-                )
-                rows.append((who, name, target, {"runtime": "onnx" if fmt == "onnx" else "torch"}))
-        table = []
-        for who, name, path, options in rows:
-            student = load_student(path, device="cpu", **options)
-            predictions = student.predict(texts)
-            predicted = [p.score if dev.is_regression else student.labels.index(p.label) for p in predictions]
-            score = task.compute_metrics(predicted, labels)[task.main_metric]
-            size = sum(f.stat().st_size for f in Path(path).iterdir() if f.suffix in (".safetensors", ".onnx")) / 1e6
-            cells = {"size": size, "score": score}
-            single = [_encode(student, [t]) for t in texts[:repeats]]
-            batch = _encode(student, (texts * 32)[:32])
-            for threads in (1, torch.get_num_threads()):
-                _threads(student, threads)
-                with torch.inference_mode():
-                    b1 = statistics.median(median_seconds(lambda s=s, m=student: m.logits(s), 3) for s in single)
-                    b32 = median_seconds(lambda m=student, b=batch: m.logits(b), repeats)
-                cells[f"ms b=1 t={threads}"], cells[f"ex/s b=32 t={threads}"] = b1 * 1000, 32 / b32
-            table.append((f"{who}: {name}", cells))
+        rows = _exported_forms(run, teacher_dir, info, dev, train, Path(scratch))
+        table = [
+            (f"{who}: {name}", _measured(path, options, task, dev, texts, labels, repeats))
+            for who, name, path, options in rows
+        ]
+    _print_table(run, task, texts, info, repeats, table)
+    return 0
+
+
+def _exported_forms(run: Path, teacher_dir: Path, info: dict, dev: Any, train: list, scratch: Path) -> list[tuple]:
+    """``(who, form, path, load options)`` of the teacher and the student in each exported form."""
+    import json
+    import shutil
+
+    from kdplug.export import export_student
+    from kdplug.layout import INFO_FILE
+
+    rows: list[tuple[str, str, Any, dict]] = []
+    teacher_pkg = scratch / "teacher"  # the teacher as a package, so that export builds its forms too
+    shutil.copytree(teacher_dir, teacher_pkg)
+    (teacher_pkg / INFO_FILE).write_text(json.dumps({**info, "student": "teacher"}))
+    for who, source in (("teacher", teacher_pkg), ("student", run / "student")):
+        rows.append((who, "fp32 PyTorch", source, {"runtime": "torch"}))
+        for name, fmt, quantize, trim in (
+            ("fp32 ONNX Runtime", "onnx", None, False),
+            ("int8 PyTorch", "hf", "int8", False),
+            ("int8 ONNX Runtime", "onnx", "int8", False),
+            ("int8 ONNX Runtime, trimmed vocab", "onnx", "int8", True),
+        ):
+            if trim and who == "teacher":
+                continue
+            target = scratch / f"{who}-{fmt}-{quantize}-{trim}"
+            export_student(
+                source,
+                target,
+                fmt=fmt,
+                dev=dev,
+                quantize=quantize,
+                trim_texts=train if trim else None,
+                allow_drop=True,
+                measure=False,
+            )
+            rows.append((who, name, target, {"runtime": "onnx" if fmt == "onnx" else "torch"}))
+    return rows
+
+
+def _measured(path: Path, options: dict, task: Any, dev: Any, texts: list, labels: list, repeats: int) -> dict:
+    """One row's cells: size, dev score, and speed at batch 1 and 32 on 1 thread and on all."""
+    from kdplug.export import _encode
+    from kdplug.inference import load_student
+
+    student = load_student(path, device="cpu", **options)
+    predictions = student.predict(texts)
+    predicted = [p.score if dev.is_regression else student.labels.index(p.label) for p in predictions]
+    score = task.compute_metrics(predicted, labels)[task.main_metric]
+    size = sum(f.stat().st_size for f in Path(path).iterdir() if f.suffix in (".safetensors", ".onnx")) / 1e6
+    cells = {"size": size, "score": score}
+    single = [_encode(student, [t]) for t in texts[:repeats]]
+    batch = _encode(student, (texts * 32)[:32])
+    for threads in (1, torch.get_num_threads()):
+        _threads(student, threads)
+        with torch.inference_mode():
+            b1 = statistics.median(median_seconds(lambda s=s, m=student: m.logits(s), 3) for s in single)
+            b32 = median_seconds(lambda m=student, b=batch: m.logits(b), repeats)
+        cells[f"ms b=1 t={threads}"], cells[f"ex/s b=32 t={threads}"] = b1 * 1000, 32 / b32
+    return cells
+
+
+def _print_table(run: Path, task: Any, texts: list, info: dict, repeats: int, table: list) -> None:
     all_threads = torch.get_num_threads()
     fp32_teacher, int8_teacher = table[0][1], next(c for n, c in table if n == "teacher: int8 ONNX Runtime")
     print(
@@ -216,7 +240,6 @@ def run_variants(run: Path, repeats: int) -> int:
         f"x = examples/s at batch 32 with {all_threads} threads over the fp32 PyTorch teacher's, and over the int8 "
         f"ONNX Runtime teacher's, both measured in this run"
     )
-    return 0
 
 
 def _threads(student: Any, threads: int) -> None:

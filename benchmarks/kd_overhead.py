@@ -29,11 +29,14 @@ import random
 import statistics
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 import kdplug
+from kdplug.capabilities import ProjectorCapabilities, capabilities
 from kdplug.compare import t_interval
 from kdplug.engine import teacher as teacher_stage
 from kdplug.engine.data import Collator, EncodedSplit, LengthGroupedBatchSampler, padding_ratio
@@ -168,13 +171,13 @@ def build(registry, task, teacher, student_name, projector_name, student_options
         kd_loss=registry.create("loss", "kd", temperature=weights.get("temperature", 1.0)),
         ild_loss=registry.create("loss", projector.ild_loss) if weights["lam"] > 0 and projector.ild_loss else None,
     )
-    needs_heads = getattr(projector, "needs_teacher_heads", False)
+    needs_heads = capabilities(ProjectorCapabilities, projector).needs_teacher_heads
     return DistillationModule(
         student, extractor, projector if weights["lam"] > 0 else None, objective, heads if needs_heads else None
     )
 
 
-def main(argv=None) -> int:
+def parse_args(argv) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", type=int, default=640, help="training examples per epoch")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -189,9 +192,139 @@ def main(argv=None) -> int:
         help="the random teacher's size: bert-base (default), or tiny (2 x 64) to check that the benchmark runs",
     )
     args = parser.parse_args(argv)
-    device = pick_device(args.device)
     if args.quick:
         args.examples, args.rounds = 96, 2
+    return args
+
+
+def padding() -> float:
+    """Prints (and returns) the padding of length-grouped batches, against random ones."""
+    many = sst2_like_lengths(20_000, seed=1)
+    grouped = padding_ratio(many, LengthGroupedBatchSampler(many, 32, seed=0).batches())
+    plain = padding_ratio(many, LengthGroupedBatchSampler(many, 32, seed=0, window_batches=1).batches())
+    print(
+        f"padding: padded tokens / real tokens = {grouped:.3f} length-grouped (target <= 1.15), "
+        f"{plain:.3f} random batches\n"
+    )
+    return grouped
+
+
+def timed_cache(args, teacher, trainer, task, split, root: Path, device):
+    """The teacher cache, built once in fp32 and once in bf16 (the speeds printed); the bf16 one."""
+    timings = {}
+    for precision in ("fp32", "bf16"):
+        started = clock(device)
+        cache = teacher_stage.build_cache(
+            teacher,
+            kdplug.find_layer_extractor(teacher.model),
+            trainer,
+            task,
+            "train",
+            split,
+            root=root,
+            precision=precision,
+            teacher_fingerprint="bench",
+            tokenizer_fingerprint="bench",
+        )
+        timings[precision] = clock(device) - started
+    print(
+        f"teacher cache build (one pass over {args.examples} examples): fp32 {timings['fp32']:.1f}s, "
+        f"bf16 autocast {timings['bf16']:.1f}s -> bf16 is {timings['fp32'] / timings['bf16']:.2f}x faster\n"
+    )
+    return cache
+
+
+def print_header(rounds: int) -> None:
+    print(
+        f"cached KD / nkd: each round times one epoch of every variant, in a rotated order, so load that "
+        f"comes and goes hits all of them; the ratio is taken within a round. {rounds} rounds: median "
+        f"[min, max], and a 95% t-interval of the geometric mean ratio (it resolves a 5% difference when it "
+        f"excludes 1.05 or 0.95)\n"
+    )
+    header = (
+        f"{'student':<8} {'method':<13} {'nkd s':>7} {'KD s':>7} {'ratio median':>12} {'[min, max]':>14} "
+        f"{'95% CI (geo.)':>16} {'in-loop x nkd':>13}  target"
+    )
+    print(header)
+    print("-" * len(header))
+
+
+@dataclass
+class Setup:
+    """What every timed epoch shares."""
+
+    registry: Any
+    task: Any
+    teacher: Teacher
+    split: EncodedSplit
+    batches: list
+    cache: Any
+    device: torch.device
+    heads: TeacherHeads
+    live: Any
+
+
+def interleaved_seconds(args, setup: Setup, student_name, options, variants, tokens) -> dict[str, list[float]]:
+    """Each variant's epoch times, one per round, in an order rotated each round."""
+    seconds: dict[str, list[float]] = {v: [] for v in variants}
+    for round_index in range(args.rounds):
+        shift = round_index % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
+            module = build(setup.registry, setup.task, setup.teacher, student_name, variant, options, setup.heads)
+            source = None if variant == "nkd" else setup.cache
+            live = setup.live if variant in tokens else None
+            seconds[variant].append(epoch_seconds(module, setup.split, setup.batches, source, setup.device, live))
+    return seconds
+
+
+def time_student(args, setup: Setup, in_loop, live_dtype: str, student_name: str, options: dict) -> int:
+    """Prints one student's rows; returns how many targets it missed."""
+    registry, task, teacher, split, batches, device, heads = (
+        setup.registry,
+        setup.task,
+        setup.teacher,
+        setup.split,
+        setup.batches,
+        setup.device,
+        setup.heads,
+    )
+    tokens = TOKEN_METHODS if student_name != "bilstm" else ()  # a pooled student has no tokens
+    seconds = interleaved_seconds(args, setup, student_name, options, ["nkd", *METHODS, *tokens], tokens)
+    failures = 0
+    for method in METHODS:
+        ratios = [kd / ref for kd, ref in zip(seconds[method], seconds["nkd"])]
+        looped = epoch_seconds(
+            build(registry, task, teacher, student_name, method, options, heads),
+            split,
+            batches,
+            in_loop,
+            device,
+        )
+        median = statistics.median(ratios)
+        low, high = (math.exp(bound) for bound in t_interval([math.log(r) for r in ratios]))
+        ok = median <= 1.10
+        failures += not ok
+        print(
+            f"{student_name:<8} {method:<13} {statistics.median(seconds['nkd']):7.2f} "
+            f"{statistics.median(seconds[method]):7.2f} {median:12.3f} "
+            f"{f'[{min(ratios):.3f}, {max(ratios):.3f}]':>14} {f'[{low:.3f}, {high:.3f}]':>16} "
+            f"{looped / statistics.median(seconds['nkd']):13.2f}  {'ok' if ok else 'MISSED'} (<= 1.10)"
+        )
+    for method in tokens:
+        ratios = [kd / ref for kd, ref in zip(seconds[method], seconds["nkd"])]
+        low, high = (math.exp(bound) for bound in t_interval([math.log(r) for r in ratios]))
+        print(
+            f"{student_name:<8} {method:<13} {statistics.median(seconds['nkd']):7.2f} "
+            f"{statistics.median(seconds[method]):7.2f} {statistics.median(ratios):12.3f} "
+            f"{f'[{min(ratios):.3f}, {max(ratios):.3f}]':>14} {f'[{low:.3f}, {high:.3f}]':>16} "
+            f"{'(is)':>13}  teacher in the loop by design, {live_dtype}"
+        )
+    return failures
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    device = pick_device(args.device)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     registry = kdplug.get_plugin_manager().registry
     task = TinyTask()
@@ -203,101 +336,24 @@ def main(argv=None) -> int:
         f"kdplug KD overhead benchmark: {args.examples} examples, batch {args.batch_size}, "
         f"{describe(device)}, teacher {'BERT-base' if args.teacher == 'bert-base' else args.teacher} (random weights)\n"
     )
-
-    # padding -----------------------------------------------------------------------------------
-    many = sst2_like_lengths(20_000, seed=1)
-    grouped = padding_ratio(many, LengthGroupedBatchSampler(many, 32, seed=0).batches())
-    plain = padding_ratio(many, LengthGroupedBatchSampler(many, 32, seed=0, window_batches=1).batches())
-    print(
-        f"padding: padded tokens / real tokens = {grouped:.3f} length-grouped (target <= 1.15), "
-        f"{plain:.3f} random batches\n"
-    )
-
-    # the teacher cache, built once; fp32 vs bf16 inference speed ------------------------------
+    grouped = padding()
     accelerator = accelerator_on(device)
     trainer = Trainer(accelerator, task, batch_size=args.batch_size, seed=0)
     with tempfile.TemporaryDirectory() as root:
-        timings = {}
-        for precision in ("fp32", "bf16"):
-            started = clock(device)
-            cache = teacher_stage.build_cache(
-                teacher,
-                kdplug.find_layer_extractor(teacher.model),
-                trainer,
-                task,
-                "train",
-                split,
-                root=Path(root),
-                precision=precision,
-                teacher_fingerprint="bench",
-                tokenizer_fingerprint="bench",
-            )
-            timings[precision] = clock(device) - started
-        print(
-            f"teacher cache build (one pass over {args.examples} examples): fp32 {timings['fp32']:.1f}s, "
-            f"bf16 autocast {timings['bf16']:.1f}s -> bf16 is {timings['fp32'] / timings['bf16']:.2f}x faster\n"
-        )
+        cache = timed_cache(args, teacher, trainer, task, split, Path(root), device)
         heads = TeacherHeads([s.width for s in cache.specs], 2)
         in_loop = TeacherInTheLoop(teacher, split, "auto", device)
         live = teacher_stage.LiveTeacher(teacher, kdplug.find_layer_extractor(teacher.model), "auto")
         live_dtype = "bf16" if native_bf16(device) else "fp32 (this CPU has no native bf16)"
+        setup = Setup(registry, task, teacher, split, batches, cache, device, heads, live)
 
         # bert-2 takes the random teacher's first layers: a random teacher names no pre-trained checkpoint
         students = {"bilstm": {}} if args.quick else {"bilstm": {}, "bert-2": {"init": "teacher"}}
         students = {name: options for name, options in students.items() if name in (args.students or students)}
-        print(
-            f"cached KD / nkd: each round times one epoch of every variant, in a rotated order, so load that "
-            f"comes and goes hits all of them; the ratio is taken within a round. {args.rounds} rounds: median "
-            f"[min, max], and a 95% t-interval of the geometric mean ratio (it resolves a 5% difference when it "
-            f"excludes 1.05 or 0.95)\n"
+        print_header(args.rounds)
+        failures = sum(
+            time_student(args, setup, in_loop, live_dtype, name, options) for name, options in students.items()
         )
-        header = (
-            f"{'student':<8} {'method':<13} {'nkd s':>7} {'KD s':>7} {'ratio median':>12} {'[min, max]':>14} "
-            f"{'95% CI (geo.)':>16} {'in-loop x nkd':>13}  target"
-        )
-        print(header)
-        print("-" * len(header))
-        failures = 0
-        for student_name, options in students.items():
-            tokens = TOKEN_METHODS if student_name != "bilstm" else ()  # a pooled student has no tokens
-            variants = ["nkd", *METHODS, *tokens]
-            seconds: dict[str, list[float]] = {v: [] for v in variants}
-            for round_index in range(args.rounds):
-                shift = round_index % len(variants)
-                for variant in variants[shift:] + variants[:shift]:
-                    module = build(registry, task, teacher, student_name, variant, options, heads)
-                    source = None if variant == "nkd" else cache
-                    seconds[variant].append(
-                        epoch_seconds(module, split, batches, source, device, live if variant in tokens else None)
-                    )
-            for method in METHODS:
-                ratios = [kd / ref for kd, ref in zip(seconds[method], seconds["nkd"])]
-                looped = epoch_seconds(
-                    build(registry, task, teacher, student_name, method, options, heads),
-                    split,
-                    batches,
-                    in_loop,
-                    device,
-                )
-                median = statistics.median(ratios)
-                low, high = (math.exp(bound) for bound in t_interval([math.log(r) for r in ratios]))
-                ok = median <= 1.10
-                failures += not ok
-                print(
-                    f"{student_name:<8} {method:<13} {statistics.median(seconds['nkd']):7.2f} "
-                    f"{statistics.median(seconds[method]):7.2f} {median:12.3f} "
-                    f"{f'[{min(ratios):.3f}, {max(ratios):.3f}]':>14} {f'[{low:.3f}, {high:.3f}]':>16} "
-                    f"{looped / statistics.median(seconds['nkd']):13.2f}  {'ok' if ok else 'MISSED'} (<= 1.10)"
-                )
-            for method in tokens:
-                ratios = [kd / ref for kd, ref in zip(seconds[method], seconds["nkd"])]
-                low, high = (math.exp(bound) for bound in t_interval([math.log(r) for r in ratios]))
-                print(
-                    f"{student_name:<8} {method:<13} {statistics.median(seconds['nkd']):7.2f} "
-                    f"{statistics.median(seconds[method]):7.2f} {statistics.median(ratios):12.3f} "
-                    f"{f'[{min(ratios):.3f}, {max(ratios):.3f}]':>14} {f'[{low:.3f}, {high:.3f}]':>16} "
-                    f"{'(is)':>13}  teacher in the loop by design, {live_dtype}"
-                )
         print(f"\n{'all targets met' if not failures and grouped <= 1.15 else 'some targets missed'}")
     return 0
 

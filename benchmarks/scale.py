@@ -57,14 +57,29 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def timed_transfer_set(registry, task, teacher, train_examples, dev_examples, cache_root: Path, step) -> dict:
+    """Tang's transfer set built on the training split (timed by ``step``): its size and its bytes on disk."""
+    from kdplug.config import RunConfig
+    from kdplug.engine import transfer
+
+    settings = RunConfig(augment="tang")
+    factor = transfer.augment_factor(settings, task)
+    started = time.perf_counter()
+    built = transfer.build_or_load(
+        settings, registry, task, teacher, train_examples, {"dev": dev_examples},
+        root=cache_root, seed=0, echo=lambda _: None,
+    )  # fmt: skip
+    built.encode(teacher.tokenizer, 64, is_regression=False)
+    step(f"tang transfer set (x{factor})", len(train_examples) * factor, started)
+    return {"kept": len(built), "candidates": len(train_examples) * factor, "bytes": disk_bytes(built.directory)}
+
+
 def child(size: int, root: Path, transfer_up_to: int) -> dict:
     """Every step for one size, in this process; what each cost."""
     import torch
 
     import kdplug
-    from kdplug.config import RunConfig
     from kdplug.engine import teacher as teacher_stage
-    from kdplug.engine import transfer
     from kdplug.engine.data import encode
     from kdplug.engine.objective import DistillationModule, WeightedObjective
     from kdplug.engine.trainer import Trainer, build_accelerator
@@ -95,20 +110,7 @@ def child(size: int, root: Path, transfer_up_to: int) -> dict:
     cache_root = root / "cache"
     transfer_set = None
     if size <= transfer_up_to:  # candidates: every training sentence's augmented copies
-        settings = RunConfig(augment="tang")
-        factor = transfer.augment_factor(settings, task)
-        started = time.perf_counter()
-        built = transfer.build_or_load(
-            settings, registry, task, teacher, train_examples, {"dev": dev_examples},
-            root=cache_root, seed=0, echo=lambda _: None,
-        )  # fmt: skip
-        built.encode(teacher.tokenizer, 64, is_regression=False)
-        step(f"tang transfer set (x{factor})", len(train_examples) * factor, started)
-        transfer_set = {
-            "kept": len(built),
-            "candidates": len(train_examples) * factor,
-            "bytes": disk_bytes(built.directory),
-        }
+        transfer_set = timed_transfer_set(registry, task, teacher, train_examples, dev_examples, cache_root, step)
     del train_examples, dev_examples
 
     trainer = Trainer(build_accelerator("fp32"), task, batch_size=32, seed=0)

@@ -28,8 +28,9 @@ from .errors import (
     UsageError,
     close_matches,
 )
-from .options import Positive, PositiveFloat, Range, check_option_values
+from .options import Positive, PositiveFloat, Range, check_option_values, forwards_options
 from .plugins import hookimpl
+from .recipe_context import RecipeContext
 from .storage import (
     StorageError,
     atomic_directory,
@@ -58,7 +59,6 @@ from .types import (
     Projector,
     ProjectorCapabilities,
     RecipeCapabilities,
-    RecipeContext,
     Register,
     Settings,
     StageResult,
@@ -83,6 +83,7 @@ PUBLIC_MODULES = (
     "kdplug",
     "kdplug.api",
     "kdplug.types",
+    "kdplug.recipe_context",
     "kdplug.errors",
     "kdplug.storage",
     "kdplug.fingerprint",
@@ -137,6 +138,7 @@ __all__ = [
     "PositiveFloat",
     "Range",
     "check_option_values",
+    "forwards_options",
     # errors (UsageError and its subclasses exit 2)
     "ConfigError",
     "DataError",

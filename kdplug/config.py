@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,10 +211,12 @@ def _coerce(key: str, value: Any) -> Any:
     hint = _HINTS[key]
     if isinstance(value, str) and list in (hint, *typing.get_args(hint)):  # a single path is a list of one
         value = [value]
+    shown = (f"{value!r}" if len(repr(value)) <= 60 else f"{repr(value)[:57]}...") if value is not None else "empty"
     if not fits(value, hint):
-        shown = f"{value!r}" if value is not None else "empty"
         raise ConfigError(f"{key} must be {expected(hint)}, got {shown} ({type(value).__name__}){advice(value, hint)}")
     if isinstance(value, int) and not isinstance(value, bool) and float in (hint, *typing.get_args(hint)):
+        if abs(value) > sys.float_info.max:  # float() would raise OverflowError
+            raise ConfigError(f"{key} must be a number at most {sys.float_info.max:g}, got {shown} (int)")
         return float(value)
     return list(value) if isinstance(value, (list, tuple)) else dict(value) if isinstance(value, dict) else value
 

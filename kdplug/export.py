@@ -37,9 +37,9 @@ from torch import nn
 from .engine.package import drop_foreign_code, redact_loading_paths
 from .engine.speed import SINGLE_EXAMPLES
 from .errors import KdplugError, UsageError
-from .inference import ONNX_FILE, LoadedStudent, Text, load_student, student_directory
+from .inference import LoadedStudent, Text, load_student, student_directory
 from .integrity import refuse_outside_links, refuse_package_code, tokenizer_record, verify_package
-from .layout import INFO_FILE
+from .layout import INFO_FILE, ONNX_FILE
 from .native_output import PACKED_SEQUENCE_SHAPE_WARNINGS, without_native_lines
 from .quantize import INT8, TORCH_RECIPE, quantize_onnx
 from .storage import atomic_directory
@@ -287,7 +287,7 @@ def _trim(
     tokenizer, trimmed = trim(model, reference.tokenizer, list(texts), corpus, min_count)
     for old in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "spiece.model"):
         (staging / old).unlink(missing_ok=True)
-    if hasattr(model, "tokenizer"):
+    if hasattr(model, "tokenizer"):  # not through capabilities(): one that carries it, even None
         model.tokenizer = tokenizer  # a pooled student saves the tokenizer it carries
     tokenizer.model_max_length = reference.max_length  # truncation=True cuts where training cut
     model.save_pretrained(str(staging))

@@ -134,13 +134,19 @@ def load_pretrained(
     ``what`` names the thing in messages (``"teacher"``); ``local_option`` is how the user passes
     a local directory instead (default ``--set <what>_options.source=/path/to/dir``).
     ``trust_remote_code`` (the user's ``<what>_options.trust_remote_code``) is always passed on,
-    false by default: left unset, transformers would ask on the terminal whether to run the
+    true only for the boolean True (any value that is not a boolean is refused), false by default:
+    left unset, transformers would ask on the terminal whether to run the
     checkpoint's code.
     """
-    if not trust_remote_code:
+    if not isinstance(trust_remote_code, bool):  # bool("no") is True: text must never let a checkpoint's code run
+        raise UsageError(
+            f"{what}_options.trust_remote_code must be true or false, got {trust_remote_code!r} "
+            f"({type(trust_remote_code).__name__}): write true or false without quotes"
+        )
+    if trust_remote_code is not True:
         refuse_remote_code(source, what)
     try:
-        return _load(loader, source, what, local_option, trust_remote_code=bool(trust_remote_code), **kwargs)
+        return _load(loader, source, what, local_option, trust_remote_code=trust_remote_code is True, **kwargs)
     except ValueError as exc:  # transformers refuses code it was not allowed to run, for an uncached hub id
         if "trust_remote_code" not in str(exc):
             raise

@@ -22,14 +22,13 @@ from typing import Any, Optional, Union
 import torch
 
 from .errors import ArgumentError, UsageError
-from .layout import INFO_FILE, STUDENT_DIR
+from .layout import INFO_FILE, MODEL_CONFIG_FILE, ONNX_FILE, STUDENT_DIR, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE
 
-ONNX_FILE = "model.onnx"
 RUNTIMES = ("auto", "torch", "onnx")
 #: what a student directory must hold, and what each file is
 REQUIRED = {
-    "config.json": "the model's config",
-    "tokenizer_config.json": "the tokenizer",
+    MODEL_CONFIG_FILE: "the model's config",
+    TOKENIZER_CONFIG_FILE: "the tokenizer",
     INFO_FILE: "kdplug's record of labels, input columns and maximum length",
 }
 
@@ -186,7 +185,7 @@ def load_student(
     the CPU), ``onnx`` (an export's ``model.onnx`` through ONNX Runtime) or ``auto`` (ONNX where
     ``path`` is an ONNX export, else PyTorch). ``verify``: check every file against the package's
     checksums first (see :mod:`kdplug.integrity`); the tokenizer is checked either way."""
-    from .integrity import check_tokenizer, refuse_package_code, verify_package
+    from .integrity import check_tokenizer, refuse_outside_links, refuse_package_code, verify_package
 
     check_path("load_student", path)
     device = check_device(device)
@@ -194,6 +193,7 @@ def load_student(
     check_flag("verify", verify)
     directory = student_directory(path)
     refuse_package_code(directory)  # checksums or not: they prove who wrote a package, not that its code is safe
+    refuse_outside_links(directory)  # a tokenizer.json linked elsewhere is another file than the one packaged
     if verify:
         verify_package(directory)
     info = _read_info(directory)
@@ -240,7 +240,7 @@ def _tokenizer(directory: Path) -> Any:
     try:
         return AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
     except (OSError, ValueError) as exc:
-        if (directory / "tokenizer.json").is_file():
+        if (directory / TOKENIZER_FILE).is_file():
             raise damaged(directory, "its tokenizer", exc) from None
         raise UsageError(
             f"{directory}: tokenizer.json is missing, and nothing else in the package describes its tokenizer; "

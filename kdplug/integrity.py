@@ -16,15 +16,24 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
-from .layout import CHECKPOINT_DIR, CONFIG_FILE, MARKER_FILE, STUDENT_DIR
-from .storage import CHECKSUMS_FILE, recorded_checksums, verify
+from .layout import (
+    CARD_FILE,
+    CHECKPOINT_DIR,
+    CHECKSUMS_FILE,
+    CONFIG_FILE,
+    MARKER_FILE,
+    MODEL_CONFIG_FILE,
+    STUDENT_DIR,
+    TOKENIZER_CONFIG_FILE,
+    TOKENIZER_FILE,
+    TOKENIZER_FILES,
+)
+from .storage import recorded_checksums, verify
 
 log = logging.getLogger(__name__)
 
 #: what a package may change without changing a prediction: the model card
-UNCHECKED = frozenset({"README.md"})
-#: the files a tokenizer is saved in (transformers' and tokenizers' names)
-TOKENIZER_FILES = ("tokenizer", "vocab", "merges", "spiece", "special_tokens_map", "added_tokens", "sentencepiece")
+UNCHECKED = frozenset({CARD_FILE})
 #: the probe the tokenizer record encodes: words, casing, digits, punctuation and an accent
 PROBE = "kdplug checks its tokenizer: The quick brown fox, aged 12, jumps over naïve dogs!"
 
@@ -64,18 +73,20 @@ def refuse_package_code(directory: Path) -> None:
     from .model_types import register_model_types
 
     register_model_types()
-    config = _json_object(directory / "config.json")
+    config = _json_object(directory / MODEL_CONFIG_FILE)
     if config.get("auto_map") and config.get("model_type") not in CONFIG_MAPPING:
         raise PackageIntegrityError(
-            _own_code_message(directory, "config.json", config["auto_map"], f"model type {config.get('model_type')!r}")
+            _own_code_message(
+                directory, MODEL_CONFIG_FILE, config["auto_map"], f"model type {config.get('model_type')!r}"
+            )
         )
-    tokenizer = _json_object(directory / "tokenizer_config.json")
+    tokenizer = _json_object(directory / TOKENIZER_CONFIG_FILE)
     custom = (tokenizer.get("auto_map") or {}) if isinstance(tokenizer.get("auto_map"), dict) else {}
     if custom.get("AutoTokenizer") and not is_transformers_tokenizer(tokenizer.get("tokenizer_class")):
         raise PackageIntegrityError(
             _own_code_message(
                 directory,
-                "tokenizer_config.json",
+                TOKENIZER_CONFIG_FILE,
                 custom,
                 f"tokenizer class {tokenizer.get('tokenizer_class')!r}",
             )
@@ -173,7 +184,7 @@ def check_tokenizer(tokenizer: Any, info: dict[str, Any], directory: Path) -> No
         )
         missing = [
             name
-            for name in recorded_checksums(directory) or ["tokenizer.json"]
+            for name in recorded_checksums(directory) or [TOKENIZER_FILE]
             if name.startswith(TOKENIZER_FILES) and not (directory / name).is_file()
         ]
         hint = f" ({' and '.join(missing)} missing)" if missing else ""
@@ -187,7 +198,7 @@ def _from_config(directory: Path, found: dict[str, Any]) -> dict[str, Any]:
     """For a package without a tokenizer record: the size its ``config.json`` gives the embedding.
     A tokenizer with far fewer tokens (a fallback built without its vocabulary) fails the check."""
     try:
-        size = int(json.loads((directory / "config.json").read_text(encoding="utf-8")).get("vocab_size") or 0)
+        size = int(json.loads((directory / MODEL_CONFIG_FILE).read_text(encoding="utf-8")).get("vocab_size") or 0)
     except (OSError, ValueError, TypeError):
         size = 0
     if size and found["size"] < size // 2:

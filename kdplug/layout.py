@@ -56,6 +56,20 @@ RUN_ENTRIES = (
 #: those of :data:`RUN_ENTRIES` that are folders (the others are files)
 RUN_FOLDERS = (STUDENT_DIR, CHECKPOINT_DIR, TRACKING_DIR)
 
+# A student package (``student/``, or what ``kdplug export`` writes): transformers' files, and kdplug's
+#: the model's config (transformers' name)
+MODEL_CONFIG_FILE = "config.json"
+#: the tokenizer's config, and the fast tokenizer's one file (transformers' names)
+TOKENIZER_CONFIG_FILE, TOKENIZER_FILE = "tokenizer_config.json", "tokenizer.json"
+#: the stems of the files a tokenizer is saved in (transformers' and tokenizers' names)
+TOKENIZER_FILES = ("tokenizer", "vocab", "merges", "spiece", "special_tokens_map", "added_tokens", "sentencepiece")
+#: the model card: what a package may change without changing a prediction
+CARD_FILE = "README.md"
+#: the ONNX export's graph (``kdplug export --format onnx``)
+ONNX_FILE = "model.onnx"
+#: every file's SHA-256, written last by ``kdplug.storage.atomic_directory`` (in any directory it writes)
+CHECKSUMS_FILE = "kdplug_checksums.json"
+
 SEEDS_FILE = "seeds.json"
 SEED_DIR_PREFIX = "seed-"
 SWEEP_FILE = "sweep.yaml"

@@ -31,6 +31,7 @@ __all__ = [
     "declared_options",
     "expected",
     "fits",
+    "forwards_options",
 ]
 
 
@@ -45,7 +46,7 @@ class Range:
     high_open: bool = False
 
     def __contains__(self, value: Any) -> bool:
-        if not math.isfinite(value):  # inf is no learning rate, temperature or size
+        if not _finite(value):  # inf is no learning rate, temperature or size
             return False
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
@@ -58,6 +59,11 @@ class Range:
         if self.high is not None:
             parts.append(f"{'below' if self.high_open else 'at most'} {self.high:g}")
         return " and ".join(parts) or "any number"
+
+
+def _finite(value: Any) -> bool:
+    """A whole number is finite however large (math.isfinite raises OverflowError past 1e308)."""
+    return isinstance(value, int) or math.isfinite(value)
 
 
 #: a count or a size: a whole number, at least 1 (and below 2**31, which no size reaches and torch overflows past)
@@ -87,6 +93,20 @@ def declared_options(factory: Any) -> dict[str, Any]:
     return hints
 
 
+def forwards_options(target: Any) -> Any:
+    """Declare that a factory passes its ``**options`` on to ``target`` (another factory): the factory
+    takes ``target``'s signature and annotations, so the registry checks each option against
+    ``target``'s declaration. A bare ``**options`` declares nothing, and a value it forwards would
+    go unchecked (``trust_remote_code: "no"`` through ``--teacher minilm`` ran a checkpoint's code)."""
+
+    def declare(factory: Any) -> Any:
+        factory.__signature__ = inspect.signature(target)
+        factory.__annotations__ = declared_options(target)
+        return factory
+
+    return declare
+
+
 def fits(value: Any, hint: Any) -> bool:
     """Whether ``value`` is one of the values ``hint`` declares (a bool is never an int, text is
     never a bool, a float with a fraction is never an int)."""
@@ -107,7 +127,11 @@ def fits(value: Any, hint: Any) -> bool:
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+        return (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and (isinstance(value, int) or not math.isnan(value))
+        )
     if hint is str:
         return isinstance(value, str)
     if inspect.isclass(hint) and issubclass(hint, os.PathLike):  # Path: a path may be given as text
@@ -164,12 +188,7 @@ def advice(value: Any, hint: Any) -> str:
         except ValueError:
             return ""
         if fits(number, hint) or fits(int(number) if number.is_integer() else number, hint):
-            exponent = (
-                ", and with a point before an exponent (1.0e-5: YAML reads 1e-5 as text)"
-                if "e" in value.lower()
-                else ""
-            )
-            return f" ({value!r} is text: write the number without quotes{exponent})"
+            return f" ({value!r} is text, in quotes: remove the quotes to give the number)"  # 1e-5 unquoted is one
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15 and fits(int(value), hint):
         return f" (write {int(value)}, without the point)"
     if isinstance(value, (int, float)) and not isinstance(value, bool) and fits(str(value), hint):

@@ -29,13 +29,21 @@ from typing import Optional
 
 from . import fingerprint
 from .errors import KdplugError, UsageError
+from .layout import CHECKSUMS_FILE
 
-CHECKSUMS_FILE = "kdplug_checksums.json"
 #: what a staging directory's name starts with; ``kdplug cache clear --stale`` looks for it
 STAGING_PREFIX = ".staging-"
 #: the whole name of a staging file or directory: the prefix, the name it builds (and, for a file, the
 #: writer's pid), then the 8 random characters of ``tempfile``'s unique names
 _STAGING_NAME = re.compile(rf"{re.escape(STAGING_PREFIX)}.+\.[a-z0-9_]{{8}}")
+#: a staging file's whole name: ``.staging-<name>.<pid>.<random>`` (see :func:`staging_file`)
+_STAGING_FILE = re.compile(rf"{re.escape(STAGING_PREFIX)}.+\.\d+\.[a-z0-9_]{{8}}")
+#: the file kdplug writes into each staging directory it makes, with :data:`_STAGING_MARK` inside: a
+#: folder named like one (``.staging-backup.20261127``) is a user's unless it holds this
+STAGING_MARKER = ".kdplug-staging"
+_STAGING_MARK = "a staging directory of kdplug's: it is renamed into place, or removed once stale\n"
+#: what kdplug writes into each lock file of :func:`file_lock`: an empty ``notes.lock`` is a user's
+LOCK_MARK = "a lock file of kdplug's\n"
 #: the suffix of a damaged stored copy that was moved aside
 DAMAGED_SUFFIX = ".damaged"
 #: the previous copy while a new one is renamed into place (used if a kill leaves no other)
@@ -123,6 +131,9 @@ def file_lock(path: Path) -> Iterator[None]:
     with open_own_file(path, "lock file") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
+            if not os.fstat(handle.fileno()).st_size:  # marked as kdplug's, so that cleaning up knows it
+                handle.write(LOCK_MARK)
+                handle.flush()
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
@@ -314,8 +325,58 @@ def staging_directory(parent: Path, name: str) -> Path:
     """A fresh, empty directory in ``parent`` to build ``name`` in, with umask permissions."""
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{name}.", dir=parent))
+    (staging / STAGING_MARKER).write_text(_STAGING_MARK, encoding="utf-8")  # in a folder only this process has
     follow_umask(staging)
     return staging
+
+
+def unmark_staging(staging: Path) -> None:
+    """Remove the marker of :func:`staging_directory`, before the folder is renamed into place."""
+    (staging / STAGING_MARKER).unlink(missing_ok=True)
+
+
+def is_kdplug_staging(path: Path) -> bool:
+    """Whether ``path`` is a staging file or directory kdplug made (the one definition cleaning up uses):
+    a directory of a staging name holding kdplug's marker, or a file named ``.staging-<name>.<pid>.<random>``.
+    A user's ``.staging-backup.20261127`` is neither."""
+    if path.is_symlink():
+        return False
+    if path.is_dir():
+        marker = path / STAGING_MARKER
+        return is_staging_name(path.name) and _holds(marker, _STAGING_MARK)
+    return path.is_file() and _STAGING_FILE.fullmatch(path.name) is not None
+
+
+def staging_target(name: str) -> Optional[str]:
+    """The name a staging file or directory named ``name`` builds (``.staging-<name>.[<pid>.]<random>``), or
+    None when ``name`` is no staging name."""
+    if not is_staging_name(name):
+        return None
+    built = name.removeprefix(STAGING_PREFIX).rsplit(".", 1)[0]
+    return built.rsplit(".", 1)[0] if _STAGING_FILE.fullmatch(name) else built
+
+
+def staging_pid(path: Path, name: str) -> Optional[int]:
+    """The process id in a staging file of ``name`` (``.staging-<name>.<pid>.<random>``, a plain file), else None."""
+    prefix = f"{STAGING_PREFIX}{name}."
+    if path.is_symlink() or not path.is_file() or not _STAGING_FILE.fullmatch(path.name):
+        return None
+    pid, _, random = path.name.removeprefix(prefix).partition(".") if path.name.startswith(prefix) else ("", "", "")
+    return int(pid) if pid.isdigit() and len(random) == 8 else None
+
+
+def is_kdplug_lock(path: Path) -> bool:
+    """Whether ``path`` is a lock file :func:`file_lock` made (it holds kdplug's mark and nothing else)."""
+    return path.name.endswith(".lock") and _holds(path, LOCK_MARK)
+
+
+def _holds(path: Path, text: str) -> bool:
+    if path.is_symlink() or not path.is_file() or path.stat().st_size != len(text.encode()):
+        return False
+    try:
+        return path.read_text(encoding="utf-8") == text
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def write_checksums(directory: Path) -> None:
@@ -323,7 +384,7 @@ def write_checksums(directory: Path) -> None:
     sums = {
         str(path.relative_to(directory)): fingerprint.of_file(str(path))
         for path in sorted(directory.rglob("*"))
-        if path.is_file() and path.name != CHECKSUMS_FILE
+        if path.is_file() and path.name not in (CHECKSUMS_FILE, STAGING_MARKER)
     }
     (directory / CHECKSUMS_FILE).write_text(json.dumps(sums, indent=1))
 
@@ -367,6 +428,16 @@ def replace_directory(staging: Path, target: Path, between: Optional[Callable[[]
     ``<target>.previous`` until the new one is in place (see :func:`complete_copy`).
     ``between`` runs between the two renames (the robustness tests kill the process there)."""
     previous = target.with_name(target.name + PREVIOUS_SUFFIX)
+    if target.is_symlink():
+        raise UsageError(
+            f"{target} is a symbolic link (to {os.readlink(target)}), which kdplug did not make and would replace; "
+            f"remove the link, or choose another directory"
+        )
+    if target.exists() and not (target / CHECKSUMS_FILE).is_file() and _holds_any(target):
+        raise UsageError(  # what is there would be moved aside and deleted: only a copy kdplug wrote may be
+            f"{target} holds files kdplug did not write (it has no {CHECKSUMS_FILE}), and kdplug would replace it; "
+            f"move it away, or choose another directory"
+        )
     if previous.is_symlink() or (previous.exists() and not (previous / CHECKSUMS_FILE).is_file()):
         raise UsageError(
             f"{previous} is in the way: kdplug keeps the previous copy of {target} under that name while it puts the "
@@ -377,8 +448,13 @@ def replace_directory(staging: Path, target: Path, between: Optional[Callable[[]
         os.replace(target, previous)
         if between is not None:
             between()
+    unmark_staging(staging)
     os.replace(staging, target)
     shutil.rmtree(previous, ignore_errors=True)
+
+
+def _holds_any(directory: Path) -> bool:
+    return not directory.is_dir() or any(directory.iterdir())
 
 
 def complete_copy(target: Path, is_complete=lambda path: not verify(path)) -> Optional[Path]:
@@ -430,7 +506,7 @@ def stale_staging(root: Path) -> list[Path]:
     """
     found = []
     for path in sorted(root.rglob(f"{STAGING_PREFIX}*")) if root.is_dir() else []:
-        if is_staging_name(path.name) and not path.is_symlink() and not _in_use(path):
+        if is_kdplug_staging(path) and not _in_use(path):
             found.append(path)
     return found
 

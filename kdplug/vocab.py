@@ -149,7 +149,7 @@ def read_corpus(path: str, option: str) -> list[str]:
     path = str(Path(path).expanduser())
     if not Path(path).is_file():
         raise UsageError(f"{option} {path}: no such file; name a text file, one text per line")
-    lines = [line for line in textio.read_text(path, option=f"{option} (save it as UTF-8)").splitlines() if line]
+    lines = [line for line in textio.read_text(path, option=None).splitlines() if line]  # no option: UTF-8 only
     if not lines:
         raise UsageError(f"{option} {path} holds no text; name a text file, one text per line")
     return lines

@@ -147,7 +147,8 @@ def written_by_kdplug(kind: str, paths: list[Path]) -> bool:
 
 def _checksums_name_its_files(folder: Path) -> bool:
     """A checksum record that names every file of ``folder`` and no other (an empty or forged one does not)."""
-    from ..storage import CHECKSUMS_FILE, recorded_checksums
+    from ..layout import CHECKSUMS_FILE
+    from ..storage import recorded_checksums
 
     sums = recorded_checksums(folder)
     files = {str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file() or path.is_symlink()}
@@ -156,17 +157,21 @@ def _checksums_name_its_files(folder: Path) -> bool:
 
 def _leftover(path: Path, stale: set[Path]) -> Optional[Item]:
     """A staging file or folder, a damaged copy set aside or a previous copy (kdplug's own names)."""
-    from ..storage import DAMAGED_SUFFIX, PREVIOUS_SUFFIX, STAGING_PREFIX, is_staging_name
+    from ..storage import DAMAGED_SUFFIX, PREVIOUS_SUFFIX, is_kdplug_staging, staging_target
 
     name = path.name
     if path.is_symlink():
         return None
-    kind, key = path.parent.name, name.removeprefix(STAGING_PREFIX).split(".")[0]
+    kind, key = path.parent.name, (staging_target(name) or name).split(".")[0]
     if kind in SECTIONS and not KEY.fullmatch(key):  # kdplug's leftovers carry the key they were written for
         return None
-    damaged = path.is_dir() and re.search(rf"{re.escape(DAMAGED_SUFFIX)}-\d{{8}}-\d{{6}}$", name) is not None
+    damaged = (  # a copy kdplug set aside carries its key, in a plugin's store too (photos.damaged-... is a user's)
+        path.is_dir()
+        and KEY.fullmatch(key) is not None
+        and re.search(rf"{re.escape(DAMAGED_SUFFIX)}-\d{{8}}-\d{{6}}$", name) is not None
+    )
     previous = name.endswith(PREVIOUS_SUFFIX) and written_by_kdplug(kind, [path])
-    if not (damaged or previous or is_staging_name(name)):
+    if not (damaged or previous or is_kdplug_staging(path)):
         return None
     leftover = path in stale or damaged or previous
     info = (
@@ -309,12 +314,14 @@ def _tidy(directory: Path) -> None:
     """Drop the lock files no process holds, then the folder itself if nothing is left."""
     import fcntl
 
+    from ..storage import is_kdplug_lock, open_own_file
+
     for lock in directory.glob("*.lock"):
-        if lock.is_symlink() or not lock.is_file() or lock.stat().st_size:  # kdplug's cache locks are empty files
+        if not is_kdplug_lock(lock):  # a user's file (an empty notes.lock), or a link: left alone
             continue
         if directory.name in SECTIONS and not KEY.fullmatch(lock.name.removesuffix(".lock")):  # a user's file
             continue
-        with open(lock, "a+") as handle:
+        with open_own_file(lock, "lock file") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -25,7 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "student and their agreement are printed, and an export that loses more than --max-drop points is "
         "refused. --trim-vocab: keep only the embedding rows of the tokens of the training split, the transfer "
         "set and --vocab-corpus FILE, and a tokenizer to match; checked on the dev split like int8, where the "
-        "share of tokens it reads as unknown is printed (a warning above 1%). Every export prints its "
+        "share of tokens it reads as unknown is printed (a warning when it is more than 1 point above the full "
+        "vocabulary's). Every export prints its "
         "size and speed beside the fp32 student's.",
         epilog="examples:\n  kdplug export runs/demo --format onnx --output deploy/demo-onnx\n"
         "  kdplug export runs/demo --format onnx --quantize int8 --trim-vocab --output deploy/demo-int8\n"
@@ -41,6 +42,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--output", help="a new or empty directory (required, except with --push-to-hub)")
     parser.add_argument("--quantize", choices=["int8"], help="dynamic int8 quantization, checked on the dev split")
+    _add_vocabulary_options(parser)
+    _add_drop_options(parser)
+    _add_hub_options(parser)
+    parser.add_argument(
+        "--sample",
+        help="texts to check the export on instead of the run's dev split (.tsv/.csv/.jsonl/.txt as for 'kdplug "
+        "predict'; without gold labels, an int8 export's changed predictions count against --max-drop)",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in --output")
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip checking the package against its checksums (for a package you changed on purpose)",
+    )
+    parser.set_defaults(handler=handle)
+
+
+def _add_vocabulary_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trim-vocab",
         dest="trim_vocab",
@@ -63,6 +82,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="with --vocab-corpus: keep a corpus token only if it occurs at least N times (default: 1)",
     )
+
+
+def _add_drop_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-drop",
         dest="max_drop",
@@ -78,6 +100,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="keep a quantized or trimmed export beyond --max-drop",
     )
+
+
+def _add_hub_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--push-to-hub",
         dest="push_to_hub",
@@ -86,18 +111,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--private", action="store_true", help="with --push-to-hub: create the repository private")
     parser.add_argument("--revision", help="with --push-to-hub: the branch to push to (created if needed)")
-    parser.add_argument(
-        "--sample",
-        help="texts to check the export on instead of the run's dev split (.tsv/.csv/.jsonl/.txt as for 'kdplug "
-        "predict'; without gold labels, an int8 export's changed predictions count against --max-drop)",
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in --output")
-    parser.add_argument(
-        "--no-verify",
-        action="store_true",
-        help="skip checking the package against its checksums (for a package you changed on purpose)",
-    )
-    parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, manager: PluginManager) -> int:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import glob
 import io
 import itertools
 import json
 import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -25,7 +27,7 @@ from typing import Any, TextIO
 from ..errors import KdplugError, UsageError
 from ..plugins import PluginManager
 from ..progress import progress
-from ..storage import staging_file
+from ..storage import STAGING_PREFIX, staging_file, staging_pid
 from ..textio import FORMATS, input_format
 
 
@@ -199,27 +201,73 @@ def open_output(path: str) -> Iterator[TextIO]:
         sys.stdout.flush()
         return
     target = Path(path)
+    name_left_staging(target)
     # SIGTERM ends a process without unwinding it: made an exit here, the staging file is removed below
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     staging = None
     try:
-        descriptor, staging = staging_file(target)  # this process's own: two commands never share one
-        with open(descriptor, "w", encoding="utf-8", newline="") as handle:
-            yield handle
-        os.replace(staging, target)
-    except OSError as exc:
-        if staging is not None:
-            staging.unlink(missing_ok=True)
-        raise KdplugError(
-            f"writing --output {path} failed ({exc.strerror or exc}); nothing was written there (a previous file "
-            f"is unchanged). Free space or choose another --output and run the command again"
-        ) from None
+        with _writing(path):
+            descriptor, staging = staging_file(target)  # this process's own: two commands never share one
+            handle = open(descriptor, "w", encoding="utf-8", newline="")
+        with handle:
+            yield _Output(handle, path)  # an error of the block's own (reading --input, predicting) is not ours
+            with _writing(path):
+                handle.flush()
+        with _writing(path):
+            os.replace(staging, target)
     except BaseException:
         if staging is not None:
             staging.unlink(missing_ok=True)
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def name_left_staging(target: Path) -> None:
+    """Name the staging files of ``target`` that a killed ``kdplug predict`` left (their process has
+    ended), with the command that removes them. kdplug does not remove them itself: a process id
+    alone does not prove the file is kdplug's, and a file it did not write is never deleted."""
+    for path in sorted(target.parent.glob(f"{glob.escape(STAGING_PREFIX + target.name)}.*")):
+        pid = staging_pid(path, target.name)
+        if pid is not None and not _running(pid):
+            print(
+                f"note: {path} was left by a kdplug predict that has ended (process {pid}); it is not used. "
+                f"Remove it with: rm {shlex.quote(str(path))}",
+                file=sys.stderr,
+            )
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _writing(path: str) -> Iterator[None]:
+    """A failed write of --output (disk full, file-size limit) as a message naming it."""
+    try:
+        yield
+    except OSError as exc:
+        raise KdplugError(
+            f"writing --output {path} failed ({exc.strerror or exc}); nothing was written there (a previous file "
+            f"is unchanged). Free space or choose another --output and run the command again"
+        ) from None
+
+
+class _Output:
+    """The staging file, whose failed writes are --output's (and nothing else the block does)."""
+
+    def __init__(self, handle: TextIO, path: str) -> None:
+        self._handle, self._path = handle, path
+
+    def write(self, text: str) -> int:
+        with _writing(self._path):
+            return self._handle.write(text)
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:

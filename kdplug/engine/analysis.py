@@ -76,6 +76,7 @@ def collect(
             if vectors and capabilities(ProjectorCapabilities, module.projector).pairs_per_example:  # nor CKA's Grams
                 pair_students.append(pairs.student.float().cpu())
                 pair_teachers.append(pairs.teacher.float().cpu())
+                # not through capabilities(): the objective's own loss module
                 pair_losses.append(_per_pair_losses(getattr(module.objective, "ild_loss", None), pairs))
         student_layers.append([s.float().cpu() for s in student])
         teacher_layers.append([t.float().cpu() for t in teacher])
@@ -142,7 +143,7 @@ def write(
                 capabilities(ProjectorCapabilities, module.projector).layer_map,
             )
         )
-        written["ild_loss"] = getattr(module.projector, "ild_loss", None)
+        written["ild_loss"] = capabilities(ProjectorCapabilities, module.projector).ild_loss
     save_file(tensors, str(run_dir / LAYERS_FILE), metadata=metadata)
     written["layers"] = LAYERS_FILE
     if attention is not None:

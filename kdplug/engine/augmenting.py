@@ -25,7 +25,6 @@ from ..capabilities import AugmenterCapabilities, capabilities
 from ..types import Example
 from ..words import has_content
 from . import faults, shares
-from .digests import DigestSet
 
 Text = tuple[str, Optional[str]]
 
@@ -49,8 +48,13 @@ def normalised(text: Text) -> str:
 
 
 def digest(key: str) -> int:
-    """64 bits standing for a normalised text: a :class:`DigestSet` of millions of them stays small."""
+    """64 bits standing for a normalised text: millions of them in one array stay small."""
     return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def first_occurrences(digests: np.ndarray) -> np.ndarray:
+    """The positions of each distinct digest's first occurrence, in order."""
+    return np.sort(np.unique(digests, return_index=True)[1])
 
 
 def line(text: Text) -> str:
@@ -115,9 +119,8 @@ class Checks:
 
     def __init__(self, train: Sequence[Example], dev_keys: set[str], special: list[str]) -> None:
         self.dev_keys, self.special = dev_keys, special
-        self.training = DigestSet(len(train))
-        for example in train:
-            self.training.add(digest(normalised((example.text_a, example.text_b))))
+        hashed = (digest(normalised((example.text_a, example.text_b))) for example in train)
+        self.training = np.unique(np.fromiter(hashed, np.uint64, len(train)))  # sorted: searched
 
     def __call__(self, text: Text) -> tuple[Optional[str], int]:
         """``(the count that drops it, or None to keep it; its digest)``."""
@@ -125,7 +128,8 @@ class Checks:
         hashed = digest(key)
         if key in self.dev_keys:
             return "dropped_dev_duplicates", hashed
-        if hashed in self.training:
+        where = int(np.searchsorted(self.training, np.uint64(hashed)))
+        if where < len(self.training) and int(self.training[where]) == hashed:
             return "dropped_train_duplicates", hashed
         if not has_content(key.split(), self.special):
             return "dropped_degenerate", hashed
@@ -133,27 +137,63 @@ class Checks:
 
 
 class Writer:
-    """The set's texts file, each text kept once, in the order offered, with the counts."""
+    """The set's texts file, each text kept once, in the order offered, with the counts. The texts
+    that pass the checks are offered in parts (a file of lines and their digests: the transfer files',
+    the augmented copies', or a process's share of them); :meth:`finish` keeps each digest's first
+    occurrence (``numpy.unique`` over every part's digests) and writes those lines, in order."""
 
-    def __init__(self, handle) -> None:
-        self.handle, self.seen = handle, DigestSet()
+    def __init__(self, handle, scratch: Path) -> None:
+        self.handle, self.scratch = handle, scratch
         self.counts = dict.fromkeys(COUNTS, 0)
-
-    def offer(self, text_line: str, hashed: int, origin: str) -> None:
-        if not self.seen.add(hashed):
-            self.counts["dropped_repeats"] += 1
-            return
-        self.handle.write(text_line)
-        self.counts["examples"] += 1
-        self.counts[origin] += 1
+        #: (lines file, its digests, origin, the error if the two disagree, whether this writer wrote it)
+        self.parts: list[tuple[Path, np.ndarray, str, Optional[Exception], bool]] = []
 
     def check_and_offer(self, checks: Checks, texts: Iterable[Text], origin: str) -> None:
-        for text in texts:
-            dropped, hashed = checks(text)
-            if dropped:
-                self.counts[dropped] += 1
-            else:
-                self.offer(line(text), hashed, origin)
+        path, digests = self.scratch / f".candidates-{len(self.parts)}.jsonl", array("Q")
+        self.parts.append((path, np.zeros(0, np.uint64), origin, None, True))  # removed by finish, whatever happens
+        with open(path, "w", encoding="utf-8") as candidates:
+            for text in texts:
+                dropped, hashed = checks(text)
+                if dropped:
+                    self.counts[dropped] += 1
+                else:
+                    candidates.write(line(text))
+                    digests.append(hashed)
+        self.parts[-1] = (path, np.frombuffer(digests, np.uint64), origin, None, True)
+
+    def offer_part(self, lines: Path, digests: np.ndarray, origin: str, incomplete: Exception) -> None:
+        """Lines another process wrote with their digests; ``incomplete`` raised if they disagree."""
+        self.parts.append((lines, digests, origin, incomplete, False))
+
+    def finish(self) -> None:
+        try:
+            everything = np.concatenate([part[1] for part in self.parts] or [np.zeros(0, np.uint64)])
+            keep = np.zeros(len(everything), dtype=bool)
+            keep[np.unique(everything, return_index=True)[1]] = True
+            del everything
+            start = 0
+            for path, digests, origin, incomplete, _ in self.parts:
+                self._copy(path, keep[start : start + len(digests)], origin, incomplete)
+                start += len(digests)
+        finally:
+            for path, *_, own in self.parts:
+                if own:
+                    path.unlink(missing_ok=True)
+
+    def _copy(self, path: Path, keep: np.ndarray, origin: str, incomplete: Optional[Exception]) -> None:
+        offered = 0
+        with open(path, encoding="utf-8") as lines:
+            for start in range(0, len(keep), CHUNK):  # a chunk of Python bools at a time
+                for kept, text_line in zip(keep[start : start + CHUNK].tolist(), lines):
+                    offered += 1
+                    if kept:
+                        self.handle.write(text_line)
+                        self.counts["examples"] += 1
+                        self.counts[origin] += 1
+                    else:
+                        self.counts["dropped_repeats"] += 1
+            if (offered != len(keep) or lines.readline()) and incomplete is not None:
+                raise incomplete
 
 
 def prepare_alone(augmenter: Any, train: Sequence[Example]) -> None:
@@ -162,39 +202,15 @@ def prepare_alone(augmenter: Any, train: Sequence[Example]) -> None:
 
 
 class SharedAugmentation:
-    """The processes of a launch augmenting the training set together, through ``folder`` (on the
+    """The processes of a launch augmenting the training set together, in ``build``'s folder (on the
     filesystem they all see): one share each of the augmenter's preparation, then of the copies."""
 
-    def __init__(
-        self, folder: Path, processes: shares.Processes, augmenter: Any, train: Sequence[Example], checks: Checks
-    ) -> None:
-        self.processes, self.augmenter, self.train, self.checks = processes, augmenter, train, checks
-        self.folder = folder
-        self._copying: Optional[shares.Folder] = None
+    PREPARING, COPYING = "the augmenter's preparation", "the augmentation of the training set"
 
-    @staticmethod
-    def create(folder: Path) -> None:
-        """Rank 0, before the other processes are told of ``folder``."""
-        (folder / "prepare").mkdir()
-        (folder / "copies").mkdir()
-
-    # each phase's Folder is made when the phase starts: its clock for a process's start runs from then
-    def _phase(self, name: str) -> shares.Folder:
-        what = "the augmenter's preparation" if name == "prepare" else "the augmentation of the training set"
-        return shares.Folder(self.folder / name, what)
-
-    @property
-    def copying(self) -> shares.Folder:
-        if self._copying is None:
-            self._copying = self._phase("copies")
-        return self._copying
-
-    @classmethod
-    def failed(cls, folder: Path, rank: int, error: BaseException) -> None:
-        """A process that failed outside its shares (e.g. creating the augmenter): marked failed
-        in both phases, so rank 0, whichever it waits on, names it at once."""
-        for name in ("prepare", "copies"):
-            shares.Folder(folder / name, name).fail(rank, f"{type(error).__name__}: {error}")
+    def __init__(self, build: shares.Build, augmenter: Any, train: Sequence[Example], checks: Checks) -> None:
+        self.build, self.augmenter, self.train, self.checks = build, augmenter, train, checks
+        self.processes = build.processes
+        self._copies: list[dict[str, Any]] = []
 
     def prepare(self) -> None:
         """The augmenter prepared as ``prepare`` would, each process preparing one share of the
@@ -204,36 +220,24 @@ class SharedAugmentation:
             prepare_alone(self.augmenter, self.train)
             return
         sentences = TrainingSentences(self.train)
-        distinct, seen = array("q"), DigestSet(len(sentences))
-        for index, sentence in enumerate(sentences):
-            if seen.add(digest(sentence)):
-                distinct.append(index)
-        del seen
+        distinct = first_occurrences(np.fromiter((digest(s) for s in sentences), np.uint64, len(sentences)))
         mine = shares.share(len(distinct), rank, count)
-        folder = self._phase("prepare")
 
         def prepare_share(directory: Path) -> dict[str, Any]:
-            prepared = self.augmenter.prepare_share(sentences[distinct[i]] for i in mine)
+            prepared = self.augmenter.prepare_share(sentences[int(distinct[i])] for i in mine)
             (directory / PREPARED_FILE).write_text(json.dumps(prepared), encoding="utf-8")
             return {}
 
-        folder.run_share(rank, prepare_share, len(mine))
-
-        def beat() -> None:
-            folder.require_lead()
-            folder.beat(rank)
-
-        with folder.beating(rank):
-            folder.wait_for_shares(range(count), beat=beat)
-            self.augmenter.prepare_join(
-                [
-                    json.loads((folder.share_dir(other) / PREPARED_FILE).read_text(encoding="utf-8"))
-                    for other in range(count)
-                ]
-            )
+        self.build.share(prepare_share, len(mine), phase="prepare", what=self.PREPARING)
+        self.augmenter.prepare_join(
+            [
+                json.loads((self.build.share_dir(other, "prepare") / PREPARED_FILE).read_text(encoding="utf-8"))
+                for other in range(count)
+            ]
+        )
 
     def copy_share(self, factor: int, seed: int) -> None:
-        """This process's copies, checked, written into its share of the folder, then marked done."""
+        """This process's copies, checked and written into its share of the folder; every rank's record."""
         rank = self.processes.rank
         rows = shares.share(len(self.train), rank, self.processes.count)
 
@@ -258,26 +262,16 @@ class SharedAugmentation:
                 digests.tofile(digest_file)
             return {"dropped": dropped}
 
-        self.copying.run_share(rank, write, len(rows))
+        self._copies = self.build.share(write, len(rows), phase="copies", what=self.COPYING)
 
     def join_copies(self, writer: Writer) -> list[dict[str, Any]]:
         """Rank 0: every process's copies, offered to ``writer`` in order; each share's record."""
-        folder = self.copying
-        with folder.beating(0):
-            records = folder.wait_for_shares(range(self.processes.count), beat=lambda: folder.beat(0))
-            for rank, record in enumerate(records):
-                directory = folder.share_dir(rank)
-                path = directory / DIGESTS_FILE
-                digests = np.memmap(path, dtype=np.uint64, mode="r") if path.stat().st_size else np.zeros(0, np.uint64)
-                offered = 0
-                with open(directory / COPIES_FILE, encoding="utf-8") as copies:
-                    for start in range(0, len(digests), CHUNK):  # a chunk of Python ints at a time
-                        for hashed, text_line in zip(digests[start : start + CHUNK].tolist(), copies):
-                            writer.offer(text_line, hashed, "augmented")
-                            offered += 1
-                    if offered != len(digests) or copies.readline():
-                        raise shares.ShareFailed(rank, "left a share that is incomplete", folder.what)
-                del digests
-                for name, value in record["dropped"].items():
-                    writer.counts[name] += value
-        return [{key: record[key] for key in ("rank", "examples", "seconds")} for record in records]
+        for rank, record in enumerate(self._copies):
+            directory = self.build.share_dir(rank, "copies")
+            path = directory / DIGESTS_FILE
+            digests = np.memmap(path, dtype=np.uint64, mode="r") if path.stat().st_size else np.zeros(0, np.uint64)
+            incomplete = shares.ShareFailed(rank, "left a share that is incomplete", self.COPYING)
+            writer.offer_part(directory / COPIES_FILE, digests, "augmented", incomplete)
+            for name, value in record["dropped"].items():
+                writer.counts[name] += value
+        return [{key: record[key] for key in ("rank", "examples", "seconds")} for record in self._copies]

@@ -19,7 +19,6 @@ first instead of building twice; a truncated or corrupted entry fails its check 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import json
 import logging
 import os
@@ -34,7 +33,7 @@ import numpy as np
 import torch
 
 from .. import fingerprint
-from ..storage import file_lock, raise_as_storage_error, staging_directory
+from ..storage import raise_as_storage_error, staging_directory, unmark_staging
 from ..types import LayerSpec
 from . import faults, shares
 from .shares import ONE_PROCESS, Processes
@@ -284,29 +283,32 @@ def open_or_build(
     root.mkdir(parents=True, exist_ok=True)
     keys = {LOGITS: logits_key, **({LAYERS: layers_key} if layers_key else {})}
     plan = _Plan(root, keys, num_examples, num_outputs, specs, description, processes, align)
+    found: dict[str, Optional[CacheMeta]] = {}
+
+    def check() -> dict[str, Any]:
+        found.update({kind: _verify(root / key) for kind, key in keys.items()})
+        for kind, meta in found.items():
+            if meta is not None:
+                log.info("teacher cache hit: %s (%s, reused)", root / keys[kind], kind)
+        missing = [kind for kind, meta in found.items() if meta is None]
+        return {"missing": missing, "build": bool(missing)}
+
+    locks = [
+        root / f"{key}.lock" for key in keys.values()
+    ]  # always the logits first: no two builders wait on each other
     computed_by: list[dict[str, Any]] = []
-    if processes.leads:
-        with contextlib.ExitStack() as locks:
-            for key in keys.values():  # always the logits first, so two builders never wait on each other
-                locks.enter_context(file_lock(root / f"{key}.lock"))
-            found = {kind: _verify(root / key) for kind, key in keys.items()}
-            for kind, meta in found.items():
-                if meta is not None:
-                    log.info("teacher cache hit: %s (%s, reused)", root / keys[kind], kind)
-            missing = [kind for kind, meta in found.items() if meta is None]
-            folder = staging_directory(root, f"{logits_key}.shares") if missing and processes.count > 1 else None
-            order = {"missing": missing, "folder": str(folder) if folder else None}
-            shares.exchange(processes, order, plan.what)
-            if missing:
-                metas, computed_by = plan.build(missing, compute, progress, folder)
-                found.update(metas)
-    else:
-        order = shares.exchange(processes, None, plan.what)
-        missing = order["missing"]
-        if missing:
-            plan.compute_share(missing, compute, progress, Path(order["folder"]))
-        found = {kind: plan.wait_for(kind, Path(order["folder"]) if missing else None) for kind in keys}
-    entries = {kind: Entry(root / keys[kind], meta, built=kind in missing) for kind, meta in found.items()}
+    with shares.lead_or_follow(
+        processes, plan.what, locks=locks, check=check, staging=root / f"{logits_key}.shares"
+    ) as build:
+        missing = build.order["missing"]
+        if missing and processes.leads:
+            metas, computed_by = plan.build(missing, compute, progress, build)
+            found.update(metas)
+        elif missing:
+            plan.compute_share(missing, compute, progress, build)
+    if not processes.leads:
+        found = {kind: plan.stored(kind) for kind in keys}
+    entries = {kind: Entry(root / keys[kind], meta, built=kind in missing) for kind, meta in found.items() if meta}
     return TeacherCache(entries[LOGITS], entries.get(LAYERS), computed_by)
 
 
@@ -349,7 +351,7 @@ class _Plan:
         return shares.share(self.num_examples, rank, self.processes.count, self.align)
 
     def build(
-        self, missing: list[str], compute, progress, folder: Optional[Path]
+        self, missing: list[str], compute, progress, build: shares.Build
     ) -> tuple[dict[str, CacheMeta], list[dict[str, Any]]]:
         """Rank 0: the missing entries, computed alone or joined from every process's share."""
         log.info(
@@ -357,22 +359,16 @@ class _Plan:
             ", ".join(str(self.root / self.keys[kind]) for kind in missing),
             self.num_examples,
             " and ".join(missing),
-            f", shared by {self.processes.count} processes" if folder else "",
+            f", shared by {self.processes.count} processes" if build.shared else "",
         )
         templates = self.templates(missing)
         with_layers = LAYERS in templates
-        if folder is None:
+        if not build.shared:
             started = time.perf_counter()
             metas = _build(self.root, templates, lambda: compute(with_layers, range(self.num_examples)), progress)
             return metas, [_share_record(0, self.num_examples, started)]
-        shared = shares.Folder(folder, self.what)
-        try:
-            self.compute_share(missing, compute, progress, folder)
-            with shared.beating(0):
-                records = shared.wait_for_shares(range(self.processes.count), beat=lambda: shared.beat(0))
-                metas = _build(self.root, templates, lambda: self._joined(shared, templates), lambda it, n: it)
-        finally:  # everything in it was written by this launch's processes
-            shutil.rmtree(folder, ignore_errors=True)
+        records = self.compute_share(missing, compute, progress, build)
+        metas = _build(self.root, templates, lambda: self._joined(build, templates), lambda it, n: it)
         log.info(
             "%s: %d processes computed %s examples",
             self.what,
@@ -381,36 +377,35 @@ class _Plan:
         )
         return metas, records
 
-    def compute_share(self, missing: list[str], compute, progress, folder: Path) -> None:
-        """This process's share of the pass, written into ``folder``, then marked done."""
+    def compute_share(self, missing: list[str], compute, progress, build: shares.Build) -> list[dict[str, Any]]:
+        """This process's share of the pass, written into its share directory; every rank's record."""
         rank, rows = self.processes.rank, self.share(self.processes.rank)
-        shared = shares.Folder(folder, self.what)
-        shared.announce(rank)
-        started = time.perf_counter()
-        if not rows:  # fewer batches than processes
-            shared.finish(rank, _share_record(rank, 0, started))
-            return
         templates = self.templates(missing, num_examples=len(rows))
-        stagings = {kind: shared.share_dir(rank) / kind for kind in templates}
-        try:
+
+        def write(directory: Path) -> dict[str, Any]:
+            if not rows:  # fewer batches than processes
+                return {}
+            stagings = {kind: directory / kind for kind in templates}
             for staging in stagings.values():
-                staging.mkdir(parents=True)
+                staging.mkdir()
 
             def batches() -> Iterable[CacheBatch]:
                 for index, logits, layers in compute(LAYERS in templates, rows):
                     faults.fire_at(f"teacher-share-rank{rank}")
                     yield index - rows.start, logits, layers
 
-            with shared.beating(rank):
-                _write(stagings, templates, batches, progress)
+            _write(stagings, templates, batches, progress)
+            return {}
+
+        try:
+            return build.share(write, len(rows))
+        except shares.ShareFailed:
+            raise
         except BaseException as exc:
-            shutil.rmtree(shared.share_dir(rank), ignore_errors=True)
-            shared.fail(rank, f"{type(exc).__name__}: {exc}")
             raise_as_storage_error(exc, f"this process's share of {self.what}", "nothing was cached")
             raise
-        shared.finish(rank, _share_record(rank, len(rows), started))
 
-    def _joined(self, shared: shares.Folder, templates: dict[str, CacheMeta]) -> Iterable[CacheBatch]:
+    def _joined(self, build: shares.Build, templates: dict[str, CacheMeta]) -> Iterable[CacheBatch]:
         """Every process's share, read back in order of the rows, in chunks."""
         for rank in range(self.processes.count):
             rows = self.share(rank)
@@ -418,10 +413,10 @@ class _Plan:
                 continue
             arrays = {}
             for kind in templates:
-                meta = _verify(shared.share_dir(rank) / kind)
+                meta = _verify(build.share_dir(rank) / kind)
                 if meta is None:
                     raise shares.ShareFailed(rank, "left a share that is incomplete or corrupted", self.what)
-                arrays[kind] = meta.open(shared.share_dir(rank) / kind)
+                arrays[kind] = meta.open(build.share_dir(rank) / kind)
             for start in range(0, len(rows), JOIN_ROWS):
                 stop = min(start + JOIN_ROWS, len(rows))
                 index = torch.arange(rows.start + start, rows.start + stop)
@@ -429,21 +424,12 @@ class _Plan:
                 layers = [torch.from_numpy(np.array(arrays[LAYERS][start:stop]))] if LAYERS in arrays else []
                 yield index, logits, layers
 
-    def wait_for(self, kind: str, folder: Optional[Path]) -> CacheMeta:
-        """Another rank: the entry rank 0 found or is building, once it is in place."""
+    def stored(self, kind: str) -> CacheMeta:
+        """Another rank: the entry rank 0 found or built, now in place."""
         directory = self.root / self.keys[kind]
-        shared = shares.Folder(folder, self.what) if folder is not None else None
-        while not is_cached(self.root, self.keys[kind]):
-            if shared is None:
-                raise RuntimeError(f"{directory}: rank 0 found this teacher cache entry, but it is gone")
-            if not shared.path.is_dir():
-                if is_cached(self.root, self.keys[kind]):
-                    break
-                raise shares.ShareFailed(0, "stopped (its error is above)", self.what)
-            shared.check_alive(0)
-            time.sleep(shares.POLL_SECONDS)
-        meta = read_meta(directory)
-        assert meta is not None  # is_cached read it
+        meta = read_meta(directory) if is_cached(self.root, self.keys[kind]) else None
+        if meta is None:
+            raise RuntimeError(f"{directory}: rank 0 found this teacher cache entry, but it is gone")
         return meta
 
 
@@ -470,6 +456,7 @@ def _build(
             directory = root / templates[kind].fingerprint
             if directory.exists():  # an incomplete or corrupted copy, already reported by _verify
                 shutil.rmtree(directory)
+            unmark_staging(stagings[kind])
             os.replace(stagings.pop(kind), directory)
     except BaseException as exc:
         for staging in stagings.values():

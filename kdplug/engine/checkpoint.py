@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 
 from ..config import LOCAL_KEYS
 from ..errors import KdplugError, UsageError
+from ..fingerprint import of_file
 from ..storage import (
     complete_copy,
     raise_as_storage_error,
@@ -236,8 +237,14 @@ _NOT_TRAINING = (*LOCAL_KEYS, "checkpoint_every", "keep_checkpoints", "measure_s
 
 
 def training_settings(config: Any) -> dict[str, Any]:
-    """The configuration's settings that decide what its stages train (a key set to null is unset)."""
-    return {key: value for key, value in config.to_dict().items() if value is not None and key not in _NOT_TRAINING}
+    """The configuration's settings that decide what its stages train (a key set to null is unset), and the
+    content of the vocabulary corpus, which is read again on resume (an edited file is another vocabulary)."""
+    settings = {key: value for key, value in config.to_dict().items() if value is not None and key not in _NOT_TRAINING}
+    corpus = getattr(config, "trim_vocab_corpus", None)
+    if corpus:
+        path = Path(corpus).expanduser()
+        settings["content of trim_vocab_corpus"] = f"sha256 {of_file(str(path))[:16]}" if path.is_file() else "missing"
+    return settings
 
 
 def settings_difference(recorded: dict[str, Any], current: dict[str, Any]) -> str:

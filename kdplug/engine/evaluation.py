@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from torch import nn
 
+from ..capabilities import StudentCapabilities, capabilities
 from ..hub import display_name
 from ..layout import ATTENTION_PLOT
 from ..types import RecipeCapabilities, matchable_layers
@@ -127,7 +128,7 @@ def student_record(context: EngineContext, student: nn.Module, scores: dict[str,
         "default_recipe": preflight.default_recipe(context.registry),
         "dev": scores,
         "parameters": count_parameters(student),
-        "init": getattr(student, "kdplug_init", {"init": "random"}),
+        "init": capabilities(StudentCapabilities, student).kdplug_init or {"init": "random"},
     }
 
 

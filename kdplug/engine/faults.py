@@ -3,7 +3,8 @@
 ``KDPLUG_SIGNAL_AT=STAGE:EPOCH:STEP[:SIGNAL]`` (signal name or number, default SIGKILL) makes
 the training loop send that signal to its own process right after that step, which is how the
 tests kill a run at an exact point and check that ``--resume`` ends where an uninterrupted run
-ends. ``KDPLUG_FAULT_AT=POINT[:COUNT[:ACTION]]`` acts the COUNT-th time (default 1) the code
+ends; ``KDPLUG_SIGNAL_RANK=N`` sends it in rank N of a launch alone (each carries it otherwise, and
+which dies first is a race). ``KDPLUG_FAULT_AT=POINT[:COUNT[:ACTION]]`` acts the COUNT-th time (default 1) the code
 passes a named point: ACTION is a signal (default SIGKILL), or ``fsize=BYTES``, which sets this
 process's real file-size limit (``RLIMIT_FSIZE``) so that the writes that follow fail the way a
 full disk or a quota makes them fail. Points: ``checkpoint-write``, ``checkpoint-swap`` (between
@@ -22,6 +23,8 @@ from typing import Optional
 
 ENV = "KDPLUG_SIGNAL_AT"
 POINT_ENV = "KDPLUG_FAULT_AT"
+#: the rank of a launch (its RANK) the planned signal is for; unset, every process carries it
+RANK_ENV = "KDPLUG_SIGNAL_RANK"
 _passes: dict[str, int] = {}
 
 
@@ -34,7 +37,7 @@ def _signal(text: Optional[str]) -> int:
 def planned(stage: str) -> Optional[tuple[int, int, int]]:
     """``(epoch, step, signal)`` planned for ``stage``, if any."""
     spec = os.environ.get(ENV)
-    if not spec:
+    if not spec or os.environ.get(RANK_ENV, os.environ.get("RANK", "0")) != os.environ.get("RANK", "0"):
         return None
     parts = spec.split(":")
     if parts[0] != stage or len(parts) not in (3, 4):

@@ -339,7 +339,7 @@ def finetune_settings(
     warm_up = {"min_epochs": min_epochs} if min_epochs > patience + 1 else {}
     return {
         "epochs": epochs,
-        "lr": config.teacher_lr or getattr(teacher, "default_lr", None) or DEFAULT_TEACHER_LR,
+        "lr": config.teacher_lr or teacher.default_lr or DEFAULT_TEACHER_LR,
         "batch_size": config.teacher_batch_size,
         "max_length": max_length,
         "seed": seed,

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from torch import nn
 
+from ..capabilities import StudentCapabilities, capabilities
 from ..config import RunConfig
 from ..types import StageResult, Teacher, num_outputs
 from . import variation
@@ -102,7 +103,7 @@ class LiveSource:
         inputs = self.inputs
         if inputs.transfer is None:
             return train, cache, len(train)
-        tokenizer = getattr(student, "tokenizer", None) or inputs.tokenizer
+        tokenizer = capabilities(StudentCapabilities, student).tokenizer or inputs.tokenizer
         transfer = inputs.transfer.encode(
             tokenizer,
             inputs.max_length,

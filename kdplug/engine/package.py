@@ -24,11 +24,10 @@ from torch import nn
 from ..capabilities import TaskCapabilities, capabilities
 from ..hub import display_name, is_hub_id
 from ..integrity import is_transformers_tokenizer, tokenizer_record
-from ..layout import INFO_FILE
+from ..layout import CARD_FILE, INFO_FILE, MODEL_CONFIG_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE
 from ..storage import atomic_directory
 from ..version import __version__
 
-CARD_FILE = "README.md"
 PACKAGE_VERSION = 1
 
 
@@ -54,9 +53,9 @@ def redact_loading_paths(directory: Path) -> None:
     its last component in ``config.json`` and ``tokenizer_config.json``; and the settings of the
     last tokenizer call, which a tokenizer saved after use (the stored teacher's) carries into the
     next save: without them the package is the same whether the teacher was stored or not."""
-    for name, key in (("config.json", "_name_or_path"), ("tokenizer_config.json", "name_or_path")):
+    for name, key in ((MODEL_CONFIG_FILE, "_name_or_path"), (TOKENIZER_CONFIG_FILE, "name_or_path")):
         _redact_field(directory / name, key)
-    _drop_call_settings(directory / "tokenizer_config.json")
+    _drop_call_settings(directory / TOKENIZER_CONFIG_FILE)
 
 
 #: the tokenizer class that reads a ``tokenizer.json`` whole, in every transformers version kdplug supports
@@ -70,7 +69,7 @@ def drop_foreign_code(directory: Path) -> None:
     ``tokenizer_class`` transformers does not have (the teacher's own tokenizer code). Such a
     tokenizer is read by the generic class from its ``tokenizer.json``, which describes it whole;
     ``kdplug_student.json``'s tokenizer record checks that it still encodes as in training."""
-    for name in ("config.json", "tokenizer_config.json"):
+    for name in (MODEL_CONFIG_FILE, TOKENIZER_CONFIG_FILE):
         path = directory / name
         if not path.is_file():
             continue
@@ -82,9 +81,9 @@ def drop_foreign_code(directory: Path) -> None:
         else:
             kept.pop("auto_map", None)
         custom_tokenizer = "tokenizer_class" in data and not is_transformers_tokenizer(data["tokenizer_class"])
-        if custom_tokenizer and name == "config.json":
+        if custom_tokenizer and name == MODEL_CONFIG_FILE:
             del kept["tokenizer_class"]  # tokenizer_config.json says which class reads the tokenizer
-        elif custom_tokenizer and (directory / "tokenizer.json").is_file():
+        elif custom_tokenizer and (directory / TOKENIZER_FILE).is_file():
             kept["tokenizer_class"] = GENERIC_TOKENIZER
         if kept != data:
             path.write_text(json.dumps(kept, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")

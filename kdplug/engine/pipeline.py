@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import time
 import traceback
@@ -237,7 +238,7 @@ class RunSession:
         threads = self.metrics.get("threads", {})
         teacher = inference_precision(config.precision, accelerator.device)  # the README's figures depend on it
         self.echo(
-            f"kdplug run -> {path}  (device: {accelerator.device}, teacher in {teacher}, "
+            f"kdplug run -> {where_written(path)}  (device: {accelerator.device}, teacher in {teacher}, "
             f"threads: {threads.get('threads')} ({threads.get('reason')}; --threads N sets it), "
             f"cache: {self.cache_root})"
         )
@@ -346,3 +347,10 @@ def transfer_advice(config: RunConfig, registry: Registry, student: nn.Module, l
         f"tip: a student trained from scratch on {labelled} labelled examples learns more of the teacher from a "
         f"transfer set: add {add}; see docs/transfer-sets.md for what it gave on the demo task"
     )
+
+
+def where_written(path: Path) -> str:
+    """``path``, and the real directory it leads to where a symbolic link (of the user's) is on the way:
+    the run writes there, and the first line says so."""
+    real = os.path.realpath(path)
+    return str(path) if real == os.path.abspath(path) else f"{path} (a link: written in {real})"

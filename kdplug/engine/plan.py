@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 from accelerate.utils import set_seed
 
+from ..capabilities import ProjectorCapabilities, StudentCapabilities, capabilities
 from ..config import RunConfig
 from ..errors import PluginError
 from ..progress import human_count, human_duration
@@ -112,7 +113,7 @@ class PlannedSource:
         record = {
             **stage.settings(),
             "examples_per_epoch": stage.examples,
-            "projector": getattr(stage.projector, "name", None) if stage.projector else None,
+            "projector": capabilities(ProjectorCapabilities, stage.projector).name if stage.projector else None,
             "reads_teacher": stage.module.needs_teacher,
             "plan": stage.describe() + self._transfer_caveat(stage),
             "estimate": {
@@ -301,9 +302,9 @@ def _student_plan(config: RunConfig, student, teacher_tokenizer) -> dict[str, An
         "name": config.student,
         "class": type(student).__name__,
         "parameters": count_parameters(student),
-        "init": getattr(student, "kdplug_init", {"init": "random"}),
+        "init": capabilities(StudentCapabilities, student).kdplug_init or {"init": "random"},
         "tokenizer": "its own"
-        if getattr(student, "tokenizer", None) not in (None, teacher_tokenizer)
+        if capabilities(StudentCapabilities, student).tokenizer not in (None, teacher_tokenizer)
         else "the teacher's",
     }
 

@@ -22,6 +22,7 @@ from accelerate.utils import set_seed
 from torch import nn
 
 from .. import fingerprint
+from ..capabilities import ProjectorCapabilities, StudentCapabilities, capabilities
 from ..config import RunConfig
 from ..errors import UsageError
 from ..registry import Registry
@@ -226,7 +227,7 @@ class EngineContext:
     # -- stages -----------------------------------------------------------------------------
     def splits_for(self, student: nn.Module) -> tuple[EncodedSplit, dict[str, EncodedSplit]]:
         """The data as this student reads it: re-encoded when it brings its own tokenizer."""
-        return self.inputs.splits_with(getattr(student, "tokenizer", None))
+        return self.inputs.splits_with(capabilities(StudentCapabilities, student).tokenizer)
 
     def train_stage(
         self, name: str, student: nn.Module, projector: Optional[nn.Module] = None, **options
@@ -255,7 +256,7 @@ def stage_weights(
     setting, else the projector's default. The CE weight is ``ce`` if given; when the recipe
     passes ``eta`` or ``lam`` it defines the stage, so CE is 1 − eta − lam (two-stage's stage 1
     has none, whatever the run says); otherwise the run's ``ce_weight``, else 1 − eta − lam."""
-    defaults = dict(getattr(projector, "default_weights", {}) or {})
+    defaults = dict(capabilities(ProjectorCapabilities, projector).default_weights or {})
 
     def pick(*candidates: Optional[float]) -> Optional[float]:
         return next((float(v) for v in candidates if v is not None), None)
@@ -292,7 +293,7 @@ def trim_vocabulary(student: nn.Module, tokenizer: Any, run: Any, trimmed: dict)
     from ..vocab import TrimReport, kept_token_ids, measure_coverage, read_corpus, trim_embeddings, trim_tokenizer
 
     config, task = run.config, run.task
-    tokenizer = getattr(student, "tokenizer", None) or tokenizer
+    tokenizer = capabilities(StudentCapabilities, student).tokenizer or tokenizer
     rows = student.get_input_embeddings().num_embeddings
     if rows != len(tokenizer):
         raise UsageError(
@@ -317,7 +318,7 @@ def trim_vocabulary(student: nn.Module, tokenizer: Any, run: Any, trimmed: dict)
     trim_embeddings(student, kept)
     student.tokenizer = trimmed_tokenizer
     report = TrimReport(kept, rows, len(kept), student.get_input_embeddings().embedding_dim)
-    init = dict(getattr(student, "kdplug_init", None) or {"init": "random"})
+    init = dict(capabilities(StudentCapabilities, student).kdplug_init or {"init": "random"})
     student.kdplug_init = {**init, "vocabulary": {"before": rows, "after": len(kept), **coverage.record()}}
     log.info("trim_vocab: %s; %s", report.describe(), coverage.describe())
 

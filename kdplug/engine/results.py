@@ -10,6 +10,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from ..capabilities import StudentCapabilities, capabilities
 from ..config import RunConfig, command_line
 from ..layout import STUDENT_DIR
 from ..progress import human_count
@@ -54,7 +55,7 @@ def write_student_package(
     """``<run>/student/``: weights, config, tokenizer, labels and the model card (see engine/package.py)."""
     from transformers import PreTrainedModel
 
-    tokenizer = getattr(student, "tokenizer", None) or context.tokenizer
+    tokenizer = capabilities(StudentCapabilities, student).tokenizer or context.tokenizer
     speed = metrics.get("speed", {})
     info = package.package_info(
         config=config,

@@ -147,6 +147,7 @@ class RunDirectory:
         check_directory_path(path, "output")
         if path.is_dir():
             cls.check_not_held(path)
+            check_no_links(path)  # a new run writes there too: a `checkpoints` link would write (and delete) elsewhere
         return cls._replaced_status(path, overwrite=overwrite)
 
     @staticmethod

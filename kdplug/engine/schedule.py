@@ -8,6 +8,8 @@ from typing import Any, Optional
 
 from torch import nn
 
+from ..capabilities import StudentCapabilities, capabilities
+
 DEFAULT_LR = 5e-5
 DEFAULT_EPOCHS = 3
 DEFAULT_TEMPERATURE = 1.0
@@ -35,10 +37,9 @@ def resolve_min_epochs(configured: Optional[int], epochs: int) -> int:
     return configured if configured is not None else -(-epochs // 4)
 
 
-def student_default(student: nn.Module, attribute: str, fallback: Any) -> Any:
-    """A student family's own default (``default_lr``, ``default_epochs``), else ``fallback``."""
-    value = getattr(student, attribute, None)
-    return fallback if value is None else value
+def family_default(declared: Any, fallback: Any) -> Any:
+    """A student family's own default (its ``default_lr``, ``default_epochs`` ...), else ``fallback``."""
+    return fallback if declared is None else declared
 
 
 def default_epochs(student: nn.Module, examples: int, batch_size: int) -> int:
@@ -48,9 +49,10 @@ def default_epochs(student: nn.Module, examples: int, batch_size: int) -> int:
     each epoch longer, not the run 20 times longer; on a small data set three epochs are a few
     dozen steps, which leaves a freshly initialised student predicting one class. Early stopping
     (``patience``) ends the stage once the dev score stops improving."""
-    family = int(student_default(student, "default_epochs", DEFAULT_EPOCHS))
-    budget = int(student_default(student, "default_steps", MIN_DEFAULT_STEPS))
-    cap = int(student_default(student, "max_default_epochs", MAX_DEFAULT_EPOCHS))
+    declared = capabilities(StudentCapabilities, student)
+    family = int(family_default(declared.default_epochs, DEFAULT_EPOCHS))
+    budget = int(family_default(declared.default_steps, MIN_DEFAULT_STEPS))
+    cap = int(family_default(declared.max_default_epochs, MAX_DEFAULT_EPOCHS))
     steps_per_epoch = max(1, -(-examples // batch_size))
     return max(family, min(cap, -(-budget // steps_per_epoch)))
 

@@ -1,57 +1,76 @@
-"""Work split across the processes of a launch (accelerate, torchrun, SLURM), coordinated through files.
+"""Work split across the processes of a launch (accelerate, torchrun, SLURM): one build, led by rank 0.
 
-A teacher pass under ``accelerate launch --num_processes N`` is split into N contiguous shares,
-one per process. Each process writes its share into a folder that rank 0 created (on the
-filesystem every process sees), then leaves a marker saying it is done; rank 0 joins the shares.
-Files, not collectives, carry this part: a process that dies mid-pass would leave the others
-waiting in a collective until its timeout (30 minutes), with no word of which one died, while a
-folder shows at once who is alive: every process keeps a heartbeat file there, which names its
-host and pid. A process on the same host that is gone (or a zombie) is dead at once; one on another
-host is taken for dead when its heartbeat is older than :data:`SILENT_SECONDS` (a thread keeps it fresh
-while the process lives, whatever step it is in).
+What a run needs once (a split's teacher outputs, a transfer set, its tokenisation) is built through
+:func:`lead_or_follow`, the one lead/follow protocol: rank 0 takes the file lock, checks the store,
+and broadcasts its order (what is missing, and a staging folder on the filesystem every process
+sees); each process writes its share into that folder (files carry the data); every rank's status,
+its share's record or its error, is then gathered by every rank (``all_gather_object``), so a
+failing share's error reaches them all at once; rank 0 joins the shares, and a last gather tells the
+others the result is in place. A process that dies breaks the collective the others wait in, and
+the launcher (torch-elastic's agent under ``torchrun`` and ``accelerate launch``) ends the launch.
+No heartbeat, no polling, and no monitored barrier: a share takes as long as its data (a teacher
+pass over a large split), so a barrier's timeout would name a slow process as lost.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import KdplugError
-from ..storage import write_atomic
+from ..storage import file_lock, staging_directory
 from . import faults
 
-#: a process on another host whose heartbeat is older than this is taken for dead (its pid cannot
-#: be checked); a live process beats every 30 s
-SILENT_SECONDS = 600.0
-#: how long a process may take to announce itself in the folder before it is taken for dead
-START_SECONDS = 600.0
 POLL_SECONDS = 0.2
+#: how long a process waits in a step of a shared build for the others, alive: rank 0 may check a
+#: large stored entry, read large --transfer files or join a large split meanwhile (a dead process
+#: breaks the step at once; the default groups' 10 to 30 minutes would fail a live one)
+STEP_TIMEOUT = timedelta(hours=24)
+#: the gloo group the shared builds' steps run in, made by :func:`meet` (None: the default group)
+_steps_group: Any = None
+
+
+def _all_gather(value: Any) -> list[Any]:
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value, group=_steps_group)
+    return gathered
+
+
+def broadcast(value: Any) -> Any:
+    import torch.distributed as dist
+
+    box = [value]
+    dist.broadcast_object_list(box, src=0, group=_steps_group)
+    return box[0]
 
 
 @dataclass(frozen=True)
 class Processes:
-    """The processes that share a piece of work: this one's ``rank`` among ``count``, and a
-    collective ``broadcast`` that gives every rank rank 0's value (used only while all are alive)."""
+    """The processes that share a piece of work: this one's ``rank`` among ``count``, a collective
+    ``broadcast`` that gives every rank rank 0's value, and ``gather``, every rank's value to every
+    rank (torch.distributed's, in the group :func:`meet` made, unless given)."""
 
     rank: int = 0
     count: int = 1
     broadcast: Callable[[Any], Any] = lambda value: value
+    gather: Callable[[Any], list[Any]] = _all_gather
 
     @property
     def leads(self) -> bool:
         return self.rank == 0
 
 
-ONE_PROCESS = Processes()
+ONE_PROCESS = Processes(gather=lambda value: [value])
 
 
 def share(num_items: int, rank: int, count: int, align: int = 1) -> range:
@@ -73,6 +92,8 @@ class ShareFailed(KdplugError, RuntimeError):
 
 
 AFTER = "Run again to compute it from the start (the folder it left is listed by 'kdplug cache clear --stale')."
+#: what the others say of rank 0 when it failed outside a share (its own error is printed above)
+LEAD_STOPPED = "stopped (its error is above)"
 
 #: (host, pid) of each rank of this launch, learnt when the run starts (:func:`meet`), to name a
 #: process lost in a collective, of which gloo says only "Connection closed by peer"
@@ -80,12 +101,14 @@ _roster: list[tuple[str, int]] = []
 
 
 def meet(count: int) -> None:
-    """Every process of a launch of ``count``: wait for the others, and learn each one's host and pid."""
+    """Every process of a launch of ``count``: wait for the others, learn each one's host and pid, and
+    make the gloo group of :data:`STEP_TIMEOUT` that the shared builds' steps run in (on CPU, not
+    through the GPUs' NCCL and its watchdog)."""
     import torch.distributed as dist
 
-    gathered: list[Any] = [None] * count
-    dist.all_gather_object(gathered, (socket.gethostname(), os.getpid()))
-    _roster[:] = [tuple(item) for item in gathered]
+    global _steps_group
+    _steps_group = dist.new_group(backend="gloo", timeout=STEP_TIMEOUT)
+    _roster[:] = [tuple(item) for item in _all_gather((socket.gethostname(), os.getpid()))]
 
 
 def exchange(processes: Processes, value: Any, what: str) -> Any:
@@ -100,13 +123,22 @@ def exchange(processes: Processes, value: Any, what: str) -> Any:
         raise lost_process(processes.rank, what, exc) from exc
 
 
-def lost_process(rank: int, what: str, error: BaseException, wait: float = 5.0) -> ShareFailed:
+def lost_process(
+    rank: int, what: str, error: BaseException, roster: Optional[list] = None, wait: float = 5.0
+) -> ShareFailed:
     """The error naming the process of the launch that is gone, found among the ranks on this host
-    (a killed process's connections close before it has exited: it is looked for ``wait`` seconds)."""
+    (a killed process's connections close before it has exited: it is looked for ``wait`` seconds).
+
+    Kept beside the launcher and the collectives for what they do not say: gloo reports a dead peer
+    as "Connection closed by peer" with no rank, and torch-elastic's agent names the dead worker only
+    under ``torchrun``/``accelerate launch``, in its own block, and may end this process before it
+    speaks; processes started otherwise (``srun`` tasks, an ``env://`` rendezvous of one's own) have
+    no agent at all. The pid check (a zombie counts as dead) turns the roster into the rank's name."""
     host = socket.gethostname()
     deadline = time.monotonic() + wait
-    while _roster:
-        for other, (where, pid) in enumerate(_roster):
+    roster = roster or _roster
+    while roster:
+        for other, (where, pid) in enumerate(roster):
             if other != rank and where == host and not pid_alive(pid):
                 return ShareFailed(other, f"(pid {pid} on {host}) died: it was killed or crashed", what)
         if time.monotonic() > deadline:
@@ -114,141 +146,6 @@ def lost_process(rank: int, what: str, error: BaseException, wait: float = 5.0) 
         time.sleep(POLL_SECONDS)
     words = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return ShareFailed(None, f"stopped (the exchange with it failed: {words})", what)
-
-
-class Folder:
-    """The folder one shared piece of work is written in, as every process of the launch sees it."""
-
-    def __init__(self, path: Path, what: str) -> None:
-        self.path, self.what = Path(path), what
-        self._created = time.time()
-
-    def _heartbeat(self, rank: int) -> Path:
-        return self.path / f"rank-{rank}.alive"
-
-    def _done(self, rank: int) -> Path:
-        return self.path / f"rank-{rank}.done"
-
-    def _failed(self, rank: int) -> Path:
-        return self.path / f"rank-{rank}.failed"
-
-    def share_dir(self, rank: int) -> Path:
-        return self.path / f"rank-{rank}"
-
-    def announce(self, rank: int) -> None:
-        write_atomic(self._heartbeat(rank), json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
-
-    @contextlib.contextmanager
-    def beating(self, rank: int, every: float = 30.0) -> Iterator[None]:
-        """Keep ``rank``'s heartbeat fresh from a thread while the block runs: the long steps (a
-        checksum or the join of a large split) write nothing for minutes."""
-        stop = threading.Event()
-
-        def beat() -> None:
-            while not stop.wait(every):
-                self.beat(rank)
-
-        thread = threading.Thread(target=beat, name=f"kdplug-heartbeat-{rank}", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join()
-
-    def beat(self, rank: int) -> None:
-        try:
-            os.utime(self._heartbeat(rank))
-        except OSError:  # the folder is gone: the lead gave up, which waiting will say
-            pass
-
-    def run_share(self, rank: int, work: Callable[[Path], dict[str, Any]], examples: int) -> None:
-        """This process's share: announced, written by ``work`` into its share directory, then
-        marked done with ``work``'s record and the share's examples and seconds; or, if ``work``
-        raised, removed and marked failed (the others name this rank) before the error goes on."""
-        self.require_lead()
-        self.announce(rank)
-        started = time.perf_counter()
-        try:
-            self.share_dir(rank).mkdir()
-            with self.beating(rank):
-                result = work(self.share_dir(rank))
-        except BaseException as exc:
-            shutil.rmtree(self.share_dir(rank), ignore_errors=True)
-            self.fail(rank, f"{type(exc).__name__}: {exc}")
-            raise
-        self.finish(
-            rank, {"rank": rank, "examples": examples, "seconds": round(time.perf_counter() - started, 3), **result}
-        )
-
-    def await_lead(self, done: Callable[[], bool]) -> None:
-        """Another rank, its share given: wait until ``done()`` says rank 0's result is in place.
-        :class:`ShareFailed` if rank 0 failed, died, fell silent, or removed the folder without a
-        result. (Waiting on rank 0's file lock instead would deadlock: rank 0 may take the same lock
-        again, for the next piece of work, before this rank gets it, and wait for this rank there.)"""
-        while not done():
-            if not self.path.is_dir():
-                if done():
-                    return
-                raise ShareFailed(0, "stopped (its error is above)", self.what)
-            self.check_alive(0)
-            time.sleep(POLL_SECONDS)
-
-    def require_lead(self) -> None:
-        """:class:`ShareFailed` naming rank 0 if the folder is gone: rank 0 stopped and removed it."""
-        if not self.path.is_dir():
-            raise ShareFailed(0, "stopped (its error is above)", self.what)
-
-    def finish(self, rank: int, record: dict[str, Any]) -> None:
-        write_atomic(self._done(rank), json.dumps(record))
-
-    def fail(self, rank: int, reason: str) -> None:
-        try:
-            write_atomic(self._failed(rank), reason)
-        except OSError:
-            pass
-
-    def wait_for_shares(self, ranks: range, beat: Callable[[], None]) -> list[dict[str, Any]]:
-        """Each rank's done record, once all are done; :class:`ShareFailed` naming the first rank
-        that failed or died."""
-        records: dict[int, dict[str, Any]] = {}
-        while len(records) < len(ranks):
-            for rank in ranks:
-                if rank in records:
-                    continue
-                if self._done(rank).is_file():
-                    records[rank] = json.loads(self._done(rank).read_text())
-                else:
-                    self.check_alive(rank)
-            beat()
-            if len(records) < len(ranks):
-                time.sleep(POLL_SECONDS)
-        return [records[rank] for rank in ranks]
-
-    def check_alive(self, rank: int) -> None:
-        """:class:`ShareFailed` if ``rank`` reported a failure, died or fell silent."""
-        if self._failed(rank).is_file():
-            raise ShareFailed(rank, f"failed ({self._failed(rank).read_text().strip()})", self.what)
-        reason = self._death(rank)
-        if reason is not None and not self._done(rank).is_file():  # done in the meantime: not dead
-            raise ShareFailed(rank, reason, self.what)
-
-    def _death(self, rank: int) -> Optional[str]:
-        heartbeat = self._heartbeat(rank)
-        try:
-            seen = json.loads(heartbeat.read_text())
-            silent = time.time() - heartbeat.stat().st_mtime
-        except (OSError, ValueError):
-            if time.time() - self._created > START_SECONDS:
-                return f"never started its share in {START_SECONDS:.0f} s"
-            return None
-        if seen["host"] == socket.gethostname():
-            if not pid_alive(int(seen["pid"])):
-                return f"(pid {seen['pid']} on {seen['host']}) died: it was killed or crashed"
-            return None
-        if silent > SILENT_SECONDS:
-            return f"(pid {seen['pid']} on {seen['host']}) fell silent for {silent:.0f} s"
-        return None
 
 
 def pid_alive(pid: int) -> bool:
@@ -264,3 +161,115 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return True  # no /proc (macOS): the signal check is all there is
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+@dataclass
+class Build:
+    """One shared build as this process takes part in it: rank 0's ``order``, the staging ``folder``
+    (None: nothing is built, or by one process alone), and the steps every rank takes together."""
+
+    processes: Processes
+    what: str
+    order: dict[str, Any]
+    folder: Optional[Path]
+    #: (host, pid) of each rank, to name one lost in a step
+    roster: list = field(default_factory=list)
+    #: a step said a process failed or died: every rank has stopped there, and no step follows
+    stopped: bool = False
+
+    @property
+    def shared(self) -> bool:
+        return self.folder is not None
+
+    def share_dir(self, rank: int, phase: str = "") -> Path:
+        assert self.folder is not None
+        return self.folder / phase / f"rank-{rank}"
+
+    def share(
+        self, work: Callable[[Path], dict[str, Any]], examples: int, *, phase: str = "", what: str = ""
+    ) -> list[dict[str, Any]]:
+        """This process's share, written by ``work`` into its own directory, then every rank's record
+        (rank, examples, seconds and ``work``'s), on every rank. If a share failed, every other
+        rank raises :class:`ShareFailed` naming it, and the failing one its own error."""
+        rank, started = self.processes.rank, time.perf_counter()
+        directory = self.share_dir(rank, phase)
+        try:
+            directory.mkdir(parents=True)
+            result = work(directory)
+        except BaseException as exc:
+            shutil.rmtree(directory, ignore_errors=True)
+            self.stop(f"failed ({type(exc).__name__}: {exc})", what)
+            raise
+        record = {"rank": rank, "examples": examples, "seconds": round(time.perf_counter() - started, 3), **result}
+        return self.step(record, what)
+
+    def step(self, status: Any, what: str = "") -> list[Any]:
+        """Every rank's ``status``, gathered by every rank; :class:`ShareFailed` naming a rank that
+        failed or died instead."""
+        what = what or self.what
+        statuses = self._gather({"ok": status}, what)
+        failed = [(rank, item["failed"]) for rank, item in enumerate(statuses) if "failed" in item]
+        if failed:
+            self.stopped = True
+            raise ShareFailed(*failed[0], what)
+        return [item["ok"] for item in statuses]
+
+    def stop(self, reason: str, what: str = "") -> None:
+        """This process failed: the others, at whatever step they wait in, are told ``reason``."""
+        if not self.stopped:
+            self.stopped = True
+            with contextlib.suppress(ShareFailed):
+                self._gather({"failed": reason}, what or self.what)
+
+    def _gather(self, value: Any, what: str) -> list[Any]:
+        try:
+            return self.processes.gather(value)
+        except ShareFailed:
+            self.stopped = True
+            raise
+        except RuntimeError as exc:  # gloo/NCCL: "Connection closed by peer"
+            self.stopped = True
+            raise lost_process(self.processes.rank, what, exc, self.roster) from exc
+
+
+@contextlib.contextmanager
+def lead_or_follow(
+    processes: Processes, what: str, *, locks: Sequence[Path], check: Callable[[], dict[str, Any]], staging: Path
+) -> Iterator[Build]:
+    """The block of one build that every process of a launch enters. Rank 0 holds ``locks`` (in
+    order) throughout and runs ``check()``: its order, whose ``build`` says whether anything is to
+    build; under several processes a staging folder ``staging`` (a name beside the store) is made for
+    the shares, and removed at the end (all in it is this launch's). The order is broadcast; the
+    block builds (rank 0) or takes its share; once rank 0's block is done a last step tells the
+    others the result is in place. A rank whose block raises tells the others at their next step.
+
+    The file lock stays for what no launcher or collective covers: two separate ``kdplug run``s
+    sharing a cache directory have no process group between them; the second waits on the lock
+    and finds the entry built. It is an OS lock (``flock``), released when its holder dies, so a
+    killed holder leaves no stale lock to check the liveness of. The other ranks of a launch never
+    wait on it (rank 0 may take it again for the next build while they wait in a step)."""
+    with contextlib.ExitStack() as held:
+        if processes.leads:
+            for lock in locks:
+                held.enter_context(file_lock(lock))
+            order = check()
+            folder = None
+            if order.get("build") and processes.count > 1:
+                folder = staging_directory(staging.parent, staging.name)
+                held.callback(shutil.rmtree, folder, ignore_errors=True)
+            order["folder"] = str(folder) if folder else None
+            exchange(processes, order, what)
+        else:
+            order = exchange(processes, None, what)
+            folder = Path(order["folder"]) if order["folder"] else None
+        build = Build(processes, what, order, folder)
+        if build.shared:
+            build.roster = [tuple(item) for item in build.step((socket.gethostname(), os.getpid()))]
+        try:
+            yield build
+        except BaseException as exc:
+            if build.shared:
+                build.stop(LEAD_STOPPED if processes.leads else f"failed ({type(exc).__name__}: {exc})")
+            raise
+        if build.shared:
+            build.step(None)

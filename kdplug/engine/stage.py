@@ -13,6 +13,7 @@ from typing import Any, Optional, Protocol
 from torch import nn
 
 from .. import fingerprint
+from ..capabilities import ObjectiveCapabilities, ProjectorCapabilities, StudentCapabilities, capabilities
 from ..config import RunConfig
 from ..errors import UsageError
 from ..types import StageResult, Task, Teacher, Weights, reads_teacher_layers
@@ -20,7 +21,7 @@ from . import preflight
 from .checkpoint import Checkpointer
 from .data import EncodedSplit, WithTransfer
 from .objective import DistillationModule, TeacherHeads, WeightedObjective
-from .schedule import DEFAULT_LR, default_epochs, resolve_min_epochs, resolve_patience, stopping_rule, student_default
+from .schedule import DEFAULT_LR, default_epochs, family_default, resolve_min_epochs, resolve_patience, stopping_rule
 from .teacher import LiveTeacher
 
 
@@ -109,18 +110,16 @@ class Stage:
             settings["teacher_in_the_loop"] = True
         if self.keep_last:
             settings["kept"] = "last epoch (no term trains the classifier, so dev scores cannot choose)"
-        matching = getattr(self.projector, "matching", None)  # which teacher layers each student layer learns from
+        # which teacher layers each student layer learns from
+        matching = capabilities(ProjectorCapabilities, self.projector).matching
         if matching is not None:
             settings["matching"] = matching
         return settings
 
     def describe(self) -> str:
         student = type(self.module.student).__name__
-        matching = (
-            f", layers matched by {getattr(self.projector, 'name', type(self.projector).__name__)}"
-            if self.projector is not None
-            else ""
-        )
+        matcher = capabilities(ProjectorCapabilities, self.projector).name or type(self.projector).__name__
+        matching = f", layers matched by {matcher}" if self.projector is not None else ""
         stopping = stopping_rule(self.patience, self.min_epochs, self.epochs)
         if self.keep_last:
             stopping = ", keeping the last epoch (no term trains the classifier)"
@@ -150,13 +149,16 @@ def prepare_stage(context: Any, request: StageRequest) -> Stage:
     if weights.lam == 0:
         projector = None  # its pairs would be weighted by 0: skip the work (and the heads' warm-up)
     # the projector or the objective itself (e.g. DIH's) may read the teacher's pseudo classifiers
-    needs_heads = any(getattr(part, "needs_teacher_heads", False) for part in (projector, objective))
+    needs_heads = bool(
+        capabilities(ProjectorCapabilities, projector).needs_teacher_heads
+        or capabilities(ObjectiveCapabilities, objective).needs_teacher_heads
+    )
     heads = source.teacher_heads(context.stages) if needs_heads else None
     module = DistillationModule(student, context.extractor(student), projector, objective, heads)
     needs_teacher = module.needs_teacher
     needs_layers = needs_heads or (projector is not None and reads_teacher_layers(projector))
     train_cache = source.teacher_cache(layers=needs_layers)[0] if needs_teacher else None
-    projector_name = getattr(projector, "name", None) or config.projector
+    projector_name = capabilities(ProjectorCapabilities, projector).name or config.projector
     flat_layers = source.near_constant_layers(projector, train_cache, projector_name)
     train, dev = context.splits_for(student)
     examples = len(train)
@@ -165,7 +167,7 @@ def prepare_stage(context: Any, request: StageRequest) -> Stage:
     parts = [train.labelled, train.transfer] if isinstance(train, WithTransfer) else [train]
     check_vocabulary(student, name, [*parts, *dev.values()])
     live = live_teacher(context, student, name) if module.needs_tokens else None
-    lr = request.lr or config.lr or student_default(student, "default_lr", DEFAULT_LR)
+    lr = request.lr or config.lr or family_default(capabilities(StudentCapabilities, student).default_lr, DEFAULT_LR)
     chosen = not (request.epochs or config.epochs)
     epochs = request.epochs or config.epochs or default_epochs(student, examples, config.batch_size)
     patience = request.patience
@@ -208,8 +210,9 @@ def ild_loss_choice(config: RunConfig, projector: Optional[nn.Module]) -> Option
     over the projector's own; None where there is none (no projector, or one that returns terms)."""
     if projector is not None and config.ild_loss:
         return config.ild_loss, dict(config.ild_loss_options)
-    if getattr(projector, "ild_loss", None):
-        return projector.ild_loss, dict(getattr(projector, "ild_loss_options", {}) or {})
+    declared = capabilities(ProjectorCapabilities, projector)
+    if declared.ild_loss:
+        return declared.ild_loss, dict(declared.ild_loss_options or {})
     return None
 
 
@@ -245,7 +248,7 @@ def weighted_objective(context: Any, projector: Optional[nn.Module], weights: We
 def live_teacher(context: Any, student: nn.Module, stage: str) -> LiveTeacher:
     """The teacher run on every batch, for a projector that distils per-token signals: both
     models read the same tokens, so the student must read with the teacher's tokenizer."""
-    own = getattr(student, "tokenizer", None)
+    own = capabilities(StudentCapabilities, student).tokenizer
     if own is not None and fingerprint.of_tokenizer(own) != fingerprint.of_tokenizer(context.tokenizer):
         raise UsageError(
             f"stage {stage!r}: {context.config.projector} compares the two models token by token, but the student "

@@ -245,11 +245,7 @@ def launch_processes(accelerator) -> shares.Processes:
     """The processes of this launch, as the teacher pass shares its work among them."""
     if accelerator.num_processes == 1:
         return shares.ONE_PROCESS
-    from accelerate.utils import broadcast_object_list
-
-    return shares.Processes(
-        accelerator.process_index, accelerator.num_processes, lambda value: broadcast_object_list([value])[0]
-    )
+    return shares.Processes(accelerator.process_index, accelerator.num_processes, shares.broadcast)
 
 
 #: the teacher's part of its cache keys (see :func:`kdplug.fingerprint.of_teacher_model`)

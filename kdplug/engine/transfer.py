@@ -14,7 +14,6 @@ is dropped, as is a degenerate copy with nothing but stop words, punctuation and
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import json
@@ -33,7 +32,7 @@ from ..capabilities import AugmenterCapabilities, capabilities
 from ..config import RunConfig
 from ..errors import UsageError
 from ..registry import Registry
-from ..storage import atomic_directory, complete_copy, file_lock, staging_directory, verify
+from ..storage import atomic_directory, complete_copy, verify
 from ..textio import input_format, input_rows, jsonl_keys, open_text
 from ..types import Example, Task, Teacher, text_columns
 from . import augmenting, shares
@@ -104,6 +103,7 @@ class TransferSet:
         mask = self.meta.get("mask_token")
         if mask is None:
             return None
+        # not through capabilities(): the tokenizer's own mask token
         own = getattr(tokenizer, "mask_token", None) or getattr(tokenizer, "unk_token", None)
         boundaries = boundary_tokens(tokenizer)
         if own in boundaries:
@@ -132,31 +132,26 @@ class TransferSet:
             _write_encoding(directory, texts if mask is None else (_replace_word(t, *mask) for t in texts), len(rows),
                             tokenizer, max_length)  # fmt: skip
 
-        what = "tokenising the transfer set"
-        if not processes.leads:
-            folder = shares.exchange(processes, None, what)
-            if folder:
-                shared, rows = (
-                    shares.Folder(Path(folder), what),
-                    shares.share(len(self), processes.rank, processes.count),
-                )
-                shared.run_share(processes.rank, lambda directory: write(directory, rows) or {}, len(rows))
-                shared.await_lead(target.is_dir)
-            if complete_copy(target) is None:
-                raise shares.ShareFailed(0, "stopped (its error is above)", what)
-        else:
-            with file_lock(lock):
-                folder = None
-                if complete_copy(target) is None and processes.count > 1:
-                    folder = staging_directory(self.directory.parent, f"{self.key}.{key}.shares")
-                    shares.Folder(folder, what).announce(0)
-                shares.exchange(processes, str(folder) if folder else None, what)
-                if folder is not None:
-                    self._encode_shared(target, shares.Folder(folder, what), processes.count, write)
-                elif complete_copy(target) is None:
+        def check() -> dict[str, Any]:
+            return {"build": complete_copy(target) is None}
+
+        with shares.lead_or_follow(
+            processes, "tokenising the transfer set", locks=[lock], check=check,
+            staging=self.directory.parent / f"{self.key}.{key}.shares",
+        ) as build:  # fmt: skip
+            if build.shared:
+                rows = shares.share(len(self), processes.rank, processes.count)
+                build.share(lambda directory: write(directory, rows) or {}, len(rows))
+                if processes.leads:
                     with atomic_directory(target, f"the tokenised transfer set {target}") as staging:
-                        write(staging, range(len(self)))
+                        parts = [build.share_dir(rank) for rank in range(processes.count)]
+                        _join_encodings(staging, parts, len(self))
+            elif processes.leads and build.order["build"]:
+                with atomic_directory(target, f"the tokenised transfer set {target}") as staging:
+                    write(staging, range(len(self)))
         directory = complete_copy(target)
+        if directory is None:
+            raise shares.ShareFailed(0, shares.LEAD_STOPPED, "tokenising the transfer set")
         offsets = np.load(directory / OFFSETS_FILE, mmap_mode="r")
         ids = (
             np.memmap(directory / IDS_FILE, dtype=np.int32, mode="r", shape=(int(offsets[-1]),))
@@ -176,18 +171,6 @@ class TransferSet:
             pad_id=pad_id,
             token_fingerprint=key + self.key,
         )
-
-    def _encode_shared(self, target: Path, shared: shares.Folder, count: int, write) -> None:
-        """Rank 0: its share tokenised, every share awaited, then joined into ``target``."""
-        try:
-            rows = shares.share(len(self), 0, count)
-            shared.run_share(0, lambda directory: write(directory, rows) or {}, len(rows))
-            with shared.beating(0):
-                shared.wait_for_shares(range(count), beat=lambda: shared.beat(0))
-                with atomic_directory(target, f"the tokenised transfer set {target}") as staging:
-                    _join_encodings(staging, [shared.share_dir(rank) for rank in range(count)], len(self))
-        finally:  # everything in it was written by this launch's processes
-            shutil.rmtree(shared.path, ignore_errors=True)
 
 
 def _join_encodings(directory: Path, parts: list[Path], count: int) -> None:
@@ -361,49 +344,40 @@ def build_or_load(
     once). Every process of a launch calls it: they share the augmenter's work, rank 0 writes."""
     dev_keys = {normalised((e.text_a, e.text_b)) for split in dev.values() for e in split}
     store = root / "transfer"
-    what = "building the transfer set"
-    if not processes.leads:  # rank 0's key: a teacher whose head is drawn anew in each process differs
-        order = shares.exchange(processes, None, what)
-        target = store / order["key"]
-        if order["folder"]:
-            folder = Path(order["folder"])
-            if order["augment"]:
-                try:
-                    augmenter, checks = _augmenter_and_checks(config, registry, teacher, train, dev_keys)
-                    shared = augmenting.SharedAugmentation(folder, processes, augmenter, train, checks)
-                    shared.prepare()
-                    shared.copy_share(augment_factor(config, task), seed)
-                except BaseException as exc:
-                    augmenting.SharedAugmentation.failed(folder, processes.rank, exc)
-                    raise
-            shares.Folder(folder, what).await_lead(target.is_dir)
+    # rank 0's key: a teacher whose head is drawn anew in each process differs
+    key = transfer_key(config, task, train, dev_keys, seed, teacher) if processes.leads else ""
+    existing: Optional[TransferSet] = None
+
+    def check() -> dict[str, Any]:
+        nonlocal existing
+        existing = _stored(store / key)
+        return {"key": key, "build": existing is None, "augment": bool(config.augment)}
+
+    with shares.lead_or_follow(
+        processes, "building the transfer set", locks=[store / f"{key}.lock"], check=check,
+        staging=store / f"{key}.shares",
+    ) as build:  # fmt: skip
+        target = store / build.order["key"]
+        if not processes.leads:
+            if build.shared and build.order["augment"]:
+                augmenter, checks = _augmenter_and_checks(config, registry, teacher, train, dev_keys)
+                shared = augmenting.SharedAugmentation(build, augmenter, train, checks)
+                shared.prepare()
+                shared.copy_share(augment_factor(config, task), seed)
+        elif existing is None:
+            started = time.perf_counter()
+            with atomic_directory(target, f"the transfer set {target}") as staging:
+                meta = _write_texts(staging, config, registry, task, teacher, train, dev_keys, seed, build)
+                meta["seconds"] = round(time.perf_counter() - started, 2)
+                (staging / META_FILE).write_text(json.dumps(meta, indent=1))
+    if not processes.leads:
         existing = _stored(target)
         if existing is None:
-            raise shares.ShareFailed(0, "stopped (its error is above)", what)
+            raise shares.ShareFailed(0, shares.LEAD_STOPPED, "building the transfer set")
         return _nonempty(existing)
-    key = transfer_key(config, task, train, dev_keys, seed, teacher)
-    target = store / key
-    with file_lock(store / f"{key}.lock"), contextlib.ExitStack() as leading:
-        existing = _stored(target)
-        folder = None
-        if existing is None and processes.count > 1:  # the others wait on it, and share the augmenting
-            folder = staging_directory(store, f"{key}.shares")
-            leading.callback(shutil.rmtree, folder, ignore_errors=True)  # all in it is this launch's
-            lead = shares.Folder(folder, what)
-            lead.announce(0)
-            leading.enter_context(lead.beating(0))
-            if config.augment:
-                augmenting.SharedAugmentation.create(folder)
-        order = {"key": key, "folder": str(folder) if folder else None, "augment": bool(config.augment)}
-        shares.exchange(processes, order, what)
-        if existing is not None:
-            echo(f"transfer set: reusing {existing.directory} ({len(existing)} examples)")
-            return _nonempty(existing)
-        started = time.perf_counter()
-        with atomic_directory(target, f"the transfer set {target}") as staging:
-            meta = _write_texts(staging, config, registry, task, teacher, train, dev_keys, seed, processes, folder)
-            meta["seconds"] = round(time.perf_counter() - started, 2)
-            (staging / META_FILE).write_text(json.dumps(meta, indent=1))
+    if existing is not None:
+        echo(f"transfer set: reusing {existing.directory} ({len(existing)} examples)")
+        return _nonempty(existing)
     _nonempty(TransferSet(target, meta))
     shared_by = meta.get("computed_by") or []
     echo(
@@ -450,8 +424,7 @@ def _write_texts(
     train: Sequence[Example],
     dev_keys: set[str],
     seed: int,
-    processes: shares.Processes,
-    folder: Optional[Path],
+    build: shares.Build,
 ) -> dict[str, Any]:
     """The set's texts: the files' first, then the augmented copies, made here or, with ``folder``,
     by every process of the launch, each its share."""
@@ -459,10 +432,10 @@ def _write_texts(
     factor = augment_factor(config, task) if augmenter is not None else None
     computed_by = []
     with open(directory / TEXTS_FILE, "w", encoding="utf-8") as handle:
-        writer = augmenting.Writer(handle)
+        writer = augmenting.Writer(handle, directory)
         shared = None
-        if folder is not None and augmenter is not None:
-            shared = augmenting.SharedAugmentation(folder, processes, augmenter, train, checks)
+        if build.shared and augmenter is not None:
+            shared = augmenting.SharedAugmentation(build, augmenter, train, checks)
             shared.prepare()
             shared.copy_share(factor, seed)
         for path in config.transfer:
@@ -472,6 +445,7 @@ def _write_texts(
         elif augmenter is not None:
             augmenting.prepare_alone(augmenter, train)
             writer.check_and_offer(checks, (text for _, text in augmented(augmenter, train, factor, seed)), "augmented")
+        writer.finish()
     return {
         **writer.counts,
         "version": FORMAT_VERSION,

@@ -88,7 +88,7 @@ def near_constant_warning(name: str, projector: Any, matched: Sequence[int], sha
         remedy = (
             f"no teacher layer varies more than layer {top} ({shares[top]:.1e}): distil the logits (--projector rkd)"
         )
-    elif hasattr(projector, "layer_map"):  # PKD, CKD, ALP, CKA
+    elif hasattr(projector, "layer_map"):  # not through capabilities(): the option, set or not (PKD, CKD, ALP, CKA)
         remedy = (
             f"match teacher layers that vary (here {', '.join(map(str, varied))}: --set "
             f"projector_options.layer_map=[...]) or distil the logits (--projector rkd)"

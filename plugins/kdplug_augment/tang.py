@@ -141,7 +141,9 @@ class TangAugmenter:
         spacy_model: Optional[str] = None,
     ) -> None:
         self.check_options(p_mask=p_mask, p_pos=p_pos, p_ng=p_ng, max_ngram=max_ngram, spacy_model=spacy_model)
+        # not through capabilities(): the teacher's tokenizer (a teacher may be None)
         tokenizer = getattr(teacher, "tokenizer", None)
+        # not through capabilities(): the tokenizer's own mask token
         self.mask_token = mask_token or getattr(tokenizer, "mask_token", None) or "[MASK]"
         self.p_mask, self.p_pos, self.p_ng, self.max_ngram = float(p_mask), float(p_pos), float(p_ng), int(max_ngram)
         self.tagger = PosTagger(spacy_model) if self.p_pos > 0 else None

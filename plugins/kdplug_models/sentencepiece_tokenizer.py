@@ -75,7 +75,7 @@ def task_sentencepiece_tokenizer(
     """The SentencePiece tokenizer of ``task``'s training text (trained once, then reused)."""
     texts = task_texts(task)
     if not texts:
-        raise kdplug.DataError(
+        raise kdplug.DataError(  # not through capabilities(): the task's name
             f"task {getattr(task, 'name', task)!r} has no training text to train a SentencePiece "
             f"vocabulary on; use the teacher's tokenizer (student option tokenizer=teacher)"
         )

@@ -31,7 +31,7 @@ TEACHER_TOKENIZER, SENTENCEPIECE_TOKENIZER = "teacher", "sentencepiece"
 
 def teacher_vocabulary_size(teacher: Any) -> Optional[int]:
     """The entries of the teacher's tokenizer (what a student inheriting it would have as rows)."""
-    tokenizer = getattr(teacher, "tokenizer", None)
+    tokenizer = getattr(teacher, "tokenizer", None)  # not through capabilities(): the teacher's (None: no teacher)
     return None if tokenizer is None else len(tokenizer)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import kdplug
+from kdplug.types import ProjectorCapabilities, capabilities
 
 log = logging.getLogger("kdplug.recipes.basic")
 
@@ -83,7 +84,7 @@ class TwoStage:
             return float(config.eta)
         if config.lam is not None:
             return 1.0 - float(config.lam)
-        return float((getattr(projector, "default_weights", {}) or {}).get("eta", 0.5))
+        return float((capabilities(ProjectorCapabilities, projector).default_weights or {}).get("eta", 0.5))
 
 
 @kdplug.hookimpl

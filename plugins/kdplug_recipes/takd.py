@@ -30,7 +30,7 @@ import kdplug
 from kdplug import fingerprint
 from kdplug.errors import ConfigError, UsageError
 from kdplug.storage import atomic_directory, complete_copy, file_lock, move_aside, verify
-from kdplug.types import Teacher
+from kdplug.types import StudentCapabilities, Teacher, capabilities
 
 log = logging.getLogger("kdplug.recipes.takd")
 
@@ -150,7 +150,7 @@ class TAKD:
             key = link_key(previous, link, data, self.settings(ctx, weights))
             stored = self.train_or_reuse(ctx, teaching, stage, model, weights, key)
             ctx.record(stage, **record, stored=str(stored))
-            tokenizer = getattr(model, "tokenizer", None) or ctx.tokenizer
+            tokenizer = capabilities(StudentCapabilities, model).tokenizer or ctx.tokenizer
             # its outputs are computed now, before the next link seeds its run: the same whether stored or not
             teaching = ctx.with_teacher(Teacher(model=model, tokenizer=tokenizer, source=str(stored), finetuned=True))
             previous, teacher_label = key, f"{link.name} (link {number})"

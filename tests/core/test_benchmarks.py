@@ -6,6 +6,7 @@ A benchmark is run by hand, rarely, so an engine change that breaks it (a new ar
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -27,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
         ("scale.py", ["--quick"], "transfer set on disk"),
         ("shared_augmentation.py", ["--quick"], "the two sets are the same"),
         ("teacher_pass.py", ["--quick"], "teacher pass throughput"),
+        ("digest_filter.py", ["--quick"], "the same first occurrences: True"),
+        ("structure_report.py", [], "import circles"),
     ],
 )
 def test_a_benchmark_runs_in_its_smoke_mode(script, args, expected, tmp_path):
@@ -79,3 +82,43 @@ def test_the_inference_benchmark_warns_on_a_busy_machine_and_keeps_progress_bars
     assert result.stdout.splitlines()[-1].startswith("these timings are not reliable: other processes kept")
     assert "student: int8 ONNX Runtime" in result.stdout
     assert "Writing model shards" not in result.stderr and "it/s]" not in result.stderr, result.stderr[-2000:]
+
+
+def safetensors_bytes(data: bytes, metadata: dict) -> bytes:
+    """A safetensors file of one uint8 tensor, its header's keys in the order given (as safetensors writes them:
+    in an order that changes from process to process)."""
+    tensor = {"dtype": "U8", "shape": [len(data)], "data_offsets": [0, len(data)]}
+    header = json.dumps({"__metadata__": metadata, "weights": tensor}).encode()
+    return len(header).to_bytes(8, "little") + header + data
+
+
+def fake_capture(root: Path, *, seconds: float, weights: bytes, loss: float, work: str) -> Path:
+    """What ``behaviour_snapshot.py capture`` keeps in OUT/raw for one run (no kdplug run: a capture takes
+    minutes): its metrics, its weights, its stdout, from a scratch folder at ``work``."""
+    run = root / "raw" / "runs" / "tiny"
+    (run / "student").mkdir(parents=True)
+    (root / "raw" / "work_path.txt").write_text(f"{work}\n")
+    metrics = {"wall_seconds": seconds, "config": {"output": f"{work}/runs/tiny"}, "history": [{"loss": loss}]}
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    metadata = {"stage": "distill", "split": "dev"} if seconds > 5 else {"split": "dev", "stage": "distill"}
+    (run / "student" / "model.safetensors").write_bytes(safetensors_bytes(weights, metadata))
+    outputs = root / "raw" / "outputs" / "tiny"
+    outputs.mkdir(parents=True)
+    (outputs / "stdout.txt").write_text(f"time: distill {seconds} s; results in {work}/runs/tiny\n")
+    (outputs / "stderr.txt").write_text(f"INFO kdplug.engine.trainer: distill epoch 1/1 ({seconds} s)\n")
+    return root
+
+
+def test_the_behaviour_snapshot_masks_timings_and_paths_and_names_each_difference(tmp_path):
+    """Two captures differing only in timings, in the scratch folder's place and in the order of a safetensors
+    header compare identical; a changed loss and a changed weights file are each named, and compare exits 1."""
+    script = [sys.executable, str(ROOT / "benchmarks" / "behaviour_snapshot.py"), "compare"]
+    before = fake_capture(tmp_path / "before", seconds=1.5, weights=b"w1", loss=0.25, work="/tmp/a")
+    same = fake_capture(tmp_path / "same", seconds=7.25, weights=b"w1", loss=0.25, work="/tmp/b")
+    changed = fake_capture(tmp_path / "changed", seconds=1.5, weights=b"w2", loss=0.5, work="/tmp/a")
+    result = subprocess.run([*script, str(before), str(same)], capture_output=True, text=True)
+    assert result.returncode == 0 and "identical" in result.stdout, result.stdout + result.stderr
+    result = subprocess.run([*script, str(before), str(changed)], capture_output=True, text=True)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "-history[0].loss = 0.25" in result.stdout and "+history[0].loss = 0.5" in result.stdout
+    assert "--- runs/tiny/weights.txt" in result.stdout and "2 file(s) differ" in result.stdout

@@ -147,3 +147,30 @@ def test_cache_clear_lists_and_removes_only_what_kdplug_wrote(capsys, tmp_path, 
     for name in ("teachers/my-bert", "transfer/crawl-2024", "transfer/unlabelled.txt"):
         assert f"left alone: not written by kdplug: {root / name}" in out
     assert files_below(root) == users  # every file of the user's, byte for byte, and nothing of kdplug's
+
+
+def test_clear_stale_in_a_plugins_store_removes_only_staging_folders_and_locks_kdplug_marked(capsys, tmp_path):
+    import os
+    import time
+
+    from kdplug.storage import file_lock, staging_directory
+
+    root, old = tmp_path / "cache", time.time() - 2 * 86400
+    store = root / "takd"  # a first-party plugin's store (the TAKD recipe's assistants)
+    (store / ".staging-backup.20261127").mkdir(parents=True)  # a user's, named like a staging folder
+    (store / ".staging-backup.20261127" / "photo.txt").write_text("mine")
+    (store / "notes.lock").write_text("")  # a user's empty file named like a lock
+    (store / "photos.damaged-20250101-120000").mkdir()  # and like a damaged copy set aside
+    (store / "photos.damaged-20250101-120000" / "thesis.tex").write_text("mine")
+    for path in (store / ".staging-backup.20261127", store / "notes.lock", store / "photos.damaged-20250101-120000"):
+        os.utime(path, (old, old))
+    users = files_below(root)
+    killed = staging_directory(store, "e" * 32)  # what a killed kdplug left: its marked staging folder and lock
+    (killed / "model.safetensors").write_bytes(b"half")
+    os.utime(killed, (old, old))
+    with file_lock(store / f"{'e' * 32}.lock"):
+        pass
+
+    code, out, _ = kdplug_cache(capsys, "clear", "--stale", "--cache-dir", root)
+    assert code == 0 and "removed 1 stale entries" in out, out
+    assert files_below(root) == users

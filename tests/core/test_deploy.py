@@ -790,3 +790,26 @@ def test_a_run_trims_to_its_training_texts_and_a_corpus_and_measures_the_dev_tex
         == 2
     )
     assert not (tmp_path / "x").exists()
+
+
+def test_a_vocabulary_corpus_not_in_utf8_is_told_to_be_saved_as_utf8(tmp_path):
+    from kdplug.errors import DataError
+    from kdplug.vocab import read_corpus
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes("un café crème\n".encode("latin-1"))
+    with pytest.raises(DataError) as raised:
+        read_corpus(str(corpus), "--vocab-corpus")
+    message = str(raised.value)
+    assert "Save it as UTF-8" in message and str(corpus) in message and "=latin-1" not in message, message
+
+
+def test_the_export_help_states_the_unknown_token_warning_as_the_code_applies_it(capsys):
+    from kdplug.cli import main
+    from kdplug.vocab import UNKNOWN_WARNING
+
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    points = f"{UNKNOWN_WARNING * 100:.0f} point"
+    assert f"more than {points} above the full vocabulary's" in text and "above 1%" not in text

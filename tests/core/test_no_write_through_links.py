@@ -52,7 +52,7 @@ def test_the_run_lock_is_never_written_through_a_link(capsys, tmp_path, finished
     (run_dir / LOCK_FILE).unlink()
     (run_dir / LOCK_FILE).symlink_to(outside)
     code, _, err = run(capsys, *tiny_argv(tiny_bert_dir, data, run_dir), "--overwrite")
-    assert code == 2 and f"the lock file {run_dir / LOCK_FILE} is a symbolic link (to {outside})" in err, err
+    assert code == 2 and f"{run_dir / LOCK_FILE} is a symbolic link (to {outside})" in err, err
     assert outside.read_text() == "a file outside the run directory"
 
 
@@ -174,3 +174,60 @@ def test_a_previous_copy_kdplug_did_not_write_is_never_deleted_in_its_place(tmp_
     assert (tmp_path / "export.previous" / "mine.txt").read_text() == "my own folder"
     assert (export / "model.bin").read_bytes() == b"weights"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "export.previous"]
+
+
+def test_predict_blames_output_only_for_its_own_write_failures(tmp_path):
+    """An error reading the input (or predicting) inside the output's block is not a failed write of
+    --output; a write that reaches the file-size limit is, and leaves nothing behind."""
+    import resource
+    import signal
+
+    from kdplug.commands.predict import open_output
+    from kdplug.errors import KdplugError
+
+    output = tmp_path / "predictions.tsv"
+    with pytest.raises(FileNotFoundError):
+        with open_output(str(output)) as out:
+            out.write("text\tlabel\n")
+            (tmp_path / "input-gone.txt").read_text()  # the input, read as it goes, fails
+    assert list(tmp_path.iterdir()) == []
+    limits, handler = resource.getrlimit(resource.RLIMIT_FSIZE), signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, limits[1]))
+    try:
+        with pytest.raises(KdplugError, match=f"writing --output {output} failed .*nothing was written there"):
+            with open_output(str(output)) as out:
+                for _ in range(100):
+                    out.write("a row of predictions\t0.5\n" * 40)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_predict_refuses_a_package_whose_tokenizer_links_outside_it(capsys, tmp_path, finished_run):
+    copy = a_copy(finished_run, tmp_path)
+    tokenizer = copy / "student" / "tokenizer.json"
+    elsewhere = tmp_path / "elsewhere.json"
+    shutil.move(tokenizer, elsewhere)  # the same bytes, so the checksums still pass through the link
+    tokenizer.symlink_to(elsewhere)
+    (tmp_path / "in.txt").write_text("a fine film\n")
+    code, out, err = run(capsys, "predict", copy, "--input", tmp_path / "in.txt", "--output", "-")
+    assert code == 2, err
+    assert f"holds {tokenizer}, a symbolic link to {elsewhere}, outside the package" in err and out == ""
+
+
+def test_predict_names_staging_files_a_killed_predict_left_and_removes_none(capsys, tmp_path, finished_run):
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # a process id no process has now
+    output = tmp_path / "out" / "predictions.tsv"
+    output.parent.mkdir()
+    left = output.parent / f".staging-predictions.tsv.{ended.pid}.abcd1234"
+    left.write_text("sentence\tlabel\nhalf a ro")
+    live = output.parent / f".staging-predictions.tsv.{os.getpid()}.efgh5678"  # a predict running now
+    live.write_text("")
+    (tmp_path / "in.txt").write_text("a fine film\n")
+    code, _, err = run(capsys, "predict", finished_run, "--input", tmp_path / "in.txt", "--output", output)
+    assert code == 0, err
+    assert f"{left} was left by a kdplug predict that has ended (process {ended.pid})" in err
+    assert f"rm {left}" in err and str(live) not in err
+    assert left.exists() and live.exists()

@@ -169,3 +169,45 @@ def test_cache_list_and_clear_find_what_killed_runs_left(capsys, tmp_path, tiny_
     code, out, _ = run(capsys, "cache", "clear", "--key", key[:8])
     assert code == 0 and not (cache_root() / "teachers" / key).exists()
     assert run(capsys, "cache", "clear", "--key", "nosuchkey")[0] == 2
+
+
+def test_a_new_run_refuses_a_checkpoints_link_and_leaves_what_it_points_to(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    scratch, output = tmp_path / "scratch", tmp_path / "out"
+    (scratch / "teacher").mkdir(parents=True)
+    (scratch / "teacher" / "notes.txt").write_text("mine")
+    output.mkdir()
+    (output / "checkpoints").symlink_to(scratch, target_is_directory=True)
+    code, _, err = run(capsys, *tiny_argv(tiny_bert_dir, sst2_dir, output))
+    assert code == 2, err
+    assert f"{output / 'checkpoints'} is a symbolic link (to {scratch})" in err
+    assert (scratch / "teacher" / "notes.txt").read_text() == "mine"
+    assert sorted(path.name for path in scratch.rglob("*")) == ["notes.txt", "teacher"]
+    assert [path.name for path in output.iterdir()] == ["checkpoints"]
+
+
+def test_replacing_a_directory_refuses_one_kdplug_did_not_write(tmp_path):
+    from kdplug.errors import UsageError
+    from kdplug.storage import atomic_directory, replace_directory
+
+    target = tmp_path / "teacher"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    staging = tmp_path / "new"
+    staging.mkdir()
+    with pytest.raises(UsageError, match=f"{target} holds files kdplug did not write"):
+        replace_directory(staging, target)
+    assert (target / "notes.txt").read_text() == "mine" and not (tmp_path / "teacher.previous").exists()
+    with atomic_directory(tmp_path / "ours", "a copy") as building:  # one kdplug wrote is replaced
+        (building / "a.txt").write_text("1")
+    with atomic_directory(tmp_path / "ours", "a copy") as building:
+        (building / "a.txt").write_text("2")
+    assert (tmp_path / "ours" / "a.txt").read_text() == "2"
+
+
+def test_the_first_line_of_a_run_whose_output_is_a_link_names_the_real_directory(tmp_path):
+    from kdplug.engine.pipeline import where_written
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+    assert where_written(tmp_path / "link") == f"{tmp_path / 'link'} (a link: written in {tmp_path / 'real'})"
+    assert where_written(tmp_path / "real") == str(tmp_path / "real")

@@ -225,3 +225,79 @@ def test_an_attribute_of_a_checkpoints_config_keeps_its_type(capsys, tmp_path, t
     assert code == 2, err
     assert "teacher_options.num_hidden_layers must be a whole number, as the checkpoint's BertConfig has it" in err
     assert "Traceback" not in err
+
+
+# -- options forwarded through **kwargs are typed too ---------------------------------------------------------
+
+#: what each open-ended factory's ``**kwargs`` is, where it is not forwarded to a factory it declares
+#: (kdplug.options.forwards_options): a checkpoint config's attributes (typed against that config by the
+#: factory's check_options), options refused by name (a task's ``unknown``), or nothing (a loss Module
+#: without an ``__init__`` of its own, whose signature is torch's)
+OPEN_ENDED = {"config_overrides", "unknown", "kwargs"}
+
+
+def test_every_option_of_every_factory_is_typed_including_those_forwarded_through_kwargs():
+    import torch
+
+    registry, untyped = process_registry(), []
+    for kind in KINDS:
+        if kind == "layer_extractor":
+            continue
+        for entry in registry.entries(kind):
+            hints = declared_options(entry.factory)
+            parameters = list(inspect.signature(entry.factory).parameters.values())[POSITIONAL[kind] :]
+            for parameter in parameters:
+                if parameter.kind is parameter.VAR_KEYWORD:
+                    module_without_options = getattr(entry.factory, "__init__", None) is torch.nn.Module.__init__
+                    if parameter.name not in OPEN_ENDED or (parameter.name == "kwargs") != module_without_options:
+                        untyped.append(f"{kind} {entry.name}: **{parameter.name}")
+                elif parameter.kind is not parameter.VAR_POSITIONAL and parameter.name not in hints:
+                    untyped.append(f"{kind} {entry.name}: {parameter.name}")
+    assert not untyped, f"options no declaration types: {untyped}"
+
+
+def test_minilm_takes_the_hf_teachers_declared_options():
+    with pytest.raises(ConfigError, match=r"teacher_options.trust_remote_code of teacher 'minilm' must be true or"):
+        process_registry().check_options("teacher", "minilm", None, trust_remote_code="no")
+    with pytest.raises(ConfigError, match=r"teacher_options.revision of teacher 'minilm' must be text"):
+        process_registry().check_options("teacher", "minilm", None, revision=3)
+
+
+def test_minilm_with_trust_remote_code_as_text_runs_no_code(capsys, tmp_path, sst2_dir, teacher_with_own_code):
+    given = ["--teacher", "minilm", "--set", f"teacher_options.source={teacher_with_own_code}"]
+    given += ["--set", 'teacher_options.trust_remote_code="no"']
+    code, _, err = run(capsys, *tiny_argv(str(teacher_with_own_code), sst2_dir, tmp_path / "run", *given))
+    assert code == 2, err
+    assert "teacher_options.trust_remote_code of teacher 'minilm' must be true or false, got 'no' (str)" in err
+    assert not (tmp_path / "RAN").exists(), "the checkpoint's code ran"
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("given", ["no", "false", 1, None])
+def test_the_hub_loader_passes_trust_remote_code_only_when_it_is_true(tmp_path, teacher_with_own_code, given):
+    from transformers import AutoConfig
+
+    from kdplug.errors import UsageError
+    from kdplug.hub import load_pretrained
+
+    with pytest.raises(UsageError, match="trust_remote_code must be true or false"):
+        load_pretrained(AutoConfig, str(teacher_with_own_code), "teacher", trust_remote_code=given)
+    assert not (tmp_path / "RAN").exists(), "the checkpoint's code ran"
+
+
+def test_a_whole_number_too_large_for_a_float_is_out_of_range_not_a_crash():
+    from kdplug.config import build_config
+
+    with pytest.raises(ConfigError) as raised:
+        process_registry().check_options("student", "bilstm", None, None, hidden_size=10**400)
+    assert "student_options.hidden_size of student 'bilstm' must be a whole number at least 1" in str(raised.value)
+    with pytest.raises(ConfigError, match=r"lr must be a number at most 1.79769e\+308, got 9999"):
+        build_config(overrides=["lr=" + "9" * 400])
+
+
+def test_a_number_in_quotes_is_told_to_drop_the_quotes_not_that_yaml_reads_exponents_as_text():
+    with pytest.raises(ConfigError) as raised:
+        process_registry().check_options("recipe", "annealing", phase2_lr="1e-5")
+    message = str(raised.value)
+    assert "got '1e-5' (str) ('1e-5' is text, in quotes: remove the quotes to give the number)" in message, message
+    assert "YAML reads 1e-5 as text" not in message

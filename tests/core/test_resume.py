@@ -168,3 +168,17 @@ def test_early_stopping_resumes_exactly_after_a_kill(setup, stopped_early, tmp_p
     assert metrics["student"]["dev"] == expected_metrics["student"]["dev"]
     for name, tensor in weights.items():
         torch.testing.assert_close(tensor, expected_weights[name], atol=1e-6, rtol=0)
+
+
+def test_a_vocabulary_corpus_edited_between_a_kill_and_resume_is_a_difference_of_the_training_settings(tmp_path):
+    from kdplug.config import build_config
+    from kdplug.engine.checkpoint import settings_difference, training_settings
+
+    corpus = tmp_path / "served.txt"
+    corpus.write_text("a film i would watch again\n")
+    config = build_config(overrides=["trim_vocab=true", f"trim_vocab_corpus={corpus}"])
+    written = training_settings(config)
+    assert settings_difference(written, training_settings(config)) == ""
+    corpus.write_text("a film i would watch again\nand a new line\n")  # edited while the run was stopped
+    difference = settings_difference(written, training_settings(config))
+    assert difference.startswith("content of trim_vocab_corpus sha256 "), difference

