@@ -15,8 +15,9 @@ from torch import nn
 from ..config import RunConfig
 from ..types import ProjectorCapabilities
 from . import preflight
-from .recipe import EngineContext, count_parameters, run_recipe
+from .recipe import EngineContext, run_recipe
 from .results import Row
+from .trainer import count_parameters
 
 #: the settings a ``--baseline`` student takes from its own method, not from the run
 BASELINE_OWN_SETTINGS = {

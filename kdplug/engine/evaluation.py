@@ -20,8 +20,9 @@ from . import speed as speed_module
 from .baseline import Baseline
 from .data import EncodedSplit
 from .inputs import RunEnvironment, RunInputs
-from .recipe import EngineContext, count_parameters
+from .recipe import EngineContext
 from .results import Row, agreement
+from .trainer import count_parameters
 
 
 @dataclass
@@ -61,7 +62,7 @@ def evaluate(
                 "transfer": {
                     **inputs.transfer.meta,
                     "directory": str(inputs.transfer.directory),
-                    "teacher_cache": context.transfer_info,
+                    "teacher_cache": context.source.transfer_info,
                 }
             }
         )
@@ -105,14 +106,15 @@ def teacher_records(context: EngineContext, inputs: RunInputs) -> dict[str, Any]
     """Adds to metrics.json's ``teacher`` the outputs the run cached (per split: the bytes of logits
     and of layer vectors, and whether each was reused) and the variation of the layers it matched;
     returns the first."""
+    source = context.source  # the run's: engine/live.py
     cached = {
         **inputs.caches.record(),
-        **({"transfer": context.transfer_info["cache"]} if "cache" in context.transfer_info else {}),
+        **({"transfer": source.transfer_info["cache"]} if "cache" in source.transfer_info else {}),
     }
     if cached:
         inputs.teacher_info["cache"] = cached
-    if context.layer_variation:  # measured where a layer method matched the teacher's layers
-        inputs.teacher_info["layer_variation"] = {str(layer): share for layer, share in context.layer_variation.items()}
+    if source.layer_variation:  # measured where a layer method matched the teacher's layers
+        inputs.teacher_info["layer_variation"] = {str(layer): share for layer, share in source.layer_variation.items()}
     return cached
 
 

@@ -26,10 +26,17 @@ from . import teacher as teacher_stage
 from .cache import TeacherCache
 from .checkpoint import Checkpointer
 from .data import EncodedSplit, encode
-from .recipe import EngineContext, count_parameters
 from .schedule import default_epochs, resolve_min_epochs, resolve_patience, stopping_rule
 from .tracking import Tracking
-from .trainer import Trainer, build_accelerator, inference_precision, predictions_from_logits, process_state
+from .trainer import (
+    Trainer,
+    build_accelerator,
+    count_parameters,
+    inference_precision,
+    predictions_from_logits,
+    process_state,
+)
+from .transfer_outputs import TransferOutputs
 
 if TYPE_CHECKING:
     from .transfer import TransferSet
@@ -52,7 +59,7 @@ def broadcast_object(value):
     return broadcast_object_list([value])[0]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunEnvironment:
     """Where a run computes its inputs: the device, the cache, the checkpoints of the teacher's
     fine-tuning, this process's rank, where messages go and the trackers (if any)."""
@@ -65,12 +72,27 @@ class RunEnvironment:
     tracker: Optional[Tracking] = None
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
+class TaskAndTeacher:
+    """The task, the teacher as configured (not fine-tuned yet), the sequence length and the
+    tokenised train and dev splits: what both a run and its dry run start from."""
+
+    task: Task
+    teacher: Teacher
+    max_length: int
+    train: EncodedSplit
+    dev: dict[str, EncodedSplit]
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunInputs:
-    """What a run computes once, before any student trains: the task, the teacher (fine-tuned,
-    frozen), the tokenised splits, the students' trainer, the teacher's outputs (opened or computed
-    on first use), what metrics.json records of the teacher, and the transfer set (None without one).
-    ``dev_caches`` are the teacher's dev outputs where the run judged it (it reads the teacher)."""
+    """What a run computes once, before any student trains, built whole by :func:`prepare_inputs`
+    (the dry run's by :func:`kdplug.engine.plan.planned_inputs`): the task, the teacher (fine-tuned,
+    frozen), the tokenised splits, the students' trainer, the cache's root, the teacher's outputs
+    (opened or computed on first use; planned in a dry run), what metrics.json records of the
+    teacher, and the transfer set with the teacher's outputs on it (both None without one).
+    ``dev_caches`` are the teacher's dev outputs where the run judged it (None: it does not read the
+    teacher)."""
 
     task: Task
     teacher: Teacher
@@ -78,15 +100,28 @@ class RunInputs:
     train: EncodedSplit
     dev: dict[str, EncodedSplit]
     trainer: Trainer
+    cache_root: Path
+    caches: Any  # teacher_stage.TeacherOutputs, or the dry run's plan.PlannedOutputs
     teacher_info: dict[str, Any] = field(default_factory=dict)
-    caches: Optional[teacher_stage.TeacherOutputs] = None
     dev_caches: Optional[dict[str, TeacherCache]] = None
     transfer: Optional[TransferSet] = None
+    transfer_outputs: Optional[TransferOutputs] = None
 
     @property
     def tokenizer(self) -> Any:
         """The tokenizer the splits are encoded with: the teacher's."""
         return self.teacher.tokenizer
+
+    def splits_with(self, tokenizer: Any) -> tuple[EncodedSplit, dict[str, EncodedSplit]]:
+        """The data encoded with ``tokenizer`` (None: the run's encoding)."""
+        if tokenizer is None or tokenizer is self.tokenizer:
+            return self.train, self.dev
+        task = self.task
+
+        def encoded(name: str) -> EncodedSplit:
+            return encode(task.load_split(name), tokenizer, self.max_length, is_regression=task.is_regression)
+
+        return encoded("train"), {name: encoded(name) for name in task.dev_splits}
 
 
 def teacher_seed(config: RunConfig) -> int:
@@ -100,48 +135,85 @@ def prepare_inputs(
     env: RunEnvironment,
     loaded: Optional[tuple[Task, dict[str, list[Example]]]] = None,
     record: Callable[[dict[str, Any]], None] = lambda facts: None,
+    *,
+    warm: bool = False,
 ) -> RunInputs:
-    """The run's inputs (see :func:`teacher_inputs`), the teacher judged against the majority class
-    where the run reads it, and the transfer set."""
-    inputs = teacher_inputs(config, registry, env, loaded, record)
-    if preflight.reads_teacher(config, registry):
-        inputs.dev_caches = inputs.caches.dev_caches()
-        check_teacher(config, inputs, env.echo)
-    inputs.transfer = build_transfer_set(config, registry, inputs, env)
-    return inputs
-
-
-def teacher_inputs(
-    config: RunConfig,
-    registry: Registry,
-    env: RunEnvironment,
-    loaded: Optional[tuple[Task, dict[str, list[Example]]]] = None,
-    record: Callable[[dict[str, Any]], None] = lambda facts: None,
-) -> RunInputs:
-    """The task and data (``loaded`` by :func:`load_task`, or loaded now), the teacher fine-tuned
-    (or reused) and frozen, and its outputs, opened on first use. ``record`` receives what
-    metrics.json records as soon as it is known, so that a run that fails later keeps it."""
+    """The run's inputs: the task and data (``loaded`` by :func:`load_task`, or loaded now), the
+    teacher fine-tuned (or reused) and frozen, its outputs (opened on first use), the teacher judged
+    against the majority class where the run reads it, and the transfer set. ``record`` receives
+    what metrics.json records as soon as it is known, so that a run that fails later keeps it.
+    ``warm`` (:func:`warm_teacher`): the teacher's outputs computed now instead of judged, and no
+    transfer set where the run does not read the teacher."""
     set_seed(teacher_seed(config))
-    task, teacher, max_length, train, dev = load_task_and_teacher(config, registry, loaded)
-    inputs = RunInputs(task, teacher, max_length, train, dev, student_trainer(config, env, task))
+    base = load_task_and_teacher(config, registry, loaded)
+    task, max_length, train, dev = base.task, base.max_length, base.train, base.dev
+    trainer = student_trainer(config, env, task)
     record({"task": task.name, "main_metric": task.main_metric, "config": config.to_dict()})
-    inputs.teacher, inputs.teacher_info = prepare_teacher(config, registry, inputs, env)
-    teacher_stage.freeze(inputs.teacher)
-    inputs.teacher_info["parameters"] = count_parameters(inputs.teacher.model)
-    # what auto resolved to
-    inputs.teacher_info["precision"] = inference_precision(config.precision, env.accelerator.device)
-    record({"teacher": inputs.teacher_info})
-    inputs.caches = teacher_stage.TeacherOutputs(
-        inputs.teacher,
-        registry.find_layer_extractor(inputs.teacher.model),
-        inputs.trainer,
-        task,
-        *teacher_stage.teacher_splits(inputs.teacher, task, max_length, train, dev),
+    teacher, info = prepare_teacher(config, registry, base, env)
+    teacher_stage.freeze(teacher)
+    info["parameters"] = count_parameters(teacher.model)
+    info["precision"] = inference_precision(config.precision, env.accelerator.device)  # what auto resolved to
+    record({"teacher": info})
+    teacher_train, teacher_dev = teacher_stage.teacher_splits(teacher, task, max_length, train, dev)
+    extractor = registry.find_layer_extractor(teacher.model)
+    caches = teacher_stage.TeacherOutputs(
+        teacher=teacher,
+        extractor=extractor,
+        trainer=trainer,
+        task=task,
+        train=teacher_train,
+        dev=teacher_dev,
         root=env.cache_root,
         precision=config.precision,
         layers=preflight.reads_teacher_layers(config, registry),
     )
-    return inputs
+    reads_teacher, dev_caches = preflight.reads_teacher(config, registry), None
+    if reads_teacher and warm:
+        caches()
+        env.echo(f"teacher outputs cached for train and {', '.join(dev)}")
+    elif reads_teacher:
+        dev_caches = caches.dev_caches()
+        check_teacher(config, task, dev, dev_caches, info, env.echo)
+    transfer = build_transfer_set(config, registry, task, teacher, env) if reads_teacher or not warm else None
+    return RunInputs(
+        task=task,
+        teacher=teacher,
+        max_length=max_length,
+        train=train,
+        dev=dev,
+        trainer=trainer,
+        cache_root=env.cache_root,
+        caches=caches,
+        teacher_info=info,
+        dev_caches=dev_caches,
+        transfer=transfer,
+        transfer_outputs=None
+        if transfer is None
+        else transfer_outputs(config, transfer, teacher, extractor, trainer, task, max_length, env.cache_root),
+    )
+
+
+def transfer_outputs(
+    config: RunConfig,
+    transfer: TransferSet,
+    teacher: Teacher,
+    extractor: Any,
+    trainer: Trainer,
+    task: Task,
+    max_length: int,
+    cache_root: Path,
+) -> TransferOutputs:
+    """The teacher's outputs on the transfer set, computed on first use."""
+    return TransferOutputs(
+        transfer=transfer,
+        teacher=teacher,
+        extractor=extractor,
+        trainer=trainer,
+        task=task,
+        max_length=max_length,
+        root=cache_root,
+        precision=config.precision,
+    )
 
 
 def student_trainer(config: RunConfig, env: RunEnvironment, task: Task) -> Trainer:
@@ -161,7 +233,7 @@ def student_trainer(config: RunConfig, env: RunEnvironment, task: Task) -> Train
 
 
 def prepare_teacher(
-    config: RunConfig, registry: Registry, inputs: RunInputs, env: RunEnvironment
+    config: RunConfig, registry: Registry, inputs: TaskAndTeacher, env: RunEnvironment
 ) -> tuple[Teacher, dict[str, Any]]:
     """The teacher fine-tuned on the task: as given, reused from the store, or fine-tuned now and
     stored; and what metrics.json records of it.
@@ -208,7 +280,7 @@ def prepare_teacher(
 
 
 def finetune_teacher(
-    config: RunConfig, registry: Registry, inputs: RunInputs, env: RunEnvironment, settings: dict[str, Any]
+    config: RunConfig, registry: Registry, inputs: TaskAndTeacher, env: RunEnvironment, settings: dict[str, Any]
 ) -> dict[str, Any]:
     """Fine-tune the teacher now, as ``settings`` (:func:`finetune_settings`) say; its summary."""
     teacher, task = inputs.teacher, inputs.task
@@ -288,7 +360,7 @@ def load_task(config: RunConfig, registry: Registry) -> tuple[Task, dict[str, li
 
 def load_task_and_teacher(
     config: RunConfig, registry: Registry, loaded: Optional[tuple[Task, dict[str, list[Example]]]] = None
-) -> tuple[Task, Teacher, int, EncodedSplit, dict[str, EncodedSplit]]:
+) -> TaskAndTeacher:
     """The task (``loaded`` by :func:`load_task`, or loaded now), the teacher as configured, the
     sequence length and the tokenised train and dev splits."""
     task, examples = loaded or load_task(config, registry)
@@ -304,7 +376,7 @@ def load_task_and_teacher(
     for name, split in [("train", train), *dev.items()]:
         if len(split) == 0:
             raise UsageError(f"task {task.name!r}: the {name} split is empty; check --data-dir and the task options")
-    return task, teacher, max_length, train, dev
+    return TaskAndTeacher(task=task, teacher=teacher, max_length=max_length, train=train, dev=dev)
 
 
 #: the fewest dev examples on which a teacher's score says whether it beats the majority class
@@ -336,11 +408,17 @@ def check_enough_to_judge_a_teacher(config: RunConfig, task: Task, examples: dic
         )
 
 
-def check_teacher(config: RunConfig, inputs: RunInputs, echo: Callable[[str], None]) -> None:
+def check_teacher(
+    config: RunConfig,
+    task: Task,
+    dev: dict[str, EncodedSplit],
+    dev_caches: dict[str, TeacherCache],
+    info: dict[str, Any],
+    echo: Callable[[str], None],
+) -> None:
     """The teacher's dev metrics beside the majority class's, recorded in ``info``; a teacher that is
     not clearly better (or predicts one class) stops the run before any distillation, unless
     ``allow_weak_teacher``: distilling it would teach the student its mistakes."""
-    task, dev, dev_caches, info = inputs.task, inputs.dev, inputs.dev_caches, inputs.teacher_info
     first = task.dev_splits[0]
     predictions = {
         name: predictions_from_logits(torch.from_numpy(cache.logits[:].copy()), task.is_regression).tolist()
@@ -382,20 +460,19 @@ class WeakTeacherError(UsageError):
     """The teacher does not beat the majority class on dev: distilling it would not help."""
 
 
-def build_transfer_set(config: RunConfig, registry: Registry, inputs: RunInputs, env: RunEnvironment):
+def build_transfer_set(config: RunConfig, registry: Registry, task: Task, teacher: Teacher, env: RunEnvironment):
     """The run's transfer set (engine/transfer.py), or None when it has none. Its teacher outputs
     are cached by the first stage that distils."""
     if not (config.transfer or config.augment):
         return None
     from . import transfer
 
-    task = inputs.task
     # built under a lock (parallel runs build it once); the processes of a launch share the augmenting
     return transfer.build_or_load(
         config,
         registry,
         task,
-        inputs.teacher,
+        teacher,
         task.load_split("train"),
         {name: task.load_split(name) for name in task.dev_splits},
         root=env.cache_root,
@@ -417,13 +494,9 @@ def warm_teacher(config: RunConfig, registry: Registry, *, echo: Callable[[str],
     # the fine-tuning's own checkpoints are scratch here: the fine-tuned teacher lands in the store
     with tempfile.TemporaryDirectory(prefix=".warm-", dir=cache_root) as scratch:
         how = "run the same command again (the teacher's fine-tuning starts over)"
-        env = RunEnvironment(accelerator, cache_root, Checkpointer(Path(scratch), how_to_continue=how), echo=echo)
-        inputs = teacher_inputs(config, registry, env)
-    if preflight.reads_teacher(config, registry):
-        inputs.caches()
-        echo(f"teacher outputs cached for train and {', '.join(inputs.dev)}")
-        inputs.transfer = build_transfer_set(config, registry, inputs, env)
-        if inputs.transfer is not None:
-            layers = preflight.reads_teacher_layers(config, registry)
-            EngineContext.for_run(config, registry, inputs, cache_root).transfer_outputs(layers=layers)
-            echo(f"teacher outputs cached for the transfer set ({len(inputs.transfer)} examples)")
+        checkpoints = Checkpointer(Path(scratch), how_to_continue=how)
+        env = RunEnvironment(accelerator=accelerator, cache_root=cache_root, checkpoints=checkpoints, echo=echo)
+        inputs = prepare_inputs(config, registry, env, warm=True)
+    if inputs.transfer_outputs is not None:
+        inputs.transfer_outputs(layers=preflight.reads_teacher_layers(config, registry))
+        echo(f"teacher outputs cached for the transfer set ({len(inputs.transfer)} examples)")

@@ -212,7 +212,7 @@ class RunSession:
         self.metrics["data"] = data_record(config, loaded[1])
         env = self.environment()
         inputs = prepare_inputs(config, registry, env, loaded, record=self.metrics.update)
-        context = EngineContext.for_run(config, registry, inputs, self.cache_root, env.checkpoints)
+        context = EngineContext.for_run(config, registry, inputs, env.checkpoints)
         baseline = run_baseline(context, self.echo) if config.baseline else None
         if baseline is not None:
             self.metrics["baseline"] = baseline.record
@@ -245,7 +245,14 @@ class RunSession:
         tracker = Tracking(accelerator, trackers, path, config.to_dict()) if trackers else None
         if tracker is not None:
             self.closing.append(tracker.finish)
-        return RunEnvironment(accelerator, self.cache_root, checkpoints, self.main_process, self.echo, tracker)
+        return RunEnvironment(
+            accelerator=accelerator,
+            cache_root=self.cache_root,
+            checkpoints=checkpoints,
+            main_process=self.main_process,
+            echo=self.echo,
+            tracker=tracker,
+        )
 
     def write_results(
         self, context: EngineContext, evaluation: Evaluation, baseline: Optional[Baseline], checkpoints: Checkpointer

@@ -2,7 +2,8 @@
 
 The plan comes from the same code as the run: the components are built by their factories, the
 teacher's fine-tuning settings and store key by the functions the run calls, and the recipe's own
-``run(ctx)`` is executed against a :class:`PlanningContext`, whose stages are resolved exactly as
+``run(ctx)`` is executed against the run's own context over planned inputs (:func:`planned_inputs`)
+and a :class:`PlannedSource`, so its stages are resolved exactly as
 :func:`~kdplug.engine.stage.prepare_stage` resolves them (weights, epochs, learning rate, early stopping,
 the vocabulary check) and then recorded instead of trained. What the recipe stores on its own
 (TAKD's assistants) goes to a scratch directory that is removed afterwards: a dry run writes
@@ -20,7 +21,6 @@ from typing import Any, Optional
 
 from accelerate.utils import set_seed
 
-from .. import fingerprint
 from ..capabilities import ProjectorCapabilities, StudentCapabilities, capabilities
 from ..config import RunConfig
 from ..errors import PluginError
@@ -34,11 +34,11 @@ from . import estimate, preflight
 from . import teacher as teacher_stage
 from .baseline import train_baseline
 from .cache import is_cached, layers_bytes, logits_bytes
-from .inputs import create_teacher, finetune_settings, load_task_and_teacher
-from .recipe import EngineContext, RecipeView, count_parameters
+from .inputs import RunInputs, TaskAndTeacher, create_teacher, finetune_settings, load_task_and_teacher, teacher_seed
+from .recipe import EngineContext, RecipeView
 from .rundir import RunDirectory, default_output
-from .stage import prepare_stage
-from .trainer import Trainer, build_accelerator, inference_precision
+from .stage import Stage
+from .trainer import Trainer, build_accelerator, count_parameters, inference_precision
 
 
 class PlannedCache:
@@ -55,23 +55,62 @@ class PlannedCache:
         return self.size
 
 
-@dataclasses.dataclass
-class PlanningContext(EngineContext):
-    """A recipe context whose stages are resolved and recorded, not trained."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlannedOutputs:
+    """A dry run's teacher outputs (its :class:`RunInputs`' ``caches``): none computed. ``ready``:
+    the teacher they would come from is fine-tuned already (given, or stored), so their cache keys
+    are known; ``layers``: they would hold its layer vectors from the start."""
 
+    ready: bool
+    layers: bool
+
+
+@dataclasses.dataclass(kw_only=True)
+class PlannedSource:
+    """A stage's teacher side in a dry run (:class:`~kdplug.engine.stage.StageSource`): the shapes of
+    the teacher's outputs, no heads, the transfer set's share as a count, and each stage resolved
+    and recorded with an estimate of its time instead of trained."""
+
+    config: RunConfig
+    inputs: RunInputs
+    teacher: Teacher
+    #: the teacher's matchable layers: what its outputs would hold
+    specs: list
+    cache_layers: bool
     #: transfer examples a distillation stage would add to every epoch (estimated when not built)
     transfer_per_epoch: int = 0
     #: the transfer set is not built yet: its size is an upper bound (duplicates are dropped then)
     transfer_estimated: bool = False
 
-    def train_stage(self, name: str, student, projector=None, **options: Any) -> StageResult:
-        name = self.stage_prefix + name
-        stage = prepare_stage(self, name, student, projector, **options)
+    def teacher_cache(self, layers: bool = False) -> tuple[PlannedCache, dict[str, PlannedCache]]:
+        specs = self.specs if layers or self.cache_layers else []
+        return PlannedCache(specs, len(self.inputs.train)), {
+            name: PlannedCache(specs, len(split)) for name, split in self.inputs.dev.items()
+        }
+
+    def teacher_heads(self, stages: dict[str, dict]) -> None:
+        stages.setdefault(
+            "teacher_heads",
+            {
+                "plan": f"warm up {len(self.specs)} pseudo classifiers on the teacher's cached layers "
+                f"({self.config.head_epochs} epochs at lr {self.config.head_lr:g}), or reuse them from the cache"
+            },
+        )
+
+    def near_constant_layers(self, projector, train_cache, name: str) -> None:
+        """None: a plan computes no teacher outputs whose variation it could measure."""
+        return None
+
+    def with_transfer(self, student, train, cache) -> tuple[Any, Any, int]:
+        return train, cache, len(train) + self.transfer_per_epoch
+
+    def run(self, name: str, stage: Stage, checkpoints: Any, note: str = "") -> tuple[StageResult, dict[str, Any]]:
+        """Recorded with an estimate of its time, not trained (and not logged: the plan is printed)."""
         timing = estimate.epoch_seconds(
-            stage.module.student, self.trainer, stage.train, stage.dev, stage.examples, self.config.batch_size
+            stage.module.student, self.inputs.trainer, stage.train, stage.dev, stage.examples, self.config.batch_size
         )
         fewest = fewest_epochs(stage.epochs, stage.patience, stage.min_epochs)
-        self.stages[name] = {
+        record = {
             **stage.settings(),
             "examples_per_epoch": stage.examples,
             "projector": capabilities(ProjectorCapabilities, stage.projector).name if stage.projector else None,
@@ -84,47 +123,20 @@ class PlanningContext(EngineContext):
                 "fewest_seconds": round(timing["seconds_per_epoch"] * fewest, 1),
             },
         }
-        return StageResult(name)
+        return StageResult(name), record
 
-    def _transfer_caveat(self, stage) -> str:
-        if not (self.transfer_estimated and stage.examples > len(self.train)):
+    def _transfer_caveat(self, stage: Stage) -> str:
+        if not (self.transfer_estimated and stage.examples > len(self.inputs.train)):
             return ""
         return (
             " (the transfer set is not built yet: its size here is an upper bound, since duplicates are dropped "
             "when it is built, so the run may train more epochs of fewer examples)"
         )
 
-    def teacher_cache(self, layers: bool = False):
-        specs, _ = teacher_stage.matchable_specs(self.extractor(self.teacher.model), self.teacher.model)
-        specs = specs if layers or self.cache_layers else []
-        return PlannedCache(specs, len(self.train)), {
-            name: PlannedCache(specs, len(split)) for name, split in self.dev.items()
-        }
-
-    def near_constant_layers(self, projector, train_cache) -> None:
-        """None: a plan computes no teacher outputs whose variation it could measure."""
-        return None
-
-    def teacher_heads(self):
-        specs, _ = teacher_stage.matchable_specs(self.extractor(self.teacher.model), self.teacher.model)
-        self.stages.setdefault(
-            "teacher_heads",
-            {
-                "plan": f"warm up {len(specs)} pseudo classifiers on the teacher's cached layers "
-                f"({self.config.head_epochs} epochs at lr {self.config.head_lr:g}), or reuse them from the cache"
-            },
-        )
-        return None
-
-    def with_transfer(self, student, train, cache):
-        return train, cache
-
-    def examples_per_epoch(self, train) -> int:
-        return len(train) + self.transfer_per_epoch
-
-    def with_teacher(self, teacher: Teacher) -> PlanningContext:
+    def for_teacher(self, teacher: Teacher, extractor: Any) -> PlannedSource:
         teacher_stage.freeze(teacher)
-        return dataclasses.replace(self, teacher=teacher, _heads=None, last_distillation=None)
+        specs, _ = teacher_stage.matchable_specs(extractor, teacher.model)
+        return dataclasses.replace(self, teacher=teacher, specs=specs)
 
 
 def dry_run(
@@ -142,34 +154,21 @@ def dry_run(
     output = Path(config.output) if config.output else default_output(config)
     preflight.writable_paths(config, output, cache_root, registry)
     replaces = None if resume else RunDirectory.check_new(output, overwrite=overwrite)
-    teacher_seed = config.seed if config.teacher_seed is None else config.teacher_seed
-    set_seed(teacher_seed)
-    task, teacher, max_length, train, dev = load_task_and_teacher(config, registry)
+    set_seed(teacher_seed(config))
+    base = load_task_and_teacher(config, registry)
     plan: dict[str, Any] = {
-        "notes": notes + teacher.notes,
+        "notes": notes + base.teacher.notes,
         "output": str(output),
         "cache": str(cache_root),
         "resume": resume,
         "replaces": replaces,
-        "task": _task_plan(task, train, dev),
-        "tokenizer": _tokenizer_plan(teacher.tokenizer, max_length),
+        "task": _task_plan(base.task, base.train, base.dev),
+        "tokenizer": _tokenizer_plan(base.teacher.tokenizer, base.max_length),
     }
-    finetuned = _plan_teacher(
-        plan,
-        config,
-        registry,
-        task=task,
-        teacher=teacher,
-        train=train,
-        dev=dev,
-        max_length=max_length,
-        cache_root=cache_root,
-        teacher_seed=teacher_seed,
-    )
+    inputs = planned_inputs(config, registry, base, cache_root, plan)
     reads_teacher = preflight.reads_teacher(config, registry)
-    reads_layers = preflight.reads_teacher_layers(config, registry)
     plan["teacher_outputs"] = (
-        _cached_outputs(config, registry, finetuned, task, train, dev, cache_root, reads_layers, max_length)
+        _cached_outputs(config, registry, inputs)
         if reads_teacher
         else f"not needed ({config.projector} reads no teacher output)"
     )
@@ -178,32 +177,39 @@ def dry_run(
         if reads_teacher and not config.allow_weak_teacher
         else "off"
     )
-
-    transfer_size = _transfer_plan(config, task, finetuned, cache_root, teacher_seed, plan)
+    transfer_size = _transfer_plan(config, inputs, plan)
     if reads_teacher:
-        plan["teacher_cache"] = cache_size(registry, teacher, task, train, dev, reads_layers, transfer_size)
+        plan["teacher_cache"] = cache_size(registry, base.teacher, inputs, transfer_size)
     ratio = config.transfer_ratio
-    per_epoch = 0 if not transfer_size else (round(ratio * len(train)) if ratio else transfer_size)
-
-    trainer, context, student = _plan_stages(
-        plan,
-        config,
-        registry,
-        task=task,
-        teacher=finetuned or teacher,
-        train=train,
-        dev=dev,
-        max_length=max_length,
-        reads_layers=reads_layers,
-        transfer_per_epoch=per_epoch,
-    )
+    per_epoch = 0 if not transfer_size else (round(ratio * len(base.train)) if ratio else transfer_size)
+    context, student = _plan_stages(plan, config, registry, inputs, per_epoch)
     plan["student"] = _student_plan(config, student, context.tokenizer)
     plan["recipe"] = config.recipe
     plan["stages"] = context.stages
     plan["threads"] = threads.to_dict()
-    plan["time"] = _time_plan(plan, config, trainer, teacher, finetuned, train, dev)
+    plan["time"] = _time_plan(plan, config, inputs)
     echo(format_plan(plan, config))
     return plan
+
+
+def planned_inputs(
+    config: RunConfig, registry: Registry, base: TaskAndTeacher, cache_root: Path, plan: dict[str, Any]
+) -> RunInputs:
+    """A dry run's :class:`RunInputs`: the teacher fine-tuned where it is already (its plan in
+    ``plan["teacher"]``), its outputs planned, the trainer's timing steps on this device."""
+    finetuned = _plan_teacher(plan, config, registry, base, cache_root)
+    accelerator = build_accelerator(config.precision)
+    return RunInputs(
+        task=base.task,
+        teacher=finetuned or base.teacher,
+        max_length=base.max_length,
+        train=base.train,
+        dev=base.dev,
+        trainer=Trainer(accelerator, base.task, batch_size=config.batch_size, seed=config.seed),
+        cache_root=cache_root,
+        caches=PlannedOutputs(ready=finetuned is not None, layers=preflight.reads_teacher_layers(config, registry)),
+        teacher_info=plan["teacher"],
+    )
 
 
 def _task_plan(task, train, dev) -> dict[str, Any]:
@@ -227,20 +233,11 @@ def _tokenizer_plan(tokenizer, max_length: int) -> dict[str, Any]:
 
 
 def _plan_teacher(
-    plan: dict[str, Any],
-    config: RunConfig,
-    registry: Registry,
-    *,
-    task,
-    teacher: Teacher,
-    train,
-    dev,
-    max_length: int,
-    cache_root: Path,
-    teacher_seed: int,
+    plan: dict[str, Any], config: RunConfig, registry: Registry, base: TaskAndTeacher, cache_root: Path
 ) -> Optional[Teacher]:
     """The teacher: given fine-tuned, stored, or to be fine-tuned (``plan["teacher"]``); returns
     the fine-tuned teacher where there is one already, else None."""
+    teacher, task = base.teacher, base.task
     plan["teacher"] = {
         "name": config.teacher,
         "source": teacher.source,
@@ -254,8 +251,8 @@ def _plan_teacher(
     if teacher.finetuned:
         plan["teacher"]["finetune"] = "no: it comes ready for the task (fine-tuned, or used as it is)"
         return teacher
-    settings = finetune_settings(config, teacher, train, max_length, teacher_seed)
-    key = teacher_stage.finetune_key(teacher, task, train, dev, settings)
+    settings = finetune_settings(config, teacher, base.train, base.max_length, teacher_seed(config))
+    key = teacher_stage.finetune_key(teacher, task, base.train, base.dev, settings)
     stored = teacher_stage.stored_teacher_dir(cache_root, key)
     plan["teacher"]["finetune"] = {**settings, "stored": str(stored) if stored else None}
     return create_teacher(config, registry, task, source=str(stored)) if stored is not None else None
@@ -272,45 +269,32 @@ def layer_reading(registry: Registry, model) -> Optional[str]:
 
 
 def _plan_stages(
-    plan: dict[str, Any],
-    config: RunConfig,
-    registry: Registry,
-    *,
-    task,
-    teacher: Teacher,
-    train,
-    dev,
-    max_length: int,
-    reads_layers: bool,
-    transfer_per_epoch: int,
-) -> tuple[Trainer, PlanningContext, Any]:
-    """The stages, from the recipe itself: its ``run(ctx)`` against a :class:`PlanningContext`
-    (and the ``--baseline`` student's first); what the recipe stores goes to a scratch directory."""
-    accelerator = build_accelerator(config.precision)
-    plan["device"] = str(accelerator.device)
-    plan["teacher_precision"] = inference_precision(config.precision, accelerator.device)
-    trainer = Trainer(accelerator, task, batch_size=config.batch_size, seed=config.seed)
+    plan: dict[str, Any], config: RunConfig, registry: Registry, inputs: RunInputs, transfer_per_epoch: int
+) -> tuple[EngineContext, Any]:
+    """The stages, from the recipe itself: its ``run(ctx)`` against a context whose stages are
+    planned (:class:`PlannedSource`), the ``--baseline`` student's first; what the recipe stores
+    goes to a scratch directory."""
+    device = inputs.trainer.accelerator.device
+    plan["device"] = str(device)
+    plan["teacher_precision"] = inference_precision(config.precision, device)
+    teacher = inputs.teacher
     with tempfile.TemporaryDirectory(prefix="kdplug-dry-run-") as scratch:
-        context = PlanningContext(
+        scratch_inputs = dataclasses.replace(inputs, cache_root=Path(scratch))
+        source = PlannedSource(
             config=config,
-            registry=registry,
-            task=task,
+            inputs=scratch_inputs,
             teacher=teacher,
-            trainer=trainer,
-            train=train,
-            dev=dev,
-            caches=None,
-            cache_root=Path(scratch),
-            cache_layers=reads_layers,
-            max_length=max_length,
+            specs=teacher_stage.matchable_specs(registry.find_layer_extractor(teacher.model), teacher.model)[0],
+            cache_layers=inputs.caches.layers,
             transfer_per_epoch=transfer_per_epoch,
             transfer_estimated=bool(plan["transfer"]) and not plan["transfer"].get("stored"),
         )
+        context = EngineContext(config=config, registry=registry, inputs=scratch_inputs, source=source)
         if config.baseline:
             train_baseline(context)
         recipe = registry.create("recipe", config.recipe, **config.recipe_options)
         student = recipe.run(RecipeView(context))
-    return trainer, context, student
+    return context, student
 
 
 def _student_plan(config: RunConfig, student, teacher_tokenizer) -> dict[str, Any]:
@@ -331,9 +315,12 @@ def fewest_epochs(epochs: int, patience: int, min_epochs: int) -> int:
     return min(epochs, max(min_epochs, patience + 1)) if patience else epochs
 
 
-def _time_plan(plan, config, trainer, teacher, finetuned, train, dev) -> dict[str, Any]:
+def _time_plan(plan: dict[str, Any], config: RunConfig, inputs: RunInputs) -> dict[str, Any]:
     """Seconds for the teacher's fine-tuning and outputs where they are not stored yet, and the
-    stages' sum, from steps timed on this machine now (see :mod:`kdplug.engine.estimate`)."""
+    stages' sum, from steps timed on this machine now (see :mod:`kdplug.engine.estimate`). The
+    teacher is fine-tuned already unless its fine-tuning is planned, so ``inputs.teacher`` is the
+    model each of the two times."""
+    trainer, teacher, train, dev = inputs.trainer, inputs.teacher, inputs.train, inputs.dev
     parts: dict[str, tuple[float, float]] = {}  # the fewest and the most seconds
     finetune = plan["teacher"]["finetune"]
     if isinstance(finetune, dict) and not finetune["stored"]:
@@ -346,7 +333,7 @@ def _time_plan(plan, config, trainer, teacher, finetuned, train, dev) -> dict[st
     outputs = plan["teacher_outputs"]
     if isinstance(outputs, dict) and any(value != "cached" for value in outputs.values()):
         loader, _ = trainer.loader(train, shuffle=False, batch_size=config.teacher_batch_size)
-        forward = estimate.step_seconds((finetuned or teacher).model, loader, train=False)
+        forward = estimate.step_seconds(teacher.model, loader, train=False)
         examples = len(train) + sum(len(split) for split in dev.values())
         seconds = forward * math.ceil(examples / config.teacher_batch_size)
         parts["teacher outputs"] = (seconds, seconds)
@@ -364,32 +351,22 @@ def _span(low: float, high: float) -> str:
     return human_duration(high) if abs(high - low) < 0.05 else f"{human_duration(low)} to {human_duration(high)}"
 
 
-def _cached_outputs(
-    config: RunConfig,
-    registry: Registry,
-    teacher: Optional[Teacher],
-    task,
-    train,
-    dev,
-    root: Path,
-    layers: bool,
-    max_length: int,
-) -> dict[str, Any]:
+def _cached_outputs(config: RunConfig, registry: Registry, inputs: RunInputs) -> dict[str, Any]:
     """Which of the teacher's outputs the cache holds (unknown until the teacher is fine-tuned):
     per split, its logits and, where the run reads them, its layer vectors."""
-    if teacher is None:
-        return {"train": "computed after fine-tuning", **dict.fromkeys(dev, "computed after fine-tuning")}
-    train, dev = teacher_stage.teacher_splits(teacher, task, max_length, train, dev)  # as the teacher reads them
-    specs, _ = teacher_stage.matchable_specs(registry.find_layer_extractor(teacher.model), teacher.model)
-    teacher_fp, tokenizer_fp = (
-        teacher_stage.teacher_fingerprint(teacher.model),
-        fingerprint.of_tokenizer(teacher.tokenizer),
-    )
-    dtype = inference_precision(config.precision, build_accelerator(config.precision).device)
+    if not inputs.caches.ready:
+        return {"train": "computed after fine-tuning", **dict.fromkeys(inputs.dev, "computed after fine-tuning")}
+    teacher, layers = inputs.teacher, inputs.caches.layers
+    # as the teacher reads them
+    train, dev = teacher_stage.teacher_splits(teacher, inputs.task, inputs.max_length, inputs.train, inputs.dev)
+    extractor, fingerprints = registry.find_layer_extractor(teacher.model), teacher_stage.teacher_fingerprints(teacher)
+    device, root = inputs.trainer.accelerator.device, inputs.cache_root
     found = {}
     for name, split in [("train", train), *dev.items()]:
-        logits = teacher_stage.logits_key(teacher_fp, tokenizer_fp, split, dtype)
-        keys = {"logits": logits, **({"layers": teacher_stage.layers_key(logits, specs)} if layers else {})}
+        split_keys = teacher_stage.split_keys(
+            teacher, extractor, split, precision=config.precision, device=device, layers=layers, **fingerprints
+        )
+        keys = {"logits": split_keys.logits, **({"layers": split_keys.layers} if layers else {})}
         cached = [kind for kind, key in keys.items() if is_cached(root / "teacher-cache", key)]
         found[name] = (
             "cached"
@@ -401,20 +378,19 @@ def _cached_outputs(
     return found
 
 
-def cache_size(
-    registry: Registry, teacher: Teacher, task, train, dev, layers: bool, transfer_examples: int
-) -> dict[str, Any]:
+def cache_size(registry: Registry, teacher: Teacher, inputs: RunInputs, transfer_examples: int) -> dict[str, Any]:
     """The bytes of the run's teacher outputs on disk, before any is computed: per split, examples x
     (outputs x 4 + the matchable layers' widths x 2, where the run reads layers). The layers'
-    widths are the teacher's architecture's, fine-tuned or not."""
+    widths are the teacher's architecture's, fine-tuned or not (``teacher``: as configured)."""
 
     specs, _ = teacher_stage.matchable_specs(registry.find_layer_extractor(teacher.model), teacher.model)
-    widths = [spec.width for spec in specs] if layers else []
-    splits = {"train": len(train), **{name: len(split) for name, split in dev.items()}}
+    widths = [spec.width for spec in specs] if inputs.caches.layers else []
+    splits = {"train": len(inputs.train), **{name: len(split) for name, split in inputs.dev.items()}}
     if transfer_examples:
         splits["transfer"] = transfer_examples
+    outputs = num_outputs(inputs.task)
     sizes = {
-        name: {"examples": n, "logits": logits_bytes(n, num_outputs(task)), "layers": layers_bytes(n, widths)}
+        name: {"examples": n, "logits": logits_bytes(n, outputs), "layers": layers_bytes(n, widths)}
         for name, n in splits.items()
     }
     return {
@@ -424,9 +400,7 @@ def cache_size(
     }
 
 
-def _transfer_plan(
-    config: RunConfig, task, teacher: Optional[Teacher], root: Path, seed: int, plan: dict[str, Any]
-) -> int:
+def _transfer_plan(config: RunConfig, inputs: RunInputs, plan: dict[str, Any]) -> int:
     """The transfer set's size: the stored one's, else what the files hold plus the augmented copies
     (an upper bound: duplicates are dropped when it is built)."""
     if not (config.transfer or config.augment):
@@ -434,16 +408,17 @@ def _transfer_plan(
         return 0
     from . import transfer
 
+    task = inputs.task
     train_examples = task.load_split("train")
-    if teacher is not None:
+    if inputs.caches.ready:
         stored = transfer.find_stored(
             config,
             task,
-            teacher,
+            inputs.teacher,
             train_examples,
             {name: task.load_split(name) for name in task.dev_splits},
-            root=root,
-            seed=seed,
+            root=inputs.cache_root,
+            seed=teacher_seed(config),
         )
         if stored is not None:
             plan["transfer"] = {"examples": len(stored), "stored": str(stored.directory)}

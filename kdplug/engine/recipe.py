@@ -1,11 +1,12 @@
 """The engine's recipe context: what a recipe's ``run(ctx)`` drives.
 
 :class:`EngineContext` implements the public protocol :class:`kdplug.types.RecipeContext` over a
-run's inputs, plus the few hooks a stage's preparation reads (:func:`~kdplug.engine.stage.prepare_stage`:
-the teacher's outputs, the transfer set's share, the data as a student reads it), which the dry
-run's planning context overrides. The defaults live in schedule.py, stage preparation in stage.py,
-``--baseline`` in baseline.py. Recipes receive the context through :class:`RecipeView`, which lets
-through the protocol and nothing else: the boundary holds by contract, not by convention.
+run's inputs (:class:`~kdplug.engine.inputs.RunInputs`, held whole) and a stage source, the
+teacher's side of each stage (:class:`~kdplug.engine.stage.StageSource`): live in a run
+(engine/live.py), planned in a dry run (engine/plan.py). The defaults live in schedule.py, stage
+preparation in stage.py, ``--baseline`` in baseline.py. Recipes receive the context through
+:class:`RecipeView`, which lets through the protocol and nothing else: the boundary holds by
+contract, not by convention.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from types import MappingProxyType
+from typing import Any, Optional
 
 from accelerate.utils import set_seed
 from torch import nn
@@ -38,115 +40,83 @@ from ..types import (
     matchable_layers,
     num_outputs,
 )
-from . import variation
-from .cache import ConcatCache, TeacherCache
 from .checkpoint import Checkpointer
-from .data import EncodedSplit, WithTransfer, encode
-from .heads import warmed_up_heads
+from .data import EncodedSplit
+from .inputs import RunInputs
+from .live import LiveSource
 from .objective import DistillationModule, TeacherHeads
-from .schedule import (
-    DEFAULT_TEMPERATURE,
-)
-from .stage import kd_loss_choice, prepare_stage
-from .teacher import TeacherOutputs, freeze, launch_processes
-from .trainer import Trainer, inference_precision
-from .transfer_outputs import TransferOutputs
-
-if TYPE_CHECKING:
-    from .inputs import RunInputs
+from .schedule import DEFAULT_TEMPERATURE
+from .stage import StageRequest, StageSource, kd_loss_choice, prepare_stage
+from .trainer import Trainer, count_parameters, inference_precision
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EngineContext:
-    """The engine's side of :class:`kdplug.types.RecipeContext` (see the module docstring)."""
+    """The engine's side of :class:`kdplug.types.RecipeContext` (see the module docstring): the run's
+    ``inputs``, the teacher's side of its stages (``source``: the run's teacher, or an assistant's
+    after :meth:`with_teacher`) and the record of its stages."""
 
     config: RunConfig
     registry: Registry
-    task: Task
-    teacher: Teacher
-    trainer: Trainer
-    train: EncodedSplit
-    dev: dict[str, EncodedSplit]
-    caches: Any  # callable (layers=False) -> (train cache, dev caches) built on first use
-    cache_root: Any
-    #: whether the teacher's caches hold its layer vectors from the start (preflight.reads_teacher_layers;
-    #: a stage that reads them anyway adds them beside the logits)
-    cache_layers: bool = True
-    stages: dict[str, dict] = field(default_factory=dict)
+    inputs: RunInputs
+    source: StageSource
     checkpoints: Optional[Checkpointer] = None
-    _heads: Optional[TeacherHeads] = None
+    stages: dict[str, dict] = field(default_factory=dict)
     last_distillation: Optional[tuple[str, DistillationModule]] = None
-    #: the tokenizer ``train`` and ``dev`` are encoded with (the run's teacher's); None = the teacher's
-    tokenizer: Any = None
-    #: tokens per example (the run's max_length, or the task's default within the teacher's limit)
-    max_length: Optional[int] = None
-    #: the run's transfer set (engine.transfer.TransferSet): stages that distil also learn on it
-    transfer: Any = None
-    #: the teacher's outputs on the transfer set, computed on first use (shared with the baseline's context)
-    transfer_outputs: Optional[TransferOutputs] = None
     #: put before every stage's name: a ``--baseline`` schedule's are ``baseline-<projector>-<stage>``
     stage_prefix: str = ""
     #: added to every stage's line (a ``--baseline`` schedule's: the run's settings it does not use)
     stage_note: str = ""
     _size_checked: bool = False
-    #: each teacher layer's input-dependent share of energy (engine/variation.py), measured when a
-    #: stage first matches teacher layers; shared with the baseline's context (the same teacher)
-    layer_variation: dict[int, float] = field(default_factory=dict)
     _trimmed: dict = field(default_factory=dict)  # tokenizer id -> (trimmed tokenizer, kept ids)
-
-    def __post_init__(self) -> None:
-        if self.tokenizer is None:
-            self.tokenizer = self.teacher.tokenizer
-        if self.max_length is None:
-            from .data import default_max_length
-
-            self.max_length = self.config.max_length or default_max_length(self.task)
-        if self.transfer is not None and self.transfer_outputs is None:
-            self.transfer_outputs = TransferOutputs(
-                self.transfer,
-                self.teacher,
-                self.extractor(self.teacher.model),
-                self.trainer,
-                self.task,
-                self.max_length,
-                root=self.cache_root,
-                precision=self.config.precision,
-            )
 
     @classmethod
     def for_run(
-        cls,
-        config: RunConfig,
-        registry: Registry,
-        inputs: RunInputs,
-        cache_root: Path,
-        checkpoints: Optional[Checkpointer] = None,
+        cls, config: RunConfig, registry: Registry, inputs: RunInputs, checkpoints: Optional[Checkpointer] = None
     ) -> EngineContext:
         """The context of a run's recipe over the ``inputs`` it computed once."""
-        return cls(
-            config=config,
-            registry=registry,
-            task=inputs.task,
-            teacher=inputs.teacher,
-            trainer=inputs.trainer,
-            train=inputs.train,
-            dev=inputs.dev,
-            caches=inputs.caches,
-            cache_root=cache_root,
-            cache_layers=inputs.caches.layers,
-            checkpoints=checkpoints,
-            max_length=inputs.max_length,
-            transfer=inputs.transfer,
-        )
-
-    @property
-    def transfer_info(self) -> dict[str, Any]:
-        """What caching the teacher's outputs on the transfer set cost (seconds, reused or built)."""
-        return self.transfer_outputs.info if self.transfer_outputs is not None else {}
+        source = LiveSource.of_run(config, inputs)
+        return cls(config=config, registry=registry, inputs=inputs, source=source, checkpoints=checkpoints)
 
     # -- the run, read-only -------------------------------------------------------------------
+    @property
+    def task(self) -> Task:
+        return self.inputs.task
+
+    @property
+    def teacher(self) -> Teacher:
+        """The teacher students learn from: the run's, or an assistant's (:meth:`with_teacher`)."""
+        return self.source.teacher
+
+    @property
+    def trainer(self) -> Trainer:
+        return self.inputs.trainer
+
+    @property
+    def train(self) -> EncodedSplit:
+        return self.inputs.train
+
+    @property
+    def dev(self) -> dict[str, EncodedSplit]:
+        return self.inputs.dev
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer ``train`` and ``dev`` are encoded with (the run's teacher's)."""
+        return self.inputs.tokenizer
+
+    @property
+    def max_length(self) -> int:
+        """Tokens per example (the run's max_length, or the task's default within the teacher's limit)."""
+        return self.inputs.max_length
+
+    @property
+    def transfer(self) -> Any:
+        """The run's transfer set (engine.transfer.TransferSet), None without one."""
+        return self.inputs.transfer
+
     @property
     def settings(self) -> Settings:
         return Settings(self.config.to_dict())
@@ -160,12 +130,10 @@ class EngineContext:
         self.stages.setdefault(self.stage_prefix + stage, {}).update(facts)
 
     def stage_record(self, stage: str) -> Any:
-        from types import MappingProxyType
-
         return MappingProxyType(self.stages.get(self.stage_prefix + stage, {}))
 
     def store_directory(self, kind: str, key: str) -> Path:
-        return Path(self.cache_root) / kind / key
+        return Path(self.inputs.cache_root) / kind / key
 
     @property
     def teacher_precision(self) -> str:
@@ -190,7 +158,7 @@ class EngineContext:
         set_seed(self.config.seed)
         opts = {**self.config.student_options, **options} if name is None else options
         factory, source = self.registry.model_reference("student", name or self.config.student)
-        with building_under(Path(self.cache_root)):  # what it stores (a trained tokenizer) goes to the run's cache
+        with building_under(Path(self.inputs.cache_root)):  # what it stores (a trained tokenizer) goes to the cache
             student = self.registry.create("student", factory, self.task, self.teacher, **{**opts, **source})
         if name is None and self.config.trim_vocab:
             trim_vocabulary(student, self.tokenizer, self, self._trimmed)
@@ -221,224 +189,99 @@ class EngineContext:
     def projection_request(self, student: nn.Module) -> ProjectionRequest:
         teacher_extractor, student_extractor = self.extractor(self.teacher.model), self.extractor(student)
         return ProjectionRequest(
-            matchable_layers(teacher_extractor.layer_specs(self.teacher.model)),
-            matchable_layers(student_extractor.layer_specs(student)),
-            num_outputs(self.task),
-            self.task.is_regression,
+            teacher_layers=matchable_layers(teacher_extractor.layer_specs(self.teacher.model)),
+            student_layers=matchable_layers(student_extractor.layer_specs(student)),
+            num_outputs=num_outputs(self.task),
+            is_regression=self.task.is_regression,
             seed=self.config.seed,
             teacher_tokens=token_spec(teacher_extractor, self.teacher.model),
             student_tokens=token_spec(student_extractor, student),
         )
 
-    def weights(
-        self,
-        projector: Optional[nn.Module],
-        *,
-        eta: Optional[float] = None,
-        lam: Optional[float] = None,
-        temperature: Optional[float] = None,
-        ce: Optional[float] = None,
-    ) -> Weights:
-        """The weights of a stage: each of ``eta``, ``lam``, ``temperature`` given here, else the run's
-        setting, else the projector's default. The CE weight is ``ce`` if given; when the recipe
-        passes ``eta`` or ``lam`` it defines the stage, so CE is 1 − eta − lam (two-stage's stage 1
-        has none, whatever the run says); otherwise the run's ``ce_weight``, else 1 − eta − lam."""
-        defaults = dict(capabilities(ProjectorCapabilities, projector).default_weights or {})
-        config = self.config
+    def weights(self, projector: Optional[nn.Module], **given: Optional[float]) -> Weights:
+        return stage_weights(self.config, projector, **given)
 
-        def pick(*candidates: Optional[float]) -> Optional[float]:
-            return next((float(v) for v in candidates if v is not None), None)
-
-        eta_value = pick(eta, config.eta, defaults.get("eta"), 0.0)
-        lam_value = pick(lam, config.lam, defaults.get("lam"), 0.0)
-        convex = round(1.0 - eta_value - lam_value, 9)  # 1 - 0.7 - 0.3 is 5.6e-17, not 0
-        ce_value = (
-            pick(ce, convex)
-            if eta is not None or lam is not None
-            else pick(ce, config.ce_weight, defaults.get("ce"), convex)
-        )
-        if ce_value < -1e-9:
-            raise UsageError(
-                f"eta + lam = {eta_value + lam_value:g} exceeds 1, so the CE weight 1 - eta - lam would "
-                f"be negative; lower them or set ce_weight"
-            )
-        temperature_value = pick(temperature, config.temperature, defaults.get("temperature"), DEFAULT_TEMPERATURE)
-        return Weights(eta=eta_value, lam=lam_value, temperature=temperature_value, ce=max(ce_value, 0.0))
-
-    def teacher_cache(self, layers: bool = False) -> tuple[TeacherCache, dict[str, TeacherCache]]:
+    def teacher_cache(self, layers: bool = False) -> tuple[Any, dict[str, Any]]:
         """The teacher's outputs on train and dev; with its layer vectors where ``layers`` (or the run reads them)."""
-        return self.caches(layers=layers)
+        return self.source.teacher_cache(layers=layers)
 
-    def with_transfer(self, student: nn.Module, train: EncodedSplit, cache: TeacherCache) -> tuple[Any, Any]:
-        """The training data and teacher outputs of a distillation stage: the labelled split followed by
-        the transfer set (read with the student's tokenizer), and both caches."""
-        if self.transfer is None:
-            return train, cache
-        tokenizer = capabilities(StudentCapabilities, student).tokenizer or self.tokenizer
-        transfer = self.transfer.encode(
-            tokenizer,
-            self.max_length,
-            is_regression=self.task.is_regression,
-            processes=launch_processes(self.trainer.accelerator),
-        )
-        ratio = self.config.transfer_ratio
-        per_epoch = None if ratio is None else round(ratio * len(train))
-        return WithTransfer(train, transfer, per_epoch=per_epoch), ConcatCache(
-            cache, self.transfer_outputs(layers=cache.has_layers)
-        )
-
-    def teacher_heads(self) -> TeacherHeads:
-        """The teacher's pseudo classifiers, warmed up (or reused) on first use; each head is
-        selected on a held-out tenth of the training set, never on dev."""
-        if self._heads is None:
-            train_cache, _ = self.teacher_cache(layers=True)  # the heads read the teacher's layer vectors
-            heads, summary = warmed_up_heads(
-                self.cache_root,
-                train_cache,
-                self.train.labels,
-                num_outputs=num_outputs(self.task),
-                is_regression=self.task.is_regression,
-                epochs=self.config.head_epochs,
-                lr=self.config.head_lr,
-                batch_size=self.config.batch_size,
-                seed=self.config.seed,
-            )
-            self.stages["teacher_heads"] = summary
-            self._heads = heads
-        return self._heads
+    def teacher_heads(self) -> Optional[TeacherHeads]:
+        """The teacher's pseudo classifiers, warmed up (or reused) on first use (None in a dry run)."""
+        return self.source.teacher_heads(self.stages)
 
     def adopt(self, other: EngineContext) -> None:
-        """Take over what ``other``, a context over the same teacher and data (the baseline's),
-        built once: its heads and the size check (the teacher's outputs on the transfer set are shared)."""
-        self._heads = self._heads or other._heads
+        """Take over what ``other``, a context over the same teacher side (the baseline's), checked once: the size."""
         self._size_checked = self._size_checked or other._size_checked
 
     def with_teacher(self, teacher: Teacher) -> EngineContext:
         """A context that distils from ``teacher`` instead, e.g. a trained teaching assistant (TAKD).
 
-        The teacher is frozen; its outputs are cached now like the run's teacher's (keyed by a
-        fingerprint of its weights, tokenizer and data, so a reloaded model reuses its cache),
-        read with its own tokenizer where it has one (``teacher.tokenizer``). Its heads are warmed
-        up separately. The data, settings and the record of stages are shared with this context;
-        students built by the new context (``new_student``) see ``teacher`` as their teacher.
+        The teacher is frozen; its outputs are cached now like the run's teacher's, read with its
+        own tokenizer where it has one (``teacher.tokenizer``). Its heads are warmed up separately.
+        The data, settings and the record of stages are shared with this context; students built
+        by the new context (``new_student``) see ``teacher`` as their teacher.
         """
-        freeze(teacher)
-        train, dev = self.splits_with(teacher.tokenizer)
-        caches = TeacherOutputs(
-            teacher,
-            self.extractor(teacher.model),
-            self.trainer,
-            self.task,
-            train,
-            dev,
-            root=self.cache_root,
-            precision=self.config.precision,
-            layers=self.cache_layers,
-        )
-        caches()  # now, so the next stage starts from the same state whether the teacher was stored or trained
-        return dataclasses.replace(
-            self,
-            teacher=teacher,
-            caches=caches,
-            _heads=None,
-            last_distillation=None,
-            transfer_outputs=None,
-            layer_variation={},
-        )
+        source = self.source.for_teacher(teacher, self.extractor(teacher.model))
+        return dataclasses.replace(self, source=source, last_distillation=None)
 
     # -- stages -----------------------------------------------------------------------------
     def splits_for(self, student: nn.Module) -> tuple[EncodedSplit, dict[str, EncodedSplit]]:
         """The data as this student reads it: re-encoded when it brings its own tokenizer."""
-        return self.splits_with(capabilities(StudentCapabilities, student).tokenizer)
-
-    def splits_with(self, tokenizer: Any) -> tuple[EncodedSplit, dict[str, EncodedSplit]]:
-        """The data encoded with ``tokenizer`` (None: the run's encoding)."""
-        if tokenizer is None or tokenizer is self.tokenizer:
-            return self.train, self.dev
-        max_length = self.max_length
-        train = encode(self.task.load_split("train"), tokenizer, max_length, is_regression=self.task.is_regression)
-        dev = {
-            name: encode(self.task.load_split(name), tokenizer, max_length, is_regression=self.task.is_regression)
-            for name in self.task.dev_splits
-        }
-        return train, dev
+        return self.inputs.splits_with(capabilities(StudentCapabilities, student).tokenizer)
 
     def train_stage(
-        self,
-        name: str,
-        student: nn.Module,
-        projector: Optional[nn.Module] = None,
-        *,
-        weights: Optional[Weights] = None,
-        objective: Optional[nn.Module] = None,
-        epochs: Optional[int] = None,
-        lr: Optional[float] = None,
-        patience: Optional[int] = None,
+        self, name: str, student: nn.Module, projector: Optional[nn.Module] = None, **options
     ) -> StageResult:
-        """Train ``student`` (with ``projector``) under ``objective`` or the weighted one, for ``epochs``
-        (else the run's, else the family's default), ending early after ``patience`` epochs without a
-        dev improvement (else the run's ``patience``, else 3 when no one set the epochs)."""
-        name = self.stage_prefix + name
-        stage = prepare_stage(
-            self,
-            name,
-            student,
-            projector,
-            weights=weights,
-            objective=objective,
-            epochs=epochs,
-            lr=lr,
-            patience=patience,
-        )
-        log.info("stage %s: %s%s", name, stage.describe(), self.stage_note)
-        result = self.trainer.fit(
-            name,
-            stage.module,
-            stage.train,
-            stage.dev,
-            epochs=stage.epochs,
-            lr=stage.lr,
-            teacher_cache=stage.teacher_cache,
-            checkpoints=self.checkpoints,
-            patience=stage.patience,
-            min_epochs=stage.min_epochs,
-            live_teacher=stage.live_teacher,
-            keep_last=stage.keep_last,
-        )
+        """Train ``student`` as :meth:`kdplug.types.RecipeContext.train_stage` says (the arguments:
+        :class:`~kdplug.engine.stage.StageRequest`), or plan it in a dry run."""
+        request = StageRequest(name=self.stage_prefix + name, student=student, projector=projector, **options)
+        stage = prepare_stage(self, request)
+        result, record = self.source.run(request.name, stage, self.checkpoints, self.stage_note)
         if stage.projector is not None:
-            self.last_distillation = (name, stage.module)  # for the attention and layer records
-        self.stages[name] = {**result.summary(), **stage.settings()}
-        if stage.warnings:
-            self.stages[name]["warnings"] = [*stage.warnings, *self.stages[name].get("warnings", [])]
+            self.last_distillation = (request.name, stage.module)  # for the attention and layer records
+        self.stages[request.name] = record
         return result
 
-    def near_constant_layers(self, projector: Optional[nn.Module], train_cache: Any) -> Optional[str]:
-        """The warning (logged now) for the teacher layers ``projector`` matches whose vectors barely vary
-        across the training examples, None if none (engine/variation.py)."""
-        matched = variation.matched_teacher_layers(projector, len(train_cache.specs) if train_cache else 0)
-        if not matched:
-            return None
-        if not self.layer_variation:
-            self.layer_variation.update(variation.input_dependent_shares(train_cache))
-        name = capabilities(ProjectorCapabilities, projector).name or self.config.projector
-        warning = variation.near_constant_warning(name, projector, matched, self.layer_variation)
-        if warning:
-            log.warning(warning)
-        return warning
 
-    def examples_per_epoch(self, train: Any) -> int:
-        """Training examples per epoch: labelled ones plus the transfer set's share."""
-        return getattr(train, "epoch_size", len(train))
+def stage_weights(
+    config: RunConfig,
+    projector: Optional[nn.Module],
+    *,
+    eta: Optional[float] = None,
+    lam: Optional[float] = None,
+    temperature: Optional[float] = None,
+    ce: Optional[float] = None,
+) -> Weights:
+    """The weights of a stage: each of ``eta``, ``lam``, ``temperature`` given here, else the run's
+    setting, else the projector's default. The CE weight is ``ce`` if given; when the recipe
+    passes ``eta`` or ``lam`` it defines the stage, so CE is 1 − eta − lam (two-stage's stage 1
+    has none, whatever the run says); otherwise the run's ``ce_weight``, else 1 − eta − lam."""
+    defaults = dict(capabilities(ProjectorCapabilities, projector).default_weights or {})
+
+    def pick(*candidates: Optional[float]) -> Optional[float]:
+        return next((float(v) for v in candidates if v is not None), None)
+
+    eta_value = pick(eta, config.eta, defaults.get("eta"), 0.0)
+    lam_value = pick(lam, config.lam, defaults.get("lam"), 0.0)
+    convex = round(1.0 - eta_value - lam_value, 9)  # 1 - 0.7 - 0.3 is 5.6e-17, not 0
+    ce_value = (
+        pick(ce, convex)
+        if eta is not None or lam is not None
+        else pick(ce, config.ce_weight, defaults.get("ce"), convex)
+    )
+    if ce_value < -1e-9:
+        raise UsageError(
+            f"eta + lam = {eta_value + lam_value:g} exceeds 1, so the CE weight 1 - eta - lam would "
+            f"be negative; lower them or set ce_weight"
+        )
+    temperature_value = pick(temperature, config.temperature, defaults.get("temperature"), DEFAULT_TEMPERATURE)
+    return Weights(eta=eta_value, lam=lam_value, temperature=temperature_value, ce=max(ce_value, 0.0))
 
 
 def token_spec(extractor: Any, model: nn.Module) -> Optional[TokenSpec]:
     """The shape of ``model``'s per-token signals, None when its extractor reads none (a pooled student)."""
     read = getattr(extractor, "token_spec", None)
     return read(model) if read is not None else None
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 def trim_vocabulary(student: nn.Module, tokenizer: Any, run: Any, trimmed: dict) -> None:

@@ -1,12 +1,14 @@
-"""A stage before it trains: what :meth:`EngineContext.train_stage` (and the dry run's planning
-context) resolves from a recipe's request: the objective and its losses, the teacher's outputs or
-the teacher run live, the data with the transfer set's share, the learning rate, epochs and early
-stopping, and the check that the student's vocabulary covers the ids it will read."""
+"""A stage before it trains: what :meth:`EngineContext.train_stage` resolves from a recipe's
+request (:class:`StageRequest`): the objective and its losses, the teacher's outputs or the teacher
+run live, the data with the transfer set's share, the learning rate, epochs and early stopping, and
+the check that the student's vocabulary covers the ids it will read. What it reads of the run's
+teacher side comes through :class:`StageSource`, live in a run (engine/live.py) and planned in a
+dry run (engine/plan.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
 from torch import nn
 
@@ -14,18 +16,67 @@ from .. import fingerprint
 from ..capabilities import ObjectiveCapabilities, ProjectorCapabilities, StudentCapabilities, capabilities
 from ..config import RunConfig
 from ..errors import UsageError
-from ..types import Task, Weights, reads_teacher_layers
+from ..types import StageResult, Task, Teacher, Weights, reads_teacher_layers
 from . import preflight
+from .checkpoint import Checkpointer
 from .data import EncodedSplit, WithTransfer
-from .objective import DistillationModule, WeightedObjective
+from .objective import DistillationModule, TeacherHeads, WeightedObjective
 from .schedule import DEFAULT_LR, default_epochs, family_default, resolve_min_epochs, resolve_patience, stopping_rule
 from .teacher import LiveTeacher
 
-if TYPE_CHECKING:
-    from .recipe import EngineContext
+
+@dataclass(frozen=True, kw_only=True)
+class StageRequest:
+    """A recipe's request to train a stage: the arguments of :meth:`kdplug.types.RecipeContext.train_stage`
+    (see its docstring), declared once: the engine's context turns a call into one of these."""
+
+    name: str
+    student: nn.Module
+    projector: Optional[nn.Module] = None
+    weights: Optional[Weights] = None
+    objective: Optional[nn.Module] = None
+    epochs: Optional[int] = None
+    lr: Optional[float] = None
+    patience: Optional[int] = None
 
 
-@dataclass
+class StageSource(Protocol):
+    """What a stage reads of the run's teacher side, and where it goes to train: for one teacher
+    (the run's, or a recipe's assistant: :meth:`for_teacher`). A run's (engine/live.py) opens or
+    computes the teacher's outputs and trains; a dry run's (engine/plan.py) holds their shapes and
+    records the stage instead."""
+
+    teacher: Teacher
+
+    def teacher_cache(self, layers: bool = False) -> tuple[Any, dict[str, Any]]:
+        """The teacher's outputs on train and dev; with its layer vectors where ``layers``."""
+        ...
+
+    def teacher_heads(self, stages: dict[str, dict]) -> Optional[TeacherHeads]:
+        """The teacher's pseudo classifiers, warmed up (or reused) on first use; what that did goes to ``stages``."""
+        ...
+
+    def near_constant_layers(self, projector: Optional[nn.Module], train_cache: Any, name: str) -> Optional[str]:
+        """The warning for the teacher layers ``projector`` (called ``name``) matches whose vectors barely vary."""
+        ...
+
+    def with_transfer(self, student: nn.Module, train: EncodedSplit, cache: Any) -> tuple[Any, Any, int]:
+        """A distilling stage's data and teacher outputs, the transfer set's share added, and its examples per epoch."""
+        ...
+
+    def run(
+        self, name: str, stage: Stage, checkpoints: Optional[Checkpointer], note: str = ""
+    ) -> tuple[StageResult, dict[str, Any]]:
+        """Train ``stage`` (or plan it): its result and what metrics.json (or the plan) records of it.
+        ``note``: added to the stage's line in the log (a ``--baseline`` stage's)."""
+        ...
+
+    def for_teacher(self, teacher: Teacher, extractor: Any) -> StageSource:
+        """The same for ``teacher`` (frozen now), whose layers ``extractor`` reads."""
+        ...
+
+
+@dataclass(kw_only=True)
 class Stage:
     """A stage ready to train: what :func:`prepare_stage` resolved."""
 
@@ -81,24 +132,15 @@ class Stage:
         )
 
 
-def prepare_stage(
-    context: EngineContext,
-    name: str,
-    student: nn.Module,
-    projector: Optional[nn.Module] = None,
-    *,
-    weights: Optional[Weights] = None,
-    objective: Optional[nn.Module] = None,
-    epochs: Optional[int] = None,
-    lr: Optional[float] = None,
-    patience: Optional[int] = None,
-) -> Stage:
-    """Everything a stage trains with, resolved and checked (see :meth:`EngineContext.train_stage`)."""
-    config = context.config
+def prepare_stage(context: Any, request: StageRequest) -> Stage:
+    """Everything a stage trains with, resolved and checked (see :meth:`EngineContext.train_stage`):
+    ``context`` is the recipe's (engine/recipe.py), whose ``source`` gives the teacher's side."""
+    config, source, name, student = context.config, context.source, request.name, request.student
     if name in context.stages:
         raise UsageError(f"the recipe runs two stages named {name!r}; stage names must be unique")
     check_positions(student, name, context.max_length)
-    weights = weights or context.weights(projector)
+    projector, objective = request.projector, request.objective
+    weights = request.weights or context.weights(projector)
     # no term reaches the classifier (TinyBERT's and MiniLMv2's first stage): its dev score says
     # nothing of the stage, so keep the last epoch and train every epoch
     blind = objective is None and weights.ce == 0 and weights.eta == 0
@@ -111,41 +153,42 @@ def prepare_stage(
         capabilities(ProjectorCapabilities, projector).needs_teacher_heads
         or capabilities(ObjectiveCapabilities, objective).needs_teacher_heads
     )
-    heads = context.teacher_heads() if needs_heads else None
+    heads = source.teacher_heads(context.stages) if needs_heads else None
     module = DistillationModule(student, context.extractor(student), projector, objective, heads)
     needs_teacher = module.needs_teacher
     needs_layers = needs_heads or (projector is not None and reads_teacher_layers(projector))
-    train_cache = context.teacher_cache(layers=needs_layers)[0] if needs_teacher else None
-    flat_layers = context.near_constant_layers(projector, train_cache)
+    train_cache = source.teacher_cache(layers=needs_layers)[0] if needs_teacher else None
+    projector_name = capabilities(ProjectorCapabilities, projector).name or config.projector
+    flat_layers = source.near_constant_layers(projector, train_cache, projector_name)
     train, dev = context.splits_for(student)
     examples = len(train)
     if needs_teacher:  # a transfer set only teaches through the teacher's outputs
-        train, train_cache = context.with_transfer(student, train, train_cache)
-        examples = context.examples_per_epoch(train)
+        train, train_cache, examples = source.with_transfer(student, train, train_cache)
     parts = [train.labelled, train.transfer] if isinstance(train, WithTransfer) else [train]
     check_vocabulary(student, name, [*parts, *dev.values()])
     live = live_teacher(context, student, name) if module.needs_tokens else None
-    lr = lr or config.lr or family_default(capabilities(StudentCapabilities, student).default_lr, DEFAULT_LR)
-    chosen = not (epochs or config.epochs)
-    epochs = epochs or config.epochs or default_epochs(student, examples, config.batch_size)
+    lr = request.lr or config.lr or family_default(capabilities(StudentCapabilities, student).default_lr, DEFAULT_LR)
+    chosen = not (request.epochs or config.epochs)
+    epochs = request.epochs or config.epochs or default_epochs(student, examples, config.batch_size)
+    patience = request.patience
     patience = 0 if blind else patience if patience is not None else resolve_patience(config.patience, chosen)
     min_epochs = resolve_min_epochs(config.min_epochs, epochs) if patience else 0
     return Stage(
-        module,
-        projector,
-        weights,
-        train,
-        dev,
-        train_cache,
-        epochs,
-        lr,
-        patience,
-        examples,
-        live,
-        blind,
-        min_epochs,
-        losses,
-        [flat_layers] if flat_layers else [],
+        module=module,
+        projector=projector,
+        weights=weights,
+        train=train,
+        dev=dev,
+        teacher_cache=train_cache,
+        epochs=epochs,
+        lr=lr,
+        patience=patience,
+        examples=examples,
+        live_teacher=live,
+        keep_last=blind,
+        min_epochs=min_epochs,
+        losses=losses,
+        warnings=[flat_layers] if flat_layers else [],
     )
 
 
@@ -187,7 +230,7 @@ def stage_losses(config: RunConfig, task: Task, projector: Optional[nn.Module], 
     return losses
 
 
-def weighted_objective(context: EngineContext, projector: Optional[nn.Module], weights: Weights) -> WeightedObjective:
+def weighted_objective(context: Any, projector: Optional[nn.Module], weights: Weights) -> WeightedObjective:
     """CE on the labels, KD on the teacher's logits and the layer loss on ``projector``'s pairs, as ``weights`` say."""
     regression = context.task.is_regression
     ild = ild_loss_choice(context.config, projector)
@@ -202,7 +245,7 @@ def weighted_objective(context: EngineContext, projector: Optional[nn.Module], w
     )
 
 
-def live_teacher(context: EngineContext, student: nn.Module, stage: str) -> LiveTeacher:
+def live_teacher(context: Any, student: nn.Module, stage: str) -> LiveTeacher:
     """The teacher run on every batch, for a projector that distils per-token signals: both
     models read the same tokens, so the student must read with the teacher's tokenizer."""
     own = capabilities(StudentCapabilities, student).tokenizer

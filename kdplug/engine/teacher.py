@@ -12,6 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -267,6 +268,53 @@ def layers_key(logits: str, specs: list[LayerSpec]) -> str:
     return fingerprint.of_values("teacher-layers", logits, [(s.index, s.width, s.kind) for s in specs])
 
 
+def teacher_fingerprints(teacher: Teacher) -> dict[str, str]:
+    """The teacher's part of its cache keys: its weights' and its tokenizer's fingerprints (computed
+    once by whoever opens several splits)."""
+    return {
+        "teacher_fingerprint": teacher_fingerprint(teacher.model),
+        "tokenizer_fingerprint": fingerprint.of_tokenizer(teacher.tokenizer),
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitKeys:
+    """The keys of a split's cached teacher outputs (``layers``: None where they hold no layer
+    vectors), the dtype the teacher runs in, and its matchable layers with their positions in its
+    extractor's output."""
+
+    logits: str
+    layers: Optional[str]
+    dtype: str
+    specs: list[LayerSpec]
+    positions: list[int]
+
+
+def split_keys(
+    teacher: Teacher,
+    extractor: LayerExtractor,
+    split: EncodedSplit,
+    *,
+    precision: str,
+    device: Any,
+    layers: bool,
+    teacher_fingerprint: str,
+    tokenizer_fingerprint: str,
+) -> SplitKeys:
+    """The keys under which the teacher's outputs on ``split`` are cached: what the teacher pass
+    (:func:`build_cache`) stores them under and the dry run looks them up by."""
+    specs, positions = matchable_specs(extractor, teacher.model)
+    dtype = inference_precision(precision, device)  # keyed by what ran, not by the option
+    logits = logits_key(teacher_fingerprint, tokenizer_fingerprint, split, dtype)
+    return SplitKeys(
+        logits=logits,
+        layers=layers_key(logits, specs) if layers else None,
+        dtype=dtype,
+        specs=specs,
+        positions=positions,
+    )
+
+
 def build_cache(
     teacher: Teacher,
     extractor: LayerExtractor,
@@ -282,21 +330,28 @@ def build_cache(
     layers: bool = True,
 ) -> cache_module.TeacherCache:
     """The teacher's outputs on ``split``: its logits, and its layer vectors when ``layers``."""
-    specs, positions = matchable_specs(extractor, teacher.model)
-    dtype = inference_precision(precision, trainer.accelerator.device)  # keyed by what ran, not by the option
-    logits = logits_key(teacher_fingerprint, tokenizer_fingerprint, split, dtype)
+    keys = split_keys(
+        teacher,
+        extractor,
+        split,
+        precision=precision,
+        device=trainer.accelerator.device,
+        layers=layers,
+        teacher_fingerprint=teacher_fingerprint,
+        tokenizer_fingerprint=tokenizer_fingerprint,
+    )
     size = pass_batch_size(trainer)
     return cache_module.open_or_build(
         root / "teacher-cache",
-        logits,
-        layers_key=layers_key(logits, specs) if layers else None,
+        keys.logits,
+        layers_key=keys.layers,
         num_examples=len(split),
         num_outputs=num_outputs(task),
-        specs=specs,
+        specs=keys.specs,
         compute=lambda with_layers, rows: _teacher_batches(
-            teacher, extractor, trainer, split, precision, positions if with_layers else [], rows
+            teacher, extractor, trainer, split, precision, keys.positions if with_layers else [], rows
         ),
-        description={"teacher": teacher.source, "task": task.name, "split": split_name, "precision": dtype},
+        description={"teacher": teacher.source, "task": task.name, "split": split_name, "precision": keys.dtype},
         progress=lambda it, n: trainer.progress(it, (n + size - 1) // size, f"teacher cache {split_name}"),
         processes=launch_processes(trainer.accelerator),
         align=size,
@@ -314,13 +369,13 @@ class TeacherOutputs:
 
     def __init__(
         self,
+        *,
         teacher: Teacher,
         extractor: LayerExtractor,
         trainer: Trainer,
         task: Task,
         train: EncodedSplit,
         dev: dict[str, EncodedSplit],
-        *,
         root: Path,
         precision: str,
         layers: bool = True,
@@ -334,10 +389,7 @@ class TeacherOutputs:
 
     def _common(self) -> dict[str, Any]:
         if self._fingerprints is None:
-            self._fingerprints = {
-                "teacher_fingerprint": teacher_fingerprint(self.teacher.model),
-                "tokenizer_fingerprint": fingerprint.of_tokenizer(self.teacher.tokenizer),
-            }
+            self._fingerprints = teacher_fingerprints(self.teacher)
         return {"root": self.root, "precision": self.precision, "layers": self.layers, **self._fingerprints}
 
     def require_layers(self) -> None:

@@ -282,17 +282,17 @@ class Trainer:
             return stage_result(name, saved[0], started)
         first_dev = dev_splits.get(self.task.dev_splits[0]) or next(iter(dev_splits.values()))
         plan = StagePlan(
-            name,
-            epochs,
-            lr,
-            dev_splits,
-            teacher_cache,
-            live_teacher,
-            checkpoints,
-            patience,
-            min_epochs,
-            keep_last,
-            health.constant_baseline(self.task, first_dev.labels) if patience else None,
+            name=name,
+            epochs=epochs,
+            lr=lr,
+            dev_splits=dev_splits,
+            teacher_cache=teacher_cache,
+            live_teacher=live_teacher,
+            checkpoints=checkpoints,
+            patience=patience,
+            min_epochs=min_epochs,
+            keep_last=keep_last,
+            baseline=health.constant_baseline(self.task, first_dev.labels) if patience else None,
         )
         run = self._start(plan, module, train, saved)
         for epoch in range(run.progress.epoch, epochs + 1):
@@ -331,17 +331,17 @@ class Trainer:
             log.info("stage %s: resuming at epoch %d, step %d", plan.name, progress.epoch, progress.step)
         module, optimizer, scheduler = self.accelerator.prepare(module, optimizer, scheduler)
         return StageRun(
-            plan,
-            module,
-            self.accelerator.unwrap_model(module),
-            optimizer,
-            scheduler,
-            loader,
-            shards,
-            progress,
-            best_state,
-            pending_rng,
-            faults.planned(plan.name),
+            plan=plan,
+            module=module,
+            unwrapped=self.accelerator.unwrap_model(module),
+            optimizer=optimizer,
+            scheduler=scheduler,
+            loader=loader,
+            shards=shards,
+            progress=progress,
+            best_state=best_state,
+            pending_rng=pending_rng,
+            fault=faults.planned(plan.name),
         )
 
     def _train_epoch(self, run: StageRun, epoch: int) -> float:
@@ -492,7 +492,7 @@ class Trainer:
         return {key: float(value.detach()) for key, value in terms.items()}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StagePlan:
     """What :meth:`Trainer.fit` was asked to train a stage with (see its docstring)."""
 
@@ -510,7 +510,7 @@ class StagePlan:
     baseline: Optional[float]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StageRun:
     """A stage in training: the module, optimizer, schedule and data as prepared for the device, and
     where it stands (its progress, the best weights so far, random states still to restore)."""
@@ -530,16 +530,20 @@ class StageRun:
     fault: Any = None
 
 
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
 def stage_result(name: str, progress: Progress, started: float) -> StageResult:
     """What training the stage ``name`` gave, from where it stands."""
     return StageResult(
         name,
-        progress.history,
-        progress.best_epoch,
-        progress.best_dev,
-        time.perf_counter() - started,
-        progress.warnings,
-        progress.stopped_early,
+        history=progress.history,
+        best_epoch=progress.best_epoch,
+        dev=progress.best_dev,
+        seconds=time.perf_counter() - started,
+        warnings=progress.warnings,
+        stopped_early=progress.stopped_early,
     )
 
 

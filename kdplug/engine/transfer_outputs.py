@@ -8,14 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import fingerprint
 from ..types import Task, Teacher
 from .cache import TeacherCache
-from .teacher import build_cache, launch_processes, teacher_encoding, teacher_fingerprint
+from .teacher import build_cache, launch_processes, teacher_encoding, teacher_fingerprints
 from .trainer import Trainer
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TransferOutputs:
     """Calling it gives the teacher's outputs on ``transfer`` (an engine.transfer.TransferSet), with
     its layer vectors where ``layers`` (they are added to a cache opened without them); ``info``
@@ -51,9 +50,8 @@ class TransferOutputs:
                 split,
                 root=self.root,
                 precision=self.precision,
-                teacher_fingerprint=teacher_fingerprint(self.teacher.model),
-                tokenizer_fingerprint=fingerprint.of_tokenizer(self.teacher.tokenizer),
                 layers=layers,
+                **teacher_fingerprints(self.teacher),
             )
             seconds = time.perf_counter() - started
             self.info.update(

@@ -15,7 +15,7 @@ import torch
 import kdplug
 from kdplug.config import RunConfig
 from kdplug.engine.objective import WeightedObjective
-from kdplug.engine.recipe import EngineContext
+from kdplug.engine.recipe import stage_weights
 from kdplug.errors import ConfigError, UsageError
 from kdplug.types import ProjectedPairs, StepState
 
@@ -98,19 +98,14 @@ def test_ce_counts_only_labelled_rows():
     assert "ce" not in none and none["loss"].item() == pytest.approx(0.5 * kd_reference(2.0), rel=1e-9)
 
 
-def context(**settings):
-    return EngineContext(
-        config=RunConfig(**settings),
-        registry=None,
-        task=None,
-        teacher=SimpleNamespace(tokenizer=None),
-        trainer=None,
-        train=None,
-        dev={},
-        caches=None,
-        cache_root=None,
-        max_length=64,
-    )
+class context:
+    """The weights a stage of a run with ``settings`` resolves (engine/recipe.py's stage_weights)."""
+
+    def __init__(self, **settings):
+        self.config = RunConfig(**settings)
+
+    def weights(self, projector, **given):
+        return stage_weights(self.config, projector, **given)
 
 
 def projector(**weights):

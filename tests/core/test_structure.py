@@ -27,7 +27,6 @@ _spec.loader.exec_module(structure)
 #: and on an entry that is gone (delete it then, so that it cannot hide a new one)
 KNOWN = {
     # issue 44 item 1: inputs -> recipe -> stage -> recipe (the last two under TYPE_CHECKING)
-    "circle kdplug.engine.inputs kdplug.engine.recipe kdplug.engine.stage",
 }
 
 

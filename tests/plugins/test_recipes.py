@@ -302,22 +302,10 @@ class _RecordingContext:
     """Runs a recipe's schedule without training: the real weight resolution, stages recorded."""
 
     def __init__(self, config):
-        from kdplug.engine.recipe import EngineContext
-        from kdplug.types import Settings, Teacher
+        from kdplug.types import Settings
 
         self.settings = Settings(config.to_dict())
-        self._real = EngineContext(
-            config=config,
-            registry=None,
-            task=None,
-            teacher=Teacher(None, None, "t"),
-            trainer=None,
-            train=None,
-            dev={},
-            caches=None,
-            cache_root=None,
-            max_length=64,
-        )
+        self.config = config
         self.stages = {}
 
     def new_student(self):
@@ -327,7 +315,9 @@ class _RecordingContext:
         return type("UniversalLike", (), {"default_weights": {"eta": 0.5, "lam": 0.5, "temperature": 1.0}})()
 
     def weights(self, projector, **given):
-        return self._real.weights(projector, **given)
+        from kdplug.engine.recipe import stage_weights
+
+        return stage_weights(self.config, projector, **given)
 
     def train_stage(self, name, student, projector, *, weights, **options):
         self.stages[name] = weights
