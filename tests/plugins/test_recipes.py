@@ -409,4 +409,5 @@ def test_a_student_from_scratch_on_few_labels_is_told_about_transfer_sets(capsys
     assert "tip: a student trained from scratch on 12 labelled examples" in outputs["rkd"]
     tip = next(line for line in outputs["rkd"].splitlines() if line.startswith("tip: "))
     assert "--augment tang" in tip and "docs/transfer-sets.md" in tip and "{" not in tip
+    assert "movie snippets" in tip and "tweets" in tip  # it promises what was measured, and on which data
     assert not [name for name in ("nkd", "augmented", "bert") if "tip: a student trained" in outputs[name]]
