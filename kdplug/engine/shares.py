@@ -250,17 +250,18 @@ def lead_or_follow(
     wait on it (rank 0 may take it again for the next build while they wait in a step)."""
     with contextlib.ExitStack() as held:
         if processes.leads:
-            for lock in locks:
-                held.enter_context(file_lock(lock))
-            order = check()
-            folder = None
-            if order.get("build") and processes.count > 1:
-                folder = staging_directory(staging.parent, staging.name)
-                held.callback(shutil.rmtree, folder, ignore_errors=True)
-            order["folder"] = str(folder) if folder else None
+            try:
+                order, folder = _lead(held, processes, locks, check, staging)
+            except BaseException as exc:  # the others wait for the order: they are told why none comes
+                if processes.count > 1:
+                    with contextlib.suppress(ShareFailed):
+                        exchange(processes, {"failed": f"failed ({type(exc).__name__}: {exc})"}, what)
+                raise
             exchange(processes, order, what)
         else:
             order = exchange(processes, None, what)
+            if "failed" in order:
+                raise ShareFailed(0, order["failed"], what)
             folder = Path(order["folder"]) if order["folder"] else None
         build = Build(processes, what, order, folder)
         if build.shared:
@@ -273,3 +274,22 @@ def lead_or_follow(
             raise
         if build.shared:
             build.step(None)
+
+
+def _lead(
+    held: contextlib.ExitStack,
+    processes: Processes,
+    locks: Sequence[Path],
+    check: Callable[[], dict[str, Any]],
+    staging: Path,
+) -> tuple[dict[str, Any], Optional[Path]]:
+    """Rank 0's part before the order goes out: the locks (held by ``held``), the check, the staging folder."""
+    for lock in locks:
+        held.enter_context(file_lock(lock))
+    order = check()
+    folder = None
+    if order.get("build") and processes.count > 1:
+        folder = staging_directory(staging.parent, staging.name)
+        held.callback(shutil.rmtree, folder, ignore_errors=True)
+    order["folder"] = str(folder) if folder else None
+    return order, folder

@@ -30,7 +30,8 @@ class ThreadBroadcast:
     :meth:`gather`, every thread's value to every thread, as ``all_gather_object`` does."""
 
     def __init__(self, count: int) -> None:
-        self.barrier, self.value, self.values = threading.Barrier(count), None, [None] * count
+        # a rank left waiting fails in 20 s (BrokenBarrierError) rather than hanging the test
+        self.barrier, self.value, self.values = threading.Barrier(count, timeout=20), None, [None] * count
 
     def __call__(self, rank: int, value):
         if rank == 0:
@@ -221,6 +222,19 @@ def test_a_failing_share_is_named_on_every_rank_and_a_failing_join_stops_the_oth
     assert isinstance(errors[1], ShareFailed) and errors[1].rank == 0, errors
     assert "process rank 0 stopped (its error is above) during the teacher pass over train" in str(errors[1])
     assert {p.name for p in (tmp_path / "join").iterdir()} == {"k.lock", "k-layers.lock"}  # no share folder left
+
+
+def test_rank_0_failing_before_its_order_names_its_error_on_the_other_ranks(tmp_path):
+    """Rank 0 refuses a symlinked lock (as it refuses any file it did not write) before it broadcasts
+    its order: it keeps its own error, and the others are told it, not that it died."""
+    root = tmp_path / "cache"
+    root.mkdir()
+    (root / "k.lock").symlink_to(tmp_path / "elsewhere")
+    errors = build_together(root, 2, expect_errors=True)
+    assert type(errors[0]).__name__ == "UsageError" and "lock file" in str(errors[0]), errors
+    assert isinstance(errors[1], ShareFailed) and errors[1].rank == 0, errors
+    assert str(errors[1]).startswith("process rank 0 failed (UsageError: "), errors[1]
+    assert "died" not in str(errors[1])
 
 
 LOCK_HOLDER = textwrap.dedent(
