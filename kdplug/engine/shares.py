@@ -36,6 +36,8 @@ POLL_SECONDS = 0.2
 STEP_TIMEOUT = timedelta(hours=24)
 #: the gloo group the shared builds' steps run in, made by :func:`meet` (None: the default group)
 _steps_group: Any = None
+#: the default group :data:`_steps_group` was made in (destroying it destroys ours too)
+_steps_world: Any = None
 
 
 def _all_gather(value: Any) -> list[Any]:
@@ -103,11 +105,14 @@ _roster: list[tuple[str, int]] = []
 def meet(count: int) -> None:
     """Every process of a launch of ``count``: wait for the others, learn each one's host and pid, and
     make the gloo group of :data:`STEP_TIMEOUT` that the shared builds' steps run in (on CPU, not
-    through the GPUs' NCCL and its watchdog)."""
+    through the GPUs' NCCL and its watchdog). The group is made once per process group: a sweep runs
+    its points in one process, and a group a launch makes keeps its sockets and threads until destroyed."""
     import torch.distributed as dist
 
-    global _steps_group
-    _steps_group = dist.new_group(backend="gloo", timeout=STEP_TIMEOUT)
+    global _steps_group, _steps_world
+    if _steps_group is None or _steps_world is not dist.group.WORLD:  # none yet, or the default group is new
+        _steps_group = dist.new_group(backend="gloo", timeout=STEP_TIMEOUT)
+        _steps_world = dist.group.WORLD
     _roster[:] = [tuple(item) for item in _all_gather((socket.gethostname(), os.getpid()))]
 
 

@@ -237,6 +237,32 @@ def test_rank_0_failing_before_its_order_names_its_error_on_the_other_ranks(tmp_
     assert "died" not in str(errors[1])
 
 
+def test_meet_makes_the_steps_group_once_per_process_group(tmp_path):
+    """A sweep meets once per point in one process: the gloo group (its sockets, its threads) is made
+    once, and again only for a new default group (destroying the old one destroyed it)."""
+    import torch.distributed as dist
+
+    from kdplug.engine import shares
+
+    def start(name: str) -> None:
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / name}", rank=0, world_size=1)
+
+    start("first")
+    try:
+        shares.meet(1)
+        group = shares._steps_group
+        shares.meet(1)
+        assert shares._steps_group is group
+        dist.destroy_process_group()
+        start("second")
+        shares.meet(1)
+        assert shares._steps_group is not group
+        assert shares._all_gather("x") == ["x"]
+    finally:
+        dist.destroy_process_group()
+        shares._steps_group = shares._steps_world = None
+
+
 LOCK_HOLDER = textwrap.dedent(
     """
     import sys, time
