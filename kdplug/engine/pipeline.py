@@ -78,8 +78,6 @@ def run(
     run_dir = RunDirectory(output)  # the other ranks write nothing in it
     if main_process:
         run_dir = RunDirectory.reopen(output) if resume else RunDirectory.create(output, overwrite=overwrite)
-    if process_state().num_processes > 1:  # every rank waits for the directory, and learns the others' pids
-        shares.meet(process_state().num_processes)
     handler = run_dir.attach_log() if main_process else None
     say = echo if main_process else _silent
     if not main_process:  # the main process tells the run; the others speak only of trouble
@@ -89,6 +87,9 @@ def run(
         log.info(note, extra=FILE_ONLY)
     session = RunSession(config, registry, run_dir, cache_root, started, say, main_process)
     try:
+        # inside the try, after log.txt is attached: a rank lost here fails the run like any later step
+        if process_state().num_processes > 1:  # every rank waits for the directory, and learns the others' pids
+            shares.meet(process_state().num_processes)
         with interrupt.graceful_stop():
             session.metrics["threads"] = threads.to_dict()
             result = session.run(loaded)
