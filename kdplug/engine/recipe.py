@@ -234,6 +234,12 @@ class EngineContext:
     ) -> StageResult:
         """Train ``student`` as :meth:`kdplug.types.RecipeContext.train_stage` says (the arguments:
         :class:`~kdplug.engine.stage.StageRequest`), or plan it in a dry run."""
+        stray = sorted(set(options) - STAGE_OPTIONS)
+        if stray:  # a recipe author reads their own call, not the engine's dataclass
+            raise TypeError(
+                f"train_stage() got an unexpected keyword argument {', '.join(map(repr, stray))}; "
+                f"besides name, student and projector it takes {', '.join(sorted(STAGE_OPTIONS))}"
+            )
         request = StageRequest(name=self.stage_prefix + name, student=student, projector=projector, **options)
         stage = prepare_stage(self, request)
         result, record = self.source.run(request.name, stage, self.checkpoints, self.stage_note)
@@ -241,6 +247,10 @@ class EngineContext:
             self.last_distillation = (request.name, stage.module)  # for the attention and layer records
         self.stages[request.name] = record
         return result
+
+
+#: the keywords of train_stage beyond its positional arguments
+STAGE_OPTIONS = frozenset(f.name for f in dataclasses.fields(StageRequest)) - {"name", "student", "projector"}
 
 
 def stage_weights(

@@ -411,3 +411,17 @@ def test_a_student_from_scratch_on_few_labels_is_told_about_transfer_sets(capsys
     assert "--augment tang" in tip and "docs/transfer-sets.md" in tip and "{" not in tip
     assert "movie snippets" in tip and "tweets" in tip  # it promises what was measured, and on which data
     assert not [name for name in ("nkd", "augmented", "bert") if "tip: a student trained" in outputs[name]]
+
+
+def test_a_stray_keyword_to_train_stage_is_named_as_train_stages():
+    """A recipe author reads their own ``ctx.train_stage(...)`` call, not the engine's StageRequest:
+    the error names train_stage, the stray keyword and the ones it takes (before any work)."""
+    from types import SimpleNamespace
+
+    from kdplug.engine.recipe import EngineContext
+
+    with pytest.raises(TypeError) as caught:  # refused before the context is used beyond its stage prefix
+        EngineContext.train_stage(SimpleNamespace(stage_prefix=""), "stage", torch.nn.Linear(2, 2), temprature=2.0)
+    message = str(caught.value)
+    assert message.startswith("train_stage() got an unexpected keyword argument 'temprature'"), message
+    assert "StageRequest" not in message and "epochs, lr, objective, patience, weights" in message, message
