@@ -492,7 +492,7 @@ def kdplug_register_teachers(register):
         "prompted-lm",
         prompted_teacher,
         description="a causal language model read through a prompt, never fine-tuned: options source (hub id or "
-        "directory), prompt and verbalizer",
+        f"directory), {', '.join(PROMPT_OPTIONS)}, trust_remote_code and revision",
     )
     for name, hub_id in HUB_TEACHERS.items():
         register(name, functools.partial(hf_teacher, source=hub_id), description=f"{hub_id} from the hub")

@@ -359,6 +359,18 @@ def test_the_hf_teacher_given_prompt_options_says_to_name_prompted_lm(models, tm
     assert "kind: a prompted causal LM (LlamaForCausalLM), not fine-tuned" in capsys.readouterr().out
 
 
+def test_kdplug_plugins_lists_every_option_of_the_prompted_teacher(capsys):
+    """`kdplug plugins` describes prompted-lm with each option its signature takes, as it does the others'."""
+    import inspect
+
+    from kdplug_models.prompted import prompted_teacher
+
+    assert main(["plugins"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("prompted-lm "))
+    options = [name for name in inspect.signature(prompted_teacher).parameters if name != "task"]
+    assert options and all(re.search(rf"\b{name}\b", line) for name in options), (options, line)
+
+
 @pytest.mark.parametrize(
     ("teacher", "option", "message"),
     [
