@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import sys
 import typing
@@ -376,3 +377,17 @@ def _yaml_value(value: Any) -> str:
     text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
     text = text.removesuffix("\n...").strip()
     return shlex.quote(text) if any(c in text for c in " []{}'\",*") else text
+
+
+def renamed_prompted_teacher(settings: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """``settings`` (a run's config, as a dict) with a prompted language model spelt as before it had
+    a name of its own (``teacher: DIR`` or ``hf`` with ``teacher_options.prompt``) spelt as today
+    (``teacher: prompted-lm``, ``teacher_options.source: DIR``); None when they are spelt as today.
+    Kept so that a run saved before the rename resumes, and its checkpoints' settings still match."""
+    teacher, options = settings.get("teacher"), dict(settings.get("teacher_options") or {})
+    if "prompt" not in options or teacher is None or teacher == "prompted-lm":
+        return None
+    if teacher != "hf" and "/" not in teacher and not os.path.isdir(os.path.expanduser(teacher)):
+        return None  # a teacher plugin of its own that takes a prompt
+    source = options.pop("source", None) if teacher == "hf" else teacher
+    return {**settings, "teacher": "prompted-lm", "teacher_options": {"source": source, **options}}

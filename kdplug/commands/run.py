@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -196,8 +197,9 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         from ..config import apply, parse_overrides
         from ..engine.pipeline import resume_config
 
-        config = apply(resume_config(Path(args.resume)), parse_overrides(args.overrides), source="--set").validate()
-        check_resume_settings(resume_config(Path(args.resume)), config)
+        written = resume_config(Path(args.resume), say=print)
+        config = apply(copy.deepcopy(written), parse_overrides(args.overrides), source="--set").validate()
+        check_resume_settings(written, config)
         report_failures(manager)
         if args.dry_run:
             from ..engine.plan import dry_run

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..config import LOCAL_KEYS
+from ..config import LOCAL_KEYS, renamed_prompted_teacher
 from ..errors import KdplugError, UsageError
 from ..fingerprint import of_file
 from ..storage import (
@@ -204,6 +204,7 @@ class Checkpointer:
             recorded = json.loads((directory / WRITTEN_BY).read_text())
         except (OSError, ValueError):
             self._refuse(stage, directory, f"{WRITTEN_BY} (the configuration that trained it) is missing")
+        recorded = renamed_prompted_teacher(recorded) or recorded  # written before prompted-lm had its name
         differences = settings_difference(recorded, self.written_by)
         if differences:
             raise UnusableCheckpoint(

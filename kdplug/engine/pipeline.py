@@ -173,9 +173,10 @@ def _silent(message: str) -> None:
     pass
 
 
-def resume_config(run_dir: Path) -> RunConfig:
-    """The configuration of the interrupted run in ``run_dir``."""
-    from ..config import build_config
+def resume_config(run_dir: Path, say: Callable[[str], None] = _silent) -> RunConfig:
+    """The configuration of the interrupted run in ``run_dir`` (a prompted teacher spelt as before it
+    had a name of its own respelt, which ``say`` tells)."""
+    from ..config import build_config, renamed_prompted_teacher
 
     RunDirectory.check_not_held(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
@@ -186,6 +187,14 @@ def resume_config(run_dir: Path) -> RunConfig:
         raise UsageError(f"the run in {run_dir} already completed; nothing to resume")
     config = build_config(file=str(run_dir / CONFIG_FILE))
     config.output = str(run_dir)
+    renamed = renamed_prompted_teacher({"teacher": config.teacher, "teacher_options": config.teacher_options})
+    if renamed:
+        say(
+            f"{CONFIG_FILE} names the prompted teacher as before it had a name of its own (teacher: {config.teacher}"
+            f" with teacher_options.prompt): resumed as teacher: prompted-lm, teacher_options.source: "
+            f"{renamed['teacher_options']['source']}"
+        )
+        config.teacher, config.teacher_options = renamed["teacher"], renamed["teacher_options"]
     return config
 
 

@@ -544,3 +544,34 @@ def test_a_prompt_past_the_models_positions_is_refused(models, family):
     )
     with pytest.raises(kdplug.UsageError, match="shorten the prompt, use fewer shots, or lower max_length"):
         teacher.encoder(["word " * (positions + 10)], truncation=False)
+
+
+def test_a_run_saved_with_the_old_spelling_resumes_as_prompted_lm(models, tmp_path, capsys):
+    """A run saved before prompted-lm had a name (config.yaml: ``teacher: DIR`` with the prompt under
+    teacher_options, its checkpoints written by that configuration) resumes, saying in one line how
+    it reads the old spelling; --resume refuses --set, so no other way is open to it."""
+    import yaml
+
+    from kdplug.storage import write_checksums
+
+    data = write_sst2(tmp_path / "SST-2", train=SST2_TRAIN, dev=SST2_DEV)
+    run = tmp_path / "run"
+    argv = ["run", *prompted_lm(models["llama"]), "--student", "bilstm", "--task", "sst2", "--epochs", "1"]
+    argv += ["--data-dir", str(data), "--output", str(run), "--cache-dir", str(tmp_path / "cache")]
+    argv += ["--set", f"teacher_options.prompt={json.dumps(TEMPLATE)}", "--set", "allow_weak_teacher=true"]
+    argv += ["--set", f"teacher_options.verbalizer={json.dumps(VERBALIZER)}", "--set", "measure_speed=false"]
+    assert main([*argv, "--set", "keep_checkpoints=true"]) == 0
+    capsys.readouterr()
+    for written in [run / "config.yaml", *run.glob("checkpoints/**/written_by.json")]:  # as a run before wrote them
+        settings = yaml.safe_load(written.read_text())
+        settings["teacher"] = settings["teacher_options"].pop("source")
+        written.write_text(json.dumps(settings) if written.suffix == ".json" else yaml.safe_dump(settings))
+        if written.suffix == ".json":
+            write_checksums(written.parent)
+    assert main(["run", "--resume", str(run)]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert (
+        f"config.yaml names the prompted teacher as before it had a name of its own (teacher: {models['llama']} "
+        f"with teacher_options.prompt): resumed as teacher: prompted-lm, teacher_options.source: {models['llama']}"
+    ) in out
+    assert yaml.safe_load((run / "config.yaml").read_text())["teacher"] == "prompted-lm"
