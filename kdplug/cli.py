@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Knowledge distillation for NLP models, built from plugins.",
         epilog="Docs: docs/ in the repository (cli.md, python-api.md, deploy.md, tracking.md, hooks.md, methods.md, "
         "models.md, llm-teachers.md, tasks.md, recipes.md, comparisons.md, zoo.md, sweep-and-report.md, "
-        "writing-a-plugin.md, "
+        "writing-a-plugin.md, architecture.md, "
         "performance.md, scale.md, robustness.md, transfer-sets.md). "
         f"Disable plugins with --disable-plugin NAME or {DISABLE_ENV}=NAME,NAME.",
     )

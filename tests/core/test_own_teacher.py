@@ -411,8 +411,9 @@ def test_a_warm_up_that_changes_nothing_leaves_the_stored_teachers_key():
     from kdplug.config import RunConfig
     from kdplug.engine.inputs import finetune_settings
 
-    class Teacher:  # what finetune_settings reads of one: the model's family defaults
+    class Teacher:  # what finetune_settings reads of one: the model's family defaults and its own lr
         model = torch.nn.Linear(1, 1)
+        default_lr = None  # kdplug.types.Teacher's default
 
     def settings(examples, **config):
         return finetune_settings(RunConfig(**config), Teacher(), [None] * examples, 64, 42)
