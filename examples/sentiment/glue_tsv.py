@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 
@@ -12,3 +13,17 @@ def write(path: Path, rows: list[tuple[str, int]], labelled: bool) -> None:
         handle.write("sentence\tlabel\n" if labelled else "sentence\n")
         for text, label in rows:
             handle.write(f"{text}\t{label}\n" if labelled else f"{text}\n")
+
+
+def write_splits(rows: list[tuple[str, int]], output: Path, sizes: dict[str, int | None], what: str) -> None:
+    """Shuffle ``rows`` with seed 0 and write them in order as ``train.tsv`` and ``dev.tsv`` (labelled)
+    and ``unlabelled.tsv`` (text only), each of its size in ``sizes`` (None: the rest)."""
+    random.Random(0).shuffle(rows)
+    output.mkdir(parents=True, exist_ok=True)
+    start = 0
+    for name, size in sizes.items():
+        end = len(rows) if size is None else start + size
+        write(output / f"{name}.tsv", rows[start:end], labelled=name != "unlabelled")
+        start = end
+    dev = rows[sizes["train"] : sizes["train"] + sizes["dev"]]
+    print(f"{len(rows)} {what}; wrote {output} (dev: {sum(label for _, label in dev) / len(dev):.1%} positive)")
