@@ -159,10 +159,12 @@ def _load(
     if os.path.isdir(source):
         try:
             return loader.from_pretrained(source, trust_remote_code=trust_remote_code, **kwargs)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: an empty folder, a config.json without model_type
+            if "trust_remote_code" in str(exc):
+                raise
             raise UsageError(
                 f"{what} directory {source} is not a complete Hugging Face checkpoint "
-                f"(config.json, weights, tokenizer files): {exc}"
+                f"(config.json with its model_type, weights, tokenizer files): {exc}"
             ) from exc
     if not HUB_ID.fullmatch(source):
         raise UsageError(

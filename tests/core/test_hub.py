@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
 import pytest
 
 from kdplug import hub
-from kdplug.errors import OfflineError
+from kdplug.errors import OfflineError, UsageError
 
 
 @pytest.fixture
@@ -51,3 +52,19 @@ def test_require_names_the_purpose_the_reason_and_the_fix(no_proxy, monkeypatch)
         server.listen()
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
         hub.require("push x", "do y")
+
+
+@pytest.mark.parametrize("config", [None, {"foo": 1}])
+def test_a_folder_without_a_model_is_a_usage_error_naming_it(tmp_path, config):
+    """An empty folder (or a config.json without model_type) given as a source: exit 2 naming the
+    folder and what a checkpoint holds, not transformers' ValueError traceback."""
+    from transformers import AutoConfig
+
+    from kdplug.hub import load_pretrained
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    if config is not None:
+        (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UsageError, match=r"teacher directory .*model is not a complete Hugging Face checkpoint"):
+        load_pretrained(AutoConfig, str(folder), "teacher")
