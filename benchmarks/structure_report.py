@@ -318,5 +318,19 @@ def report(root: Path) -> None:
         print(f"  {path}: {len(source.lines) if source else 'absent'}")
 
 
+def main(argv: list[str]) -> int:
+    """Exit 2, saying why, for a folder that is not a kdplug checkout or holds a file Python cannot parse."""
+    root = Path(argv[0]).resolve() if argv else ROOT
+    if not (root / "kdplug" / "capabilities.py").is_file():
+        print(f"structure_report: {root} is not a kdplug checkout (no kdplug/capabilities.py)", file=sys.stderr)
+        return 2
+    try:
+        report(root)
+    except SyntaxError as exc:
+        print(f"structure_report: {exc.filename}:{exc.lineno}: {exc.msg}; fix it to measure", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    report(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT)
+    sys.exit(main(sys.argv[1:]))

@@ -151,3 +151,13 @@ def test_the_architecture_page_names_every_module_of_the_engine():
     page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     modules = {path.stem for path in (ROOT / "kdplug" / "engine").rglob("*.py") if path.stem != "__init__"}
     assert sorted(name for name in modules if f"`{name}`" not in page) == []
+
+
+def test_the_report_says_why_it_cannot_measure_a_folder(tmp_path, capsys):
+    assert structure.main([str(tmp_path)]) == 2  # not a kdplug checkout
+    assert "is not a kdplug checkout (no kdplug/capabilities.py)" in capsys.readouterr().err
+    (tmp_path / "kdplug").mkdir()
+    (tmp_path / "kdplug" / "capabilities.py").write_text(CAPABILITIES_PY)
+    (tmp_path / "kdplug" / "bad.py").write_text("def f(:\n")
+    assert structure.main([str(tmp_path)]) == 2
+    assert "bad.py:1: invalid syntax; fix it to measure" in capsys.readouterr().err
