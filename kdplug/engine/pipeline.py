@@ -191,7 +191,7 @@ def resume_config(run_dir: Path, say: Callable[[str], None] = _silent) -> RunCon
     if renamed:
         say(
             f"{CONFIG_FILE} names the prompted teacher as before it had a name of its own (teacher: {config.teacher}"
-            f" with teacher_options.prompt): resumed as teacher: prompted-lm, teacher_options.source: "
+            f" with teacher_options.prompt): resumed as teacher: {renamed['teacher']}, teacher_options.source: "
             f"{renamed['teacher_options']['source']}"
         )
         config.teacher, config.teacher_options = renamed["teacher"], renamed["teacher_options"]
@@ -356,8 +356,8 @@ def transfer_advice(config: RunConfig, registry: Registry, student: nn.Module, l
     add = f"{augmenters} (or --transfer FILE of unlabelled text of the task)" if augmenters else "--transfer FILE"
     return (
         f"tip: a student trained from scratch on {labelled} labelled examples may learn more of the teacher from a "
-        f"transfer set: add {add}. Measured with a BiLSTM and rkd on 2,000 labelled examples: +1.75 to +1.85 "
-        "dev points on real movie snippets (--augment tang, 2 seeds) and +3.77 on tweets (--transfer with 10,000 "
+        f"transfer set: add {add}. Measured with a BiLSTM student on 2,000 labelled examples: +1.75 to +1.85 "
+        "dev points on real movie snippets (a generated transfer set, 2 seeds) and +3.77 on tweets (10,000 "
         "unlabelled tweets, 3 seeds); docs/transfer-sets.md has the runs"
     )
 
