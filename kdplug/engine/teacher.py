@@ -226,8 +226,10 @@ def _teacher_batches(
         batch_sampler=[batch for window in plan for batch in window],
         collate_fn=Collator(split.pad_id, split.is_regression),
         num_workers=trainer.num_workers,
+        pin_memory=trainer.accelerator.device.type == "cuda",  # so the copies to the device need not wait
     )
-    outputs = _teacher_outputs(teacher, extractor, trainer, loader, precision, positions)
+    device = trainer.accelerator.device
+    outputs = _on_host_one_behind(_teacher_outputs(teacher, extractor, trainer, loader, precision, positions), device)
     if trainer.teacher_tokens_per_batch is None:
         yield from outputs
         return
@@ -242,10 +244,36 @@ def _teacher_outputs(
     teacher.model.to(device)
     with torch.no_grad(), inference_autocast(precision, device):
         for batch in loader:
-            batch = {key: value.to(device) for key, value in batch.items()}
+            batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
             outputs = model_forward(teacher.model, batch)
             layers = layer_vectors(extractor, teacher.model, outputs, batch) if positions else []
             yield batch["index"], outputs.logits.float(), [layers[i].float() for i in positions]
+
+
+def _on_host_one_behind(batches: Iterator[cache_module.CacheBatch], device: torch.device):
+    """On CUDA, each batch's outputs copied to (pinned) host memory without waiting, and handed on
+    once the next batch is queued on the device: the cache writes and hashes one batch while the GPU
+    computes the next. Elsewhere the batches as they come. The values are the same either way."""
+    if device.type != "cuda":
+        yield from batches
+        return
+    waiting = None
+    for index, logits, layers in batches:
+        copied = (
+            index.to("cpu", non_blocking=True),
+            logits.to("cpu", non_blocking=True),
+            # fp16 on the device, as the cache stores them: half the bytes cross, the same bytes are stored
+            [layer.half().to("cpu", non_blocking=True) for layer in layers],
+        )
+        done = torch.cuda.Event()
+        done.record()
+        if waiting is not None:
+            waiting[1].synchronize()
+            yield waiting[0]
+        waiting = (copied, done)
+    if waiting is not None:
+        waiting[1].synchronize()
+        yield waiting[0]
 
 
 def pass_plan(trainer: Trainer, split: EncodedSplit, rows: range) -> list[list[list[int]]]:
