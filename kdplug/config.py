@@ -162,7 +162,7 @@ class RunConfig:
             require(
                 getattr(self, key) is None or getattr(self, key) >= 1,
                 key,
-                "a positive number of padded tokens per batch, e.g. 8192 (or unset: twice batch_size examples)",
+                "a positive number of padded tokens per batch, e.g. 2048 (or unset: twice batch_size examples)",
             )
         require(self.checkpoint_every >= 0, "checkpoint_every", "0 (epoch ends only) or a positive step count")
         for key in ("lr", "teacher_lr", "head_lr"):

@@ -448,7 +448,7 @@ def check_tokens_per_batch(tokens: Any) -> Optional[int]:
     """``tokens_per_batch``: None (batches of ``batch_size`` texts) or a whole number of at least 1."""
     if tokens is None:
         return None
-    return _positive_whole("tokens_per_batch", tokens, 8192, "padded tokens per forward pass, or None")
+    return _positive_whole("tokens_per_batch", tokens, 2048, "padded tokens per forward pass, or None")
 
 
 def _positive_whole(name: str, value: Any, example: int, meaning: str) -> int:
