@@ -20,6 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from torch.utils.data import DataLoader
+
+from .data import Collator, EncodedSplit
 
 #: examples sorted together: their reordered results are held until the window is done
 WINDOW = 2048
@@ -63,3 +66,10 @@ def window_batches(
 def padded_tokens(lengths: Sequence[int] | np.ndarray, batches: Sequence[Sequence[int]]) -> int:
     """What the batches' padded tensors hold, in tokens."""
     return sum(len(batch) * max(int(lengths[i]) for i in batch) for batch in batches if batch)
+
+
+def loader(split: EncodedSplit, tokens_per_batch: int) -> DataLoader:
+    """``split`` in batches of at most ``tokens_per_batch`` padded tokens, longest first (each batch
+    carries its examples' ``index``: whoever reads it puts the results back in order)."""
+    batches = budget_batches(split.lengths, range(len(split)), tokens_per_batch)
+    return DataLoader(split, batch_sampler=batches, collate_fn=Collator(split.pad_id, split.is_regression))

@@ -232,12 +232,11 @@ class Trainer:
     def prediction_loader(self, split: EncodedSplit) -> DataLoader:
         """Evaluation's batches: twice training's count in the data's order, or by the token budget
         (one process: a launch of several shares count batches, as Accelerate cuts them)."""
-        tokens = self.eval_tokens_per_batch
-        if tokens is None or self.accelerator.num_processes > 1:
-            loader, _ = self.loader(split, shuffle=False, batch_size=self.batch_size * 2)
-            return self.accelerator.prepare_data_loader(loader)
-        batches = token_batches.budget_batches(split.lengths, range(len(split)), tokens)
-        return DataLoader(split, batch_sampler=batches, collate_fn=Collator(split.pad_id, split.is_regression))
+        if self.eval_tokens_per_batch is None or self.accelerator.num_processes > 1:
+            return self.accelerator.prepare_data_loader(
+                self.loader(split, shuffle=False, batch_size=self.batch_size * 2)[0]
+            )
+        return token_batches.loader(split, self.eval_tokens_per_batch)
 
     def evaluate(
         self, model: nn.Module, dev_splits: dict[str, EncodedSplit], predictions: Optional[dict[str, list]] = None
