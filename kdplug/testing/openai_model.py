@@ -43,28 +43,33 @@ class Scored:
 def load_causal_lm(directory: str | os.PathLike) -> tuple[Any, Any]:
     """The causal LM and tokenizer saved in ``directory``, float32, in evaluation mode; a
     ``ValueError`` saying what is wrong when ``directory`` holds none."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
         raise ValueError(
-            f"--model {directory}: no such directory; give a directory a transformers causal LM was saved to"
+            f"the model directory {directory} does not exist; give a directory a transformers causal LM was saved to"
         )
     if not os.path.isfile(os.path.join(directory, "config.json")):
         raise ValueError(
-            f"--model {directory}: no config.json there; give a directory a transformers causal LM was saved to "
-            f"(model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR))"
+            f"the model directory {directory} has no config.json; give a directory a transformers causal LM was "
+            f"saved to (model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR))"
         )
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
     try:
         config = AutoConfig.from_pretrained(directory, local_files_only=True)
         if getattr(config, "is_encoder_decoder", False):
-            raise ValueError(f"{config.model_type} is an encoder-decoder")
-        import torch
-
+            raise ValueError(f"a {config.model_type} model is an encoder-decoder")
+        classifiers = [name for name in config.architectures or () if name.endswith("ForSequenceClassification")]
+        if classifiers:
+            raise ValueError(f"a {classifiers[0]} has no language-model head")
         model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     except (OSError, ValueError, KeyError) as error:
-        raise ValueError(f"--model {directory}: cannot serve it as a causal language model ({error})") from None
+        raise ValueError(
+            f"cannot serve {directory} as a causal language model ({error}); give a directory a transformers "
+            f"causal LM (a GPT-2, Llama, Qwen...) was saved to"
+        ) from None
     return model.eval(), tokenizer
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import os
 import select
@@ -73,7 +74,8 @@ class OpenAIServer:
         if self._http is None:
             self._stopping.clear()
             self._http = _HTTPServer((self._host, self._port), _Handler, self)
-            self._thread = threading.Thread(target=self._http.serve_forever, name="openai-server", daemon=True)
+            serve = functools.partial(self._http.serve_forever, poll_interval=0.05)  # stop() waits a poll at most
+            self._thread = threading.Thread(target=serve, name="openai-server", daemon=True)
             self._thread.start()
         return self
 
@@ -231,8 +233,8 @@ class _Handler(BaseHTTPRequestHandler):
         except RequestError as error:
             self._send_error(error.status, str(error), error.kind)
             return
+        self.owner._answered(prompt)  # before its client reads it: a test reading the count sees it
         self._send_json(200, response)
-        self.owner._answered(prompt)
 
     def _injected(self, fault: Fault) -> bool:
         """Inject ``fault``; whether the request is then to be answered as usual."""
@@ -316,14 +318,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         server = OpenAIServer(args.model, name=args.name, host=args.host, port=args.port, api_key=args.api_key)
-        server.start()
-    except (ValueError, OSError) as error:
+    except ValueError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
+    try:
+        server.start()
+    except OSError as error:
+        parser.exit(
+            2,
+            f"{parser.prog}: error: cannot listen on {args.host}:{args.port} ({error.strerror}); "
+            f"give another --port (0: a free one)\n",
+        )
     stopping = threading.Event()
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, lambda *_: stopping.set())
     print(f"serving {server.name} at {server.base_url}", flush=True)
-    while not stopping.wait(0.5):
+    while not stopping.wait(0.1):
         pass
     server.stop()
     return 0
