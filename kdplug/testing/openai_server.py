@@ -147,6 +147,10 @@ class OpenAIServer:
                 404,
                 kind="model_not_found",
             )
+        if body.get("stream"):
+            raise RequestError("'stream' is not supported by this test server; ask without it (or false)")
+        if body.get("n", 1) != 1:
+            raise RequestError(f"'n' must be 1 on this test server (one choice per request), not {body['n']!r}")
         if endpoint == "completions":
             return self.lm.complete(body, self.name), body["prompt"]
         response = self.lm.chat(body, self.name)
