@@ -218,8 +218,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         endpoint = self._endpoint()
         self.owner._received(endpoint)
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if not self._authorised():
+        raw = self._body()
+        if raw is None or not self._authorised():
             return
         if endpoint not in SCORING:
             self._send_error(404, f"Unknown path: POST {self.path}", "not_found")
@@ -237,8 +237,27 @@ class _Handler(BaseHTTPRequestHandler):
         except RequestError as error:
             self._send_error(error.status, str(error), error.kind)
             return
+        except Exception as error:  # the model failed: its client gets a 500 saying how, as from a real server
+            self._send_error(500, f"The model failed: {type(error).__name__}: {error}", "server_error")
+            return
         self.owner._answered(prompt)  # before its client reads it: a test reading the count sees it
         self._send_json(200, response)
+
+    def _body(self) -> Optional[bytes]:
+        """The request's body; None (answered with a 400) when it has no readable length."""
+        length = self.headers.get("Content-Length")
+        if length is None and self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            self._send_error(
+                400, "Send the body with a Content-Length (chunked bodies are not read)", "invalid_request_error"
+            )
+            return None
+        try:
+            return self.rfile.read(int(length or 0))
+        except ValueError:
+            self.close_connection = True
+            self._send_error(400, f"Content-Length {length!r} is not a number of bytes", "invalid_request_error")
+            return None
 
     def _injected(self, fault: Fault) -> bool:
         """Inject ``fault``; whether the request is then to be answered as usual."""

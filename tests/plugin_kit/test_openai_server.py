@@ -194,9 +194,13 @@ def test_bad_requests_get_openai_error_bodies(server, path, body, status, named)
     assert sum(server.answered.values()) == answered
 
 
-def test_a_body_that_is_not_json_is_refused(server):
+def test_a_body_that_is_not_json_or_has_no_length_is_refused(server):
     status, _, answer = post(server, "completions", None, raw=b"{'model': ")
     assert status == 400 and "not valid JSON" in answer["error"]["message"]
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    connection.request("POST", "/v1/completions", iter([b'{"model": "tiny-gpt2"}']), encode_chunked=True)
+    response = connection.getresponse()
+    assert response.status == 400 and "Content-Length" in json.loads(response.read())["error"]["message"]
 
 
 def test_a_key_is_required_when_given(model_dir):
@@ -231,13 +235,13 @@ def test_each_fault_is_what_a_client_sees(server):
 
 def test_a_timeout_holds_the_request(server):
     prompt = "the acting was awful"
-    server.fail_next("timeout", count=2, seconds=0.6)
+    server.fail_next("timeout", count=2, seconds=0.4)
     with pytest.raises(TimeoutError):
-        complete(server, prompt, timeout=0.2)  # the client gives up: the server does not answer it
+        complete(server, prompt, timeout=0.1)  # the client gives up: the server does not answer it
     started = time.monotonic()
     assert complete(server, prompt, timeout=10)[0] == 200  # a patient client gets its answer, late
-    assert time.monotonic() - started >= 0.6
-    time.sleep(0.5)  # the first hold is over by now
+    assert time.monotonic() - started >= 0.4
+    time.sleep(0.3)  # the first hold is over by now
     assert server.answered[prompt] == 1
 
 
