@@ -74,6 +74,7 @@ class OpenAIServer:
         if self._http is None:
             self._stopping.clear()
             self._http = _HTTPServer((self._host, self._port), _Handler, self)
+            self._port = self._http.server_address[1]  # port 0 took a free one: start() again takes it back
             serve = functools.partial(self._http.serve_forever, poll_interval=0.05)  # stop() waits a poll at most
             self._thread = threading.Thread(target=serve, name="openai-server", daemon=True)
             self._thread.start()
@@ -99,7 +100,8 @@ class OpenAIServer:
 
     @property
     def port(self) -> int:
-        return self._http.server_address[1] if self._http else self._port
+        """The port it listens on (after :meth:`stop`, the one it listened on)."""
+        return self._port
 
     @property
     def base_url(self) -> str:
@@ -109,7 +111,7 @@ class OpenAIServer:
         host = self._http.server_address[0]
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}/v1"
 
-    # -- faults -----------------------------------------------------------------------------------------
+    # -- faults -----------------------------------------------------------------------------------
     def fail_next(self, kind: str, count: int = 1, **params: Any) -> None:
         """Fail the next ``count`` scoring requests (completions, chat completions), in the order
         queued, one fault per request: ``"429"`` (with ``Retry-After: retry_after``, default 1 s),

@@ -286,6 +286,9 @@ def test_a_stopped_server_drops_its_connections_and_frees_its_port(model_dir):
     with OpenAIServer(model_dir, port=port) as second:
         assert second.port == port and complete(second, "a nice film")[0] == 200
         assert second.requests["completions"] == 1 and first.requests["completions"] == 0
+    assert first.port == port
+    with first:  # started again: on its port
+        assert complete(first, "a nice film")[0] == 200 and first.answered["a nice film"] == 1
 
 
 def test_the_command_line_serves_until_sigterm(model_dir):
