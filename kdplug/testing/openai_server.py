@@ -341,26 +341,45 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--name", help="the model's name in the API; default: the directory's name")
     parser.add_argument("--api-key", help="answer only requests bearing this key (Authorization: Bearer KEY)")
     args = parser.parse_args(argv)
+    stopping, serving = threading.Event(), []
+
+    def on_signal(*_: Any) -> None:
+        stopping.set()
+        if not serving:
+            raise SystemExit(0)  # stopped while the model loads: nothing to close
+
+    previous = {number: signal.signal(number, on_signal) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server = _started(parser, args, serving)
+        print(f"serving {server.name} at {server.base_url}", flush=True)
+        while not stopping.wait(0.1):
+            pass
+        server.stop()
+    finally:
+        for number, handler in previous.items():  # a caller's own handlers (main() called in a test) come back
+            signal.signal(number, handler)
+    return 0
+
+
+def _started(parser: argparse.ArgumentParser, args: argparse.Namespace, serving: list) -> OpenAIServer:
+    """The server ``args`` ask for, listening; a bad model directory or a port in use exits 2."""
+    if os.path.isdir(args.model):
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # the one line it prints is the output
     try:
         server = OpenAIServer(args.model, name=args.name, host=args.host, port=args.port, api_key=args.api_key)
     except ValueError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     try:
-        server.start()
+        serving.append(server.start())
     except OSError as error:
         parser.exit(
             2,
             f"{parser.prog}: error: cannot listen on {args.host}:{args.port} ({error.strerror}); "
             f"give another --port (0: a free one)\n",
         )
-    stopping = threading.Event()
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, lambda *_: stopping.set())
-    print(f"serving {server.name} at {server.base_url}", flush=True)
-    while not stopping.wait(0.1):
-        pass
-    server.stop()
-    return 0
+    return server
 
 
 if __name__ == "__main__":

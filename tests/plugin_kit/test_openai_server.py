@@ -321,6 +321,7 @@ def test_a_bad_model_directory_exits_2(tmp_path, capsys, kind):
     message = capsys.readouterr().err
     assert exited.value.code == 2 and str(directory) in message and "causal LM" in message
     assert "Traceback" not in message
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the caller's handler is back
 
 
 def test_a_port_in_use_exits_2(server, model_dir, capsys):
