@@ -346,7 +346,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     def on_signal(*_: Any) -> None:
         stopping.set()
         if not serving:
-            raise SystemExit(0)  # stopped while the model loads: nothing to close
+            # stopped while the model loads: nothing to close, and an exception raised here, inside
+            # torch's C++ import code, would abort the process
+            os._exit(0)
 
     previous = {number: signal.signal(number, on_signal) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
