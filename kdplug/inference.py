@@ -92,7 +92,7 @@ class LoadedStudent:
     ) -> list[Prediction]:
         """Predictions for ``texts`` (a string, a list of strings, or of (text, pair) tuples), in order.
         ``tokens_per_batch``: batches by a budget of padded tokens, the texts sorted by length (see
-        :mod:`kdplug.engine.token_batches`), instead of ``batch_size`` texts in their order."""
+        :mod:`kdplug.token_budget`), instead of ``batch_size`` texts in their order."""
         return list(
             self.iter_predict(texts, batch_size=batch_size, progress=progress, tokens_per_batch=tokens_per_batch)
         )
@@ -118,7 +118,7 @@ class LoadedStudent:
     def _predictions(
         self, items: list[Text], batch_size: int, progress: bool, tokens_per_batch: Optional[int]
     ) -> Iterator[Prediction]:
-        from .engine.token_batches import WINDOW
+        from .token_budget import WINDOW
 
         bar = None
         if progress:
@@ -139,7 +139,7 @@ class LoadedStudent:
 
     def _predict_by_tokens(self, chunk: list[Text], tokens_per_batch: int) -> list[Prediction]:
         """``chunk``'s predictions from batches of at most ``tokens_per_batch`` padded tokens, in order."""
-        from .engine.token_batches import budget_batches
+        from .token_budget import budget_batches
 
         first, second = self._texts(chunk)
         ids = self.tokenizer(first, second, truncation=True, max_length=self.max_length, verbose=False)["input_ids"]

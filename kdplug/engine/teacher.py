@@ -21,9 +21,10 @@ from torch.utils.data import DataLoader
 
 from .. import fingerprint
 from ..storage import atomic_directory, complete_copy, move_aside, verify
+from ..token_budget import WINDOW, window_batches
 from ..types import LayerExtractor, LayerSpec, Task, Teacher, TokenSignals, num_outputs
 from . import cache as cache_module
-from . import faults, shares, token_batches
+from . import faults, shares
 from .data import Collator, EncodedSplit, encode
 from .objective import DistillationModule, WeightedObjective, layer_vectors, model_forward
 from .trainer import Trainer, inference_autocast, inference_precision
@@ -279,17 +280,17 @@ def _on_host_one_behind(batches: Iterator[cache_module.CacheBatch], device: torc
 def pass_plan(trainer: Trainer, split: EncodedSplit, rows: range) -> list[list[list[int]]]:
     """The teacher pass's batches over ``rows``, in windows: one batch a window of
     :func:`pass_batch_size` examples in the data's order, or, with ``teacher_tokens_per_batch``,
-    each window of :data:`~.token_batches.WINDOW` examples sorted by length and cut by the budget."""
+    each window of :data:`~.WINDOW` examples sorted by length and cut by the budget."""
     tokens = trainer.teacher_tokens_per_batch
     if tokens is None:
         size = pass_batch_size(trainer)
         return [[list(range(start, min(start + size, rows.stop)))] for start in range(rows.start, rows.stop, size)]
-    return token_batches.window_batches(split.lengths, rows, tokens)
+    return window_batches(split.lengths, rows, tokens)
 
 
 def pass_steps(trainer: Trainer, num_examples: int) -> int:
     """What the teacher pass yields over ``num_examples``: its batches, or its windows."""
-    step = pass_batch_size(trainer) if trainer.teacher_tokens_per_batch is None else token_batches.WINDOW
+    step = pass_batch_size(trainer) if trainer.teacher_tokens_per_batch is None else WINDOW
     return (num_examples + step - 1) // step
 
 
@@ -421,7 +422,7 @@ def build_cache(
         progress=lambda it, n: trainer.progress(it, pass_steps(trainer, n), f"teacher cache {split_name}"),
         processes=launch_processes(trainer.accelerator),
         # shares cut where the pass's batches (or windows) are: each rank computes what one process would
-        align=size if trainer.teacher_tokens_per_batch is None else token_batches.WINDOW,
+        align=size if trainer.teacher_tokens_per_batch is None else WINDOW,
     )
 
 

@@ -29,11 +29,11 @@ from transformers import get_linear_schedule_with_warmup
 from ..errors import KdplugError
 from ..progress import human_duration, progress
 from ..types import StageResult, Task
-from . import faults, health, interrupt, token_batches
+from . import faults, health, interrupt
 from .batches import ProcessShards, training_loader
 from .cache import TeacherCache
 from .checkpoint import Checkpointer, Progress, restore_rng
-from .data import Collator, EncodedSplit, LengthGroupedBatchSampler, WithTransfer
+from .data import Collator, EncodedSplit, LengthGroupedBatchSampler, WithTransfer, budget_loader
 from .interrupt import RunInterrupted
 from .objective import DistillationModule, model_forward
 
@@ -236,7 +236,7 @@ class Trainer:
             return self.accelerator.prepare_data_loader(
                 self.loader(split, shuffle=False, batch_size=self.batch_size * 2)[0]
             )
-        return token_batches.loader(split, self.eval_tokens_per_batch)
+        return budget_loader(split, self.eval_tokens_per_batch)
 
     def evaluate(
         self, model: nn.Module, dev_splits: dict[str, EncodedSplit], predictions: Optional[dict[str, list]] = None

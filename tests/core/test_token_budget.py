@@ -12,9 +12,9 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification
 
 import kdplug
+from kdplug import token_budget
 from kdplug.cli import main
 from kdplug.engine import teacher as teacher_stage
-from kdplug.engine import token_batches
 from kdplug.engine.data import Collator, EncodedSplit
 from kdplug.engine.objective import layer_vectors, model_forward
 from kdplug.engine.trainer import Trainer, build_accelerator
@@ -80,7 +80,7 @@ def entry_bytes(cache) -> dict[str, bytes]:
 
 def test_budget_batches_cover_every_row_once_longest_first_within_the_budget():
     lengths = [5, 40, 3, 12, 12, 7, 30, 2]
-    batches = token_batches.budget_batches(lengths, range(1, 8), 36)
+    batches = token_budget.budget_batches(lengths, range(1, 8), 36)
     assert sorted(i for batch in batches for i in batch) == list(range(1, 8))
     assert batches[0] == [1]  # 40 tokens, over the budget: alone
     assert all(len(b) * max(lengths[i] for i in b) <= 36 for b in batches if len(b) > 1)

@@ -9,7 +9,7 @@ budget; an example longer than the budget goes alone. Results go back to the dat
 window, so memory for reordered results stays bounded and the teacher cache is still written in
 order.
 
-The floats differ from count batches in their last bits (a few 1e-8 on logits): matrix products
+The floats differ from count batches in their last bits (up to about 1e-7 on logits): matrix products
 pick their kernels by shape (a batch of a few rows takes another path than one of many) and
 attention sums over the padded width. That is why these budgets are settings, off by default: a
 run without them computes what it always did, bit for bit.
@@ -20,9 +20,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from torch.utils.data import DataLoader
-
-from .data import Collator, EncodedSplit
 
 #: examples sorted together: their reordered results are held until the window is done
 WINDOW = 2048
@@ -61,15 +58,3 @@ def window_batches(
 ) -> list[list[list[int]]]:
     """The budget batches of each window of ``rows``: one list of batches per window."""
     return [budget_batches(lengths, window, tokens_per_batch) for window in windows(rows)]
-
-
-def padded_tokens(lengths: Sequence[int] | np.ndarray, batches: Sequence[Sequence[int]]) -> int:
-    """What the batches' padded tensors hold, in tokens."""
-    return sum(len(batch) * max(int(lengths[i]) for i in batch) for batch in batches if batch)
-
-
-def loader(split: EncodedSplit, tokens_per_batch: int) -> DataLoader:
-    """``split`` in batches of at most ``tokens_per_batch`` padded tokens, longest first (each batch
-    carries its examples' ``index``: whoever reads it puts the results back in order)."""
-    batches = budget_batches(split.lengths, range(len(split)), tokens_per_batch)
-    return DataLoader(split, batch_sampler=batches, collate_fn=Collator(split.pad_id, split.is_regression))
