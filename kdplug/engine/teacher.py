@@ -280,7 +280,7 @@ def _on_host_one_behind(batches: Iterator[cache_module.CacheBatch], device: torc
 def pass_plan(trainer: Trainer, split: EncodedSplit, rows: range) -> list[list[list[int]]]:
     """The teacher pass's batches over ``rows``, in windows: one batch a window of
     :func:`pass_batch_size` examples in the data's order, or, with ``teacher_tokens_per_batch``,
-    each window of :data:`~.WINDOW` examples sorted by length and cut by the budget."""
+    each window of :data:`~kdplug.token_budget.WINDOW` examples sorted by length and cut by the budget."""
     tokens = trainer.teacher_tokens_per_batch
     if tokens is None:
         size = pass_batch_size(trainer)
