@@ -6,6 +6,7 @@
 # and tested, and the student, loss, recipe and augmenter skeletons used together in a run and in `kdplug predict`.
 # Offline: tiny random teacher, 16-line SST-2. Takes about 2-3 minutes, most of it pip.
 set -euo pipefail
+unset PYTEST_ADDOPTS  # the caller's pytest options (e.g. CI's) are not the generated packages'
 cd "$(dirname "$0")/.."
 WORK=$(mktemp -d)
 # pip builds ./examples/kdplug-cosine in place: leave no build/ or *.egg-info behind in the repository

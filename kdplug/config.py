@@ -38,6 +38,16 @@ def tracker_names(report_to: Optional[str]) -> list[str]:
     return names
 
 
+#: settings that are unset or a positive whole number, and what an error says they may be
+BUDGET = "a positive number of padded tokens per batch, e.g. 2048 (or unset: twice batch_size examples)"
+OPTIONAL_POSITIVE = {
+    "threads": "at least 1 (or unset: the usable cores that other processes leave free)",
+    "max_length": "a positive number of tokens (or unset: 64 for single sentences, 128 for pairs)",
+    "teacher_tokens_per_batch": BUDGET,
+    "eval_tokens_per_batch": BUDGET,
+}
+
+
 @dataclass
 class RunConfig:
     """Everything that defines a run. Each field is documented in ``kdplug run --help``."""
@@ -142,11 +152,8 @@ class RunConfig:
         for key in ("seed", "teacher_seed"):  # numpy's seeds are 32-bit
             value = getattr(self, key)
             require(value is None or 0 <= value < 2**32, key, "0 or more and below 2**32 (4294967296)")
-        require(
-            self.threads is None or self.threads >= 1,
-            "threads",
-            "at least 1 (or unset: the usable cores that other processes leave free)",
-        )
+        for key, valid in OPTIONAL_POSITIVE.items():
+            require(getattr(self, key) is None or getattr(self, key) >= 1, key, valid)
         require(
             self.patience is None or self.patience >= 0,
             "patience",
@@ -158,23 +165,12 @@ class RunConfig:
             "min_epochs",
             "0 or more epochs before early stopping may end a stage (or unset: a quarter of the stage's epochs)",
         )
-        for key in ("teacher_tokens_per_batch", "eval_tokens_per_batch"):
-            require(
-                getattr(self, key) is None or getattr(self, key) >= 1,
-                key,
-                "a positive number of padded tokens per batch, e.g. 2048 (or unset: twice batch_size examples)",
-            )
         require(self.checkpoint_every >= 0, "checkpoint_every", "0 (epoch ends only) or a positive step count")
         for key in ("lr", "teacher_lr", "head_lr"):
             value = getattr(self, key)
             require(value is None or (finite(value) and value > 0), key, "a positive finite number, e.g. 5e-5")
         require(finite(self.weight_decay) and self.weight_decay >= 0, "weight_decay", "0 or a positive finite number")
         require(finite(self.warmup_ratio) and 0 <= self.warmup_ratio <= 1, "warmup_ratio", "between 0 and 1")
-        require(
-            self.max_length is None or self.max_length >= 1,
-            "max_length",
-            "a positive number of tokens (or unset: 64 for single sentences, 128 for pairs)",
-        )
         for key in ("eta", "lam", "ce_weight"):
             value = getattr(self, key)
             require(value is None or (finite(value) and value >= 0), key, "0 or a positive finite number")

@@ -15,6 +15,11 @@ os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
 if "huggingface_hub" in sys.modules:
     sys.modules["huggingface_hub"].constants.HF_HUB_OFFLINE = True
 
+# pytest-xdist runs the suite in two workers (pyproject's addopts), one per core: each worker and the
+# processes its tests start take one intra-op thread, so no test's thread count hangs on the other's load
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from kdplug.testing.contracts import TINY_SST2_DEV, TINY_SST2_TRAIN, write_tiny_sst2
 from kdplug.testing.tiny import make_tiny_bert
 

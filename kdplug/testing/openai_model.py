@@ -57,14 +57,16 @@ def load_causal_lm(directory: str | os.PathLike) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     try:
-        config = AutoConfig.from_pretrained(directory, local_files_only=True)
+        config = AutoConfig.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
         if getattr(config, "is_encoder_decoder", False):
             raise ValueError(f"a {config.model_type} model is an encoder-decoder")
         classifiers = [name for name in config.architectures or () if name.endswith("ForSequenceClassification")]
         if classifiers:
             raise ValueError(f"a {classifiers[0]} has no language-model head")
-        model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(
+            directory, local_files_only=True, trust_remote_code=False, dtype=torch.float32
+        )
+        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError, KeyError) as error:
         raise ValueError(
             f"cannot serve {directory} as a causal language model ({error}); give a directory a transformers "
