@@ -267,10 +267,10 @@ def _crc(key: str, value: Any) -> int:
     return zlib.crc32(json.dumps([key, value], sort_keys=True).encode())
 
 
-def request_key(path: str, body: dict[str, Any]) -> str:
-    """An answer's key: the endpoint's path and the whole request (model, prompt or messages, options),
-    never the server's address or the key."""
-    return hashlib.sha256(json.dumps([path, body], sort_keys=True).encode()).hexdigest()
+def request_key(path: str, body: dict[str, Any], split: Optional[int] = None) -> str:
+    """An answer's key: the endpoint's path, the whole request (model, prompt or messages, options) and
+    where the label starts in the prompt (``split``), never the server's address or the key."""
+    return hashlib.sha256(json.dumps([path, body, split], sort_keys=True).encode()).hexdigest()
 
 
 @dataclass
@@ -281,10 +281,11 @@ class Question:
     body: dict[str, Any]
     read: Callable[[dict[str, Any]], Any]
     tokens: int = 0
+    split: Optional[int] = None  # where the label starts in the prompt (echo scoring)
 
     @property
     def key(self) -> str:
-        return request_key(self.path, self.body)
+        return request_key(self.path, self.body, self.split)
 
 
 def ask_all(
