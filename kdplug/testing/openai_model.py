@@ -30,40 +30,46 @@ class RequestError(ValueError):
 
 @dataclass
 class Scored:
-    """One token: its id, its text, its log-probability after the tokens before it (None for the
-    first) and the most probable tokens at its position with theirs (most probable first)."""
+    """One token: its id, its text, its bytes, its log-probability after the tokens before it (None
+    for the first) and the most probable tokens at its position (most probable first)."""
 
     token_id: int
     text: str
+    bytes: list[int]
     logprob: Optional[float]
-    top: list[tuple[str, float]]
+    top: list[Scored]
 
 
 def load_causal_lm(directory: str | os.PathLike) -> tuple[Any, Any]:
     """The causal LM and tokenizer saved in ``directory``, float32, in evaluation mode; a
     ``ValueError`` saying what is wrong when ``directory`` holds none."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
         raise ValueError(
-            f"--model {directory}: no such directory; give a directory a transformers causal LM was saved to"
+            f"the model directory {directory} does not exist; give a directory a transformers causal LM was saved to"
         )
     if not os.path.isfile(os.path.join(directory, "config.json")):
         raise ValueError(
-            f"--model {directory}: no config.json there; give a directory a transformers causal LM was saved to "
-            f"(model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR))"
+            f"the model directory {directory} has no config.json; give a directory a transformers causal LM was "
+            f"saved to (model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR))"
         )
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
     try:
         config = AutoConfig.from_pretrained(directory, local_files_only=True)
         if getattr(config, "is_encoder_decoder", False):
-            raise ValueError(f"{config.model_type} is an encoder-decoder")
-        import torch
-
+            raise ValueError(f"a {config.model_type} model is an encoder-decoder")
+        classifiers = [name for name in config.architectures or () if name.endswith("ForSequenceClassification")]
+        if classifiers:
+            raise ValueError(f"a {classifiers[0]} has no language-model head")
         model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     except (OSError, ValueError, KeyError) as error:
-        raise ValueError(f"--model {directory}: cannot serve it as a causal language model ({error})") from None
+        raise ValueError(
+            f"cannot serve {directory} as a causal language model ({error}); give a directory a transformers "
+            f"causal LM (a GPT-2, Llama, Qwen...) was saved to"
+        ) from None
     return model.eval(), tokenizer
 
 
@@ -78,6 +84,7 @@ class ServedLM:
         config = model.config
         self.max_positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
         self._ids = 0
+        self._byte_decoder = _byte_decoder(tokenizer)
 
     # -- the requests ---------------------------------------------------------------------------
     def complete(self, body: dict, name: str) -> dict:
@@ -171,14 +178,22 @@ class ServedLM:
     def _scored(self, token: int, log_probs: Any, top_k: int) -> Scored:
         """``token`` with its log-probability in ``log_probs`` (None: the first token) and the
         ``top_k`` most probable tokens there."""
-        text = self.tokenizer.decode([token])
         if log_probs is None:
-            return Scored(token, text, None, [])
+            return self._token(token, None)
         top = []
         if top_k:
             values, indices = log_probs.topk(top_k)
-            top = [(self.tokenizer.decode([int(i)]), float(v)) for v, i in zip(values, indices)]
-        return Scored(token, text, float(log_probs[token]), top)
+            top = [self._token(int(i), float(v)) for v, i in zip(values, indices)]
+        return self._token(token, float(log_probs[token]), top)
+
+    def _token(self, token: int, logprob: Optional[float], top: Optional[list] = None) -> Scored:
+        text = self.tokenizer.decode([token])
+        piece = self.tokenizer.convert_ids_to_tokens(token)
+        if self._byte_decoder and piece and all(char in self._byte_decoder for char in piece):
+            raw = [self._byte_decoder[char] for char in piece]  # a byte-level token's own bytes, whole or not
+        else:
+            raw = list(text.encode())
+        return Scored(token, text, raw, logprob, top or [])
 
     def _finish_reason(self, generated: list[Scored], max_tokens: int) -> str:
         ended = generated and generated[-1].token_id == self.tokenizer.eos_token_id
@@ -200,7 +215,7 @@ def messages_key(messages: list[dict]) -> str:
 def _completion_logprobs(tokens: list[Scored], offsets: list[int]) -> dict:
     """The completions API's ``logprobs``: each token's text, log-probability, alternatives (the
     token itself among them, as vLLM answers) and character offset in the choice's text."""
-    top = [None if t.logprob is None else {**dict(t.top), t.text: t.logprob} for t in tokens]
+    top = [None if t.logprob is None else {**{a.text: a.logprob for a in t.top}, t.text: t.logprob} for t in tokens]
     return {
         "tokens": [t.text for t in tokens],
         "token_logprobs": [t.logprob for t in tokens],
@@ -210,13 +225,27 @@ def _completion_logprobs(tokens: list[Scored], offsets: list[int]) -> dict:
 
 
 def _chat_logprob(token: Scored) -> dict:
-    alternatives = [{"token": text, "logprob": value, "bytes": list(text.encode())} for text, value in token.top]
+    alternatives = [{"token": a.text, "logprob": a.logprob, "bytes": a.bytes} for a in token.top]
     return {
         "token": token.text,
         "logprob": token.logprob,
-        "bytes": list(token.text.encode()),
+        "bytes": token.bytes,
         "top_logprobs": alternatives,
     }
+
+
+def _byte_decoder(tokenizer: Any) -> dict[str, int]:
+    """A byte-level BPE tokenizer's (GPT-2's, Llama 3's) map from its pieces' characters to the
+    bytes they stand for; empty for any other tokenizer (its tokens' bytes are their text's)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or type(backend.decoder).__name__ != "ByteLevel":
+        return {}
+    # GPT-2's table: printable bytes stand for themselves, the others for the characters from 256 on
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [byte for byte in range(256) if byte not in printable]
+    table = {chr(byte): byte for byte in printable}
+    table.update({chr(256 + number): byte for number, byte in enumerate(others)})
+    return table
 
 
 def _messages(body: dict) -> list[dict]:

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -25,6 +27,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Optional
 
+from .openai_faults import MALFORMED_BODY, Fault, FaultQueue
 from .openai_model import RequestError, ServedLM, load_causal_lm, messages_key
 
 #: the endpoints that score (and take injected faults), by path under /v1
@@ -60,6 +63,8 @@ class OpenAIServer:
         self.answered: collections.Counter = collections.Counter()
         self._host, self._port = host, port
         self._counting = threading.Lock()
+        self._faults = FaultQueue()
+        self._stopping = threading.Event()  # ends the holds of "timeout" faults
         self._http: Optional[_HTTPServer] = None
         self._thread: Optional[threading.Thread] = None
 
@@ -67,8 +72,10 @@ class OpenAIServer:
     def start(self) -> OpenAIServer:
         """Listen and serve from a background thread; returns the server."""
         if self._http is None:
+            self._stopping.clear()
             self._http = _HTTPServer((self._host, self._port), _Handler, self)
-            self._thread = threading.Thread(target=self._http.serve_forever, name="openai-server", daemon=True)
+            serve = functools.partial(self._http.serve_forever, poll_interval=0.05)  # stop() waits a poll at most
+            self._thread = threading.Thread(target=serve, name="openai-server", daemon=True)
             self._thread.start()
         return self
 
@@ -78,6 +85,7 @@ class OpenAIServer:
         http, self._http = self._http, None
         if http is None:
             return
+        self._stopping.set()
         http.shutdown()
         http.close_connections()
         http.server_close()
@@ -100,6 +108,20 @@ class OpenAIServer:
             raise RuntimeError("the server is not started: call start() or use it in a with block")
         host = self._http.server_address[0]
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}/v1"
+
+    # -- faults -----------------------------------------------------------------------------------------
+    def fail_next(self, kind: str, count: int = 1, **params: Any) -> None:
+        """Fail the next ``count`` scoring requests (completions, chat completions), in the order
+        queued, one fault per request: ``"429"`` (with ``Retry-After: retry_after``, default 1 s),
+        ``"500"``, ``"503"``, ``"timeout"`` (hold the request ``seconds``, default 5, then answer it
+        as usual, unless its client gave up meanwhile), ``"malformed"`` (200, a body that is not
+        JSON), ``"drop"`` (close the connection without a response)."""
+        self._faults.add(kind, count, **params)
+
+    @property
+    def faults_pending(self) -> int:
+        """How many injected faults are still to come."""
+        return len(self._faults)
 
     # -- counting ---------------------------------------------------------------------------------
     def _received(self, endpoint: str) -> None:
@@ -125,6 +147,10 @@ class OpenAIServer:
                 404,
                 kind="model_not_found",
             )
+        if body.get("stream"):
+            raise RequestError("'stream' is not supported by this test server; ask without it (or false)")
+        if body.get("n", 1) != 1:
+            raise RequestError(f"'n' must be 1 on this test server (one choice per request), not {body['n']!r}")
         if endpoint == "completions":
             return self.lm.complete(body, self.name), body["prompt"]
         response = self.lm.chat(body, self.name)
@@ -198,6 +224,9 @@ class _Handler(BaseHTTPRequestHandler):
         if endpoint not in SCORING:
             self._send_error(404, f"Unknown path: POST {self.path}", "not_found")
             return
+        fault = self.owner._faults.take()
+        if fault is not None and not self._injected(fault):
+            return
         try:
             body = json.loads(raw)
         except ValueError as error:
@@ -208,8 +237,46 @@ class _Handler(BaseHTTPRequestHandler):
         except RequestError as error:
             self._send_error(error.status, str(error), error.kind)
             return
+        self.owner._answered(prompt)  # before its client reads it: a test reading the count sees it
         self._send_json(200, response)
-        self.owner._answered(prompt)
+
+    def _injected(self, fault: Fault) -> bool:
+        """Inject ``fault``; whether the request is then to be answered as usual."""
+        if fault.kind == "429":
+            headers = {"Retry-After": str(fault.retry_after)}
+            self._send_error(429, "Rate limit reached (injected by the test server)", "rate_limit_exceeded", headers)
+        elif fault.kind in ("500", "503"):
+            self._send_error(
+                int(fault.kind), f"Server error {fault.kind} (injected by the test server)", "server_error"
+            )
+        elif fault.kind == "malformed":
+            self._send_bytes(200, MALFORMED_BODY)
+        elif fault.kind == "timeout":
+            self.owner._stopping.wait(fault.seconds)
+            if not self._client_gone() and not self.owner._stopping.is_set():
+                return True
+            self._drop()
+        else:
+            self._drop()
+        return False
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed the connection (a client whose timeout passed gives up)."""
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def _drop(self) -> None:
+        """Close the connection with no response."""
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # the client closed it already
 
     def _endpoint(self) -> str:
         path = self.path.split("?", 1)[0].rstrip("/")
@@ -255,14 +322,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         server = OpenAIServer(args.model, name=args.name, host=args.host, port=args.port, api_key=args.api_key)
-        server.start()
-    except (ValueError, OSError) as error:
+    except ValueError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
+    try:
+        server.start()
+    except OSError as error:
+        parser.exit(
+            2,
+            f"{parser.prog}: error: cannot listen on {args.host}:{args.port} ({error.strerror}); "
+            f"give another --port (0: a free one)\n",
+        )
     stopping = threading.Event()
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, lambda *_: stopping.set())
     print(f"serving {server.name} at {server.base_url}", flush=True)
-    while not stopping.wait(0.5):
+    while not stopping.wait(0.1):
         pass
     server.stop()
     return 0
