@@ -136,8 +136,8 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
     if check_values is not None:  # values a projector can judge before the models are loaded
         check_values(**config.projector_options)
     registry.check_options("recipe", config.recipe, **config.recipe_options)
-    check_token_method(config, registry, student)
     check_teacher_layers(config, registry, teacher)
+    check_token_method(config, registry, student)
     if config.ild_loss:
         registry.resolve("loss", config.ild_loss)
         registry.check_options("loss", config.ild_loss, **config.ild_loss_options)

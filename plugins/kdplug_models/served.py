@@ -86,6 +86,9 @@ class ServedLM(nn.Module):
     (template, verbalizer, shots, calibration): the teacher's fingerprint, and with it the engine's
     cache key, changes with them and with nothing else (not the server's address, not the key)."""
 
+    #: the dry run does not time it (a timed forward would send requests): its plan counts them instead
+    kdplug_remote = True
+
     def __init__(self, scorer: Scorer, identity: str, content_free: Sequence[str], pair: bool) -> None:
         super().__init__()
         self.scorer = scorer
