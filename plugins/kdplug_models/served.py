@@ -157,6 +157,7 @@ class Scorer:
         self.first_tokens = tuple(first_tokens)
         self.bar: Any = None
         self.tokens = 0
+        self.expected = 0  # the requests the plan counted: the progress bar's total, for its time left
 
     @property
     def verbalizer(self) -> tuple[str, ...]:
@@ -212,7 +213,9 @@ class Scorer:
         if self.bar is None:
             from kdplug.progress import progress
 
-            self.bar = progress(total=None, desc="served teacher", unit="req")
+            self.bar = progress(total=self.expected or None, desc="served teacher", unit="req")
+        if self.bar.total is not None and self.bar.n + requests > self.bar.total:  # a transfer set's, beyond the plan
+            self.bar.total = self.bar.n + requests
         self.bar.update(requests)
         self.bar.set_postfix_str(f"{self.tokens} tokens", refresh=False)
 
@@ -320,6 +323,7 @@ def served_teacher(
     served = ServedLM(scorer, identity, spec.content_free, task.is_pair).eval()
     plan = request_plan(task, scorer, price_per_million_tokens)
     record["plan"] = plan
+    scorer.expected = plan["requests"]
     return Teacher(
         model=served,
         tokenizer=local,

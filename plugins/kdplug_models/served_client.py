@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kdplug.errors import KdplugError, UsageError
-from kdplug.storage import open_own_file
+from kdplug.storage import atomic_directory, open_own_file
 
 log = logging.getLogger(__name__)
 
@@ -253,13 +253,23 @@ class AnswerStore:
         line = json.dumps({"k": key, "v": value, "c": _crc(key, value)}) + "\n"
         with self._lock:
             if self._handle is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._create()
                 self._handle = open_own_file(self.path, "served teacher's answer file")
                 if self._handle.tell() and not _ends_with_newline(self.path):
                     self._handle.write("\n")  # after a line cut short by a kill
             self._handle.write(line)
             self._handle.flush()  # in the kernel's hands: a killed process loses nothing written
             self.answers[key] = value
+
+    def _create(self) -> None:
+        """The store's folder, made as kdplug makes its cache entries (atomically, with a checksum record
+        naming its files), so ``kdplug cache`` lists and clears it; its answer file then grows."""
+        folder = self.path.parent
+        if folder.exists():
+            return
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_directory(folder, f"the served teacher's answer store {folder}") as staging:
+            (staging / self.FILE).touch()
 
 
 def _ends_with_newline(path: Path) -> bool:
