@@ -260,3 +260,27 @@ def test_a_name_field_is_text_where_the_factory_takes_a_str():
         "model": "meta-llama/Llama-3.1-70B-Instruct"
     }
     assert registry.resolve("student", "bert-4")[1] == {"layers": 4}
+
+
+def test_a_transfer_set_asks_for_its_own_examples_only(server, lm, data, tmp_path):
+    """Logit methods with a transfer set work: the set's texts are asked for once each (two labels)."""
+    transfer = tmp_path / "transfer.txt"
+    transfer.write_text("what a film\na lifeless plot\nthe acting shines\n")
+    argv = [*run_argv(data, tmp_path, "run", tmp_path / "cache"), *served(server, lm), "--transfer", str(transfer)]
+    before = sum(server.answered.values())
+    assert main(argv) == 0
+    assert sum(server.answered.values()) - before == REQUESTS + 3 * 2
+
+
+def test_an_answer_line_cut_short_by_a_kill_is_asked_again(server, lm, tmp_path):
+    """The answer file's last line cut mid-way (as a kill leaves it): that answer alone is asked again."""
+    teacher, ids = served_model(server, lm, tmp_path)
+    expected = teacher.model(ids, torch.ones_like(ids)).logits
+    (answers,) = tmp_path.glob("served-answers/*/answers.jsonl")
+    lines = answers.read_bytes().splitlines(keepends=True)
+    answers.write_bytes(b"".join(lines[:-1]) + lines[-1][:20])
+    before = sum(server.answered.values())
+    teacher, ids = served_model(server, lm, tmp_path)
+    torch.testing.assert_close(teacher.model(ids, torch.ones_like(ids)).logits, expected, rtol=0, atol=0)
+    assert sum(server.answered.values()) - before == 1
+    assert all(line.endswith(b"}\n") for line in answers.read_bytes().splitlines(keepends=True)[-1:])
