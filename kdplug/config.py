@@ -390,4 +390,9 @@ def renamed_prompted_teacher(settings: dict[str, Any]) -> Optional[dict[str, Any
     if teacher != "hf" and "/" not in teacher and not os.path.isdir(os.path.expanduser(teacher)):
         return None  # a teacher plugin of its own that takes a prompt
     source = options.pop("source", None) if teacher == "hf" else teacher
+    if teacher != "hf" and options.get("source", source) != source:
+        raise ConfigError(
+            f"the configuration names the prompted teacher twice, teacher: {teacher} and teacher_options.source: "
+            f"{options['source']}; keep one (today's spelling: teacher: prompted-lm, teacher_options.source: DIR)"
+        )
     return {**settings, "teacher": "prompted-lm", "teacher_options": {"source": source, **options}}

@@ -74,6 +74,7 @@ class OpenAIServer:
         if self._http is None:
             self._stopping.clear()
             self._http = _HTTPServer((self._host, self._port), _Handler, self)
+            self._port = self._http.server_address[1]  # port 0 took a free one: start() again takes it back
             serve = functools.partial(self._http.serve_forever, poll_interval=0.05)  # stop() waits a poll at most
             self._thread = threading.Thread(target=serve, name="openai-server", daemon=True)
             self._thread.start()
@@ -99,7 +100,8 @@ class OpenAIServer:
 
     @property
     def port(self) -> int:
-        return self._http.server_address[1] if self._http else self._port
+        """The port it listens on (after :meth:`stop`, the one it listened on)."""
+        return self._port
 
     @property
     def base_url(self) -> str:
@@ -109,7 +111,7 @@ class OpenAIServer:
         host = self._http.server_address[0]
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}/v1"
 
-    # -- faults -----------------------------------------------------------------------------------------
+    # -- faults -----------------------------------------------------------------------------------
     def fail_next(self, kind: str, count: int = 1, **params: Any) -> None:
         """Fail the next ``count`` scoring requests (completions, chat completions), in the order
         queued, one fault per request: ``"429"`` (with ``Retry-After: retry_after``, default 1 s),
@@ -218,8 +220,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         endpoint = self._endpoint()
         self.owner._received(endpoint)
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if not self._authorised():
+        raw = self._body()
+        if raw is None or not self._authorised():
             return
         if endpoint not in SCORING:
             self._send_error(404, f"Unknown path: POST {self.path}", "not_found")
@@ -237,8 +239,27 @@ class _Handler(BaseHTTPRequestHandler):
         except RequestError as error:
             self._send_error(error.status, str(error), error.kind)
             return
+        except Exception as error:  # the model failed: its client gets a 500 saying how, as from a real server
+            self._send_error(500, f"The model failed: {type(error).__name__}: {error}", "server_error")
+            return
         self.owner._answered(prompt)  # before its client reads it: a test reading the count sees it
         self._send_json(200, response)
+
+    def _body(self) -> Optional[bytes]:
+        """The request's body; None (answered with a 400) when it has no readable length."""
+        length = self.headers.get("Content-Length")
+        if length is None and self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            self._send_error(
+                400, "Send the body with a Content-Length (chunked bodies are not read)", "invalid_request_error"
+            )
+            return None
+        try:
+            return self.rfile.read(int(length or 0))
+        except ValueError:
+            self.close_connection = True
+            self._send_error(400, f"Content-Length {length!r} is not a number of bytes", "invalid_request_error")
+            return None
 
     def _injected(self, fault: Fault) -> bool:
         """Inject ``fault``; whether the request is then to be answered as usual."""
@@ -320,26 +341,47 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--name", help="the model's name in the API; default: the directory's name")
     parser.add_argument("--api-key", help="answer only requests bearing this key (Authorization: Bearer KEY)")
     args = parser.parse_args(argv)
+    stopping, serving = threading.Event(), []
+
+    def on_signal(*_: Any) -> None:
+        stopping.set()
+        if not serving:
+            # stopped while the model loads: nothing to close, and an exception raised here, inside
+            # torch's C++ import code, would abort the process
+            os._exit(0)
+
+    previous = {number: signal.signal(number, on_signal) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server = _started(parser, args, serving)
+        print(f"serving {server.name} at {server.base_url}", flush=True)
+        while not stopping.wait(0.1):
+            pass
+        server.stop()
+    finally:
+        for number, handler in previous.items():  # a caller's own handlers (main() called in a test) come back
+            signal.signal(number, handler)
+    return 0
+
+
+def _started(parser: argparse.ArgumentParser, args: argparse.Namespace, serving: list) -> OpenAIServer:
+    """The server ``args`` ask for, listening; a bad model directory or a port in use exits 2."""
+    if os.path.isdir(args.model):
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # the one line it prints is the output
     try:
         server = OpenAIServer(args.model, name=args.name, host=args.host, port=args.port, api_key=args.api_key)
     except ValueError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     try:
-        server.start()
+        serving.append(server.start())
     except OSError as error:
         parser.exit(
             2,
             f"{parser.prog}: error: cannot listen on {args.host}:{args.port} ({error.strerror}); "
             f"give another --port (0: a free one)\n",
         )
-    stopping = threading.Event()
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, lambda *_: stopping.set())
-    print(f"serving {server.name} at {server.base_url}", flush=True)
-    while not stopping.wait(0.1):
-        pass
-    server.stop()
-    return 0
+    return server
 
 
 if __name__ == "__main__":

@@ -194,9 +194,13 @@ def test_bad_requests_get_openai_error_bodies(server, path, body, status, named)
     assert sum(server.answered.values()) == answered
 
 
-def test_a_body_that_is_not_json_is_refused(server):
+def test_a_body_that_is_not_json_or_has_no_length_is_refused(server):
     status, _, answer = post(server, "completions", None, raw=b"{'model': ")
     assert status == 400 and "not valid JSON" in answer["error"]["message"]
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    connection.request("POST", "/v1/completions", iter([b'{"model": "tiny-gpt2"}']), encode_chunked=True)
+    response = connection.getresponse()
+    assert response.status == 400 and "Content-Length" in json.loads(response.read())["error"]["message"]
 
 
 def test_a_key_is_required_when_given(model_dir):
@@ -231,13 +235,13 @@ def test_each_fault_is_what_a_client_sees(server):
 
 def test_a_timeout_holds_the_request(server):
     prompt = "the acting was awful"
-    server.fail_next("timeout", count=2, seconds=0.6)
+    server.fail_next("timeout", count=2, seconds=0.4)
     with pytest.raises(TimeoutError):
-        complete(server, prompt, timeout=0.2)  # the client gives up: the server does not answer it
+        complete(server, prompt, timeout=0.1)  # the client gives up: the server does not answer it
     started = time.monotonic()
     assert complete(server, prompt, timeout=10)[0] == 200  # a patient client gets its answer, late
-    assert time.monotonic() - started >= 0.6
-    time.sleep(0.5)  # the first hold is over by now
+    assert time.monotonic() - started >= 0.4
+    time.sleep(0.3)  # the first hold is over by now
     assert server.answered[prompt] == 1
 
 
@@ -282,6 +286,9 @@ def test_a_stopped_server_drops_its_connections_and_frees_its_port(model_dir):
     with OpenAIServer(model_dir, port=port) as second:
         assert second.port == port and complete(second, "a nice film")[0] == 200
         assert second.requests["completions"] == 1 and first.requests["completions"] == 0
+    assert first.port == port
+    with first:  # started again: on its port
+        assert complete(first, "a nice film")[0] == 200 and first.answered["a nice film"] == 1
 
 
 def test_the_command_line_serves_until_sigterm(model_dir):
@@ -314,6 +321,7 @@ def test_a_bad_model_directory_exits_2(tmp_path, capsys, kind):
     message = capsys.readouterr().err
     assert exited.value.code == 2 and str(directory) in message and "causal LM" in message
     assert "Traceback" not in message
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the caller's handler is back
 
 
 def test_a_port_in_use_exits_2(server, model_dir, capsys):
