@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
@@ -295,6 +296,12 @@ def served_teacher(
             f"(the OpenAI-compatible base URL of vLLM, SGLang, TGI, llama.cpp's server or a hosted API)"
         )
     spec = prompt_spec(task, prompt, verbalizer, shots, chat_template, calibrate)
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", api_key_env):  # never echoed: it may be a key given by mistake
+        raise UsageError(
+            "teacher_options.api_key_env names the environment variable that holds the API key (e.g. "
+            "OPENAI_API_KEY), and what it was given is not a variable's name; never put the key itself in the "
+            "options (they are written to config.yaml): export it and name the variable"
+        )
     key = api_key(api_key_env)
     endpoint = Endpoint(
         base_url, key, RetryPolicy(max_retries, backoff, timeout), RateLimit(requests_per_minute, tokens_per_minute)

@@ -317,3 +317,37 @@ def test_top_logprobs_scoring_reads_each_labels_first_token_with_a_stated_floor(
         scorer.scores([prompt])[0], torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-5
     )
     assert teacher.extra["served"]["scoring"] == "top-logprobs"
+
+
+def test_a_run_killed_mid_pass_and_run_again_asks_only_what_it_had_not_stored(lm, data, tmp_path):
+    """kdplug itself SIGKILLed after 10 answers (whatever it was writing): the run again asks only what
+    it had not stored."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    with OpenAIServer(lm) as server:
+        argv = [*run_argv(data, tmp_path, "killed", cache), *served(server, lm, "concurrency=2")]
+        child = subprocess.Popen([sys.executable, "-m", "kdplug.cli", *argv], env=dict(os.environ))
+        deadline = time.monotonic() + 60
+        while sum(server.answered.values()) < 10 and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        child.send_signal(signal.SIGKILL)
+        assert child.wait() == -signal.SIGKILL
+        killed_after = sum(server.answered.values())
+        assert main([*run_argv(data, tmp_path, "again", cache), *served(server, lm)]) == 0
+    assert 10 <= killed_after < REQUESTS
+    # every answer stored before the kill is reused; only those in flight at the kill (2 at most: its
+    # concurrency), answered by the server but never received or stored, are asked again
+    twice = [prompt for prompt, count in server.answered.items() if count > 1]
+    assert len(server.answered) == REQUESTS and max(server.answered.values()) <= 2 and len(twice) <= 2, twice
+
+
+def test_a_key_given_as_api_key_env_is_refused_without_being_repeated(server, lm, tmp_path):
+    from kdplug.errors import UsageError
+
+    with pytest.raises(UsageError, match="names the environment variable that holds the API key") as refused:
+        served_model(server, lm, tmp_path, api_key_env=KEY)
+    assert KEY not in str(refused.value)
