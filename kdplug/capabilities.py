@@ -40,6 +40,9 @@ class TeacherCapabilities(Capabilities):
     shape: ClassVar[Optional[Callable[..., Any]]] = None
     """``shape(task, **options)``: the ``ModelShape`` the teacher will have, read without its weights (None:
     unknown)."""
+    has_layers: ClassVar[bool] = True
+    """False for a teacher whose layers kdplug never sees (a model served over HTTP): a run whose method reads the
+    teacher's layer vectors is refused before the teacher is built."""
 
 
 class StudentCapabilities(Capabilities):

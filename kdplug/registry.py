@@ -58,27 +58,44 @@ class Entry:
     version: str = ""
     _pattern: Optional[re.Pattern] = field(default=None, compare=False, repr=False)
     _field: Optional[str] = field(default=None, compare=False, repr=False)
+    _text: bool = field(default=False, compare=False, repr=False)
 
-    def match(self, name: str) -> Optional[dict[str, int]]:
-        """Options implied by ``name`` if it names this entry (``bert-4`` -> ``{layers: 4}``)."""
+    def match(self, name: str) -> Optional[dict[str, Any]]:
+        """Options implied by ``name`` if it names this entry (``bert-4`` -> ``{layers: 4}``,
+        ``served:qwen`` -> ``{model: "qwen"}`` where the factory's ``model`` is a ``str``)."""
         if self._pattern is None:
             return {} if name == self.name else None
         found = self._pattern.fullmatch(name)
-        return {self._field: int(found.group(1))} if found else None
+        if not found:
+            return None
+        return {self._field: found.group(1) if self._text else int(found.group(1))}
 
     def provider(self) -> str:
         dist = f"{self.distribution} {self.version}".strip()
         return f"plugin {self.plugin!r} ({dist})" if dist else f"plugin {self.plugin!r}"
 
 
-def _compile(name: str) -> tuple[Optional[re.Pattern], Optional[str]]:
+def _compile(name: str, factory: Any) -> tuple[Optional[re.Pattern], Optional[str], bool]:
+    """The pattern of a name with a ``{field}``, the field, and whether it is text: a field is a whole
+    number unless the factory's parameter of that name is annotated ``str`` (any non-empty text)."""
     fields = _FIELD.findall(name)
     if not fields:
-        return None, None
+        return None, None, False
     if len(fields) > 1:
         raise PluginError(f"component name {name!r} may hold at most one {{field}}")
+    text = _annotated_str(factory, fields[0])
     prefix, suffix = _FIELD.split(name)[0], _FIELD.split(name)[-1]
-    return re.compile(re.escape(prefix) + r"(\d+)" + re.escape(suffix)), fields[0]
+    return re.compile(re.escape(prefix) + (r"(.+)" if text else r"(\d+)") + re.escape(suffix)), fields[0], text
+
+
+def _annotated_str(factory: Any, name: str) -> bool:
+    """Whether ``factory``'s parameter ``name`` is declared ``str`` (written as a string under
+    ``from __future__ import annotations``)."""
+    try:
+        parameter = inspect.signature(factory).parameters.get(name)
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.annotation in (str, "str")
 
 
 #: the distribution whose components are the built-ins
@@ -130,8 +147,8 @@ class Registry:
             raise PluginError(f"plugin {plugin!r} registered a {kind} with an invalid name {name!r}")
         if not callable(factory):
             raise PluginError(f"plugin {plugin!r} registered {kind} {name!r} with a non-callable {factory!r}")
-        pattern, field_name = _compile(name)
-        entry = Entry(kind, name, factory, description, plugin, distribution, version, pattern, field_name)
+        pattern, field_name, text = _compile(name, factory)
+        entry = Entry(kind, name, factory, description, plugin, distribution, version, pattern, field_name, text)
         existing = self._entries[kind].get(name) or next((e for e in self._conflicts.get((kind, name), [])), None)
         if existing is None:
             self._entries[kind][name] = entry
@@ -157,7 +174,7 @@ class Registry:
         for kind in KINDS:
             yield from self._entries[kind].values()
 
-    def resolve(self, kind: str, name: str) -> tuple[Entry, dict[str, int]]:
+    def resolve(self, kind: str, name: str) -> tuple[Entry, dict[str, Any]]:
         """The entry for ``name`` and the options its name implies."""
         rivals = self._conflicts.get((kind, name))
         if rivals:

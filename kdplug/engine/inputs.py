@@ -19,7 +19,7 @@ from ..config import RunConfig
 from ..errors import DataError, UsageError
 from ..logs import FILE_ONLY
 from ..registry import Registry
-from ..storage import default_cache_root, file_lock
+from ..storage import building_under, default_cache_root, file_lock
 from ..types import Example, Task, Teacher
 from . import health, preflight
 from . import teacher as teacher_stage
@@ -47,7 +47,9 @@ log = logging.getLogger("kdplug")
 def create_teacher(config: RunConfig, registry: Registry, task: Task, **extra: Any) -> Teacher:
     """The teacher ``config`` names: a registered name, a checkpoint directory or a hub id."""
     name, source = registry.model_reference("teacher", config.teacher)
-    return registry.create("teacher", name, task, **{**config.teacher_options, **source, **extra})
+    root = Path(config.cache_dir).expanduser() if config.cache_dir else default_cache_root()
+    with building_under(root):  # what it stores (a served teacher's answers) goes to the run's cache
+        return registry.create("teacher", name, task, **{**config.teacher_options, **source, **extra})
 
 
 def broadcast_object(value):

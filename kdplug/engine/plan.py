@@ -331,7 +331,8 @@ def _time_plan(plan: dict[str, Any], config: RunConfig, inputs: RunInputs) -> di
             epoch["seconds_per_epoch"] * finetune["epochs"],
         )
     outputs = plan["teacher_outputs"]
-    if isinstance(outputs, dict) and any(value != "cached" for value in outputs.values()):
+    remote = getattr(teacher.model, "kdplug_remote", False)  # a served model: timing it would send requests
+    if isinstance(outputs, dict) and any(value != "cached" for value in outputs.values()) and not remote:
         loader, _ = trainer.loader(train, shuffle=False, batch_size=config.teacher_batch_size)
         forward = estimate.step_seconds(teacher.model, loader, train=False)
         examples = len(train) + sum(len(split) for split in dev.values())

@@ -22,6 +22,7 @@ from ..capabilities import (
     ProjectorCapabilities,
     RecipeCapabilities,
     StudentCapabilities,
+    TeacherCapabilities,
     capabilities,
 )
 from ..config import RunConfig
@@ -135,6 +136,7 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
     if check_values is not None:  # values a projector can judge before the models are loaded
         check_values(**config.projector_options)
     registry.check_options("recipe", config.recipe, **config.recipe_options)
+    check_teacher_layers(config, registry, teacher)
     check_token_method(config, registry, student)
     if config.ild_loss:
         registry.resolve("loss", config.ild_loss)
@@ -165,6 +167,25 @@ def check_token_method(config: RunConfig, registry: Registry, student: str) -> N
             f"projector {config.projector!r} computes its own per-token loss terms, so ild_loss "
             f"{config.ild_loss!r} has nothing to compare; drop --set ild_loss"
         )
+
+
+def check_teacher_layers(config: RunConfig, registry: Registry, teacher: str) -> None:
+    """A teacher whose layers kdplug never sees (``has_layers = False``: a served model) with a method
+    that reads them (PKD, CKD, ALP, CKA, TinyBERT, MiniLMv2, Universal-KD's layer terms) is refused
+    before the teacher is built, so before any request is sent."""
+    if declared(registry, TeacherCapabilities, teacher).has_layers is not False:
+        return
+    if not reads_teacher_layers(config, registry):
+        return
+    method = config.recipe if declared(registry, RecipeCapabilities, config.recipe).uses_projector is False else None
+    reader = f"recipe {method!r}" if method else f"projector {config.projector!r} (recipe {config.recipe!r})"
+    if config.baseline and not method:
+        reader += f" or the baseline {config.baseline!r}"
+    raise UsageError(
+        f"teacher {config.teacher!r} gives kdplug only its label log-probabilities, never its layers (it is served "
+        f"over HTTP), but {reader} reads the teacher's layer vectors. Use a method on the logits (kd, rkd, dist, nkd, "
+        f"or the recipes takd and annealing), or an in-process teacher (prompted-lm) for layer methods"
+    )
 
 
 #: the loss on the logits where the run names none (kd_loss)

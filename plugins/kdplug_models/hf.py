@@ -49,6 +49,7 @@ from .lora import (
 )
 from .lora import lr_note as lora_lr_note
 from .prompted import PROMPT_OPTIONS, PromptedLMExtractor, prompted_teacher
+from .served import ServedExtractor, served_teacher
 
 logger = logging.getLogger(__name__)
 
@@ -494,6 +495,13 @@ def kdplug_register_teachers(register):
         description="a causal language model read through a prompt, never fine-tuned: options source (hub id or "
         f"directory), {', '.join(PROMPT_OPTIONS)}, trust_remote_code and revision",
     )
+    register(
+        "served:{model}",
+        served_teacher,
+        description="a causal LM served over HTTP by an OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp, a "
+        "hosted API), MODEL as the server names it: options base_url (required), the prompt options of prompted-lm, "
+        "scoring, concurrency, timeout, max_retries, api_key_env (docs/llm-teachers.md)",
+    )
     for name, hub_id in HUB_TEACHERS.items():
         register(name, functools.partial(hf_teacher, source=hub_id), description=f"{hub_id} from the hub")
     register(
@@ -541,3 +549,4 @@ def kdplug_register_layer_extractors(register):
         PromptedLMExtractor(),
         description="a prompted causal LM's states at its prompt's last token (teacher_options.prompt)",
     )
+    register("served", ServedExtractor(), description="a served causal LM: no layers (logit methods only)")

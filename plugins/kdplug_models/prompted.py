@@ -75,10 +75,7 @@ class PromptedLM(nn.Module):
         model puts outside the labels). Calibrated, contextual calibration (Zhao et al. 2021, their
         code's ``diagonal_W``, b = 0): ``q = W p`` with ``W = diag(p_cf)^-1``, renormalised, so the
         logits are ``log_softmax(log p - log p_cf)``; an unbiased model (p_cf uniform) keeps ``p``."""
-        log_p = scores.float().log_softmax(-1)
-        if self.calibration.numel() == 0:
-            return log_p
-        return (log_p - self.calibration.log()).log_softmax(-1)
+        return calibrated(scores, self.calibration)
 
     def label_log_probs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, tuple]:
         """Each label's summed token log-probability after each prompt ``(batch, labels)``, and the
@@ -151,10 +148,25 @@ class PromptedLM(nn.Module):
         device = next(self.lm.parameters()).device
         ids, mask = self._left_padded([prompt.to(device) for prompt in prompts])
         scores, _ = self.label_log_probs(ids, mask)
-        scores = scores.double()
-        probabilities = (scores - scores.max()).exp().mean(0)  # a common factor, gone when normalised
-        self.calibration = (probabilities / probabilities.sum()).float()
+        self.calibration = content_free_probabilities(scores)
         return self.calibration
+
+
+def calibrated(scores: torch.Tensor, calibration: torch.Tensor) -> torch.Tensor:
+    """``scores`` (label log-probabilities) as logits: renormalised over the labels and, where
+    ``calibration`` (``p_cf``) is not empty, divided by it (see :meth:`PromptedLM.calibrated`)."""
+    log_p = scores.float().log_softmax(-1)
+    if calibration.numel() == 0:
+        return log_p
+    return (log_p - calibration.log()).log_softmax(-1)
+
+
+def content_free_probabilities(scores: torch.Tensor) -> torch.Tensor:
+    """``p_cf`` from the label log-probabilities on the content-free inputs ``(inputs, labels)``: each
+    input's probabilities averaged, normalised to sum to one (Zhao et al.'s ``get_p_content_free``)."""
+    scores = scores.double()
+    probabilities = (scores - scores.max()).exp().mean(0)  # a common factor, gone when normalised
+    return (probabilities / probabilities.sum()).float()
 
 
 def _repeated(cache: Any, times: int) -> Any:

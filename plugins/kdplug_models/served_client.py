@@ -1,0 +1,364 @@
+"""The HTTP side of the served teacher: an OpenAI-compatible endpoint asked many questions at once,
+with retries, an optional rate limit, and every answer stored as it arrives.
+
+The API key lives in one attribute of :class:`Endpoint`, read from the environment, and leaves it
+only in the ``Authorization`` header: no message, repr, cache key or record holds it (a server's
+error text that quotes it is masked).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import urllib.parse
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from kdplug.errors import KdplugError, UsageError
+from kdplug.storage import atomic_directory, open_own_file
+
+log = logging.getLogger(__name__)
+
+#: statuses worth asking again: a rate limit, a server error, a gateway's time-out
+RETRIED_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+#: the longest wait between two tries, whatever Retry-After says (seconds)
+LONGEST_WAIT = 120.0
+
+
+class ServedError(KdplugError):
+    """The served teacher's endpoint kept failing (exit code 1): what was answered is stored."""
+
+
+class Unanswerable(Exception):
+    """One try failed in a way worth another (the status or the fault, and the server's wait)."""
+
+    def __init__(self, reason: str, status: Optional[int] = None, wait: Optional[float] = None) -> None:
+        super().__init__(reason)
+        self.reason, self.status, self.wait = reason, status, wait
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how long to try: ``max_retries`` tries after the first, waiting ``backoff`` x 2^n
+    seconds (times a random 0.5 to 1.5, so many clients do not come back together), or the server's
+    Retry-After."""
+
+    max_retries: int = 5
+    backoff: float = 0.5
+    timeout: float = 60.0
+
+    def wait(self, attempt: int, asked: Optional[float]) -> float:
+        if asked is not None:
+            return min(max(asked, 0.0), LONGEST_WAIT)
+        return min(self.backoff * 2**attempt * (0.5 + random.random()), LONGEST_WAIT)
+
+
+class RateLimit:
+    """Paces requests to at most ``per_minute`` requests and ``tokens_per_minute`` tokens (either None:
+    no limit), shared by every thread."""
+
+    def __init__(self, per_minute: Optional[int], tokens_per_minute: Optional[int]) -> None:
+        self.per_minute, self.tokens_per_minute = per_minute, tokens_per_minute
+        self._next = time.monotonic()
+        self._lock = threading.Lock()
+
+    def take(self, tokens: int) -> None:
+        if self.per_minute is None and self.tokens_per_minute is None:
+            return
+        spacing = 60.0 / self.per_minute if self.per_minute else 0.0
+        if self.tokens_per_minute:
+            spacing = max(spacing, 60.0 * tokens / self.tokens_per_minute)
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next)
+            self._next = start + spacing
+        if start > now:
+            time.sleep(start - now)
+
+
+class Endpoint:
+    """An OpenAI-compatible server at ``base_url`` (ending in ``/v1``), one keep-alive connection per
+    thread, asked with :meth:`post`."""
+
+    def __init__(self, base_url: str, api_key: Optional[str], policy: RetryPolicy, limit: RateLimit) -> None:
+        parsed = urllib.parse.urlsplit(base_url.rstrip("/"))
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise UsageError(
+                f"teacher_options.base_url must be the server's http(s) address ending in /v1, such as "
+                f"http://127.0.0.1:8000/v1, not {shown_url(base_url)!r}"
+            )
+        self.scheme, self.host, self.port, self.path = parsed.scheme, parsed.hostname, parsed.port, parsed.path
+        self.base_url = shown_url(base_url.rstrip("/"))
+        self._key = api_key
+        self.policy, self.limit = policy, limit
+        self._local = threading.local()
+
+    def __repr__(self) -> str:  # never the key
+        return f"Endpoint({self.base_url!r})"
+
+    def url(self, path: str) -> str:
+        return f"{self.base_url}/{path}"
+
+    def post(self, path: str, body: dict[str, Any], tokens: int = 0) -> dict[str, Any]:
+        """The server's JSON answer to ``body`` at ``path``, tried up to ``max_retries`` more times on
+        a retried status, a time-out, a dropped connection or malformed JSON; else :class:`ServedError`."""
+        last: Optional[Unanswerable] = None
+        for attempt in range(self.policy.max_retries + 1):
+            if last is not None:
+                time.sleep(self.policy.wait(attempt - 1, last.wait))
+            self.limit.take(tokens)
+            try:
+                return self._once(path, body)
+            except Unanswerable as fault:
+                log.debug("%s: %s (try %d)", self.url(path), fault.reason, attempt + 1)
+                last = fault
+        raise ServedError(
+            f"the served teacher's endpoint {self.url(path)} failed {self.policy.max_retries + 1} times; the last "
+            f"answer: {last.reason}. The answers already received are stored: run the same command again to ask "
+            f"only for the rest (teacher_options.max_retries and timeout allow more tries and a longer wait)"
+        )
+
+    def _once(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        payload = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        try:
+            connection = self._connection()
+            connection.request("POST", f"{self.path}/{path}", body=payload, headers=headers)
+            response = connection.getresponse()
+            status, raw = response.status, response.read()
+            asked = _retry_after(response.getheader("Retry-After"))
+        except TimeoutError:
+            self._drop()
+            raise Unanswerable(f"no answer within {self.policy.timeout:g} s (teacher_options.timeout)") from None
+        except (OSError, http.client.HTTPException) as exc:
+            self._drop()
+            raise Unanswerable(f"the connection failed ({type(exc).__name__}: {self.masked(str(exc))})") from None
+        if status != 200:
+            reason = f"HTTP {status}: {self.masked(_error_text(raw))}"
+            if status in RETRIED_STATUSES:
+                raise Unanswerable(reason, status, asked)
+            raise self._refused(path, status, reason)
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise Unanswerable(f"HTTP 200 with a body that is not JSON ({raw[:80]!r})") from None
+
+    def _refused(self, path: str, status: int, reason: str) -> KdplugError:
+        """A status no retry changes: the request or the key is wrong."""
+        advice = {
+            401: "the server refused the key: set the environment variable teacher_options.api_key_env names",
+            403: "the key may not use this model",
+            404: f"check the model's name (GET {self.url('models')} lists the served ones) and base_url",
+        }.get(status, "check the teacher's options")
+        error = ServedError(f"the served teacher's endpoint {self.url(path)} answered {reason}; {advice}")
+        error.status = status
+        return error
+
+    def masked(self, text: str) -> str:
+        return text.replace(self._key, "[API key]") if self._key else text
+
+    def _connection(self) -> http.client.HTTPConnection:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            kind = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+            connection = kind(self.host, self.port, timeout=self.policy.timeout)
+            connection.connect()
+            # headers and body leave in two writes: without this, Nagle's algorithm holds the body until the
+            # server's delayed ACK (40 ms a request on Linux)
+            connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._local.connection = connection
+        return connection
+
+    def _drop(self) -> None:
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            connection.close()
+        self._local.connection = None
+
+
+def shown_url(url: str) -> str:
+    """``url`` without any user name or password in it (``http://user:secret@host`` -> ``http://host``)."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.username is None and parsed.password is None:
+        return url
+    host = parsed.hostname + (f":{parsed.port}" if parsed.port else "")
+    return urllib.parse.urlunsplit((parsed.scheme, host, parsed.path, parsed.query, parsed.fragment))
+
+
+def _retry_after(value: Optional[str]) -> Optional[float]:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _error_text(raw: bytes) -> str:
+    """The error body's message, else its first characters."""
+    try:
+        error = json.loads(raw).get("error")
+        return str(error.get("message") if isinstance(error, dict) else error)[:300]
+    except (ValueError, AttributeError):
+        return raw[:120].decode("utf-8", "replace") or "(no body)"
+
+
+class AnswerStore:
+    """Every answer, appended as it arrives to ``<directory>/answers.jsonl``, one line each with its
+    request's key and a CRC-32 of both: a run killed mid-line leaves one line that fails its check,
+    which is skipped (and asked again), never read as an answer."""
+
+    FILE = "answers.jsonl"
+
+    def __init__(self, directory: Path) -> None:
+        self.path = Path(directory) / self.FILE
+        self.answers: dict[str, Any] = {}
+        self.damaged = 0
+        self._lock = threading.Lock()
+        self._handle = None
+        if self.path.is_file():
+            self._read()
+
+    def _read(self) -> None:
+        with open(self.path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                    key, value = record["k"], record["v"]
+                    intact = record["c"] == _crc(key, value)
+                except (ValueError, KeyError, TypeError):
+                    intact = False
+                if intact:
+                    self.answers[key] = value
+                else:
+                    self.damaged += 1
+        if self.damaged:
+            log.warning("%s: %d damaged answer line(s) skipped; they are asked again", self.path, self.damaged)
+
+    def get(self, key: str) -> Any:
+        return self.answers.get(key)
+
+    def put(self, key: str, value: Any) -> None:
+        line = json.dumps({"k": key, "v": value, "c": _crc(key, value)}) + "\n"
+        with self._lock:
+            if self._handle is None:
+                self._create()
+                self._handle = open_own_file(self.path, "served teacher's answer file")
+                if self._handle.tell() and not _ends_with_newline(self.path):
+                    self._handle.write("\n")  # after a line cut short by a kill
+            self._handle.write(line)
+            self._handle.flush()  # in the kernel's hands: a killed process loses nothing written
+            self.answers[key] = value
+
+    def _create(self) -> None:
+        """The store's folder, made as kdplug makes its cache entries (atomically, with a checksum record
+        naming its files), so ``kdplug cache`` lists and clears it; its answer file then grows."""
+        folder = self.path.parent
+        if folder.exists():
+            return
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_directory(folder, f"the served teacher's answer store {folder}") as staging:
+            (staging / self.FILE).touch()
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) == b"\n"
+
+
+def _crc(key: str, value: Any) -> int:
+    return zlib.crc32(json.dumps([key, value], sort_keys=True).encode())
+
+
+def request_key(path: str, body: dict[str, Any], split: Optional[int] = None) -> str:
+    """An answer's key: the endpoint's path, the whole request (model, prompt or messages, options) and
+    where the label starts in the prompt (``split``), never the server's address or the key."""
+    return hashlib.sha256(json.dumps([path, body, split], sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class Question:
+    """One request: its path and body, and how to read what the answer means."""
+
+    path: str
+    body: dict[str, Any]
+    read: Callable[[dict[str, Any]], Any]
+    tokens: int = 0
+    split: Optional[int] = None  # where the label starts in the prompt (echo scoring)
+
+    @property
+    def key(self) -> str:
+        return request_key(self.path, self.body, self.split)
+
+
+def ask_all(
+    endpoint: Endpoint,
+    store: AnswerStore,
+    questions: Sequence[Question],
+    *,
+    concurrency: int,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> list[Any]:
+    """Each question's answer (as its ``read`` gives it), from the store or from the server with up to
+    ``concurrency`` requests in flight; each answer is stored as it arrives. On a failure the others in
+    flight finish (and are stored) before the error is raised."""
+    results: list[Any] = [store.get(question.key) for question in questions]
+    missing = [i for i, result in enumerate(results) if result is None]
+
+    def answer(index: int) -> None:
+        question = questions[index]
+        response = endpoint.post(question.path, question.body, question.tokens)
+        try:
+            value = question.read(response)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ServedError(
+                f"the served teacher's endpoint {endpoint.url(question.path)} answered HTTP 200 without what "
+                f"kdplug reads ({type(exc).__name__}: {exc}); does the server support this scoring "
+                f"(teacher_options.scoring)?"
+            ) from None
+        store.put(question.key, value)
+        results[index] = value
+        if progress is not None:
+            progress(1, _used_tokens(response))
+
+    _run(answer, missing, concurrency)
+    return results
+
+
+def _run(work: Callable[[int], None], items: Iterable[int], concurrency: int) -> None:
+    """``work`` on every item, ``concurrency`` at a time; at the first failure the items not started are
+    dropped, those in flight finish (their answers stored), and the failure is raised."""
+    items = list(items)
+    if not items:
+        return
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(items))) as pool:
+        futures = [pool.submit(work, item) for item in items]
+        for future in as_completed(futures):
+            if future.exception() is not None:
+                for other in futures:
+                    other.cancel()
+                wait(futures)
+                raise future.exception()
+
+
+def _used_tokens(response: dict[str, Any]) -> int:
+    usage = response.get("usage") if isinstance(response, dict) else None
+    return int(usage.get("total_tokens") or 0) if isinstance(usage, dict) else 0
+
+
+def api_key(variable: str) -> Optional[str]:
+    """The key from the environment variable ``variable`` (None where it is unset or empty: a local
+    server needs none)."""
+    return os.environ.get(variable) or None
