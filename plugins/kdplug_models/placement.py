@@ -144,7 +144,8 @@ class Placement:
     device_map: dict[str, Union[int, str]]
     #: "teacher: 0.4 MiB in float32; device_map auto: layers 0-1 on cpu, 2-3 on disk; ..."
     line: str
-    #: the device its inputs go to: its first module's (as Accelerate's hooks expect)
+    #: the device its inputs go to: its first module's where that is a GPU, as Accelerate's hooks
+    #: expect (the main device, where offloaded modules run too)
     first_device: str
     offload_folder: Optional[str] = None
     #: the folder this load writes offloaded weights in (kdplug's, inside offload_folder)
@@ -159,8 +160,14 @@ class Placement:
         return options
 
     def release_with(self, model: nn.Module) -> None:
-        """Remove kdplug's offload folder when ``model`` is released or the process ends."""
-        if self._written is not None:
+        """Remove kdplug's offload folder now where the load wrote nothing in it (a safetensors
+        checkpoint's offloaded weights are read where they are), else when ``model`` is released or
+        the process ends."""
+        if self._written is None:
+            return
+        try:
+            os.rmdir(self._written)  # only an empty folder
+        except OSError:
             weakref.finalize(model, shutil.rmtree, self._written, True)
 
 
@@ -200,7 +207,7 @@ def plan_placement(
     size = compute_module_sizes(model)[""]
     dtype_name = str(next(model.parameters()).dtype).removeprefix("torch.")
     line = f"teacher: {_size(size)} in {dtype_name}; device_map {_asked(options)}: {describe(model, device_map)}"
-    return Placement(device_map, line, _device_name(next(iter(device_map.values()))), options.offload_folder)
+    return Placement(device_map, line, _main_device(device_map), options.offload_folder)
 
 
 def _asked(options: PlacementOptions) -> str:
@@ -237,19 +244,24 @@ def _entry(device_map: dict[str, Any], name: str) -> Optional[str]:
 
 
 def _head_kept(model: nn.Module, device_map: dict[str, Union[int, str]]) -> dict[str, Union[int, str]]:
-    """The modules outside the base model (the classification head) on the first device where the
+    """The modules outside the base model (the classification head) on the main device where the
     map offloads them: their weights must be real tensors to be reordered."""
     prefix = getattr(model, "base_model_prefix", "")
     if "" in device_map:  # one device for everything: name the top-level modules instead
         device_map = {name: device_map[""] for name, _ in model.named_children()}
-    first = next(iter(device_map.values()))
-    offloaded = ("disk",) if _device_name(first) == "cpu" else ("disk", "cpu")
+    main = _main_device(device_map)
+    offloaded = ("disk",) if main == "cpu" else ("disk", "cpu")
     kept = dict(device_map)
     for key, device in device_map.items():
-        outside = key != prefix and not key.startswith(prefix + ".")
-        if outside and str(device) in offloaded and str(first) not in offloaded:
-            kept[key] = first
+        if key != prefix and not key.startswith(prefix + ".") and str(device) in offloaded:
+            kept[key] = main
     return kept
+
+
+def _main_device(device_map: dict[str, Union[int, str]]) -> str:
+    """Where Accelerate runs the model (its offloaded modules too): the first device that is neither
+    the CPU nor disk, else the CPU."""
+    return next((_device_name(d) for d in device_map.values() if str(d) not in ("cpu", "disk")), "cpu")
 
 
 def _device_name(device: Union[int, str]) -> str:

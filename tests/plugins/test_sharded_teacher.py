@@ -1,0 +1,164 @@
+"""A teacher sharded by ``teacher_options.device_map`` with a memory limit so small that layers are
+offloaded to the CPU and to disk: its cached outputs (logits and layer vectors) are the one-device
+teacher's, under the same cache key; the dry run says where its layers go; options that cannot
+work are refused before any weights load."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from kdplug.cli import main
+from kdplug.engine.teacher import teacher_fingerprint
+from kdplug.testing.decoders import make_tiny_causal_lm
+from kdplug.testing.tiny import TinyTask, make_tiny_classifier
+from kdplug_models.prompted import prompted_teacher
+
+from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
+
+#: room on the CPU for the embeddings, the head and the first of the four blocks: the rest goes to disk
+CPU_LIMIT = '{"cpu": "90KiB"}'
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sharded")
+    return {
+        "classifier": make_tiny_classifier(root / "classifier", num_layers=4),
+        "data": write_sst2(root / "SST-2", train=SST2_TRAIN, dev=SST2_DEV),
+        "root": root,
+    }
+
+
+def run_args(workspace, output, cache, *options, projector="alp"):
+    """A tiny in-process run distilling the classifier into a BiLSTM with ALP (which reads layer vectors)."""
+    argv = ["run", "--teacher", workspace["classifier"], "--student", "bilstm", "--projector", projector]
+    argv += ["--task", "sst2", "--data-dir", str(workspace["data"]), "--epochs", "1", "--cache-dir", str(cache)]
+    argv += ["--set", "allow_weak_teacher=true", "--set", "measure_speed=false"]
+    argv += ["--set", "student_options.embedding_dim=16", "--set", "student_options.hidden_size=16"]
+    for option in options:
+        argv += ["--set", f"teacher_options.{option}"]
+    return argv + ["--output", str(output)]
+
+
+def sharded(folder, memory=CPU_LIMIT):
+    return ("device_map=auto", f"max_memory={memory}", f"offload_folder={folder}")
+
+
+def cached(cache: Path) -> dict[str, np.ndarray]:
+    """Every teacher-cache entry's data by its key and file."""
+    entries = {}
+    for data in sorted((cache / "teacher-cache").glob("*/*.f*")):
+        dtype = np.float16 if data.suffix == ".f16" else np.float32
+        entries[f"{data.parent.name}/{data.name}"] = np.fromfile(data, dtype=dtype)
+    return entries
+
+
+def test_a_sharded_teacher_caches_the_one_device_teachers_outputs_under_its_key(workspace, tmp_path):
+    offload = tmp_path / "offload"
+    offload.mkdir()
+    (offload / "mine.txt").write_text("the user's")  # kdplug leaves the user's folder as it is
+    assert main(run_args(workspace, tmp_path / "one", tmp_path / "cache-one")) == 0
+    assert main(run_args(workspace, tmp_path / "sharded", tmp_path / "cache-sharded", *sharded(offload))) == 0
+
+    placed = json.loads((tmp_path / "sharded" / "metrics.json").read_text())["teacher"]["device_map"]
+    assert {"cpu", "disk"} <= set(placed.values()), placed  # offloaded to both
+    one, two = cached(tmp_path / "cache-one"), cached(tmp_path / "cache-sharded")
+    assert sorted(one) == sorted(two) and len(one) == 4  # the same keys: logits and layers of train and dev
+    assert any(name.endswith("layers.f16") for name in one)
+    for name, values in one.items():
+        np.testing.assert_allclose(two[name], values, atol=1e-6, rtol=0)
+    assert [p.name for p in offload.iterdir()] == ["mine.txt"] and (offload / "mine.txt").read_text() == "the user's"
+
+
+def test_a_sharded_prompted_teacher_gives_the_one_device_outputs(tmp_path):
+    lm = make_tiny_causal_lm(tmp_path / "lm", layers=4)
+    task = TinyTask(name="sst2")
+    options = {"prompt": "Review: {text}\nSentiment:", "verbalizer": {"negative": " bad film", "positive": " good"}}
+    one = prompted_teacher(task, lm, **options)
+    placed = prompted_teacher(
+        task, lm, **options, device_map="auto", max_memory={"cpu": "120KiB"}, offload_folder=str(tmp_path / "off")
+    )
+    assert {"cpu", "disk"} <= set(placed.extra["device_map"].values()), placed.extra["device_map"]
+    assert placed.placed_on == "cpu" and one.placed_on is None
+    for text in ("a good film", "bad"):
+        ids = torch.tensor([one.encoder.prompt_ids(text)], dtype=torch.long)
+        with torch.no_grad():
+            expected = one.model(input_ids=ids, attention_mask=torch.ones_like(ids))
+            got = placed.model(input_ids=ids, attention_mask=torch.ones_like(ids))
+        torch.testing.assert_close(got.logits, expected.logits, atol=1e-6, rtol=0)
+        for layer, (a, b) in enumerate(zip(got.hidden_states, expected.hidden_states)):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=0, msg=f"layer {layer}")
+    assert teacher_fingerprint(placed.model) == teacher_fingerprint(one.model)  # the cache key's teacher part
+
+
+def test_the_dry_run_says_the_size_and_where_the_layers_go(workspace, tmp_path, capsys):
+    args = run_args(workspace, tmp_path / "run", tmp_path / "cache", *sharded(tmp_path / "off"))
+    assert main([*args, "--dry-run"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "device_map" in line)
+    assert re.search(
+        r"teacher: 155\.3 KiB in float32; device_map auto: layers 0 on cpu, 1-3 on disk; "
+        r"bert\.embeddings, dropout, classifier on cpu; bert\.pooler on disk$",
+        line,
+    ), line
+    assert not (tmp_path / "cache" / "teacher-cache").exists()
+
+
+@pytest.fixture(scope="module")
+def unreadable_weights(workspace):
+    """The classifier with its weights file replaced by garbage: a refusal that comes after weights
+    load would be safetensors' error instead of kdplug's."""
+    directory = workspace["root"] / "garbage-weights"
+    shutil.copytree(workspace["classifier"], directory)
+    (directory / "model.safetensors").write_bytes(b"not safetensors")
+    return str(directory)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["device_map=3"], r"teacher_options\.device_map of teacher 'hf' must be text or a mapping, or null, got 3"),
+        (['device_map={"bert.nowhere": "cpu", "": "cpu"}'], r"names 'bert\.nowhere', which the teacher .* no module"),
+        (['device_map={"bert.embeddings": "cpu"}'], r"places no device for bert\.encoder"),
+        (["device_map=sideways"], r"must be one of auto, balanced, balanced_low_0, sequential or a map"),
+        (["device_map=auto", 'max_memory={"cpu": "lots"}'], r"max_memory\['cpu'\] must be a size such as 20GiB"),
+        (["device_map=auto", 'max_memory={"7": "1GiB"}'], r"names GPU 7, and this machine has"),
+        (["device_map=auto", "offload_folder=FILE"], r"offload_folder .* is a file, not a folder"),
+        (
+            ["device_map=auto", f"max_memory={CPU_LIMIT}"],
+            r"puts some of the teacher's modules on disk .*offload_folder",
+        ),
+        (['max_memory={"cpu": "1GiB"}'], r"add --set teacher_options\.device_map=auto"),
+        (["device_map=auto", "finetuned=false"], r"shards a teacher to run it, not to train it"),
+    ],
+)
+def test_what_cannot_work_is_refused_before_weights_load(
+    workspace, unreadable_weights, tmp_path, capsys, options, message
+):
+    folder_file = tmp_path / "a-file"
+    folder_file.write_text("mine")
+    options = [option.replace("FILE", str(folder_file)) for option in options]
+    argv = run_args({**workspace, "classifier": unreadable_weights}, tmp_path / "run", tmp_path / "cache", *options)
+    assert main([*argv, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err), err
+    assert "Traceback" not in err and folder_file.read_text() == "mine"
+
+
+def test_a_teacher_that_would_be_fine_tuned_is_refused_with_what_to_do(tmp_path, tiny_bert_dir, capsys):
+    data = write_sst2(tmp_path / "SST-2")
+    argv = ["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--task", "sst2", "--data-dir", str(data)]
+    argv += ["--set", "teacher_options.device_map=auto", "--set", "allow_weak_teacher=true"]
+    argv += ["--dry-run", "--output", str(tmp_path / "run")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "would be fine-tuned first (it has no classification head with the task sst2's 2 output(s))" in err
+    assert "Fine-tune it first" in err and "pass the fine-tuned checkpoint" in err
+    assert not os.listdir(tmp_path / "run") if (tmp_path / "run").exists() else True
