@@ -49,7 +49,7 @@ from .lora import (
     save_adapter,
 )
 from .lora import lr_note as lora_lr_note
-from .placement import DeviceMapOption, MaxMemoryOption, PlacementOptions, placement_options
+from .placement import PLACEMENT_OPTIONS, DeviceMapOption, MaxMemoryOption, PlacementOptions, placement_options
 from .prompted import PROMPT_OPTIONS, PromptedLMExtractor, prompted_teacher
 
 logger = logging.getLogger(__name__)
@@ -195,7 +195,8 @@ def _refuse_prompt_options(source: Optional[str], config_overrides: dict[str, An
             f"teacher_options {given}: a language model read through a prompt is the teacher prompted-lm, not hf. "
             f"Name it --teacher prompted-lm --set teacher_options.source={source or 'DIR_OR_HUB_ID'} (in a config "
             f"file: teacher: prompted-lm, and source under teacher_options) and keep teacher_options {given} as they "
-            f"are; prompted-lm's options are source, {', '.join(PROMPT_OPTIONS)}, trust_remote_code and revision"
+            f"are; prompted-lm's options are source, {', '.join(PROMPT_OPTIONS)}, trust_remote_code, revision and "
+            f"{', '.join(PLACEMENT_OPTIONS)}"
         )
 
 
@@ -529,7 +530,8 @@ def kdplug_register_teachers(register):
         "prompted-lm",
         prompted_teacher,
         description="a causal language model read through a prompt, never fine-tuned: options source (hub id or "
-        f"directory), {', '.join(PROMPT_OPTIONS)}, trust_remote_code and revision",
+        f"directory), {', '.join(PROMPT_OPTIONS)}, trust_remote_code, revision, and {', '.join(PLACEMENT_OPTIONS)} "
+        "(sharded over this machine's devices)",
     )
     for name, hub_id in HUB_TEACHERS.items():
         register(name, functools.partial(hf_teacher, source=hub_id), description=f"{hub_id} from the hub")
