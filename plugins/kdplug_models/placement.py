@@ -63,6 +63,13 @@ def placement_options(
                 f"--set teacher_options.device_map=auto (or a map {{module: device}}), or drop it"
             )
         return None
+    processes = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if processes > 1:  # each process would load the whole teacher over every GPU
+        raise UsageError(
+            f"teacher_options.device_map shards the teacher over this machine's devices from one process, and this "
+            f"launch has {processes} (WORLD_SIZE): run it as one process (kdplug run, without torchrun or "
+            f"accelerate launch), which uses every GPU the map names"
+        )
     if isinstance(device_map, str) and device_map not in STRATEGIES:
         raise UsageError(
             f"teacher_options.device_map must be one of {', '.join(STRATEGIES)} or a map {{module name: device}} "

@@ -152,6 +152,14 @@ def test_what_cannot_work_is_refused_before_weights_load(
     assert "Traceback" not in err and folder_file.read_text() == "mine"
 
 
+def test_a_launch_of_several_processes_is_refused(workspace, tmp_path, capsys, monkeypatch):
+    """Each process would load the whole teacher over every GPU: one process shards it."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    argv = run_args(workspace, tmp_path / "run", tmp_path / "cache", "device_map=auto")
+    assert main([*argv, "--dry-run"]) == 2
+    assert "this launch has 2 (WORLD_SIZE): run it as one process" in capsys.readouterr().err
+
+
 def test_a_teacher_that_would_be_fine_tuned_is_refused_with_what_to_do(tmp_path, tiny_bert_dir, capsys):
     data = write_sst2(tmp_path / "SST-2")
     argv = ["run", "--teacher", tiny_bert_dir, "--student", "bilstm", "--task", "sst2", "--data-dir", str(data)]
