@@ -59,8 +59,8 @@ def placement_options(
         given = [name for name, value in (("max_memory", max_memory), ("offload_folder", offload_folder)) if value]
         if given:
             raise UsageError(
-                f"teacher_options.{' and '.join(given)} place(s) a teacher sharded by a device map: add "
-                f"--set teacher_options.device_map=auto (or a map {{module: device}}), or drop it"
+                f"teacher_options.{' and '.join(given)} {'are' if len(given) > 1 else 'is'} for a teacher sharded by "
+                f"a device map: add --set teacher_options.device_map=auto (or a map {{module: device}}), or drop it"
             )
         return None
     processes = int(os.environ.get("WORLD_SIZE", "1") or 1)
@@ -233,7 +233,7 @@ def _checked_map(model: nn.Module, device_map: dict[str, Union[int, str]]) -> di
             f"modules by their dotted names, e.g. {next(iter(_blocks(model)), ('model.layers.0',))[0]!r})"
         )
     uncovered = sorted(
-        {name.rpartition(".")[0] or name for name, _ in model.named_parameters() if _entry(device_map, name) is None}
+        {_unplaced_top(device_map, name) for name, _ in model.named_parameters() if _entry(device_map, name) is None}
     )
     if uncovered:
         shown = ", ".join(uncovered[:5]) + (f" and {len(uncovered) - 5} more" if len(uncovered) > 5 else "")
@@ -242,6 +242,16 @@ def _checked_map(model: nn.Module, device_map: dict[str, Union[int, str]]) -> di
             f"or use device_map=auto"
         )
     return {name: device_map[name] for name in modules if name in device_map}  # in the model's order
+
+
+def _unplaced_top(device_map: dict[str, Any], name: str) -> str:
+    """The outermost module above the parameter ``name`` of which the map places nothing."""
+    parts = name.split(".")
+    for depth in range(1, len(parts)):
+        prefix = ".".join(parts[:depth])
+        if not any(key == prefix or key.startswith(prefix + ".") for key in device_map):
+            return prefix
+    return name
 
 
 def _entry(device_map: dict[str, Any], name: str) -> Optional[str]:

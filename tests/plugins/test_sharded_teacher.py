@@ -126,7 +126,10 @@ def unreadable_weights(workspace):
     [
         (["device_map=3"], r"teacher_options\.device_map of teacher 'hf' must be text or a mapping, or null, got 3"),
         (['device_map={"bert.nowhere": "cpu", "": "cpu"}'], r"names 'bert\.nowhere', which the teacher .* no module"),
-        (['device_map={"bert.embeddings": "cpu"}'], r"places no device for bert\.encoder"),
+        (
+            ['device_map={"bert.embeddings": "cpu"}'],
+            r"places no device for bert\.encoder, bert\.pooler, classifier: name every module",
+        ),
         (["device_map=sideways"], r"must be one of auto, balanced, balanced_low_0, sequential or a map"),
         (["device_map=auto", 'max_memory={"cpu": "lots"}'], r"max_memory\['cpu'\] must be a size such as 20GiB"),
         (["device_map=auto", 'max_memory={"7": "1GiB"}'], r"names GPU 7, and this machine has"),
