@@ -173,3 +173,26 @@ def test_a_teacher_that_would_be_fine_tuned_is_refused_with_what_to_do(tmp_path,
     assert "would be fine-tuned first (it has no classification head with the task sst2's 2 output(s))" in err
     assert "Fine-tune it first" in err and "pass the fine-tuned checkpoint" in err
     assert not os.listdir(tmp_path / "run") if (tmp_path / "run").exists() else True
+
+
+def test_a_student_copies_a_sharded_teachers_offloaded_weights(workspace, tmp_path):
+    """BERT-k from the teacher's own layers, with its head, and a BiLSTM from its embeddings: the weights
+    the one-device teacher gives, though the sharded teacher holds its offloaded ones on the meta device."""
+    import kdplug
+
+    task = TinyTask(name="sst2")
+    one = kdplug.create_teacher("hf", task, source=workspace["classifier"])
+    placed = kdplug.create_teacher(
+        "hf", task, source=workspace["classifier"], device_map={"": "disk"}, offload_folder=str(tmp_path / "off")
+    )
+    assert placed.model.bert.encoder.layer[0].attention.self.query.weight.is_meta
+    students = [
+        kdplug.create_student("bert-2", task, teacher, init="teacher", copy_classifier=True)
+        for teacher in (one, placed)
+    ]
+    expected, got = (student.state_dict() for student in students)
+    assert sorted(expected) == sorted(got)
+    for name, tensor in expected.items():
+        torch.testing.assert_close(got[name], tensor, atol=0, rtol=0, msg=name)
+    tables = [kdplug.api.fingerprint.readable(t.model, t.model.get_input_embeddings().weight) for t in (one, placed)]
+    torch.testing.assert_close(tables[1], tables[0], atol=0, rtol=0)
