@@ -302,12 +302,20 @@ def _blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return [(f"{name}.{index}", block) for index, block in enumerate(blocks)]
 
 
+def _block_device(device_map: dict[str, Union[int, str]], block: str) -> str:
+    """Where ``block`` goes: its entry's device, or the devices of its parts where the map splits it."""
+    key = _entry(device_map, block)
+    if key is not None:
+        return _device_name(device_map[key])
+    return "+".join(sorted({_device_name(d) for k, d in device_map.items() if k.startswith(block + ".")}))
+
+
 def describe(model: nn.Module, device_map: dict[str, Union[int, str]]) -> str:
     """Where the layers go, ``layers 0-11 on cuda:0, 12-23 on cuda:1``, then the other modules."""
     blocks = [name for name, _ in _blocks(model)]
     runs: list[list[Any]] = []  # [first, last, device]
     for index, name in enumerate(blocks):
-        device = _device_name(device_map[_entry(device_map, name)])
+        device = _block_device(device_map, name)
         if runs and runs[-1][2] == device:
             runs[-1][1] = index
         else:

@@ -196,3 +196,20 @@ def test_a_student_copies_a_sharded_teachers_offloaded_weights(workspace, tmp_pa
         torch.testing.assert_close(got[name], tensor, atol=0, rtol=0, msg=name)
     tables = [kdplug.api.fingerprint.readable(t.model, t.model.get_input_embeddings().weight) for t in (one, placed)]
     torch.testing.assert_close(tables[1], tables[0], atol=0, rtol=0)
+
+
+def test_a_map_that_splits_a_block_is_described_by_its_parts(workspace):
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from kdplug_models.placement import describe
+
+    with init_empty_weights():
+        model = AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(workspace["classifier"]))
+    layer = "bert.encoder.layer"
+    device_map = {"bert.embeddings": "cpu", f"{layer}.0": "cpu", f"{layer}.1.attention": "cpu"}
+    device_map |= {f"{layer}.1.intermediate": "disk", f"{layer}.1.output": "disk", "bert.encoder.layer.2": "disk"}
+    device_map |= {"bert.encoder.layer.3": "disk", "bert.pooler": "disk", "classifier": "cpu"}
+    assert describe(model, device_map) == (
+        "layers 0 on cpu, 1 on cpu+disk, 2-3 on disk; bert.embeddings, classifier on cpu; bert.pooler on disk"
+    )
