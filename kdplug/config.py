@@ -107,6 +107,10 @@ class RunConfig:
     cache_dir: Optional[str] = None  # default: $KDPLUG_CACHE or ~/.cache/kdplug
     output: Optional[str] = None  # default: runs/<time>-<task>-<student>-<projector>
     num_workers: int = 0
+    # batches of the teacher pass and of evaluation by a budget of padded tokens (examples x the longest), sorted by
+    # length; None: twice batch_size examples in the data's order, bit for bit as before (docs/performance.md)
+    teacher_tokens_per_batch: Optional[int] = None
+    eval_tokens_per_batch: Optional[int] = None
     threads: Optional[int] = None  # PyTorch intra-op threads; None: the usable cores other processes leave free
     checkpoint_every: int = 0  # also checkpoint every N steps (0: at epoch ends and stage ends only)
     keep_checkpoints: bool = False  # keep checkpoints/ after the run completes
@@ -154,6 +158,12 @@ class RunConfig:
             "min_epochs",
             "0 or more epochs before early stopping may end a stage (or unset: a quarter of the stage's epochs)",
         )
+        for key in ("teacher_tokens_per_batch", "eval_tokens_per_batch"):
+            require(
+                getattr(self, key) is None or getattr(self, key) >= 1,
+                key,
+                "a positive number of padded tokens per batch, e.g. 2048 (or unset: twice batch_size examples)",
+            )
         require(self.checkpoint_every >= 0, "checkpoint_every", "0 (epoch ends only) or a positive step count")
         for key in ("lr", "teacher_lr", "head_lr"):
             value = getattr(self, key)
@@ -390,4 +400,9 @@ def renamed_prompted_teacher(settings: dict[str, Any]) -> Optional[dict[str, Any
     if teacher != "hf" and "/" not in teacher and not os.path.isdir(os.path.expanduser(teacher)):
         return None  # a teacher plugin of its own that takes a prompt
     source = options.pop("source", None) if teacher == "hf" else teacher
+    if teacher != "hf" and options.get("source", source) != source:
+        raise ConfigError(
+            f"the configuration names the prompted teacher twice, teacher: {teacher} and teacher_options.source: "
+            f"{options['source']}; keep one (today's spelling: teacher: prompted-lm, teacher_options.source: DIR)"
+        )
     return {**settings, "teacher": "prompted-lm", "teacher_options": {"source": source, **options}}

@@ -83,36 +83,76 @@ class LoadedStudent:
         return self.model(**{k: v.to(self.device) for k, v in inputs.items()}).logits.float().cpu()
 
     def predict(
-        self, texts: Union[Text, Sequence[Text]], *, batch_size: int = 32, progress: bool = False
+        self,
+        texts: Union[Text, Sequence[Text]],
+        *,
+        batch_size: int = 32,
+        progress: bool = False,
+        tokens_per_batch: Optional[int] = None,
     ) -> list[Prediction]:
-        """Predictions for ``texts`` (a string, a list of strings, or of (text, pair) tuples), in order."""
-        return list(self.iter_predict(texts, batch_size=batch_size, progress=progress))
+        """Predictions for ``texts`` (a string, a list of strings, or of (text, pair) tuples), in order.
+        ``tokens_per_batch``: batches by a budget of padded tokens, the texts sorted by length (see
+        :mod:`kdplug.token_budget`), instead of ``batch_size`` texts in their order."""
+        return list(
+            self.iter_predict(texts, batch_size=batch_size, progress=progress, tokens_per_batch=tokens_per_batch)
+        )
 
     def iter_predict(
-        self, texts: Union[Text, Sequence[Text]], *, batch_size: int = 32, progress: bool = False
+        self,
+        texts: Union[Text, Sequence[Text]],
+        *,
+        batch_size: int = 32,
+        progress: bool = False,
+        tokens_per_batch: Optional[int] = None,
     ) -> Iterator[Prediction]:
         """:meth:`predict`, one prediction at a time; the arguments are checked on the call, not on
         the first ``next()``."""
         items = text_items(texts)
         batch_size = check_batch_size(batch_size)
+        tokens_per_batch = check_tokens_per_batch(tokens_per_batch)
         check_flag("progress", progress)
         for item in items:
             self._check_pairing(item)
-        return self._predictions(items, batch_size, progress)
+        return self._predictions(items, batch_size, progress, tokens_per_batch)
 
-    def _predictions(self, items: list[Text], batch_size: int, progress: bool) -> Iterator[Prediction]:
+    def _predictions(
+        self, items: list[Text], batch_size: int, progress: bool, tokens_per_batch: Optional[int]
+    ) -> Iterator[Prediction]:
+        from .token_budget import WINDOW
+
         bar = None
         if progress:
             from .progress import progress as progress_bar
 
             bar = progress_bar(total=len(items), desc="predict", unit="text")
-        for start in range(0, len(items), batch_size):
-            chunk = items[start : start + batch_size]
-            yield from self._predict_batch(chunk)
+        step = batch_size if tokens_per_batch is None else WINDOW
+        for start in range(0, len(items), step):
+            chunk = items[start : start + step]
+            if tokens_per_batch is None:
+                yield from self._predict_batch(chunk)
+            else:
+                yield from self._predict_by_tokens(chunk, tokens_per_batch)
             if bar is not None:
                 bar.update(len(chunk))
         if bar is not None:
             bar.close()
+
+    def _predict_by_tokens(self, chunk: list[Text], tokens_per_batch: int) -> list[Prediction]:
+        """``chunk``'s predictions from batches of at most ``tokens_per_batch`` padded tokens, in order."""
+        from .token_budget import budget_batches
+
+        first, second = self._texts(chunk)
+        ids = self.tokenizer(first, second, truncation=True, max_length=self.max_length, verbose=False)["input_ids"]
+        predictions: list[Any] = [None] * len(chunk)
+        for batch in budget_batches([len(row) for row in ids], range(len(chunk)), tokens_per_batch):
+            for row, prediction in zip(batch, self._predict_batch([chunk[i] for i in batch])):
+                predictions[row] = prediction
+        return predictions
+
+    def _texts(self, chunk: list[Text]) -> tuple[list[str], Optional[list[str]]]:
+        """The first texts of ``chunk`` and, for a pair student, the second."""
+        first = [item[0] if isinstance(item, tuple) else item for item in chunk]
+        return first, [item[1] for item in chunk] if self.is_pair else None
 
     def _check_pairing(self, item: Text) -> None:
         pair = isinstance(item, tuple)
@@ -125,8 +165,7 @@ class LoadedStudent:
 
     @torch.inference_mode()
     def _predict_batch(self, chunk: list[Text]) -> Iterator[Prediction]:
-        first = [item[0] if isinstance(item, tuple) else item for item in chunk]
-        second = [item[1] for item in chunk] if self.is_pair else None
+        first, second = self._texts(chunk)
         full = self.tokenizer(first, second, truncation=False, verbose=False)["input_ids"]
         encoded = self.tokenizer(
             first, second, truncation=True, max_length=self.max_length, padding=True, return_tensors="pt"
@@ -325,12 +364,14 @@ def predict(
     device: Union[str, torch.device, None] = None,
     runtime: str = "auto",
     verify: bool = True,
+    tokens_per_batch: Optional[int] = None,
 ) -> list[Prediction]:
     """Predictions of the student in ``path`` for ``texts``: a string (one prediction), or a list
     (or any ordered iterable) of strings, or of (text, pair) tuples. Every argument is checked
-    before the student loads."""
+    before the student loads. ``tokens_per_batch``: see :meth:`LoadedStudent.predict`."""
     items = text_items(texts)
     batch_size = check_batch_size(batch_size)
+    tokens_per_batch = check_tokens_per_batch(tokens_per_batch)
     if isinstance(path, LoadedStudent):
         if device is not None or runtime != "auto":
             raise UsageError(
@@ -338,9 +379,10 @@ def predict(
                 f"({path.runtime} on {path.device}): pass its path instead, or load it with "
                 f"kdplug.load_student(path, device=..., runtime=...)"
             )
-        return path.predict(items, batch_size=batch_size)
+        return path.predict(items, batch_size=batch_size, tokens_per_batch=tokens_per_batch)
     check_path("predict", path)
-    return load_student(path, device=device, runtime=runtime, verify=verify).predict(items, batch_size=batch_size)
+    student = load_student(path, device=device, runtime=runtime, verify=verify)
+    return student.predict(items, batch_size=batch_size, tokens_per_batch=tokens_per_batch)
 
 
 # -- the arguments' checks: each says what was passed and what to pass -------------------------------
@@ -399,26 +441,33 @@ def _item_hint(item: Any, index: int, items: list) -> str:
 
 def check_batch_size(batch_size: Any) -> int:
     """``batch_size`` as a whole number of at least 1 (not a bool, a float or a string)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+    return _positive_whole("batch_size", batch_size, 32, "the number of texts per forward pass")
+
+
+def check_tokens_per_batch(tokens: Any) -> Optional[int]:
+    """``tokens_per_batch``: None (batches of ``batch_size`` texts) or a whole number of at least 1."""
+    if tokens is None:
+        return None
+    return _positive_whole("tokens_per_batch", tokens, 2048, "padded tokens per forward pass, or None")
+
+
+def _positive_whole(name: str, value: Any, example: int, meaning: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ArgumentError(
-            f"batch_size= takes a whole number of at least 1, such as 32; got {_describe(batch_size)}"
-            + _whole_number_hint(batch_size)
+            f"{name}= takes a whole number of at least 1, such as {example}; got {_describe(value)}"
+            + _whole_number_hint(name, value)
         )
-    if batch_size < 1:
-        raise UsageError(f"batch_size= must be at least 1 (the number of texts per forward pass), got {batch_size}")
-    return int(batch_size)
+    if value < 1:
+        raise UsageError(f"{name}= must be at least 1 ({meaning}), got {value}")
+    return int(value)
 
 
-def _whole_number_hint(value: Any) -> str:
+def _whole_number_hint(name: str, value: Any) -> str:
     try:
         number = float(value)
     except (TypeError, ValueError):
         return ""
-    return (
-        f": pass batch_size={int(number)}"
-        if number.is_integer() and number >= 1 and not isinstance(value, bool)
-        else ""
-    )
+    return f": pass {name}={int(number)}" if number.is_integer() and number >= 1 and not isinstance(value, bool) else ""
 
 
 def check_path(function: str, path: Any) -> None:

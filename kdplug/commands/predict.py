@@ -59,6 +59,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--pair-column", help="the input column with the second text of a pair")
     parser.add_argument("--encoding", help="the input's encoding when not UTF-8 (e.g. latin-1, cp1252)")
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--tokens-per-batch",
+        type=int,
+        metavar="N",
+        help="batches of at most N padded tokens, texts sorted by length (docs/performance.md), instead of "
+        "--batch-size texts in their order; the output keeps the input's order",
+    )
     parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when available)")
     parser.add_argument(
         "--runtime",
@@ -86,6 +93,10 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
 
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.tokens_per_batch is not None and args.tokens_per_batch < 1:
+        raise UsageError(
+            f"--tokens-per-batch must be at least 1 (padded tokens per batch), got {args.tokens_per_batch}"
+        )
     if args.output != "-":
         check_output_file(Path(args.output), args.overwrite)  # before the student loads and predicts
     fmt = input_format(args.input, args.format)
@@ -131,7 +142,9 @@ def _write_predictions(
         bar = progress(desc="predict", unit="text")
         items = iter(items)
         while chunk := list(itertools.islice(items, CHUNK_ROWS)):
-            predictions = student.predict([text for _, text in chunk], batch_size=args.batch_size)
+            predictions = student.predict(
+                [text for _, text in chunk], batch_size=args.batch_size, tokens_per_batch=args.tokens_per_batch
+            )
             out.write(render([row for row, _ in chunk], keys, predictions, student.labels, fmt))
             count += len(predictions)
             truncated += sum(p.truncated for p in predictions)

@@ -14,8 +14,9 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import DataLoader, Sampler
 
+from ..token_budget import budget_batches
 from ..types import Example, Task
 
 
@@ -283,6 +284,14 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         size = self.epoch_size if self.epoch_size is not None else len(self.lengths)
         return (size + self.batch_size - 1) // self.batch_size
+
+
+def budget_loader(split: EncodedSplit, tokens_per_batch: int) -> DataLoader:
+    """``split`` in batches of at most ``tokens_per_batch`` padded tokens, longest first (see
+    :mod:`kdplug.token_budget`); each batch carries its examples' ``index``, by which whoever reads
+    it puts the results back in order."""
+    batches = budget_batches(split.lengths, range(len(split)), tokens_per_batch)
+    return DataLoader(split, batch_sampler=batches, collate_fn=Collator(split.pad_id, split.is_regression))
 
 
 def padding_ratio(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> float:

@@ -227,6 +227,8 @@ def student_trainer(config: RunConfig, env: RunEnvironment, task: Task) -> Train
         warmup_ratio=config.warmup_ratio,
         best_checkpoint=config.best_checkpoint,
         num_workers=config.num_workers,
+        teacher_tokens_per_batch=config.teacher_tokens_per_batch,
+        eval_tokens_per_batch=config.eval_tokens_per_batch,
     )
     trainer.tracking = env.tracker
     return trainer
@@ -298,6 +300,7 @@ def finetune_teacher(
         seed=settings["seed"],
         weight_decay=config.weight_decay,
         warmup_ratio=config.warmup_ratio,
+        eval_tokens_per_batch=config.eval_tokens_per_batch,
     )
     trainer.tracking = env.tracker
     return teacher_stage.finetune(

@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader
 
 from .. import fingerprint
 from ..storage import atomic_directory, complete_copy, move_aside, verify
+from ..token_budget import WINDOW, window_batches
 from ..types import LayerExtractor, LayerSpec, Task, Teacher, TokenSignals, num_outputs
 from . import cache as cache_module
 from . import faults, shares
@@ -245,23 +246,89 @@ def _teacher_batches(
     positions: list[int],
     rows: range,
 ) -> Iterator[cache_module.CacheBatch]:
-    """The teacher's outputs on the examples ``rows`` of ``split``, batch by batch, in the data's
-    order; the layers at ``positions`` (none: the layer vectors are not computed at all)."""
-    size = pass_batch_size(trainer)
-    batches = [list(range(start, min(start + size, rows.stop))) for start in range(rows.start, rows.stop, size)]
+    """The teacher's outputs on the examples ``rows`` of ``split``, in the data's order: batch by
+    batch, or with a token budget window by window (each window's batches sorted by length, their
+    outputs put back in order); the layers at ``positions`` (none: the layer vectors are not
+    computed at all)."""
+    plan = pass_plan(trainer, split, rows)
     loader = DataLoader(
         split,
-        batch_sampler=batches,
+        batch_sampler=[batch for window in plan for batch in window],
         collate_fn=Collator(split.pad_id, split.is_regression),
         num_workers=trainer.num_workers,
+        pin_memory=trainer.accelerator.device.type == "cuda",  # so the copies to the device need not wait
     )
+    device = trainer.accelerator.device
+    outputs = _on_host_one_behind(_teacher_outputs(teacher, extractor, trainer, loader, precision, positions), device)
+    if trainer.teacher_tokens_per_batch is None:
+        yield from outputs
+        return
+    for window in plan:
+        yield in_order([next(outputs) for _ in window])
+
+
+def _teacher_outputs(
+    teacher: Teacher, extractor: LayerExtractor, trainer: Trainer, loader: DataLoader, precision: str, positions
+) -> Iterator[cache_module.CacheBatch]:
     device = place_teacher(teacher, trainer.accelerator.device)
     with torch.no_grad(), inference_autocast(precision, device):
         for batch in loader:
-            batch = {key: value.to(device) for key, value in batch.items()}
+            batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
             outputs = model_forward(teacher.model, batch)
             layers = layer_vectors(extractor, teacher.model, outputs, batch) if positions else []
             yield batch["index"], outputs.logits.float(), [layers[i].float() for i in positions]
+
+
+def _on_host_one_behind(batches: Iterator[cache_module.CacheBatch], device: torch.device):
+    """On CUDA, each batch's outputs copied to (pinned) host memory without waiting, and handed on
+    once the next batch is queued on the device: the cache writes and hashes one batch while the GPU
+    computes the next. Elsewhere the batches as they come. The values are the same either way."""
+    if device.type != "cuda":
+        yield from batches
+        return
+    waiting = None
+    for index, logits, layers in batches:
+        copied = (
+            index.to("cpu", non_blocking=True),
+            logits.to("cpu", non_blocking=True),
+            # fp16 on the device, as the cache stores them: half the bytes cross, the same bytes are stored
+            [layer.half().to("cpu", non_blocking=True) for layer in layers],
+        )
+        done = torch.cuda.Event()
+        done.record()
+        if waiting is not None:
+            waiting[1].synchronize()
+            yield waiting[0]
+        waiting = (copied, done)
+    if waiting is not None:
+        waiting[1].synchronize()
+        yield waiting[0]
+
+
+def pass_plan(trainer: Trainer, split: EncodedSplit, rows: range) -> list[list[list[int]]]:
+    """The teacher pass's batches over ``rows``, in windows: one batch a window of
+    :func:`pass_batch_size` examples in the data's order, or, with ``teacher_tokens_per_batch``,
+    each window of :data:`~kdplug.token_budget.WINDOW` examples sorted by length and cut by the budget."""
+    tokens = trainer.teacher_tokens_per_batch
+    if tokens is None:
+        size = pass_batch_size(trainer)
+        return [[list(range(start, min(start + size, rows.stop)))] for start in range(rows.start, rows.stop, size)]
+    return window_batches(split.lengths, rows, tokens)
+
+
+def pass_steps(trainer: Trainer, num_examples: int) -> int:
+    """What the teacher pass yields over ``num_examples``: its batches, or its windows."""
+    step = pass_batch_size(trainer) if trainer.teacher_tokens_per_batch is None else WINDOW
+    return (num_examples + step - 1) // step
+
+
+def in_order(batches: list[cache_module.CacheBatch]) -> cache_module.CacheBatch:
+    """The outputs of a window's batches as one batch in the order of the examples' indices."""
+    index = torch.cat([batch[0] for batch in batches])
+    order = torch.argsort(index)
+    logits = torch.cat([batch[1] for batch in batches])[order]
+    layers = [torch.cat([batch[2][i] for batch in batches])[order] for i in range(len(batches[0][2]))]
+    return index[order], logits, layers
 
 
 def pass_batch_size(trainer: Trainer) -> int:
@@ -380,9 +447,10 @@ def build_cache(
             teacher, extractor, trainer, split, precision, keys.positions if with_layers else [], rows
         ),
         description={"teacher": teacher.source, "task": task.name, "split": split_name, "precision": keys.dtype},
-        progress=lambda it, n: trainer.progress(it, (n + size - 1) // size, f"teacher cache {split_name}"),
+        progress=lambda it, n: trainer.progress(it, pass_steps(trainer, n), f"teacher cache {split_name}"),
         processes=launch_processes(trainer.accelerator),
-        align=size,
+        # shares cut where the pass's batches (or windows) are: each rank computes what one process would
+        align=size if trainer.teacher_tokens_per_batch is None else WINDOW,
     )
 
 

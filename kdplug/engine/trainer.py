@@ -33,7 +33,7 @@ from . import faults, health, interrupt
 from .batches import ProcessShards, training_loader
 from .cache import TeacherCache
 from .checkpoint import Checkpointer, Progress, restore_rng
-from .data import Collator, EncodedSplit, LengthGroupedBatchSampler, WithTransfer
+from .data import Collator, EncodedSplit, LengthGroupedBatchSampler, WithTransfer, budget_loader
 from .interrupt import RunInterrupted
 from .objective import DistillationModule, model_forward
 
@@ -163,6 +163,8 @@ class Trainer:
         warmup_ratio: float = 0.1,
         best_checkpoint: str = "best",
         num_workers: int = 0,
+        teacher_tokens_per_batch: Optional[int] = None,
+        eval_tokens_per_batch: Optional[int] = None,
     ) -> None:
         self.accelerator = accelerator
         self.task = task
@@ -172,6 +174,8 @@ class Trainer:
         self.warmup_ratio = warmup_ratio
         self.best_checkpoint = best_checkpoint
         self.num_workers = num_workers
+        #: the teacher pass's and evaluation's batches by a budget of padded tokens (None: by count)
+        self.teacher_tokens_per_batch, self.eval_tokens_per_batch = teacher_tokens_per_batch, eval_tokens_per_batch
         self.tracking: Any = None  # engine.tracking.Tracking, when the run reports to trackers
 
     # -- data -------------------------------------------------------------------------------
@@ -207,8 +211,7 @@ class Trainer:
     def predict(self, model: nn.Module, split: EncodedSplit, desc: str = "predict") -> torch.Tensor:
         """Predictions of ``model`` (a student, teacher or DistillationModule's student) for every
         example of ``split``, in the split's order."""
-        loader, _ = self.loader(split, shuffle=False, batch_size=self.batch_size * 2)
-        loader = self.accelerator.prepare_data_loader(loader)
+        loader = self.prediction_loader(split)
         model = self.accelerator.unwrap_model(model)
         model = model.student if isinstance(model, DistillationModule) else model
         model.to(self.accelerator.device)
@@ -216,7 +219,7 @@ class Trainer:
         model.eval()
         outputs, indices = [], []
         for batch in self.progress(loader, len(loader), desc):
-            logits = model_forward(model, batch).logits
+            logits = model_forward(model, send_to_device(batch, self.accelerator.device)).logits
             preds = predictions_from_logits(logits, self.task.is_regression)
             preds, index = self.accelerator.gather_for_metrics((preds, batch["index"]))
             outputs.append(preds.cpu())
@@ -225,6 +228,15 @@ class Trainer:
         merged = torch.empty(len(split), dtype=outputs[0].dtype)
         merged[torch.cat(indices)] = torch.cat(outputs)
         return merged
+
+    def prediction_loader(self, split: EncodedSplit) -> DataLoader:
+        """Evaluation's batches: twice training's count in the data's order, or by the token budget
+        (one process: a launch of several shares count batches, as Accelerate cuts them)."""
+        if self.eval_tokens_per_batch is None or self.accelerator.num_processes > 1:
+            return self.accelerator.prepare_data_loader(
+                self.loader(split, shuffle=False, batch_size=self.batch_size * 2)[0]
+            )
+        return budget_loader(split, self.eval_tokens_per_batch)
 
     def evaluate(
         self, model: nn.Module, dev_splits: dict[str, EncodedSplit], predictions: Optional[dict[str, list]] = None

@@ -63,7 +63,10 @@ class PromptedLM(nn.Module):
         #: p_cf, the normalised label probabilities on content-free inputs (empty: not calibrated)
         self.register_buffer("calibration", torch.zeros(0))  # float32: a device without float64 (MPS) takes it
         self.pad_token_id = 0 if pad_token_id is None else pad_token_id
-        self._keeps_logits = "logits_to_keep" in inspect.signature(lm.forward).parameters
+        parameters = inspect.signature(lm.forward).parameters
+        self._keeps_logits = "logits_to_keep" in parameters
+        #: what the model calls its key/value cache: ``cache`` from transformers 5.24, ``past_key_values`` before
+        self._cache_name = "cache" if "cache" in parameters else "past_key_values"
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_: Any) -> Any:
         from transformers.modeling_outputs import SequenceClassifierOutput
@@ -89,45 +92,54 @@ class PromptedLM(nn.Module):
 
     def label_log_probs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, tuple]:
         """Each label's summed token log-probability after each prompt ``(batch, labels)``, and the
-        states at each prompt's last token. One pass: the prompts alone when every verbalizer is one
-        token, else each prompt followed by each verbalizer but its last token."""
+        states at each prompt's last token. One pass over the prompts, whose last position scores
+        every label's first token; where a verbalizer has more tokens, the rest are scored by one
+        more pass over the labels' heads alone, reading the prompts' keys and values from that
+        first pass (:meth:`_continuations`) instead of running each prompt again once per label."""
         lengths = self.verbalizer_lengths.tolist()
-        labels, longest = len(lengths), max(lengths)
         prompts = [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]  # either padding side
-        if longest == 1:
-            sequences = prompts
-        else:
-            heads = [self.verbalizer_ids[j, : lengths[j] - 1].to(input_ids.device) for j in range(labels)]
-            sequences = [torch.cat([prompt, heads[j]]) for prompt in prompts for j in range(labels)]
-        ids, mask = self._left_padded(sequences)
+        ids, mask = self._left_padded(prompts)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # each sequence's own positions from 0, padding aside
-        keep = {"logits_to_keep": longest} if self._keeps_logits else {}
+        several = max(lengths) > 1
         outputs = self.lm(
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
             output_hidden_states=True,
-            use_cache=False,
-            **keep,
+            use_cache=several,
+            **({"logits_to_keep": 1} if self._keeps_logits else {}),
         )
-        log_probs = outputs.logits[:, -longest:].float().log_softmax(-1)  # (sequences, longest, vocab)
-        # label j's token t is predicted at kept position longest - len_j + t (right-aligned sequences)
-        pairs = [
-            (j, longest - lengths[j] + t, int(self.verbalizer_ids[j, t]))
-            for j in range(labels)
-            for t in range(lengths[j])
-        ]
-        label, kept, token = (torch.tensor(column, device=ids.device) for column in zip(*pairs))
-        if longest == 1:
-            per_token = log_probs[:, kept, token]  # (batch, labels)
-        else:
-            per_token = log_probs.view(len(prompts), labels, longest, -1)[:, label, kept, token]  # (batch, pairs)
-        scores = torch.zeros(len(prompts), labels, device=ids.device).index_add_(1, label, per_token)
-        # the prompt's last token: the last position of a prompt, or of label 0's sequence before its head
-        rows = torch.arange(len(prompts), device=ids.device) * (1 if longest == 1 else labels)
-        last = ids.shape[1] - lengths[0]
-        hidden = tuple(state[rows, last].unsqueeze(1) for state in outputs.hidden_states)  # (batch, 1, width)
+        first = outputs.logits[:, -1].float().log_softmax(-1)  # (batch, vocab): what follows each prompt
+        scores = first[:, self.verbalizer_ids[:, 0]]  # (batch, labels): each label's first token
+        if several:
+            cache = outputs["cache"] if "cache" in outputs else outputs["past_key_values"]
+            scores = scores + self._continuations(cache, mask, lengths)
+        hidden = tuple(state[:, -1:] for state in outputs.hidden_states)  # (batch, 1, width): the prompt's last
         return scores, hidden
+
+    def _continuations(self, cache: Any, prompt_mask: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+        """Each label's tokens after its first, summed ``(batch, labels)``: the labels' heads (all
+        but their last token), right-padded, after each prompt's keys and values (``cache``, repeated
+        once per label in place), where a head's position t predicts its label's token t + 1."""
+        batch, labels, width = prompt_mask.shape[0], len(lengths), max(lengths) - 1
+        device = prompt_mask.device
+        heads = self.verbalizer_ids[:, :width]  # (labels, width); 0 past each head's end, masked
+        head_lengths = self.verbalizer_lengths.to(device) - 1
+        head_mask = (torch.arange(width, device=device) < head_lengths[:, None]).long()
+        cache = _repeated(cache, labels)  # row b * labels + j: prompt b before label j's head
+        start = prompt_mask.sum(-1).repeat_interleave(labels)[:, None]  # each prompt's length
+        outputs = self.lm(
+            input_ids=heads.repeat(batch, 1),
+            attention_mask=torch.cat([prompt_mask.repeat_interleave(labels, 0), head_mask.repeat(batch, 1)], 1),
+            position_ids=start + torch.arange(width, device=device),
+            use_cache=True,
+            **{self._cache_name: cache},
+        )
+        log_probs = outputs.logits.float().log_softmax(-1).view(batch, labels, width, -1)
+        pairs = [(j, t - 1, int(self.verbalizer_ids[j, t])) for j in range(labels) for t in range(1, lengths[j])]
+        label, position, token = (torch.tensor(column, device=device) for column in zip(*pairs))
+        per_token = log_probs[:, label, position, token]  # (batch, pairs)
+        return torch.zeros(batch, labels, device=device).index_add_(1, label, per_token)
 
     def _left_padded(self, sequences: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """The sequences right-aligned in one batch: every label is predicted at the same positions."""
@@ -153,6 +165,14 @@ class PromptedLM(nn.Module):
         probabilities = (scores - scores.max()).exp().mean(0)  # a common factor, gone when normalised
         self.calibration = (probabilities / probabilities.sum()).float()
         return self.calibration
+
+
+def _repeated(cache: Any, times: int) -> Any:
+    """Each row of a key/value cache ``times`` times in a row: a ``Cache`` in place, a legacy tuple copied."""
+    if hasattr(cache, "batch_repeat_interleave"):
+        cache.batch_repeat_interleave(times)
+        return cache
+    return tuple(tuple(tensor.repeat_interleave(times, 0) for tensor in layer) for layer in cache)
 
 
 class PromptedLMExtractor:
@@ -208,6 +228,9 @@ def prompted_teacher(
     chosen = draw_shots(train, spec.shots, torch.initial_seed() if shots_seed is None else shots_seed)
     encoder = PromptEncoder(tokenizer, spec, [train[i] for i in chosen], chat=chat)
     model = PromptedLM(lm, _verbalizer_ids(encoder, spec, task.is_pair), tokenizer.pad_token_id).eval()
+    if placed is not None:  # the engine never moves a sharded teacher: its own buffers go where its inputs do
+        for name, buffer in model.named_buffers(recurse=False):
+            setattr(model, name, buffer.to(placed.first_device))
     encoder.positions = getattr(lm.config, "max_position_embeddings", None) or getattr(lm.config, "n_positions", None)
     encoder.longest_label = int(model.verbalizer_lengths.max())
     encoder.check_fits(len(encoder.prompt_ids("", "" if task.is_pair else None)))  # the template and shots alone

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("scale.py", ["--quick"], "transfer set on disk"),
         ("shared_augmentation.py", ["--quick"], "the two sets are the same"),
         ("teacher_pass.py", ["--quick"], "teacher pass throughput"),
+        ("teacher_pass.py", ["--batching", "--quick"], "teacher pass batching tiny: count"),
         ("digest_filter.py", ["--quick"], "the same first occurrences: True"),
         ("structure_report.py", [], "import circles"),
     ],

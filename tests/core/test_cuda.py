@@ -150,7 +150,8 @@ def test_the_teacher_cache_built_on_cuda_matches_the_teacher_on_the_cpu(tiny_ber
     reference_layers = [reference_layers[i] for i in positions]
 
     tolerance = {"fp32": 1e-3, "bf16": 3e-2}  # relative to the values' scale: fp16 storage, bf16 arithmetic
-    for precision in ("fp32", "bf16"):
+    for precision, tokens in (("fp32", None), ("bf16", None), ("fp32", 256), ("bf16", 256)):
+        trainer.teacher_tokens_per_batch = tokens  # and batches by a budget of padded tokens
         cache = teacher_stage.build_cache(
             teacher,
             extractor,
@@ -158,7 +159,7 @@ def test_the_teacher_cache_built_on_cuda_matches_the_teacher_on_the_cpu(tiny_ber
             task,
             "train",
             split,
-            root=tmp_path / precision,
+            root=tmp_path / f"{precision}-{tokens}",
             precision=precision,
             teacher_fingerprint="tiny",
             tokenizer_fingerprint="tiny",

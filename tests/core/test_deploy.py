@@ -329,6 +329,28 @@ def test_predict_reads_every_format_and_keeps_the_rows(capsys, tmp_path, runs, s
         assert [line.split(delimiter)[header.index("label")] for line in lines[1:]] == expected
 
 
+def test_predict_by_a_token_budget_writes_the_rows_in_order_with_the_count_batches_labels(capsys, tmp_path, runs):
+    """--tokens-per-batch sorts the texts by length into batches of at most N padded tokens; the output keeps
+    the input's rows in order, with the labels of --batch-size batches and their probabilities to 1e-6."""
+    texts = dev_texts()
+    source = tmp_path / "in.tsv"
+    source.write_text(
+        "sentence\tid\n" + "".join(f"{' '.join([text] * (1 + i % 4))}\t{i}\n" for i, text in enumerate(texts))
+    )
+    outputs = {}
+    for name, option in (("count", []), ("budget", ["--tokens-per-batch", 24])):
+        code, _, err = predict_cli(
+            capsys, runs["bert-2"], "--input", source, "--output", tmp_path / f"{name}.tsv", *option
+        )
+        assert code == 0, err
+        outputs[name] = [line.split("\t") for line in (tmp_path / f"{name}.tsv").read_text().splitlines()]
+    count, budget = outputs["count"], outputs["budget"]
+    assert [row[:3] for row in budget] == [row[:3] for row in count]  # text, id and label of every row, in order
+    assert [row[1] for row in budget[1:]] == [str(i) for i in range(len(texts))]
+    for a, b in zip(budget[1:], count[1:]):
+        assert all(abs(float(x) - float(y)) < 1e-6 for x, y in zip(a[3:], b[3:]))
+
+
 def test_predict_reads_and_writes_as_it_goes_in_flat_memory(capsys, tmp_path, runs, monkeypatch):
     """Six times the rows, about the same peak of Python memory: the input is read, predicted and
     written a chunk at a time (it was read whole, and its output built in memory)."""

@@ -576,3 +576,17 @@ def test_a_run_saved_with_the_old_spelling_resumes_as_prompted_lm(models, tmp_pa
         f"with teacher_options.prompt): resumed as teacher: prompted-lm, teacher_options.source: {models['llama']}"
     ) in out
     assert yaml.safe_load((run / "config.yaml").read_text())["teacher"] == "prompted-lm"
+
+
+def test_an_old_spelling_that_names_two_sources_is_refused(tmp_path):
+    """``teacher: DIR`` with a different ``teacher_options.source`` names two models: resuming must
+    not pick one silently (the same directory twice is read as the one model it is)."""
+    from kdplug.config import renamed_prompted_teacher
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    twice = {"teacher": str(first), "teacher_options": {"prompt": TEMPLATE, "source": str(second)}}
+    with pytest.raises(kdplug.ConfigError, match=f"teacher: {first} and teacher_options.source: {second}; keep one"):
+        renamed_prompted_teacher(twice)
+    same = {"teacher": str(first), "teacher_options": {"prompt": TEMPLATE, "source": str(first)}}
+    assert renamed_prompted_teacher(same)["teacher_options"]["source"] == str(first)
