@@ -213,3 +213,20 @@ def test_a_map_that_splits_a_block_is_described_by_its_parts(workspace):
     assert describe(model, device_map) == (
         "layers 0 on cpu, 1 on cpu+disk, 2-3 on disk; bert.embeddings, classifier on cpu; bert.pooler on disk"
     )
+
+
+def test_a_sharded_classifiers_head_is_put_in_the_tasks_label_order(tmp_path):
+    """Its outputs named in the other order: kdplug reorders the head's rows, which the map would have
+    put on disk, so it keeps the head in memory; the logits are the one-device teacher's."""
+    import kdplug
+
+    source = make_tiny_classifier(tmp_path / "reversed", order=[1, 0], num_layers=2)
+    task = TinyTask(name="sst2")
+    one = kdplug.create_teacher("hf", task, source=source)
+    on_disk = {"bert": "disk", "dropout": "disk", "classifier": "disk"}
+    placed = kdplug.create_teacher("hf", task, source=source, device_map=on_disk, offload_folder=str(tmp_path))
+    ids = torch.tensor([[2, 7, 9, 3]])
+    with torch.no_grad():
+        torch.testing.assert_close(placed.model(input_ids=ids).logits, one.model(input_ids=ids).logits, atol=0, rtol=0)
+    assert placed.extra["device_map"]["classifier"] == "cpu" and placed.extra["device_map"]["bert"] == "disk"
+    assert "reordered to the task's order" in " ".join(placed.notes)
