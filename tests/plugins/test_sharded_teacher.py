@@ -134,6 +134,7 @@ def unreadable_weights(workspace):
         (["device_map=auto", 'max_memory={"cpu": "lots"}'], r"max_memory\['cpu'\] must be a size such as 20GiB"),
         (["device_map=auto", 'max_memory={"7": "1GiB"}'], r"names GPU 7, and this machine has"),
         (["device_map=auto", "offload_folder=FILE"], r"offload_folder .* is a file, not a folder"),
+        (["device_map=auto", "offload_folder=FILE/inside"], r"offload_folder .*/inside cannot be created \(Not a dir"),
         (
             ["device_map=auto", f"max_memory={CPU_LIMIT}"],
             r"puts some of the teacher's modules on disk .*offload_folder",
