@@ -118,9 +118,13 @@ def _max_memory(max_memory: MaxMemoryOption) -> Optional[dict[Union[int, str], i
         if str(device) == "disk":
             raise UsageError(f"{where}: disk takes no limit (it holds what the other devices do not); drop it")
         try:
-            limits[int(device) if str(device).isdigit() else str(device)] = convert_file_size_to_int(size)
+            limit = convert_file_size_to_int(size)
         except (ValueError, TypeError):
-            raise UsageError(f"{where} must be {_SIZE_HELP}; got {size!r}") from None
+            limit = -1
+        if limit < 0:
+            raise UsageError(f"{where} must be {_SIZE_HELP}; got {size!r}")
+        index = _cuda_index(device)  # Accelerate names GPUs by their index
+        limits[index if index is not None else str(device)] = limit
     return limits
 
 

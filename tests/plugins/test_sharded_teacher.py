@@ -132,6 +132,7 @@ def unreadable_weights(workspace):
         ),
         (["device_map=sideways"], r"must be one of auto, balanced, balanced_low_0, sequential or a map"),
         (["device_map=auto", 'max_memory={"cpu": "lots"}'], r"max_memory\['cpu'\] must be a size such as 20GiB"),
+        (["device_map=auto", 'max_memory={"cpu": -5}'], r"max_memory\['cpu'\] must be a size .* got -5"),
         (["device_map=auto", 'max_memory={"7": "1GiB"}'], r"names GPU 7, and this machine has"),
         (["device_map=auto", "offload_folder=FILE"], r"offload_folder .* is a file, not a folder"),
         (["device_map=auto", "offload_folder=FILE/inside"], r"offload_folder .*/inside cannot be created \(Not a dir"),
