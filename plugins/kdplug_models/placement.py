@@ -129,8 +129,8 @@ def _max_memory(max_memory: MaxMemoryOption) -> Optional[dict[Union[int, str], i
 
 
 def _offload_folder(folder: Optional[str]) -> Optional[str]:
-    """The folder offloaded weights may be written in, created where missing; a file, or a folder
-    kdplug cannot write in, is refused before any weights load."""
+    """The folder offloaded weights may be written in (created when a load writes there): a file, or
+    a folder kdplug could not create or write in, is refused before any weights load."""
     if folder is None:
         return None
     path = os.path.abspath(os.path.expanduser(str(folder)))
@@ -139,12 +139,13 @@ def _offload_folder(folder: Optional[str]) -> Optional[str]:
             f"teacher_options.offload_folder {path} is a file, not a folder: name a folder (kdplug creates it) "
             f"where offloaded weights may be written"
         )
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"teacher_options.offload_folder {path} cannot be created ({exc.strerror})") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise UsageError(f"teacher_options.offload_folder {path} is not writable: name a folder you can write in")
+    existing = path
+    while not os.path.exists(existing):  # the folder, or the nearest one above it that exists
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UsageError(f"teacher_options.offload_folder {path} cannot be created: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"teacher_options.offload_folder {path}: {existing} is not writable; name a folder you can")
     return path
 
 
@@ -166,6 +167,7 @@ class Placement:
         """``from_pretrained``'s options for this placement."""
         options: dict[str, Any] = {"device_map": self.device_map}
         if "disk" in self.device_map.values():
+            os.makedirs(self.offload_folder, exist_ok=True)
             self._written = tempfile.mkdtemp(prefix="kdplug-offload-", dir=self.offload_folder)
             options["offload_folder"] = self._written
         return options
