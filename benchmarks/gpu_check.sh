@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# kdplug's GPU check: everything that needs a CUDA device, in at most 9 minutes on one H100-class GPU,
+# kdplug's GPU check: everything that needs a CUDA device, in at most 10 minutes on one H100-class GPU,
 # ending with one markdown table to paste into docs/performance.md ("On a GPU").
 #
-# Steps, each under `timeout` (budgets in seconds; together 525):
+# Steps, each under `timeout` (budgets in seconds; together 570):
 #   setup          30  (pip at most 60) kdplug importable with its plugins, the demo teacher found, the GPU named
 #   cuda tests    120  pytest -m cuda tests/core/test_cuda.py (bf16 and fp16 runs, the cache against
 #                      the CPU, token methods' live teacher, predict --device cuda, export)
@@ -13,6 +13,9 @@
 #   kd_overhead    45  benchmarks/kd_overhead.py --quick --device cuda
 #   inference      30  benchmarks/inference.py --quick --device cuda
 #   overhead       90  benchmarks/overhead.py --device cuda (kdplug's trainer and teacher pass against bare loops)
+#   sharded teacher 45 a tiny classifier teacher, device_map=auto with a max_memory that leaves half of it for
+#                      the CPU (offloaded): its run's teacher cache against the one-GPU run's (the same keys and
+#                      values, 1e-5); the dry variant sends half to disk instead
 # A step that fails or runs out of time prints the end of its log and is FAILED in the table; the
 # next step runs anyway. Logs and the table go to $OUT (when set) or a temporary directory.
 #
@@ -154,6 +157,51 @@ summarise_inference() {
          END { print t "; " s }' "$1"
 }
 
+summarise_sharded() { grep '^sharded teacher:' "$1" | sed 's/^sharded teacher: //'; }
+
+# the sharded-teacher check (its argument: cuda or cpu), run by "$PY" -c
+read -r -d '' SHARDED_CHECK <<'EOF'
+import json, sys, tempfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from transformers import AutoModelForSequenceClassification
+
+from kdplug.cli import main
+from kdplug.testing.contracts import TINY_SST2_DEV, TINY_SST2_TRAIN, write_tiny_sst2
+from kdplug.testing.tiny import make_tiny_classifier
+
+device, root = sys.argv[1], Path(tempfile.mkdtemp())
+teacher = make_tiny_classifier(root / "teacher", num_layers=4, hidden=32)
+data = write_tiny_sst2(root / "SST-2", TINY_SST2_TRAIN, TINY_SST2_DEV)
+model = AutoModelForSequenceClassification.from_pretrained(teacher)
+half = sum(p.numel() * p.element_size() for p in model.parameters()) // 2  # bytes: room for half the teacher
+limit = f"{{0: {half}, cpu: 10GiB}}" if device == "cuda" else f"{{cpu: {half}}}"
+
+
+def run(name, *options):
+    argv = ["run", "--teacher", teacher, "--student", "bilstm", "--projector", "alp", "--task", "sst2"]
+    argv += ["--data-dir", str(data), "--epochs", "1", "--precision", "fp32", "--output", str(root / name)]
+    argv += ["--cache-dir", str(root / f"cache-{name}"), "--set", "allow_weak_teacher=true"]
+    for option in options:
+        argv += ["--set", f"teacher_options.{option}"]
+    assert main(argv) == 0, name
+    files = sorted((root / f"cache-{name}" / "teacher-cache").glob("*/*.f*"))
+    return {f"{p.parent.name}/{p.name}": np.fromfile(p, np.float16 if p.suffix == ".f16" else np.float32) for p in files}
+
+
+one = run("one")
+sharded = run("sharded", "device_map=auto", f"max_memory={limit}", f"offload_folder={root / 'offload'}")
+placed = json.loads((root / "sharded" / "metrics.json").read_text())["teacher"]["device_map"]
+same = sorted(one) == sorted(sharded) and len(one) == 4
+diff = max(float(np.abs(one[k].astype(np.float64) - sharded[k]).max()) for k in one) if same else float("nan")
+where = ", ".join(f"{n} on {d}" for d, n in Counter(placed.values()).items())
+offloaded = "cpu" if device == "cuda" else "disk"
+print(f"sharded teacher: device map entries {where}; cache keys {'the same' if same else 'DIFFER'}; max |diff| {diff:.1e}")
+sys.exit(0 if same and diff <= 1e-5 and offloaded in placed.values() and len(set(placed.values())) > 1 else 1)
+EOF
+
 summarise_overhead() {
     awk '/^kdplug trainer/ { k = $(NF-2) " " $(NF-1) " " $NF }
          /^HF Trainer/ { h = $(NF-2) " " $(NF-1) " " $NF }
@@ -245,6 +293,7 @@ if [[ $DRY == 1 ]]; then
     run_step "kd_overhead" 45 summarise_kd_overhead "$PY" benchmarks/kd_overhead.py --quick --device $DEVICE
     run_step "inference" 30 summarise_inference "$PY" benchmarks/inference.py --quick --length 8 --device $DEVICE
     run_step "overhead" 90 summarise_overhead "$PY" benchmarks/overhead.py --quick --device $DEVICE
+    run_step "sharded teacher" 45 summarise_sharded "$PY" -c "$SHARDED_CHECK" $DEVICE
 else
     DEVICE=cuda
     run_step "cuda tests" 120 summarise_pytest "$PY" -m pytest -m cuda tests/core/test_cuda.py -q -p no:cacheprovider
@@ -259,6 +308,7 @@ else
     run_step "kd_overhead" 45 summarise_kd_overhead "$PY" benchmarks/kd_overhead.py --quick --device $DEVICE
     run_step "inference" 30 summarise_inference "$PY" benchmarks/inference.py --quick --device $DEVICE
     run_step "overhead" 90 summarise_overhead "$PY" benchmarks/overhead.py --device $DEVICE
+    run_step "sharded teacher" 45 summarise_sharded "$PY" -c "$SHARDED_CHECK" $DEVICE
 fi
 
 {

@@ -21,15 +21,42 @@ def hasher() -> hashlib._Hash:
 
 
 def of_module(module: nn.Module) -> str:
-    """Hash of every parameter and buffer (names, shapes, dtypes, values)."""
+    """Hash of every parameter and buffer (names, shapes, dtypes, values). A module sharded by a device
+    map hashes as the same module on one device: its offloaded tensors (left on the meta device in
+    the module) are read from where Accelerate keeps them, one at a time."""
     import torch
 
     digest = hasher()
     for name, tensor in sorted(module.state_dict().items()):
-        tensor = tensor.detach().cpu().contiguous()
+        tensor = (offloaded_tensor(module, name) if tensor.is_meta else tensor).detach().cpu().contiguous()
         digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
         digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
     return digest.hexdigest()
+
+
+def offloaded_tensor(module: nn.Module, name: str) -> Any:
+    """The tensor ``name`` (a parameter or buffer's dotted name) of ``module`` that Accelerate offloaded
+    to the CPU or disk (the module holds it on the meta device), on the CPU: read through the hook
+    of the submodule that holds it, as its forward would read it."""
+    from accelerate.utils.modeling import align_module_device, has_offloaded_params
+
+    path, _, attribute = name.rpartition(".")
+    owner = module.get_submodule(path)
+    holder = owner  # the hook that loads it sits on the tensor's module or one above it
+    while not has_offloaded_params(holder) and path:
+        path = path.rpartition(".")[0]
+        holder = module.get_submodule(path)
+    with align_module_device(holder, "cpu"):
+        return getattr(owner, attribute).detach().cpu().clone()
+
+
+def readable(module: nn.Module, tensor: Any) -> Any:
+    """``tensor``, a parameter or buffer of ``module``, with its values: itself, or where Accelerate
+    offloaded it (a teacher sharded by a device map), read from there onto the CPU."""
+    if not tensor.is_meta:
+        return tensor
+    named = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
+    return offloaded_tensor(module, next(name for name, candidate in named if candidate is tensor))
 
 
 def of_teacher_model(module: nn.Module) -> str:

@@ -49,6 +49,9 @@ def kdplug_register_teachers(register):
     The factory returns a :class:`kdplug.types.Teacher`. Its model is put in eval mode and
     frozen by the engine; set ``finetuned=False`` when the engine must fine-tune it on the
     task first (the fine-tuned weights are stored and reused, keyed by a fingerprint).
+    A factory that places the model itself (sharded over devices by a device map, some
+    layers offloaded) sets ``placed_on`` to the device its inputs go to: the engine never
+    moves that model.
 
     An optional ``shape(task, **options)`` attribute returns the
     :class:`kdplug.types.ModelShape` the teacher will have (its layers, widths and attention

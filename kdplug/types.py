@@ -248,6 +248,10 @@ class Teacher:
         encoder: how it reads an example where not ``tokenizer`` on the plain text (a prompted
             model's prompt): called like a tokenizer, with a ``pad_token_id``. Its cached outputs
             are computed on this encoding; students read the plain text. None: ``tokenizer``.
+        placed_on: set where the factory placed the model itself (sharded over devices by a device
+            map, some layers offloaded): the device its inputs go to, as Accelerate's hooks expect
+            (its first GPU; the CPU where it has none). The engine then never moves it. None: the
+            engine puts it on the run's device.
     """
 
     model: nn.Module
@@ -262,6 +266,7 @@ class Teacher:
     default_lr: Optional[float] = None
     after_finetuning: Optional[Callable[[], None]] = None
     encoder: Any = None
+    placed_on: Optional[str] = None
 
 
 @runtime_checkable

@@ -25,11 +25,12 @@ from .objective import model_forward
 TIMED_STEPS = 3
 
 
-def step_seconds(model: nn.Module, loader, *, train: bool) -> float:
+def step_seconds(model: nn.Module, loader, *, train: bool, placed: bool = False) -> float:
     """The median seconds of one step of ``model`` on the first batches of ``loader``: forward,
     backward and an optimizer step when ``train``, a forward pass without gradients otherwise.
-    ``model`` is copied: its weights are not changed."""
-    model = copy.deepcopy(model).train(train)
+    ``model`` is copied: its weights are not changed. ``placed``: a teacher sharded by a device map
+    (only ever timed without gradients), timed as it is, not copied."""
+    model = model.eval() if placed else copy.deepcopy(model).train(train)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5) if train else None
     times = []
     batches = chain.from_iterable(repeat(loader))  # a split of one batch is timed on that batch again

@@ -148,7 +148,10 @@ def measure_speed(
     ``rows`` (the teacher's first); metrics.json's ``speed``."""
     first = inputs.task.dev_splits[0]
     as_teacher_reads = inputs.caches.dev[first] if inputs.caches is not None else inputs.dev[first]  # its prompt
-    teacher_speed = speed_module.measure(inputs.teacher.model, as_teacher_reads, env.accelerator.device)
+    placed = inputs.teacher.placed_on  # a sharded teacher is timed where it is
+    teacher_speed = speed_module.measure(
+        inputs.teacher.model, as_teacher_reads, placed or env.accelerator.device, move=placed is None
+    )
     student_speed = speed_module.measure(student, dev[first], env.accelerator.device)
     ratio = speed_module.speedup(teacher_speed, student_speed)
     rows[0].speed = teacher_speed

@@ -334,7 +334,7 @@ def _time_plan(plan: dict[str, Any], config: RunConfig, inputs: RunInputs) -> di
     remote = getattr(teacher.model, "kdplug_remote", False)  # a served model: timing it would send requests
     if isinstance(outputs, dict) and any(value != "cached" for value in outputs.values()) and not remote:
         loader, _ = trainer.loader(train, shuffle=False, batch_size=config.teacher_batch_size)
-        forward = estimate.step_seconds(teacher.model, loader, train=False)
+        forward = estimate.step_seconds(teacher.model, loader, train=False, placed=teacher.placed_on is not None)
         examples = len(train) + sum(len(split) for split in dev.values())
         seconds = forward * math.ceil(examples / config.teacher_batch_size)
         parts["teacher outputs"] = (seconds, seconds)

@@ -55,12 +55,15 @@ def weights_bytes(model: nn.Module) -> int:
 
 
 @torch.inference_mode()
-def measure(model: nn.Module, split: EncodedSplit, device: torch.device | str) -> Speed:
-    """Time ``model`` (eval mode, fp32) on the first dev examples of ``split``."""
+def measure(model: nn.Module, split: EncodedSplit, device: torch.device | str, *, move: bool = True) -> Speed:
+    """Time ``model`` (eval mode, fp32) on the first dev examples of ``split``; ``move``: put it on
+    ``device`` first (a teacher sharded by a device map stays where it is, its inputs on ``device``)."""
     device = torch.device(device)
     synchronize = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
     was_training = model.training
-    model.eval().to(device)
+    model.eval()
+    if move:
+        model.to(device)
     collate = Collator(split.pad_id, split.is_regression)
     count = min(BATCH_SIZE, len(split))
     batch = {key: value.to(device) for key, value in collate([split[i] for i in range(count)]).items()}

@@ -8,6 +8,7 @@ inputs loads it instead of training again.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -186,19 +187,47 @@ class LiveTeacher:
     Accelerate (so DDP neither syncs nor shards it)."""
 
     def __init__(self, teacher: Teacher, extractor: LayerExtractor, precision: str) -> None:
-        self.model, self.extractor, self.precision = teacher.model, extractor, precision
+        self.teacher, self.model, self.extractor, self.precision = teacher, teacher.model, extractor, precision
         self.device: Optional[torch.device] = None  # where the model was placed, on the first batch
 
     @torch.no_grad()
     def __call__(self, batch: dict[str, torch.Tensor], device: torch.device) -> TokenSignals:
         if device != self.device:  # once, not a walk over the parameters on every batch
-            self.model.to(device).eval()
+            self.inputs_on = place_teacher(self.teacher, device)
+            self.model.eval()
             self.device = device
+        batch = {key: value.to(self.inputs_on) for key, value in batch.items()}
         with inference_autocast(self.precision, device):
             _, signals = self.extractor.forward_with_tokens(
                 self.model, lambda: model_forward(self.model, batch), batch["attention_mask"]
             )
-        return signals
+        return signals if self.teacher.placed_on is None else _moved(signals, device)
+
+
+def _moved(signals: TokenSignals, device: torch.device) -> TokenSignals:
+    """A sharded teacher's signals, each layer's from its own device, on ``device``."""
+
+    def moved(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [tensor.to(device) for tensor in tensors]
+
+    return dataclasses.replace(
+        signals,
+        mask=signals.mask.to(device),
+        hidden=moved(signals.hidden),
+        queries=moved(signals.queries),
+        keys=moved(signals.keys),
+        values=moved(signals.values),
+    )
+
+
+def place_teacher(teacher: Teacher, device: torch.device) -> torch.device:
+    """Where the teacher runs: ``device``, the model moved there; a teacher its factory placed itself
+    (sharded by a device map, some layers offloaded: ``Teacher.placed_on``) is never moved, and
+    reads its inputs on its first layer's device, as Accelerate's hooks expect."""
+    if teacher.placed_on is not None:
+        return torch.device(teacher.placed_on)
+    teacher.model.to(device)
+    return device
 
 
 def matchable_specs(extractor: LayerExtractor, model: torch.nn.Module) -> tuple[list[LayerSpec], list[int]]:
@@ -241,8 +270,7 @@ def _teacher_batches(
 def _teacher_outputs(
     teacher: Teacher, extractor: LayerExtractor, trainer: Trainer, loader: DataLoader, precision: str, positions
 ) -> Iterator[cache_module.CacheBatch]:
-    device = trainer.accelerator.device
-    teacher.model.to(device)
+    device = place_teacher(teacher, trainer.accelerator.device)
     with torch.no_grad(), inference_autocast(precision, device):
         for batch in loader:
             batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}

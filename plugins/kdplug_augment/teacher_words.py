@@ -83,7 +83,8 @@ class TeacherWordsAugmenter:
                 f"has no masked-language-model head here; use source=embeddings (or auto)"
             )
         self.source = "mlm" if self.mlm is not None else "embeddings"
-        embeddings = teacher.model.get_input_embeddings().weight.detach().float().cpu()
+        table = teacher.model.get_input_embeddings().weight  # read where a sharded teacher offloaded it
+        embeddings = kdplug.api.fingerprint.readable(teacher.model, table).detach().float().cpu()
         self.embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
         vocab = self.tokenizer.get_vocab()
         special = set(self.tokenizer.all_special_ids)

@@ -37,7 +37,8 @@ def set_scaled(target: torch.Tensor, vectors: torch.Tensor, rows: Optional[torch
 def from_teacher(student: Any, teacher: Any) -> dict[str, Any]:
     """The teacher's input embeddings: a copy at the teacher's width, else their projection on the
     top ``embedding_dim`` principal components (PCA of the teacher's table); scaled. What was done."""
-    source = teacher.model.get_input_embeddings().weight.detach().float()
+    table = teacher.model.get_input_embeddings().weight  # read where a sharded teacher offloaded it
+    source = kdplug.api.fingerprint.readable(teacher.model, table).detach().float()
     target = student.embeddings.weight
     (rows, width), wanted = source.shape, target.shape[1]
     if target.shape[0] != rows or wanted > width:

@@ -32,6 +32,7 @@ from .hf_loading import (
     bound_options,
     checkpoint_shape,
     declared_base_model,
+    refuse_sharded_finetuning,
 )
 from .hf_students import bert_k_student, distilroberta_student, hf_student
 from .labels import LabelMatch
@@ -48,6 +49,7 @@ from .lora import (
     save_adapter,
 )
 from .lora import lr_note as lora_lr_note
+from .placement import PLACEMENT_OPTIONS, DeviceMapOption, MaxMemoryOption, PlacementOptions, placement_options
 from .prompted import PROMPT_OPTIONS, PromptedLMExtractor, prompted_teacher
 from .served import ServedExtractor, served_teacher
 
@@ -90,6 +92,9 @@ def hf_teacher(
     dtype: Optional[str] = None,
     lora: Any = None,
     base: Optional[str] = None,
+    device_map: DeviceMapOption = None,
+    max_memory: MaxMemoryOption = None,
+    offload_folder: Optional[str] = None,
     **config_overrides: Any,
 ) -> Teacher:
     """Any Hugging Face encoder or decoder with a sequence-classification head sized for ``task``.
@@ -108,8 +113,13 @@ def hf_teacher(
     the teacher, it trains a LoRA adapter and the head, and stores that. ``dtype``: auto, fp32,
     bf16 or fp16, the weights' dtype (:mod:`.dtypes`). A causal language model read through a
     prompt is another teacher, ``prompted-lm`` (:func:`kdplug_models.prompted.prompted_teacher`).
+
+    ``device_map`` (``auto`` or a map {module: device}), ``max_memory`` and ``offload_folder``: the
+    teacher sharded over this machine's devices with CPU or disk offload (:mod:`.placement`), for a
+    teacher that is fine-tuned already (one that would be fine-tuned is refused).
     """
     source = _checked_source(source, config_overrides)
+    placement = placement_options(device_map, max_memory, offload_folder)  # before any weights are read
     adapter = _adapter(source, base)
     lora_settings = LoraSettings.parse(lora)
     if lora_settings is not None:
@@ -124,6 +134,7 @@ def hf_teacher(
         trust_remote_code=trust_remote_code,
         revision=revision,
         config_overrides=config_overrides,
+        placement=_sharded(placement, source, adapter, finetuned),
     )
     _warn_before_finetuning(checkpoint, task, finetuned)
     teacher = _describe(checkpoint, task, finetuned, trust_remote_code)
@@ -144,6 +155,24 @@ class _Checkpoint:
     marker: Optional[dict[str, Any]]
     #: the marker names another task: kdplug fine-tuned it for that one, and fine-tunes it again
     for_other_task: bool
+
+
+def _sharded(
+    placement: Optional[PlacementOptions], source: str, adapter: Optional[Adapter], finetuned: Optional[bool]
+) -> Optional[PlacementOptions]:
+    """``placement``, after refusing what a sharded teacher cannot be: fine-tuned, or an adapter merged
+    into offloaded weights. A checkpoint whose head does not fit is refused once its config is read."""
+    if placement is None:
+        return None
+    if finetuned is False:
+        refuse_sharded_finetuning(source, "teacher_options.finetuned=false")
+    if adapter is not None:
+        raise UsageError(
+            f"teacher_options.device_map loads a checkpoint's weights where the map puts them, and {source} is an "
+            f"adapter, merged into its base after loading: merge it first (peft's merge_and_unload, then "
+            f"save_pretrained) and pass that directory as --teacher"
+        )
+    return placement
 
 
 def _checked_source(source: Optional[str], config_overrides: dict[str, Any]) -> str:
@@ -167,7 +196,8 @@ def _refuse_prompt_options(source: Optional[str], config_overrides: dict[str, An
             f"teacher_options {given}: a language model read through a prompt is the teacher prompted-lm, not hf. "
             f"Name it --teacher prompted-lm --set teacher_options.source={source or 'DIR_OR_HUB_ID'} (in a config "
             f"file: teacher: prompted-lm, and source under teacher_options) and keep teacher_options {given} as they "
-            f"are; prompted-lm's options are source, {', '.join(PROMPT_OPTIONS)}, trust_remote_code and revision"
+            f"are; prompted-lm's options are source, {', '.join(PROMPT_OPTIONS)}, trust_remote_code, revision and "
+            f"{', '.join(PLACEMENT_OPTIONS)}"
         )
 
 
@@ -182,10 +212,13 @@ def _load(
     trust_remote_code: bool,
     revision: Optional[str],
     config_overrides: dict[str, Any],
+    placement: Optional[PlacementOptions] = None,
 ) -> _Checkpoint:
     """``source`` loaded as a classifier for ``task`` (an adapter's base with the adapter merged)."""
     marker = _read_marker(source) if os.path.isdir(source) else None
     other_task = marker is not None and marker.get("task") not in (None, task.name)
+    if placement is not None and other_task:
+        refuse_sharded_finetuning(source, f"kdplug fine-tuned it on task {marker.get('task')!r}, not {task.name!r}")
     loaded = _load_classifier(
         source,
         task,
@@ -197,6 +230,7 @@ def _load(
         dtype=dtype,
         adapter=adapter,
         in_task_order=adapter is not None and marker is not None and not other_task,
+        placement=placement,
         **config_overrides,
     )
     return _Checkpoint(source, loaded, adapter, dtype, marker, other_task)
@@ -230,6 +264,10 @@ def _describe(checkpoint: _Checkpoint, task: Task, finetuned: Optional[bool], tr
         teacher.extra["kind"] = f"a decoder classifier ({type(teacher.model).__name__})"
     if checkpoint.dtype is not None:
         teacher.extra["dtype"] = dtype_name(checkpoint.dtype)
+    if loaded.placement is not None:  # sharded: the engine never moves it
+        teacher.placed_on = loaded.placement.first_device
+        teacher.notes.append(loaded.placement.line)
+        teacher.extra["device_map"] = {name: str(device) for name, device in loaded.placement.device_map.items()}
     teacher.save_pretrained = _saver(teacher, task)
     return teacher
 
@@ -493,7 +531,8 @@ def kdplug_register_teachers(register):
         "prompted-lm",
         prompted_teacher,
         description="a causal language model read through a prompt, never fine-tuned: options source (hub id or "
-        f"directory), {', '.join(PROMPT_OPTIONS)}, trust_remote_code and revision",
+        f"directory), {', '.join(PROMPT_OPTIONS)}, trust_remote_code, revision, and {', '.join(PLACEMENT_OPTIONS)} "
+        "(sharded over this machine's devices)",
     )
     register(
         "served:{model}",

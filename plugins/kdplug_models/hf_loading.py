@@ -6,6 +6,7 @@ where a fine-tuned checkpoint says its pre-trained weights came from."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -23,6 +24,7 @@ from kdplug.types import ModelShape, Task, num_outputs
 from .decoders import give_padding_token, is_decoder_only
 from .labels import LabelMatch, match_labels, reorder_outputs
 from .lora import Adapter, apply_adapter
+from .placement import PLACEMENT_OPTIONS, Placement, PlacementOptions, plan_placement
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +52,13 @@ class Loaded:
     head_fits: bool
     #: how its outputs were matched to the task's labels (None: a new head, or regression)
     labels: Optional[LabelMatch] = None
+    #: where its modules went, when it was loaded with a device map (None: one device, the engine's)
+    placement: Optional[Placement] = None
 
 
 CHECKPOINT_OPTIONS = ("source", "finetuned", "label_map", "num_labels", "trust_remote_code", "revision")
 #: a teacher's further options (see :func:`kdplug_models.hf.hf_teacher`)
-TEACHER_OPTIONS = ("dtype", "lora", "base")
+TEACHER_OPTIONS = ("dtype", "lora", "base", *PLACEMENT_OPTIONS)
 
 
 def _config_for_task(
@@ -175,6 +179,7 @@ def _load_classifier(
     dtype: Optional[torch.dtype] = None,
     adapter: Optional[Adapter] = None,
     in_task_order: bool = False,
+    placement: Optional[PlacementOptions] = None,
     **overrides: Any,
 ) -> Loaded:
     """``source`` as a sequence classifier for ``task``: its own head where it fits the task, with
@@ -183,7 +188,8 @@ def _load_classifier(
     With ``adapter``, ``source`` is a PEFT adapter directory: its base is loaded so, the adapter
     applied and merged, its head (where it carries one) read as the classifier's. ``dtype``: the
     weights' dtype (None: the checkpoint's default, fp32). ``in_task_order``: the outputs are the
-    task's already (a teacher kdplug fine-tuned on it), no label matching."""
+    task's already (a teacher kdplug fine-tuned on it), no label matching. ``placement``: shard it
+    by a device map (:mod:`.placement`), refused for a checkpoint that would need fine-tuning."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     base = adapter.base if adapter is not None else source
@@ -197,6 +203,7 @@ def _load_classifier(
             f"{what}_options.label_map maps a fine-tuned head's labels onto the task's, but {source} "
             f"has no classification head with the task's {len(task.labels) or 1} output(s); drop it"
         )
+    placed = _placed(placement, config, dtype, source, task, head_fits, **load_options)
     model = load_pretrained(
         AutoModelForSequenceClassification,
         base,
@@ -204,8 +211,11 @@ def _load_classifier(
         config=config,
         ignore_mismatched_sizes=not head_fits or adapter is not None,
         **({"dtype": dtype} if dtype is not None else {}),
+        **(placed.load_options() if placed is not None else {}),
         **load_options,
     )
+    if placed is not None:
+        placed.release_with(model)
     if adapter is not None:
         model = apply_adapter(model, adapter)
     own_tokenizer = adapter is None or os.path.isfile(os.path.join(source, "tokenizer_config.json"))
@@ -223,7 +233,41 @@ def _load_classifier(
     if head_fits and task.labels and not in_task_order:
         match = match_labels(base_labels, task.labels, source=source, what=what, label_map=label_map)
         reorder_outputs(model, match.order, task.labels)
-    return Loaded(model, tokenizer, is_classifier, head_fits, match)
+    return Loaded(model, tokenizer, is_classifier, head_fits, match, placed)
+
+
+def _placed(
+    placement: Optional[PlacementOptions],
+    config: Any,
+    dtype: Optional[torch.dtype],
+    source: str,
+    task: Task,
+    head_fits: bool,
+    **load_options: Any,
+) -> Optional[Placement]:
+    """Where a sharded teacher's modules go, from its config (no weights read); a checkpoint whose
+    head does not fit the task would be fine-tuned, which a sharded teacher is not: refused."""
+    if placement is None:
+        return None
+    if not head_fits:
+        refuse_sharded_finetuning(
+            source, f"it has no classification head with the task {task.name}'s {num_outputs(task)} output(s)"
+        )
+    from transformers import AutoModelForSequenceClassification
+
+    build = functools.partial(
+        AutoModelForSequenceClassification.from_config, trust_remote_code=load_options.get("trust_remote_code", False)
+    )
+    return plan_placement(placement, build, config, dtype, keep_head=True)
+
+
+def refuse_sharded_finetuning(source: str, why: str) -> None:
+    """A teacher sharded by a device map is run, never trained: one that would be fine-tuned is refused."""
+    raise UsageError(
+        f"teacher_options.device_map shards a teacher to run it, not to train it, and the teacher {source} would be "
+        f"fine-tuned first ({why}). Fine-tune it first (a run without device_map, on a machine where it fits, stores "
+        f"it; or any trainer), then pass the fine-tuned checkpoint: --teacher DIR --set teacher_options.device_map=auto"
+    )
 
 
 def declared_base_model(source: str) -> Optional[str]:

@@ -19,7 +19,7 @@ import logging
 import os
 from typing import Any, Optional
 
-from kdplug import hub
+from kdplug import fingerprint, hub
 from kdplug.errors import UsageError
 from kdplug.types import ModelShape, Task, Teacher, num_outputs
 
@@ -122,7 +122,7 @@ def _cut(config: Any, initial: Any, task: Task, layers: int, student: str, origi
     # Layer i of the student has the same parameter names as layer i of the source, so the names
     # present in the student are exactly the embeddings, layers 0..k-1 (and the pooler).
     copied = {
-        name: state[name]
+        name: _read(initial, name, state[name])
         for name, tensor in model.state_dict().items()
         if name.startswith(prefix) and name in state and state[name].shape == tensor.shape
     }
@@ -140,11 +140,16 @@ def _copy_head(model: Any, teacher_model: Any) -> None:
     prefix = teacher_model.base_model_prefix + "."
     state = teacher_model.state_dict()
     head = {
-        name: state[name]
+        name: _read(teacher_model, name, state[name])
         for name, tensor in model.state_dict().items()
         if not name.startswith(prefix) and name in state and state[name].shape == tensor.shape
     }
     model.load_state_dict(head, strict=False)
+
+
+def _read(model: Any, name: str, tensor: Any) -> Any:
+    """``model``'s tensor ``name``, read from where Accelerate offloaded it (a sharded teacher's)."""
+    return fingerprint.offloaded_tensor(model, name) if tensor.is_meta else tensor
 
 
 # --------------------------------------------------------------------------------------------

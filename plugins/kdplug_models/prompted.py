@@ -11,6 +11,7 @@ the whole prompt.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
@@ -26,6 +27,15 @@ from kdplug.types import LayerSpec, ModelShape, Task, Teacher, TokenSpec
 
 from .decoders import give_padding_token, is_decoder_only
 from .hf_loading import bound_options, checkpoint_shape, load_pretrained
+from .placement import (
+    PLACEMENT_OPTIONS,
+    DeviceMapOption,
+    MaxMemoryOption,
+    Placement,
+    PlacementOptions,
+    placement_options,
+    plan_placement,
+)
 from .prompting import PromptEncoder, PromptSpec, draw_shots, prompt_spec, uses_chat_template
 
 log = logging.getLogger(__name__)
@@ -145,7 +155,7 @@ class PromptedLM(nn.Module):
         its few-shot examples, in both texts of a pair), averaged over the inputs, then normalised
         to sum to one (as Zhao et al.'s ``get_p_content_free``)."""
         prompts = [torch.tensor(encoder.prompt_ids(text, text if pair else None)) for text in content_free]
-        device = next(self.lm.parameters()).device
+        device = self.verbalizer_ids.device  # where the model's inputs go (a sharded model's hooks move them on)
         ids, mask = self._left_padded([prompt.to(device) for prompt in prompts])
         scores, _ = self.label_log_probs(ids, mask)
         self.calibration = content_free_probabilities(scores)
@@ -158,7 +168,7 @@ def calibrated(scores: torch.Tensor, calibration: torch.Tensor) -> torch.Tensor:
     log_p = scores.float().log_softmax(-1)
     if calibration.numel() == 0:
         return log_p
-    return (log_p - calibration.log()).log_softmax(-1)
+    return (log_p - calibration.to(log_p.device).log()).log_softmax(-1)
 
 
 def content_free_probabilities(scores: torch.Tensor) -> torch.Tensor:
@@ -208,22 +218,31 @@ def prompted_teacher(
     shots_seed: Optional[Annotated[int, Range(0)]] = None,
     trust_remote_code: bool = False,
     revision: Optional[str] = None,
+    device_map: DeviceMapOption = None,
+    max_memory: MaxMemoryOption = None,
+    offload_folder: Optional[str] = None,
 ) -> Teacher:
     """The ``prompted-lm`` teacher: ``source`` (a hub id or a directory), a causal language model,
     labelling ``task`` through ``prompt`` and ``verbalizer`` (see docs/llm-teachers.md). ``shots``
     training examples, drawn by ``shots_seed`` (None: the run's teacher seed, which kdplug sets
     before it builds the teacher), are put before each prompt. The prompt's options are ``Any``:
     :func:`.prompting.prompt_spec` checks them against the task, with messages that say how to
-    write each (YAML's quoting of a prompt, a verbalizer's labels), before any weights load."""
+    write each (YAML's quoting of a prompt, a verbalizer's labels), before any weights load.
+    ``device_map``, ``max_memory``, ``offload_folder``: the model sharded over this machine's devices
+    with CPU or disk offload (:mod:`.placement`)."""
     source = os.path.expanduser(str(source))
     spec = prompt_spec(task, prompt, verbalizer, shots, chat_template, calibrate)  # before any weights load
+    placement = placement_options(device_map, max_memory, offload_folder)
     load_options = {"trust_remote_code": trust_remote_code, **({"revision": revision} if revision else {})}
-    lm, tokenizer = _load_language_model(source, **load_options)
+    lm, tokenizer, placed = _load_language_model(source, placement, **load_options)
     chat = uses_chat_template(tokenizer, spec.chat_template, source)
     train = task.load_split("train") if spec.shots else []
     chosen = draw_shots(train, spec.shots, torch.initial_seed() if shots_seed is None else shots_seed)
     encoder = PromptEncoder(tokenizer, spec, [train[i] for i in chosen], chat=chat)
     model = PromptedLM(lm, _verbalizer_ids(encoder, spec, task.is_pair), tokenizer.pad_token_id).eval()
+    if placed is not None:  # the engine never moves a sharded teacher: its own buffers go where its inputs do
+        for name, buffer in model.named_buffers(recurse=False):
+            setattr(model, name, buffer.to(placed.first_device))
     encoder.positions = getattr(lm.config, "max_position_embeddings", None) or getattr(lm.config, "n_positions", None)
     encoder.longest_label = int(model.verbalizer_lengths.max())
     encoder.check_fits(len(encoder.prompt_ids("", "" if task.is_pair else None)))  # the template and shots alone
@@ -237,7 +256,7 @@ def prompted_teacher(
     }
     if spec.content_free:
         record["calibrate"] = {"content_free": list(spec.content_free), "p_cf": model.calibration.tolist()}
-    return Teacher(
+    teacher = Teacher(
         model=model,
         tokenizer=tokenizer,
         source=source,
@@ -246,6 +265,11 @@ def prompted_teacher(
         notes=[describe(spec, chat, model)],
         encoder=encoder,
     )
+    if placed is not None:  # sharded: the engine never moves it, and its inputs go to its first layer's device
+        teacher.placed_on = placed.first_device
+        teacher.notes.append(placed.line)
+        teacher.extra["device_map"] = {name: str(device) for name, device in placed.device_map.items()}
+    return teacher
 
 
 def prompted_teacher_shape(task: Task, **options: Any) -> Optional[ModelShape]:
@@ -264,7 +288,7 @@ prompted_teacher.shape = prompted_teacher_shape
 PROMPT_OPTIONS = tuple(
     name
     for name, parameter in inspect.signature(prompted_teacher).parameters.items()
-    if parameter.kind is parameter.KEYWORD_ONLY and name not in ("trust_remote_code", "revision")
+    if parameter.kind is parameter.KEYWORD_ONLY and name not in ("trust_remote_code", "revision", *PLACEMENT_OPTIONS)
 )
 
 
@@ -282,8 +306,11 @@ def describe(spec: PromptSpec, chat: bool, model: PromptedLM) -> str:
     )
 
 
-def _load_language_model(source: str, **load_options: Any) -> tuple[nn.Module, Any]:
-    """``source`` as a causal LM with its tokenizer; anything else is refused with the reason."""
+def _load_language_model(
+    source: str, placement: Optional[PlacementOptions], **load_options: Any
+) -> tuple[nn.Module, Any, Optional[Placement]]:
+    """``source`` as a causal LM with its tokenizer, and where its modules went when ``placement``
+    shards it; anything else is refused with the reason."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     config = load_pretrained(AutoConfig, source, "teacher", **load_options)
@@ -312,12 +339,22 @@ def _load_language_model(source: str, **load_options: Any) -> tuple[nn.Module, A
             f"--teacher {source} (the hf teacher) without the prompt options, or point teacher_options.source at the "
             f"language model it was trained from"
         )
-    lm = load_pretrained(AutoModelForCausalLM, source, "teacher", **load_options)
+    placed = None
+    if placement is not None:
+        build = functools.partial(
+            AutoModelForCausalLM.from_config, trust_remote_code=load_options.get("trust_remote_code", False)
+        )
+        placed = plan_placement(placement, build, config, None)
+    lm = load_pretrained(
+        AutoModelForCausalLM, source, "teacher", **(placed.load_options() if placed else {}), **load_options
+    )
+    if placed is not None:
+        placed.release_with(lm)
     tokenizer = load_pretrained(AutoTokenizer, source, "teacher", **load_options)
     given = give_padding_token(lm, tokenizer)  # the students read the plain text in padded batches
     if given is not None:
         log.info("teacher %s has no padding token: using its end-of-sequence token %r", source, given)
-    return lm, tokenizer
+    return lm, tokenizer, placed
 
 
 #: the text standing for an example's where the verbalizers are tokenised after a prompt

@@ -331,7 +331,8 @@ def test_bad_options_are_refused_with_what_to_fix(models, options, message):
 
 
 PROMPTED_LM_OPTIONS = (
-    "source, prompt, verbalizer, shots, chat_template, calibrate, shots_seed, trust_remote_code, revision"
+    "source, prompt, verbalizer, shots, chat_template, calibrate, shots_seed, trust_remote_code, revision, "
+    "device_map, max_memory, offload_folder"
 )
 
 
@@ -352,7 +353,7 @@ def test_the_hf_teacher_given_prompt_options_says_to_name_prompted_lm(models, tm
         f"prompted-lm, not hf. Name it --teacher prompted-lm --set teacher_options.source={models['llama']} (in a "
         "config file: teacher: prompted-lm, and source under teacher_options) and keep teacher_options prompt, "
         "verbalizer, calibrate as they are; prompted-lm's options are source, prompt, verbalizer, shots, "
-        "chat_template, calibrate, shots_seed, trust_remote_code and revision"
+        "chat_template, calibrate, shots_seed, trust_remote_code, revision and device_map, max_memory, offload_folder"
     ) in err
     fix = re.search(r"Name it (--teacher \S+ --set \S+)", err).group(1).split()
     assert main(["run", *fix, *argv]) == 0
