@@ -30,6 +30,7 @@ from .errors import (
 )
 from .options import Positive, PositiveFloat, Range, check_option_values, forwards_options
 from .plugins import hookimpl
+from .progress import progress
 from .recipe_context import RecipeContext
 from .storage import (
     StorageError,
@@ -167,5 +168,7 @@ __all__ = [
     "words",
     # the Hugging Face hub: load by hub id or fail fast offline (hub.load_pretrained, hub.require)
     "hub",
+    # a progress bar on terminals and in notebooks, never in logs (a long loop of a plugin's own: requests)
+    "progress",
     "__version__",
 ]

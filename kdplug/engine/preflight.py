@@ -182,9 +182,10 @@ def check_teacher_layers(config: RunConfig, registry: Registry, teacher: str) ->
     if config.baseline and not method:
         reader += f" or the baseline {config.baseline!r}"
     raise UsageError(
-        f"teacher {config.teacher!r} gives kdplug only its label log-probabilities, never its layers (it is served "
-        f"over HTTP), but {reader} reads the teacher's layer vectors. Use a method on the logits (kd, rkd, dist, nkd, "
-        f"or the recipes takd and annealing), or an in-process teacher (prompted-lm) for layer methods"
+        f"teacher {config.teacher!r} gives kdplug only its label log-probabilities, never its layers (its model "
+        f"runs outside this process), but {reader} reads the teacher's layer vectors. Use a projector or recipe "
+        f"that reads the logits alone (docs/llm-teachers.md lists them), or a teacher that runs in this process for "
+        f"layer methods"
     )
 
 

@@ -212,7 +212,7 @@ class Scorer:
     def _advance(self, requests: int, tokens: int) -> None:
         self.tokens += tokens
         if self.bar is None:
-            from kdplug.progress import progress
+            from kdplug.api import progress
 
             self.bar = progress(total=self.expected or None, desc="served teacher", unit="req")
         if self.bar.total is not None and self.bar.n + requests > self.bar.total:  # a transfer set's, beyond the plan
