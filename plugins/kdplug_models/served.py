@@ -223,8 +223,9 @@ class Scorer:
 
 def echo_question(model: str, prompt: str, label: str) -> Question:
     """A completions request that scores ``prompt + label`` and reads the label's joint log-probability."""
-    body = {"model": model, "prompt": prompt + label, "max_tokens": 0, "echo": True, "logprobs": 1, "temperature": 0}
-    start = len(prompt)
+    # max_tokens 1, not 0: vLLM refuses 0 (vllm-project/vllm#9336); the one token it generates is not read
+    body = {"model": model, "prompt": prompt + label, "max_tokens": 1, "echo": True, "logprobs": 1, "temperature": 0}
+    start, end = len(prompt), len(prompt + label)
 
     def read(response: dict[str, Any]) -> float:
         scored = response["choices"][0]["logprobs"]
@@ -237,7 +238,7 @@ def echo_question(model: str, prompt: str, label: str) -> Question:
                     f"begins; end the prompt with a whole word or punctuation and start each verbalizer with what "
                     f"separates it (' positive' after 'Sentiment:')"
                 )
-        after = [logprob for offset, logprob in zip(offsets, logprobs) if offset >= start]
+        after = [logprob for offset, logprob in zip(offsets, logprobs) if start <= offset < end]
         if not after or any(logprob is None for logprob in after):
             raise ValueError(f"no scored tokens after the prompt (text_offset {offsets[-3:]})")
         return float(sum(after))

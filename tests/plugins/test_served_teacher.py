@@ -158,7 +158,10 @@ def test_a_run_stopped_partway_and_run_again_asks_each_question_once(lm, data, t
     with OpenAIServer(lm, port=port) as second:
         assert main([*run_argv(data, tmp_path, "second", cache), *served(second, lm, *options)]) == 0
     asked = first.answered + second.answered
-    assert len(asked) == REQUESTS and set(asked.values()) == {1}, asked  # each question answered once in total
+    # each question answered once in total, but for those in flight when the server stopped: it counted
+    # them as it sent them, and the connection it cut never delivered them (at most concurrency=4)
+    again = [question for question, times in asked.items() if times > 1]
+    assert len(asked) == REQUESTS and max(asked.values()) <= 2 and len(again) <= 4, asked
     assert 10 <= sum(first.answered.values()) < REQUESTS
 
 
