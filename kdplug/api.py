@@ -28,6 +28,8 @@ from .errors import (
     UsageError,
     close_matches,
 )
+from .interrupt import RunInterrupted
+from .interrupt import requested as stop_requested
 from .options import Positive, PositiveFloat, Range, check_option_values, forwards_options
 from .plugins import hookimpl
 from .progress import progress
@@ -170,5 +172,8 @@ __all__ = [
     "hub",
     # a progress bar on terminals and in notebooks, never in logs (a long loop of a plugin's own: requests)
     "progress",
+    # SIGINT/SIGTERM during a run: the signal that asked it to stop (None: none), and the error that ends it
+    "stop_requested",
+    "RunInterrupted",
     "__version__",
 ]

@@ -1,7 +1,7 @@
 """The ``kdplug`` command line.
 
 Exit codes: 0 success, 1 a failure during the run, 2 a usage error (unknown name, malformed
-file or option), 130 interrupted (SIGINT), 143 stopped by SIGTERM (see engine/interrupt.py).
+file or option), 130 interrupted (SIGINT), 143 stopped by SIGTERM (see interrupt.py).
 Each subcommand lives in :mod:`kdplug.commands`.
 """
 

@@ -29,8 +29,8 @@ from typing import Any, Optional
 import yaml
 
 from .config import RunConfig, apply, dump_yaml, parse_value, parse_yaml, set_values
-from .engine.interrupt import RunInterrupted
 from .errors import ConfigError, KdplugError, UsageError
+from .interrupt import RunInterrupted
 from .layout import CHECKPOINT_DIR, CONFIG_FILE, METRICS_FILE, POINTS_DIR, SWEEP_FILE
 from .storage import check_own_directory, file_lock, write_atomic
 

@@ -284,7 +284,7 @@ def explained_failure(config: RunConfig) -> Iterator[None]:
     """A run that fails on something other than a usage error or a signal ends with what failed, what
     the run directory kept and how to go on (``--resume`` when there are checkpoints), not a
     traceback (that is in the run's log.txt, and on the terminal with --debug)."""
-    from ..engine.interrupt import RunInterrupted
+    from ..interrupt import RunInterrupted
 
     try:
         yield

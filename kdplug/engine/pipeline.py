@@ -15,9 +15,10 @@ from typing import Any, Optional
 
 from torch import nn
 
-from .. import fingerprint
+from .. import fingerprint, interrupt
 from ..config import RunConfig
 from ..errors import KdplugError, UsageError, debugging
+from ..interrupt import RunInterrupted
 from ..layout import BASELINE_PREDICTIONS_FILE, CHECKPOINT_DIR, CONFIG_FILE, TRACKING_DIR
 from ..logs import FILE_ONLY
 from ..progress import human_duration
@@ -26,12 +27,11 @@ from ..storage import default_cache_root, raise_as_storage_error, write_failure_
 from ..threads import apply as apply_threads
 from ..threads import choose as choose_threads
 from ..types import Example, StudentCapabilities, Task, capabilities
-from . import faults, interrupt, preflight, shares
+from . import faults, preflight, shares
 from .baseline import Baseline, run_baseline
 from .checkpoint import Checkpointer, training_settings
 from .evaluation import Evaluation, evaluate
 from .inputs import RunEnvironment, RunInputs, broadcast_object, load_task, prepare_inputs
-from .interrupt import RunInterrupted
 from .recipe import EngineContext, run_recipe
 from .results import Row, format_table, write_student_package
 from .rundir import COMPLETED, FAILED, INTERRUPTED, RunDirectory, default_output, is_completed

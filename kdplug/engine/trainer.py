@@ -26,15 +26,16 @@ from torch import nn
 from torch.utils.data import DataLoader
 from transformers import get_linear_schedule_with_warmup
 
+from .. import interrupt
 from ..errors import KdplugError
+from ..interrupt import RunInterrupted
 from ..progress import human_duration, progress
 from ..types import StageResult, Task
-from . import faults, health, interrupt
+from . import faults, health
 from .batches import ProcessShards, training_loader
 from .cache import TeacherCache
 from .checkpoint import Checkpointer, Progress, restore_rng
 from .data import Collator, EncodedSplit, LengthGroupedBatchSampler, WithTransfer, budget_loader
-from .interrupt import RunInterrupted
 from .objective import DistillationModule, model_forward
 
 log = logging.getLogger(__name__)

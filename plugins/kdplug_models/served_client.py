@@ -20,11 +20,12 @@ import time
 import urllib.parse
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed, wait
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from kdplug.api import RunInterrupted, stop_requested
 from kdplug.errors import KdplugError, UsageError
 from kdplug.storage import atomic_directory, open_own_file
 
@@ -338,19 +339,29 @@ def ask_all(
 
 
 def _run(work: Callable[[int], None], items: Iterable[int], concurrency: int) -> None:
-    """``work`` on every item, ``concurrency`` at a time; at the first failure the items not started are
-    dropped, those in flight finish (their answers stored), and the failure is raised."""
-    items = list(items)
-    if not items:
-        return
-    with ThreadPoolExecutor(max_workers=min(concurrency, len(items))) as pool:
-        futures = [pool.submit(work, item) for item in items]
-        for future in as_completed(futures):
-            if future.exception() is not None:
-                for other in futures:
-                    other.cancel()
-                wait(futures)
-                raise future.exception()
+    """``work`` on every item, ``concurrency`` at a time. At the first failure, or at SIGINT/SIGTERM
+    (the engine's stop request), no item is started any more, those in flight finish (their answers
+    stored), and the failure, or :class:`RunInterrupted`, is raised."""
+    queue, pending, failure = iter(items), set(), None
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        while True:
+            while failure is None and not stop_requested() and len(pending) < concurrency:
+                item = next(queue, None)
+                if item is None:
+                    break
+                pending.add(pool.submit(work, item))
+            if not pending:
+                break
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            failure = failure or next((future.exception() for future in done if future.exception()), None)
+    if failure is not None:
+        raise failure
+    if stop_requested():
+        raise RunInterrupted(
+            f"stopped by signal {stop_requested()} during the served teacher's pass; every answer received "
+            f"is stored: run the same command again with --overwrite (or another --output) to ask only for the rest",
+            stop_requested(),
+        )
 
 
 def _used_tokens(response: dict[str, Any]) -> int:

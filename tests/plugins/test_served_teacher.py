@@ -354,3 +354,29 @@ def test_a_key_given_as_api_key_env_is_refused_without_being_repeated(server, lm
     with pytest.raises(UsageError, match="names the environment variable that holds the API key") as refused:
         served_model(server, lm, tmp_path, api_key_env=KEY)
     assert KEY not in str(refused.value)
+
+
+def test_sigint_during_the_pass_stops_asking_stores_what_was_in_flight_and_exits_130(lm, data, tmp_path):
+    """SIGINT after 6 answers of a slow server: no request is started after it, those in flight are
+    answered and stored, the run exits 130; run again, it asks only the rest, each question once in all."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    with OpenAIServer(lm) as server:
+        server.fail_next("timeout", count=REQUESTS, seconds=0.05)  # each answer held 50 ms
+        argv = [*run_argv(data, tmp_path, "stopped", cache), *served(server, lm, "concurrency=2")]
+        child = subprocess.Popen([sys.executable, "-m", "kdplug.cli", *argv], env=dict(os.environ))
+        deadline = time.monotonic() + 60
+        while sum(server.answered.values()) < 6 and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=60) == 130
+        stopped_after = sum(server.answered.values())
+        while server.faults_pending:  # the rest answered at once
+            server._faults.take()
+        assert main([*run_argv(data, tmp_path, "again", cache), *served(server, lm)]) == 0
+    assert 6 <= stopped_after <= 6 + 2 + 2  # the two in flight at the signal, and two started meanwhile at most
+    assert len(server.answered) == REQUESTS and set(server.answered.values()) == {1}

@@ -11,7 +11,7 @@ import signal
 import threading
 from collections.abc import Iterator
 
-from ..errors import KdplugError
+from .errors import KdplugError
 
 
 class RunInterrupted(KdplugError):
