@@ -259,7 +259,10 @@ def chat_question(model: str, prompt: str) -> Question:
 
     def read(response: dict[str, Any]) -> list[list[Any]]:
         first = response["choices"][0]["logprobs"]["content"][0]
-        return [[entry["token"], float(entry["logprob"])] for entry in first["top_logprobs"]]
+        top = [[entry["token"], float(entry["logprob"])] for entry in first["top_logprobs"]]
+        if not top or not all(isinstance(token, str) and not math.isnan(logprob) for token, logprob in top):
+            raise ValueError(f"top_logprobs {str(first['top_logprobs'])[:80]} holds no token and log-probability")
+        return top
 
     return Question("chat/completions", body, read, tokens=len(prompt) // CHARS_PER_TOKEN + 1)
 

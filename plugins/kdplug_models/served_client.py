@@ -111,22 +111,31 @@ class Endpoint:
     def url(self, path: str) -> str:
         return f"{self.base_url}/{path}"
 
-    def post(self, path: str, body: dict[str, Any], tokens: int = 0) -> dict[str, Any]:
-        """The server's JSON answer to ``body`` at ``path``, tried up to ``max_retries`` more times on
-        a retried status, a time-out, a dropped connection or malformed JSON; else :class:`ServedError`."""
+    def post(
+        self, path: str, body: dict[str, Any], tokens: int = 0, read: Callable[[dict[str, Any]], Any] = lambda r: r
+    ) -> tuple[dict[str, Any], Any]:
+        """The server's JSON answer to ``body`` at ``path`` and what ``read`` reads in it, tried up to
+        ``max_retries`` more times on a retried status, a time-out, a dropped connection, malformed JSON
+        or an answer ``read`` finds unusable; else :class:`ServedError`."""
         last: Optional[Unanswerable] = None
         for attempt in range(self.policy.max_retries + 1):
             if last is not None:
                 time.sleep(self.policy.wait(attempt - 1, last.wait))
             self.limit.take(tokens)
             try:
-                return self._once(path, body)
+                response = self._once(path, body)
+                return response, _usable(response, read)
             except Unanswerable as fault:
                 log.debug("%s: %s (try %d)", self.url(path), fault.reason, attempt + 1)
                 last = fault
+        hint = (
+            "; does the server support this scoring (teacher_options.scoring)?"
+            if last.reason.startswith(UNUSABLE)
+            else ""
+        )
         raise ServedError(
             f"the served teacher's endpoint {self.url(path)} failed {self.policy.max_retries + 1} times; the last "
-            f"answer: {last.reason}. The answers already received are stored: run the same command again to ask "
+            f"answer: {last.reason}{hint}. The answers already received are stored: run the same command again to ask "
             f"only for the rest (teacher_options.max_retries and timeout allow more tries and a longer wait)"
         )
 
@@ -188,6 +197,18 @@ class Endpoint:
         if connection is not None:
             connection.close()
         self._local.connection = None
+
+
+#: how the reason for an answer that lacks what kdplug reads begins
+UNUSABLE = "HTTP 200 without what kdplug reads"
+
+
+def _usable(response: dict[str, Any], read: Callable[[dict[str, Any]], Any]) -> Any:
+    """What ``read`` reads in ``response``; an answer it cannot read is a failed try (never stored)."""
+    try:
+        return read(response)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        raise Unanswerable(f"{UNUSABLE} ({type(exc).__name__}: {exc})") from None
 
 
 def shown_url(url: str) -> str:
@@ -316,20 +337,13 @@ def ask_all(
     ``concurrency`` requests in flight; each answer is stored as it arrives. On a failure the others in
     flight finish (and are stored) before the error is raised."""
     results: list[Any] = [store.get(question.key) for question in questions]
-    missing = [i for i, result in enumerate(results) if result is None]
+    # an empty answer ([] top-logprobs) stored by an earlier kdplug is asked again
+    missing = [i for i, result in enumerate(results) if result is None or result == []]
 
     def answer(index: int) -> None:
         question = questions[index]
-        response = endpoint.post(question.path, question.body, question.tokens)
-        try:
-            value = question.read(response)
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ServedError(
-                f"the served teacher's endpoint {endpoint.url(question.path)} answered HTTP 200 without what "
-                f"kdplug reads ({type(exc).__name__}: {exc}); does the server support this scoring "
-                f"(teacher_options.scoring)?"
-            ) from None
-        store.put(question.key, value)
+        response, value = endpoint.post(question.path, question.body, question.tokens, question.read)
+        store.put(question.key, value)  # only a usable answer: read above
         results[index] = value
         if progress is not None:
             progress(1, _used_tokens(response))

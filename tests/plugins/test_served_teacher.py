@@ -380,3 +380,39 @@ def test_sigint_during_the_pass_stops_asking_stores_what_was_in_flight_and_exits
         assert main([*run_argv(data, tmp_path, "again", cache), *served(server, lm)]) == 0
     assert 6 <= stopped_after <= 6 + 2 + 2  # the two in flight at the signal, and two started meanwhile at most
     assert len(server.answered) == REQUESTS and set(server.answered.values()) == {1}
+
+
+class EmptyTopLogprobs(OpenAIServer):
+    """The test server, its next ``empty`` chat answers with ``"top_logprobs": []``."""
+
+    empty = 0
+
+    def answer(self, endpoint, body):
+        response, prompt = super().answer(endpoint, body)
+        if endpoint == "chat/completions" and self.empty:
+            self.empty -= 1
+            response["choices"][0]["logprobs"]["content"][0]["top_logprobs"] = []
+        return response, prompt
+
+
+def test_an_answer_without_top_logprobs_is_retried_and_never_stored(lm, tmp_path):
+    """An empty top_logprobs is a failed try: retried (then the logits are the clean server's), and
+    where every try gets one, a ServedError names the endpoint and nothing is stored."""
+    from kdplug_models.served_client import ServedError
+
+    options = {"scoring": "top-logprobs", "verbalizer": {"negative": " n", "positive": " good"}, "max_retries": 1}
+    with EmptyTopLogprobs(lm) as server:
+        teacher, ids = served_model(server, lm, tmp_path / "clean", **options)
+        expected = teacher.model(ids, torch.ones_like(ids)).logits
+        server.empty = 1
+        teacher, ids = served_model(server, lm, tmp_path / "once", **options)
+        torch.testing.assert_close(teacher.model(ids, torch.ones_like(ids)).logits, expected, rtol=0, atol=0)
+        server.empty = 2
+        teacher, ids = served_model(server, lm, tmp_path / "always", **options)
+        with pytest.raises(ServedError, match=f"endpoint {server.base_url}/chat/completions failed 2 times") as failed:
+            teacher.model(ids, torch.ones_like(ids))
+        assert "HTTP 200 without what kdplug reads" in str(failed.value)
+        assert not list((tmp_path / "always").glob("served-answers/*/answers.jsonl"))
+        # run again: asked again (nothing bad was stored), and answered
+        teacher, ids = served_model(server, lm, tmp_path / "always", **options)
+        torch.testing.assert_close(teacher.model(ids, torch.ones_like(ids)).logits, expected, rtol=0, atol=0)
