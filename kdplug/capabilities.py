@@ -29,7 +29,8 @@ class Capabilities:
 
     check_options: ClassVar[Optional[Callable[..., None]]] = None
     """``check_options(*args, **options)``: raises UsageError for option values it rules out, without building
-    anything (before the models load)."""
+    anything (before the models load). One whose ``placeholders`` attribute is True reads the options alone and
+    is called also where the positional arguments are placeholders (None), before the run directory is made."""
 
 
 class TeacherCapabilities(Capabilities):

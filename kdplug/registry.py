@@ -272,7 +272,8 @@ class Registry:
         options = {**implied, **options}
         _check_options(entry, name, args, options, option_key)
         checker = capabilities(CAPABILITIES[kind], entry.factory).check_options
-        if checker is not None and all(arg is not None for arg in args):
+        # a checker of the options alone (placeholders = True) runs before the run directory is made, too
+        if checker is not None and (getattr(checker, "placeholders", False) or all(arg is not None for arg in args)):
             checker(*args, **options)
 
 

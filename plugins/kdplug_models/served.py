@@ -48,6 +48,7 @@ from .served_client import (
     ServedError,
     api_key,
     ask_all,
+    checked_url,
     request_key,
 )
 
@@ -300,12 +301,7 @@ def served_teacher(
             f"(the OpenAI-compatible base URL of vLLM, SGLang, TGI, llama.cpp's server or a hosted API)"
         )
     spec = prompt_spec(task, prompt, verbalizer, shots, chat_template, calibrate)
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", api_key_env):  # never echoed: it may be a key given by mistake
-        raise UsageError(
-            "teacher_options.api_key_env names the environment variable that holds the API key (e.g. "
-            "OPENAI_API_KEY), and what it was given is not a variable's name; never put the key itself in the "
-            "options (they are written to config.yaml): export it and name the variable"
-        )
+    check_served_options(task, base_url=base_url, api_key_env=api_key_env)
     key = api_key(api_key_env)
     endpoint = Endpoint(
         base_url, key, RetryPolicy(max_retries, backoff, timeout), RateLimit(requests_per_minute, tokens_per_minute)
@@ -346,6 +342,23 @@ def served_teacher(
     )
 
 
+def check_served_options(
+    task: Any, *, base_url: Optional[str] = None, api_key_env: str = "OPENAI_API_KEY", **_: Any
+) -> None:
+    """The address and the key's variable, checked before the run directory is made: a key or a password
+    given in them is refused before config.yaml is written, and never echoed."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", api_key_env):  # never echoed: it may be a key given by mistake
+        raise UsageError(
+            "teacher_options.api_key_env names the environment variable that holds the API key (e.g. "
+            "OPENAI_API_KEY), and what it was given is not a variable's name; never put the key itself in the "
+            "options (they are written to config.yaml): export it and name the variable"
+        )
+    if base_url:
+        checked_url(base_url.rstrip("/"))
+
+
+check_served_options.placeholders = True  # it reads the options alone
+served_teacher.check_options = check_served_options
 served_teacher.has_layers = False
 served_teacher.stores = {STORE: "served teachers' answers (one file per served model)"}
 

@@ -93,14 +93,9 @@ class Endpoint:
     thread, asked with :meth:`post`."""
 
     def __init__(self, base_url: str, api_key: Optional[str], policy: RetryPolicy, limit: RateLimit) -> None:
-        parsed = urllib.parse.urlsplit(base_url.rstrip("/"))
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise UsageError(
-                f"teacher_options.base_url must be the server's http(s) address ending in /v1, such as "
-                f"http://127.0.0.1:8000/v1, not {shown_url(base_url)!r}"
-            )
+        parsed = checked_url(base_url.rstrip("/"))
         self.scheme, self.host, self.port, self.path = parsed.scheme, parsed.hostname, parsed.port, parsed.path
-        self.base_url = shown_url(base_url.rstrip("/"))
+        self.base_url = base_url.rstrip("/")
         self._key = api_key
         self.policy, self.limit = policy, limit
         self._local = threading.local()
@@ -211,13 +206,26 @@ def _usable(response: dict[str, Any], read: Callable[[dict[str, Any]], Any]) -> 
         raise Unanswerable(f"{UNUSABLE} ({type(exc).__name__}: {exc})") from None
 
 
-def shown_url(url: str) -> str:
-    """``url`` without any user name or password in it (``http://user:secret@host`` -> ``http://host``)."""
+def checked_url(url: str) -> urllib.parse.SplitResult:
+    """``url`` taken apart, or a UsageError: not http(s), no host, a port that is not one, or credentials
+    (they would be written to config.yaml and the records, and the key goes in an environment variable)."""
     parsed = urllib.parse.urlsplit(url)
-    if parsed.username is None and parsed.password is None:
-        return url
-    host = parsed.hostname + (f":{parsed.port}" if parsed.port else "")
-    return urllib.parse.urlunsplit((parsed.scheme, host, parsed.path, parsed.query, parsed.fragment))
+    if parsed.username is not None or parsed.password is not None:  # never echoed: the password is in it
+        raise UsageError(
+            "teacher_options.base_url holds a user name or password (user:secret@host); options are written to "
+            "config.yaml and the run's records, so give the address alone, and the key in the environment "
+            "variable teacher_options.api_key_env names (OPENAI_API_KEY unless set): export OPENAI_API_KEY=..."
+        )
+    try:
+        port = parsed.port
+    except ValueError:
+        port = -1
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or port == -1:
+        raise UsageError(
+            f"teacher_options.base_url must be the server's http(s) address ending in /v1, with a port from 1 to "
+            f"65535 if any, such as http://127.0.0.1:8000/v1, not {url!r}"
+        )
+    return parsed
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:

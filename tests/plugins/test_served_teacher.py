@@ -416,3 +416,20 @@ def test_an_answer_without_top_logprobs_is_retried_and_never_stored(lm, tmp_path
         # run again: asked again (nothing bad was stored), and answered
         teacher, ids = served_model(server, lm, tmp_path / "always", **options)
         torch.testing.assert_close(teacher.model(ids, torch.ones_like(ids)).logits, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://127.0.0.1:99999/v1", "with a port from 1 to 65535"),
+        ("http://127.0.0.1:abc/v1", "with a port from 1 to 65535"),
+        ("http://user:s3cretpass@127.0.0.1:8000/v1", "holds a user name or password"),
+    ],
+)
+def test_a_base_url_with_a_bad_port_or_credentials_is_a_usage_error(lm, data, tmp_path, capsys, url, said):
+    argv = [*run_argv(data, tmp_path, "run", tmp_path / "cache"), "--teacher", "served:gpt2", *prompt_options()]
+    argv += ["--set", f"teacher_options.base_url={url}", "--set", f"teacher_options.tokenizer={lm}"]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "Traceback" not in err and said in err and "s3cretpass" not in err
+    assert not [path for path in tmp_path.rglob("*") if path.is_file() and b"s3cretpass" in path.read_bytes()]
