@@ -56,6 +56,8 @@ from .served_client import (
 STORE = "served-answers"
 #: how many alternatives a chat request asks for (the most the OpenAI API gives)
 TOP_K = 20
+#: the environment variable the API key is read from unless teacher_options.api_key_env names another
+DEFAULT_KEY_VARIABLE = "OPENAI_API_KEY"
 #: the characters a token is taken to hold where the tokens are estimated, not counted
 CHARS_PER_TOKEN = 4
 
@@ -281,7 +283,7 @@ def served_teacher(
     shots_seed: Optional[Annotated[int, Range(0)]] = None,
     scoring: Literal["auto", "echo", "top-logprobs"] = "auto",
     tokenizer: Optional[str] = None,
-    api_key_env: str = "OPENAI_API_KEY",
+    api_key_env: str = DEFAULT_KEY_VARIABLE,
     concurrency: Annotated[int, Range(1)] = 8,
     timeout: Annotated[float, Range(0, low_open=True)] = 60.0,
     max_retries: Annotated[int, Range(0)] = 5,
@@ -304,7 +306,11 @@ def served_teacher(
     check_served_options(task, base_url=base_url, api_key_env=api_key_env)
     key = api_key(api_key_env)
     endpoint = Endpoint(
-        base_url, key, RetryPolicy(max_retries, backoff, timeout), RateLimit(requests_per_minute, tokens_per_minute)
+        base_url,
+        key,
+        RetryPolicy(max_retries, backoff, timeout),
+        RateLimit(requests_per_minute, tokens_per_minute),
+        key_variable=api_key_env,
     )
     local = _local_tokenizer(tokenizer or model, given=tokenizer is not None)
     chat = scoring != "top-logprobs" and uses_chat_template(local, spec.chat_template, tokenizer or model)
@@ -343,7 +349,7 @@ def served_teacher(
 
 
 def check_served_options(
-    task: Any, *, base_url: Optional[str] = None, api_key_env: str = "OPENAI_API_KEY", **_: Any
+    task: Any, *, base_url: Optional[str] = None, api_key_env: str = DEFAULT_KEY_VARIABLE, **_: Any
 ) -> None:
     """The address and the key's variable, checked before the run directory is made: a key or a password
     given in them is refused before config.yaml is written, and never echoed."""
@@ -352,6 +358,11 @@ def check_served_options(
             "teacher_options.api_key_env names the environment variable that holds the API key (e.g. "
             "OPENAI_API_KEY), and what it was given is not a variable's name; never put the key itself in the "
             "options (they are written to config.yaml): export it and name the variable"
+        )
+    if api_key_env != DEFAULT_KEY_VARIABLE and api_key(api_key_env) is None:  # the default may be unset: no key
+        raise UsageError(
+            "the environment variable teacher_options.api_key_env names is not set (or is empty); export it holding "
+            "the API key before the run, or leave api_key_env out for a server that needs no key"
         )
     if base_url:
         checked_url(base_url.rstrip("/"))

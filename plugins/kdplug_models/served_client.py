@@ -92,11 +92,19 @@ class Endpoint:
     """An OpenAI-compatible server at ``base_url`` (ending in ``/v1``), one keep-alive connection per
     thread, asked with :meth:`post`."""
 
-    def __init__(self, base_url: str, api_key: Optional[str], policy: RetryPolicy, limit: RateLimit) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: Optional[str],
+        policy: RetryPolicy,
+        limit: RateLimit,
+        *,
+        key_variable: str = "OPENAI_API_KEY",
+    ) -> None:
         parsed = checked_url(base_url.rstrip("/"))
         self.scheme, self.host, self.port, self.path = parsed.scheme, parsed.hostname, parsed.port, parsed.path
         self.base_url = base_url.rstrip("/")
-        self._key = api_key
+        self._key, self.key_variable = api_key, key_variable
         self.policy, self.limit = policy, limit
         self._local = threading.local()
 
@@ -164,7 +172,11 @@ class Endpoint:
     def _refused(self, path: str, status: int, reason: str) -> KdplugError:
         """A status no retry changes: the request or the key is wrong."""
         advice = {
-            401: "the server refused the key: set the environment variable teacher_options.api_key_env names",
+            401: (
+                f"the server refused the key, read from the environment variable {self.key_variable} "
+                f"({'set' if self._key else 'not set: no key was sent'}); export the server's key in it, or name "
+                f"the variable that holds it with teacher_options.api_key_env"
+            ),
             403: "the key may not use this model",
             404: f"check the model's name (GET {self.url('models')} lists the served ones) and base_url",
         }.get(status, "check the teacher's options")

@@ -433,3 +433,30 @@ def test_a_base_url_with_a_bad_port_or_credentials_is_a_usage_error(lm, data, tm
     err = " ".join(capsys.readouterr().err.split())
     assert "Traceback" not in err and said in err and "s3cretpass" not in err
     assert not [path for path in tmp_path.rglob("*") if path.is_file() and b"s3cretpass" in path.read_bytes()]
+
+
+def test_an_unset_api_key_env_is_refused_before_the_run_without_being_repeated(lm, data, tmp_path, capsys):
+    """api_key_env set to a variable that is not set (here a key pasted as its name): exit 2 before
+    the run directory is made, the name in no message and no file."""
+    canary = "sk_SECRETcanary123"
+    with OpenAIServer(lm) as fresh:
+        argv = [*run_argv(data, tmp_path, "run", tmp_path / "cache"), *served(fresh, lm, f"api_key_env={canary}")]
+        assert main(argv) == 2
+        assert sum(fresh.requests.values()) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the environment variable teacher_options.api_key_env names is not set" in err and canary not in err
+    assert not [path for path in tmp_path.rglob("*") if path.is_file() and canary.encode() in path.read_bytes()]
+
+
+def test_a_refused_key_names_the_variable_read_and_whether_it_was_set(lm, tmp_path, monkeypatch):
+    from kdplug_models.served_client import ServedError
+
+    monkeypatch.setenv("MY_SERVER_KEY", OTHER_KEY)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with OpenAIServer(lm, api_key=KEY) as guarded:
+        for variable, said in (("MY_SERVER_KEY", "(set)"), ("OPENAI_API_KEY", "(not set: no key was sent)")):
+            teacher, ids = served_model(guarded, lm, tmp_path / variable, api_key_env=variable)
+            with pytest.raises(ServedError, match="answered HTTP 401") as refused:
+                teacher.model(ids, torch.ones_like(ids))
+            message = str(refused.value)
+            assert f"read from the environment variable {variable} {said}" in message and OTHER_KEY not in message
