@@ -58,6 +58,8 @@ STORE = "served-answers"
 TOP_K = 20
 #: the environment variable the API key is read from unless teacher_options.api_key_env names another
 DEFAULT_KEY_VARIABLE = "OPENAI_API_KEY"
+#: the longest teacher_options.timeout (seconds, a day): beyond it the socket's deadline overflows
+MAX_TIMEOUT = 86400
 #: the characters a token is taken to hold where the tokens are estimated, not counted
 CHARS_PER_TOKEN = 4
 
@@ -285,7 +287,7 @@ def served_teacher(
     tokenizer: Optional[str] = None,
     api_key_env: str = DEFAULT_KEY_VARIABLE,
     concurrency: Annotated[int, Range(1)] = 8,
-    timeout: Annotated[float, Range(0, low_open=True)] = 60.0,
+    timeout: Annotated[float, Range(0, MAX_TIMEOUT, low_open=True)] = 60.0,
     max_retries: Annotated[int, Range(0)] = 5,
     backoff: Annotated[float, Range(0)] = 0.5,
     requests_per_minute: Optional[Annotated[int, Range(1)]] = None,

@@ -460,3 +460,12 @@ def test_a_refused_key_names_the_variable_read_and_whether_it_was_set(lm, tmp_pa
                 teacher.model(ids, torch.ones_like(ids))
             message = str(refused.value)
             assert f"read from the environment variable {variable} {said}" in message and OTHER_KEY not in message
+
+
+def test_a_timeout_beyond_a_day_is_a_usage_error(server, lm, data, tmp_path, capsys):
+    before = sum(server.requests.values())
+    argv = [*run_argv(data, tmp_path, "run", tmp_path / "cache"), *served(server, lm, "timeout=1e300")]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "Traceback" not in err and "timeout" in err and "at most 86400" in err
+    assert sum(server.requests.values()) == before
