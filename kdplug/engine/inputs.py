@@ -372,6 +372,9 @@ def load_task_and_teacher(
     preflight.check_projectors(config, registry, task)  # before the teacher is loaded (or fine-tuned)
     teacher = create_teacher(config, registry, task)
     max_length = preflight.sequence_length(config, task, teacher)
+    plan_for = getattr(teacher.model, "kdplug_plan_for", None)
+    if plan_for is not None:  # a served teacher counts its requests with the texts cut to max_length, as sent
+        plan_for(max_length)
     preflight.check_component_options(config, registry, task, teacher)
     encoded = {
         name: encode(split, teacher.tokenizer, max_length, is_regression=task.is_regression)

@@ -73,10 +73,8 @@ class ServedEncoder(PromptEncoder):
         super().__init__(tokenizer, spec, shots, chat=chat)
         self.pad_token_id = 0
         self.kdplug_fingerprint = hashlib.sha256(f"served code points {self.kdplug_fingerprint}".encode()).hexdigest()
-        self.prompts = 0  # how many prompts were encoded (the progress bar's total)
 
     def prompt_ids(self, text: str, text_b: Optional[str] = None) -> list[int]:
-        self.prompts += 1
         return [ord(character) for character in self.render(text, text_b)]
 
 
@@ -336,16 +334,23 @@ def served_teacher(
         first_tokens=first_tokens,
     )
     served = ServedLM(scorer, identity, spec.content_free, task.is_pair).eval()
-    plan = request_plan(task, scorer, price_per_million_tokens)
-    record["plan"] = plan
-    scorer.expected = plan["requests"]
+    notes: list[str] = []
+
+    def plan_for(max_length: Optional[int]) -> None:
+        """The requests the pass sends, counted with the texts cut to ``max_length`` as the run sends them."""
+        plan = request_plan(task, scorer, price_per_million_tokens, max_length)
+        record["plan"], scorer.expected = plan, plan["requests"]
+        notes[:] = [describe(spec, model, endpoint, scoring, plan)]
+
+    plan_for(None)  # counted again once the run's max_length is known
+    served.kdplug_plan_for = plan_for
     return Teacher(
         model=served,
         tokenizer=local,
         source=f"served:{model}",
         finetuned=True,  # a served model is used as it is
         extra={"served": record, "kind": f"a served causal LM ({model} at {endpoint.base_url}), not fine-tuned"},
-        notes=[describe(spec, model, endpoint, scoring, plan)],
+        notes=notes,
         encoder=encoder,
     )
 
@@ -406,15 +411,19 @@ def _first_tokens(tokenizer: Any, spec: PromptSpec) -> tuple[str, ...]:
     return firsts
 
 
-def request_plan(task: Task, scorer: Scorer, price: Optional[float]) -> dict[str, Any]:
+def request_plan(task: Task, scorer: Scorer, price: Optional[float], max_length: Optional[int]) -> dict[str, Any]:
     """How many requests and tokens the teacher pass over train and the dev splits sends (answers
-    already stored aside): tokens estimated at 4 characters each, before cutting to max_length."""
+    already stored aside): its prompts made as the run makes them (the encoder, texts cut to
+    ``max_length``), tokens estimated at 4 characters each."""
     encoder = scorer.encoder
-    prompts = [
-        encoder.render(example.text_a, example.text_b)
-        for split in ("train", *task.dev_splits)
-        for example in task.load_split(split)
-    ]
+    examples = [example for split in ("train", *task.dev_splits) for example in task.load_split(split)]
+    encoded = encoder(
+        [example.text_a for example in examples],
+        [example.text_b for example in examples],
+        truncation=max_length is not None,
+        max_length=max_length,
+    )
+    prompts = ["".join(map(chr, ids)) for ids in encoded["input_ids"]]
     prompts += [encoder.render(text, text if task.is_pair else None) for text in encoder.spec.content_free]
     scoring = "echo" if scorer.scoring == "auto" else scorer.scoring
     questions = scorer.questions(prompts, scoring)
@@ -441,6 +450,6 @@ def describe(spec: PromptSpec, model: str, endpoint: Endpoint, scoring: str, pla
     return (
         f"teacher: {model} served at {endpoint.base_url}: prompt {spec.template!r}, {how}; the teacher pass over "
         f"train and dev sends {plan['requests']} requests ({plan['stored']} already answered in the cache) and about "
-        f"{plan['tokens']} tokens (estimated at {CHARS_PER_TOKEN} characters a token, before cutting to max_length; "
+        f"{plan['tokens']} tokens (estimated at {CHARS_PER_TOKEN} characters a token; "
         f"a transfer set adds its own){cost}; no layers (logit methods only)"
     )

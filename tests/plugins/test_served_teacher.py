@@ -469,3 +469,13 @@ def test_a_timeout_beyond_a_day_is_a_usage_error(server, lm, data, tmp_path, cap
     err = " ".join(capsys.readouterr().err.split())
     assert "Traceback" not in err and "timeout" in err and "at most 86400" in err
     assert sum(server.requests.values()) == before
+
+
+def test_the_plan_counts_the_prompts_cut_to_max_length_as_the_run_sends_them(server, lm, data, tmp_path, capsys):
+    """Texts cut to max_length=4: after a run, the dry run of the same counts every request as answered."""
+    argv = [*run_argv(data, tmp_path, "run", tmp_path / "cache"), *served(server, lm), "--set", "max_length=4"]
+    assert main(argv) == 0
+    assert main([*argv, "--dry-run", "--overwrite"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"sends {REQUESTS} requests (0 already answered" in out
+    assert f"sends 0 requests ({REQUESTS} already answered" in out
