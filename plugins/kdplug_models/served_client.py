@@ -136,11 +136,14 @@ class Endpoint:
             if last.reason.startswith(UNUSABLE)
             else ""
         )
-        raise ServedError(
+        error = ServedError(
             f"the served teacher's endpoint {self.url(path)} failed {self.policy.max_retries + 1} times; the last "
-            f"answer: {last.reason}{hint}. The answers already received are stored: run the same command again to ask "
-            f"only for the rest (teacher_options.max_retries and timeout allow more tries and a longer wait)"
+            f"answer: {last.reason}{hint}. The answers already received are stored: once the server answers, run "
+            f"the same command again (the failed run's directory is replaced) to ask only for the rest "
+            f"(teacher_options.max_retries and timeout allow more tries and a longer wait)."
         )
+        error.how_to_continue = "run the same command again"  # the message says it: the run's own advice is left out
+        raise error
 
     def _once(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         payload = json.dumps(body).encode()

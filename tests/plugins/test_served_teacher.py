@@ -154,9 +154,11 @@ def test_a_run_stopped_partway_and_run_again_asks_each_question_once(lm, data, t
     # the test server's own threads may print the requests it dropped when it stopped: no frame of kdplug's
     assert stopped.is_set() and not re.search(r'File ".*/(kdplug|kdplug_models)/(?!testing/)', err), err
     assert f"the served teacher's endpoint {url}/completions failed 2 times" in err
-    assert "run the same command again to ask only for the rest" in err
+    err = " ".join(err.split())
+    assert "run the same command again (the failed run's directory is replaced) to ask only for the rest" in err
+    assert "--overwrite" not in err and "nothing to resume" not in err  # one piece of advice, and it works:
     with OpenAIServer(lm, port=port) as second:
-        assert main([*run_argv(data, tmp_path, "second", cache), *served(second, lm, *options)]) == 0
+        assert main([*run_argv(data, tmp_path, "first", cache), *served(second, lm, *options)]) == 0
     asked = first.answered + second.answered
     # each question answered once in total, but for those in flight when the server stopped: it counted
     # them as it sent them, and the connection it cut never delivered them (at most concurrency=4)
