@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 from kdplug.api import RunInterrupted, stop_requested
 from kdplug.errors import KdplugError, UsageError
-from kdplug.storage import atomic_directory, open_own_file
+from kdplug.storage import atomic_directory, open_own_file, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -276,20 +276,31 @@ class AnswerStore:
             self._read()
 
     def _read(self) -> None:
-        with open(self.path, encoding="utf-8", errors="replace") as handle:
+        intact: list[bytes] = []
+        with open(self.path, "rb") as handle:
             for line in handle:
                 try:
-                    record = json.loads(line)
+                    record = json.loads(line.decode("utf-8", "replace"))
                     key, value = record["k"], record["v"]
-                    intact = record["c"] == _crc(key, value)
+                    whole = record["c"] == _crc(key, value)
                 except (ValueError, KeyError, TypeError):
-                    intact = False
-                if intact:
+                    whole = False
+                if whole:
                     self.answers[key] = value
+                    intact.append(line if line.endswith(b"\n") else line + b"\n")
                 else:
                     self.damaged += 1
         if self.damaged:
-            log.warning("%s: %d damaged answer line(s) skipped; they are asked again", self.path, self.damaged)
+            self._drop_damaged(intact)
+
+    def _drop_damaged(self, intact: list[bytes]) -> None:
+        """The file rewritten (atomically) with its intact lines alone, so a damaged one is skipped once, not on
+        every run; an answer another process appends meanwhile may be lost, and is then asked again."""
+        try:
+            write_atomic(self.path, b"".join(intact))
+            log.warning("%s: %d damaged answer line(s) dropped; they are asked again", self.path, self.damaged)
+        except OSError as error:
+            log.warning("%s: %d damaged answer line(s) skipped (not dropped: %s)", self.path, self.damaged, error)
 
     def get(self, key: str) -> Any:
         return self.answers.get(key)
