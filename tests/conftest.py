@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,11 @@ if "huggingface_hub" in sys.modules:
 # processes its tests start take one intra-op thread, so no test's thread count hangs on the other's load
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+# transformers copies a checkpoint's own code (the students' auto_map) into HF_MODULES_CACHE under the
+# folder's name: one per test process, so two workers never write one file, and the user's is not touched
+if "HF_MODULES_CACHE" not in os.environ:
+    os.environ["HF_MODULES_CACHE"] = tempfile.mkdtemp(prefix="kdplug-tests-hf-modules-")
+    atexit.register(shutil.rmtree, os.environ["HF_MODULES_CACHE"], ignore_errors=True)
 
 from kdplug.testing.contracts import TINY_SST2_DEV, TINY_SST2_TRAIN, write_tiny_sst2
 from kdplug.testing.tiny import make_tiny_bert

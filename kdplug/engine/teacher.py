@@ -196,7 +196,8 @@ class LiveTeacher:
             self.inputs_on = place_teacher(self.teacher, device)
             self.model.eval()
             self.device = device
-        batch = {key: value.to(self.inputs_on) for key, value in batch.items()}
+        if self.inputs_on != device:  # a sharded teacher reads its inputs where its first layer is
+            batch = {key: value.to(self.inputs_on) if torch.is_tensor(value) else value for key, value in batch.items()}
         with inference_autocast(self.precision, device):
             _, signals = self.extractor.forward_with_tokens(
                 self.model, lambda: model_forward(self.model, batch), batch["attention_mask"]

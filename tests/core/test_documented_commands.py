@@ -176,7 +176,7 @@ def test_every_documented_run_resolves_with_dry_run(words, tmp_path, monkeypatch
         name = option(words, flag)
         if flag == "--teacher" and name == "prompted-lm":  # the language model it prompts is its option source
             model_stand_in(settings["teacher_options.source"], hub_cache, causal_lm=True)
-        elif flag == "--teacher" and name.startswith("served:"):  # a dry run sends no request: the tokenizer is read
+        elif flag == "--teacher" and (name or "").startswith("served:"):  # sends no request; reads the tokenizer
             model_stand_in(settings["teacher_options.tokenizer"], hub_cache, causal_lm=True)
         elif name:
             model_stand_in(HUB_TEACHERS.get(name, name), hub_cache)

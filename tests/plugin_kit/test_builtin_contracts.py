@@ -59,6 +59,17 @@ def test_teacher_contract(name, workspace):
             "prompt": "Review: {text}\nSentiment:",
             "verbalizer": {"negative": " bad", "positive": " good"},
         }
+    if name.startswith("served:"):  # a tiny model behind the test kit's OpenAI-compatible server, under the name
+        from kdplug.testing.openai_server import OpenAIServer
+
+        lm = make_tiny_causal_lm(workspace.path("causal-lm"))
+        with OpenAIServer(lm, name=name.split(":", 1)[1]) as server:
+            options = {"base_url": server.base_url, "tokenizer": lm, "prompt": "Review: {text}\nSentiment:"}
+            options["verbalizer"] = {"negative": " bad", "positive": " good"}
+            cases = contracts.MODEL_CASES[:1]
+            report = contracts.check_teacher(name, options=options, workspace=workspace, cases=cases)
+        assert_passes(report)
+        return
     assert_passes(contracts.check_teacher(name, options=options, workspace=workspace, cases=contracts.MODEL_CASES[:1]))
 
 
