@@ -304,14 +304,8 @@ def served_teacher(
         )
     spec = prompt_spec(task, prompt, verbalizer, shots, chat_template, calibrate)
     check_served_options(task, base_url=base_url, api_key_env=api_key_env)
-    key = api_key(api_key_env)
-    endpoint = Endpoint(
-        base_url,
-        key,
-        RetryPolicy(max_retries, backoff, timeout),
-        RateLimit(requests_per_minute, tokens_per_minute),
-        key_variable=api_key_env,
-    )
+    retry, limit = RetryPolicy(max_retries, backoff, timeout), RateLimit(requests_per_minute, tokens_per_minute)
+    endpoint = Endpoint(base_url, api_key(api_key_env), retry, limit, key_variable=api_key_env)
     local = _local_tokenizer(tokenizer or model, given=tokenizer is not None)
     chat = scoring != "top-logprobs" and uses_chat_template(local, spec.chat_template, tokenizer or model)
     train = task.load_split("train") if spec.shots else []

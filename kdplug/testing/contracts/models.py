@@ -368,15 +368,10 @@ def _teacher_case(
         state["logits"] = _check_logits(state["outputs"], task, len(SENTENCES))
 
     rec.run("forward gives logits (B, C)", logits, fatal=True)
-    factory = registry.resolve("teacher", name)[0].factory
-    layered = capabilities(TeacherCapabilities, getattr(factory, "func", factory)).has_layers is not False
-
-    def specs() -> None:
-        if not layered:  # a served model: the engine refuses every method that would read its layers
-            raise _Skip("the teacher declares has_layers = False: no method reads its layers")
-        _check_specs(extractor, model, state["outputs"], len(SENTENCES))
-
-    rec.run("layer specs match the extracted tensors", specs)
+    rec.run(
+        "layer specs match the extracted tensors",
+        lambda: _check_teacher_specs(registry, name, extractor, model, state["outputs"]),
+    )
 
     def no_nan() -> None:
         named = [("logits", state["logits"])] + [
@@ -387,13 +382,7 @@ def _teacher_case(
 
     rec.run("no NaN", no_nan)
 
-    # a teacher that is not fine-tuned yet is trained by the engine first: every weight must learn
-    def gradients() -> None:
-        if not any(parameter.requires_grad for parameter in model.parameters()):
-            raise _Skip("no trainable parameter (a served model): the engine never fine-tunes it")
-        _model_gradients(registry, model, task, teacher.tokenizer)
-
-    rec.run("gradients reach every parameter", gradients)
+    rec.run("gradients reach every parameter", lambda: _teacher_gradients(registry, model, task, teacher.tokenizer))
 
     def deterministic() -> None:
         batch = tiny_batch(task, teacher.tokenizer)
@@ -430,6 +419,20 @@ def _teacher_case(
 
 
 @one_thread
+def _check_teacher_specs(registry: Registry, name: str, extractor: Any, model: nn.Module, outputs: Any) -> None:
+    factory = registry.resolve("teacher", name)[0].factory
+    if capabilities(TeacherCapabilities, getattr(factory, "func", factory)).has_layers is False:
+        raise _Skip("the teacher declares has_layers = False: no method reads its layers")  # a served model
+    _check_specs(extractor, model, outputs, len(SENTENCES))
+
+
+def _teacher_gradients(registry: Registry, model: nn.Module, task: Any, tokenizer: Any) -> None:
+    # a teacher that is not fine-tuned yet is trained by the engine first: every weight must learn
+    if not any(parameter.requires_grad for parameter in model.parameters()):
+        raise _Skip("no trainable parameter (a served model): the engine never fine-tunes it")
+    _model_gradients(registry, model, task, tokenizer)
+
+
 def check_teacher(
     name: str,
     *,
