@@ -36,7 +36,8 @@ STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 DeviceMapOption = Optional[Union[str, dict[str, Union[int, str]]]]
 MaxMemoryOption = Optional[dict[Union[int, str], Union[int, str]]]
 
-_DEVICE = re.compile(r"(cpu|disk|mps|meta|(cuda|xpu|npu|mlu)(:\d+)?|\d+)")
+#: the devices kdplug places on (Accelerate knows more, which kdplug does not run a teacher on)
+_DEVICE = re.compile(r"(cpu|disk|cuda(:\d+)?|\d+)")
 _SIZE_HELP = "a size such as 20GiB, 500MB or 300KiB, or a number of bytes"
 
 
