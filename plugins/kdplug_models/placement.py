@@ -81,8 +81,21 @@ def placement_options(
             raise UsageError("teacher_options.device_map is an empty map: name modules and their devices, or use auto")
         for module, device in device_map.items():
             _check_device(device, f"teacher_options.device_map[{module!r}]")
+        _check_no_overlap(device_map)
     folder = _offload_folder(offload_folder)
     return PlacementOptions(device_map, _max_memory(max_memory), folder)
+
+
+def _check_no_overlap(device_map: dict[str, Any]) -> None:
+    """A module named inside another the map names would be placed twice (Accelerate takes one of them)."""
+    keys = sorted(map(str, device_map))
+    for outer in keys:
+        inner = next((key for key in keys if key != outer and (outer == "" or key.startswith(outer + "."))), None)
+        if inner is not None:
+            raise UsageError(
+                f"teacher_options.device_map names {inner!r} inside {outer!r}, which it also places: name each "
+                f"module once, either {outer!r} (all of it on one device) or the modules inside it, each on its own"
+            )
 
 
 def _check_device(device: Any, where: str) -> None:

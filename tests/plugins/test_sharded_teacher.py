@@ -125,10 +125,21 @@ def unreadable_weights(workspace):
     "options, message",
     [
         (["device_map=3"], r"teacher_options\.device_map of teacher 'hf' must be text or a mapping, or null, got 3"),
-        (['device_map={"bert.nowhere": "cpu", "": "cpu"}'], r"names 'bert\.nowhere', which the teacher .* no module"),
+        (
+            ['device_map={"bert.nowhere": "cpu", "classifier": "cpu"}'],
+            r"names 'bert\.nowhere', which the teacher .* no module",
+        ),
         (
             ['device_map={"bert.embeddings": "cpu"}'],
             r"places no device for bert\.encoder, bert\.pooler, classifier: name every module",
+        ),
+        (
+            ['device_map={"": "cpu", "bert.encoder.layer.1": "disk"}'],
+            r"names 'bert\.encoder\.layer\.1' inside '', which it also places: name each module once",
+        ),
+        (
+            ['device_map={"bert": "cpu", "bert.encoder": "disk", "dropout": "cpu", "classifier": "cpu"}'],
+            r"names 'bert\.encoder' inside 'bert', which it also places",
         ),
         (["device_map=sideways"], r"must be one of auto, balanced, balanced_low_0, sequential or a map"),
         (
