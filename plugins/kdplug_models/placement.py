@@ -186,6 +186,12 @@ class Placement:
             options["offload_folder"] = self._written
         return options
 
+    def discard(self) -> None:
+        """Remove kdplug's offload folder of a load that failed (nothing will release it)."""
+        if self._written is not None:
+            shutil.rmtree(self._written, ignore_errors=True)
+            self._written = None
+
     def release_with(self, model: nn.Module) -> None:
         """Remove kdplug's offload folder now where the load wrote nothing in it (a safetensors
         checkpoint's offloaded weights are read where they are), else when ``model`` is released or

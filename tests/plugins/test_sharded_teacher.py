@@ -254,3 +254,19 @@ def test_a_sharded_classifiers_head_is_put_in_the_tasks_label_order(tmp_path):
         torch.testing.assert_close(placed.model(input_ids=ids).logits, one.model(input_ids=ids).logits, atol=0, rtol=0)
     assert placed.extra["device_map"]["classifier"] == "cpu" and placed.extra["device_map"]["bert"] == "disk"
     assert "reordered to the task's order" in " ".join(placed.notes)
+
+
+def test_a_failed_load_leaves_no_offload_folder(unreadable_weights, tmp_path):
+    """The weights cannot be read: kdplug's folder for this load goes; the user's folder and file stay."""
+    from safetensors import SafetensorError
+
+    import kdplug
+
+    offload = tmp_path / "offload"
+    offload.mkdir()
+    (offload / "mine.txt").write_text("the user's")
+    with pytest.raises(SafetensorError, match="deserializing header"):
+        kdplug.create_teacher(
+            "hf", TinyTask(name="sst2"), source=unreadable_weights, device_map={"": "disk"}, offload_folder=str(offload)
+        )
+    assert [p.name for p in offload.iterdir()] == ["mine.txt"]
