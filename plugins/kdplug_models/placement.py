@@ -15,6 +15,7 @@ user's folder and whatever else is in it are left as they are.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -38,6 +39,10 @@ MaxMemoryOption = Optional[dict[Union[int, str], Union[int, str]]]
 
 #: the devices kdplug places on (Accelerate knows more, which kdplug does not run a teacher on)
 _DEVICE = re.compile(r"(cpu|disk|cuda(:\d+)?|\d+)")
+#: the file in each kdplug-offload-* folder naming the process that owns it: a folder whose owner died
+#: (SIGKILL, a crash) is removed by the next load that offloads into the same offload_folder
+OWNER_FILE = "kdplug-owner.pid"
+log = logging.getLogger(__name__)
 _SIZE_HELP = "a size such as 20GiB, 500MB or 300KiB, or a number of bytes"
 
 
@@ -182,7 +187,10 @@ class Placement:
         options: dict[str, Any] = {"device_map": self.device_map}
         if "disk" in self.device_map.values():
             os.makedirs(self.offload_folder, exist_ok=True)
+            remove_orphans(self.offload_folder)
             self._written = tempfile.mkdtemp(prefix="kdplug-offload-", dir=self.offload_folder)
+            with open(os.path.join(self._written, OWNER_FILE), "w") as owner:
+                owner.write(f"{os.getpid()}\n")
             options["offload_folder"] = self._written
         return options
 
@@ -198,10 +206,45 @@ class Placement:
         the process ends."""
         if self._written is None:
             return
-        try:
-            os.rmdir(self._written)  # only an empty folder
-        except OSError:
+        if os.listdir(self._written) == [OWNER_FILE]:  # nothing written
+            shutil.rmtree(self._written, ignore_errors=True)
+        else:
             weakref.finalize(model, shutil.rmtree, self._written, True)
+
+
+def remove_orphans(folder: str) -> None:
+    """Remove the kdplug-offload-* folders in ``folder`` whose owner (its pid in :data:`OWNER_FILE`)
+    is no longer alive: a process killed before it could. Only folders with that file, kdplug's."""
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if not name.startswith("kdplug-offload-") or os.path.islink(path) or not os.path.isdir(path):
+            continue
+        owner = _owner(os.path.join(path, OWNER_FILE))
+        if owner is not None and not _alive(owner):
+            shutil.rmtree(path, ignore_errors=True)
+            log.warning(
+                "removed %s: offloaded weights of a kdplug run (process %d) that ended without removing them",
+                path,
+                owner,
+            )
+
+
+def _owner(marker: str) -> Optional[int]:
+    try:
+        with open(marker) as file:
+            return int(file.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def plan_placement(

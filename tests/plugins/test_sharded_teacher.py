@@ -9,6 +9,9 @@ import json
 import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -270,3 +273,33 @@ def test_a_failed_load_leaves_no_offload_folder(unreadable_weights, tmp_path):
             "hf", TinyTask(name="sst2"), source=unreadable_weights, device_map={"": "disk"}, offload_folder=str(offload)
         )
     assert [p.name for p in offload.iterdir()] == ["mine.txt"]
+
+
+def test_the_offload_folder_of_a_killed_run_is_removed_by_the_next(workspace, tmp_path, caplog):
+    """A process SIGKILLed while it holds its kdplug-offload-* folder: the next load into the same
+    offload_folder removes it (its owner is dead), and nothing else (a live owner's, the user's)."""
+    import kdplug
+    from kdplug_models.placement import OWNER_FILE
+
+    offload = tmp_path / "offload"
+    offload.mkdir()
+    (offload / "kdplug-offload-users").mkdir()  # no owner file: not kdplug's
+    live = offload / "kdplug-offload-live"
+    live.mkdir()
+    (live / OWNER_FILE).write_text(f"{os.getpid()}\n")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = offload / "kdplug-offload-dead"
+    dead.mkdir()
+    (dead / OWNER_FILE).write_text(f"{child.pid}\n")
+    (dead / "weights.dat").write_bytes(b"0" * 1000)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    kdplug.create_teacher(
+        "hf",
+        TinyTask(name="sst2"),
+        source=workspace["classifier"],
+        device_map={"": "disk"},
+        offload_folder=str(offload),
+    )
+    assert sorted(p.name for p in offload.iterdir()) == ["kdplug-offload-live", "kdplug-offload-users"]
+    assert f"removed {dead}: offloaded weights of a kdplug run (process {child.pid})" in caplog.text
