@@ -160,12 +160,27 @@ def _offload_folder(folder: Optional[str]) -> Optional[str]:
         )
     existing = path
     while not os.path.exists(existing):  # the folder, or the nearest one above it that exists
+        if os.path.islink(existing):
+            raise UsageError(
+                f"teacher_options.offload_folder {path} cannot be created: {existing} is a broken symbolic link "
+                f"(to {os.readlink(existing)}): fix or remove the link, or name another folder"
+            )
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
         raise UsageError(f"teacher_options.offload_folder {path} cannot be created: {existing} is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    if not os.access(existing, os.W_OK | os.X_OK) or not _can_create_in(existing):
         raise UsageError(f"teacher_options.offload_folder {path}: {existing} is not writable; name a folder you can")
     return path
+
+
+def _can_create_in(folder: str) -> bool:
+    """Whether a folder can be made in ``folder`` (root passes os.access where the file system refuses,
+    /proc): a probe kdplug makes and removes."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".kdplug-probe-", dir=folder))
+    except OSError:
+        return False
+    return True
 
 
 @dataclass

@@ -162,6 +162,14 @@ def unreadable_weights(workspace):
             r"offload_folder .*/inside cannot be created: .*a-file is a file",
         ),
         (
+            ["device_map=auto", "offload_folder=LINK/inside"],
+            r"offload_folder .*/inside cannot be created: .*/dangling is a broken symbolic link \(to .*/nowhere\)",
+        ),
+        (
+            ["device_map=auto", "offload_folder=/proc/kdplug-offload"],
+            r"offload_folder /proc/kdplug-offload: /proc is not",
+        ),
+        (
             ["device_map=auto", f"max_memory={CPU_LIMIT}"],
             r"puts some of the teacher's modules on disk .*offload_folder",
         ),
@@ -174,7 +182,10 @@ def test_what_cannot_work_is_refused_before_weights_load(
 ):
     folder_file = tmp_path / "a-file"
     folder_file.write_text("mine")
-    options = [option.replace("FILE", str(folder_file)) for option in options]
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    options = [
+        option.replace("FILE", str(folder_file)).replace("LINK", str(tmp_path / "dangling")) for option in options
+    ]
     argv = run_args({**workspace, "classifier": unreadable_weights}, tmp_path / "run", tmp_path / "cache", *options)
     assert main([*argv, "--dry-run"]) == 2
     err = capsys.readouterr().err
