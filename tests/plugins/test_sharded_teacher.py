@@ -314,3 +314,24 @@ def test_the_offload_folder_of_a_killed_run_is_removed_by_the_next(workspace, tm
     )
     assert sorted(p.name for p in offload.iterdir()) == ["kdplug-offload-live", "kdplug-offload-users"]
     assert f"removed {dead}: offloaded weights of a kdplug run (process {child.pid})" in caplog.text
+
+
+def test_resume_may_change_where_the_teacher_runs_and_its_batches_not_what_it_trains(tmp_path):
+    """Placement and token budgets change neither the teacher's outputs nor the cache key: allowed on
+    --resume; a teacher option that changes the teacher is still refused."""
+    from kdplug.commands.run import check_resume_settings
+    from kdplug.config import build_config
+    from kdplug.errors import UsageError
+
+    base = {"teacher": "hf", "student": "bilstm", "task": "sst2", "output": str(tmp_path / "run")}
+    written = build_config(base=base)
+    changed = [
+        "teacher_tokens_per_batch=4096",
+        "eval_tokens_per_batch=2048",
+        "teacher_options.device_map=auto",
+        "teacher_options.max_memory={cpu: 1GiB}",
+        f"teacher_options.offload_folder={tmp_path}",
+    ]
+    check_resume_settings(written, build_config(base=base, overrides=changed))
+    with pytest.raises(UsageError, match="changes what it trains .*teacher_options"):
+        check_resume_settings(written, build_config(base=base, overrides=["teacher_options.dtype=float16"]))
