@@ -87,7 +87,7 @@ def test_a_sharded_prompted_teacher_gives_the_one_device_outputs(tmp_path):
     options = {"prompt": "Review: {text}\nSentiment:", "verbalizer": {"negative": " bad film", "positive": " good"}}
     one = prompted_teacher(task, lm, **options)
     placed = prompted_teacher(
-        task, lm, **options, device_map="auto", max_memory={"cpu": "120KiB"}, offload_folder=str(tmp_path / "off")
+        task, lm, **options, device_map="auto", max_memory={"cpu": "120KiB"}, offload_folder=str(tmp_path / "offload")
     )
     assert {"cpu", "disk"} <= set(placed.extra["device_map"].values()), placed.extra["device_map"]
     assert placed.placed_on == "cpu" and one.placed_on is None
@@ -221,7 +221,7 @@ def test_a_student_copies_a_sharded_teachers_offloaded_weights(workspace, tmp_pa
     task = TinyTask(name="sst2")
     one = kdplug.create_teacher("hf", task, source=workspace["classifier"])
     placed = kdplug.create_teacher(
-        "hf", task, source=workspace["classifier"], device_map={"": "disk"}, offload_folder=str(tmp_path / "off")
+        "hf", task, source=workspace["classifier"], device_map={"": "disk"}, offload_folder=str(tmp_path / "offload")
     )
     assert placed.model.bert.encoder.layer[0].attention.self.query.weight.is_meta
     students = [
@@ -335,3 +335,13 @@ def test_resume_may_change_where_the_teacher_runs_and_its_batches_not_what_it_tr
     check_resume_settings(written, build_config(base=base, overrides=changed))
     with pytest.raises(UsageError, match="changes what it trains .*teacher_options"):
         check_resume_settings(written, build_config(base=base, overrides=["teacher_options.dtype=float16"]))
+
+
+def test_a_relative_offload_folder_is_kept_absolute_in_config_yaml(tmp_path, monkeypatch):
+    """config.yaml names the folder it was given from, so --resume elsewhere offloads into the same one."""
+    from kdplug.config import build_config, dump_yaml
+
+    monkeypatch.chdir(tmp_path)
+    config = build_config(overrides=["teacher_options.device_map=auto", "teacher_options.offload_folder=offload"])
+    assert config.teacher_options["offload_folder"] == str(tmp_path / "offload")
+    assert str(tmp_path / "offload") in dump_yaml(config)
