@@ -61,6 +61,8 @@ def placement_options(
 ) -> Optional[PlacementOptions]:
     """The placement the options ask for (None: one device, as without them), refused with the fix
     where a value cannot work: before any weights load."""
+    if max_memory == {}:  # no limit named: as unset (Accelerate would take it as no memory anywhere)
+        max_memory = None
     if device_map is None:
         given = [name for name, value in (("max_memory", max_memory), ("offload_folder", offload_folder)) if value]
         if given:
@@ -87,6 +89,12 @@ def placement_options(
         for module, device in device_map.items():
             _check_device(device, f"teacher_options.device_map[{module!r}]")
         _check_no_overlap(device_map)
+        if max_memory:
+            raise UsageError(
+                "teacher_options.max_memory limits what device_map auto, balanced, balanced_low_0 or sequential put "
+                "on each device, and a map {module: device} places every module itself: drop max_memory, or use "
+                "device_map=auto"
+            )
     folder = _offload_folder(offload_folder)
     return PlacementOptions(device_map, _max_memory(max_memory), folder)
 

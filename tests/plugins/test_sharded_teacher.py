@@ -144,6 +144,10 @@ def unreadable_weights(workspace):
             ['device_map={"bert": "cpu", "bert.encoder": "disk", "dropout": "cpu", "classifier": "cpu"}'],
             r"names 'bert\.encoder' inside 'bert', which it also places",
         ),
+        (
+            ['device_map={"": "cpu"}', 'max_memory={"cpu": "1GiB"}'],
+            r"max_memory limits what device_map auto, balanced, .* a map \{module: device\} places every module",
+        ),
         (["device_map=sideways"], r"must be one of auto, balanced, balanced_low_0, sequential or a map"),
         (
             ['device_map={"": "mps"}'],
@@ -345,3 +349,11 @@ def test_a_relative_offload_folder_is_kept_absolute_in_config_yaml(tmp_path, mon
     config = build_config(overrides=["teacher_options.device_map=auto", "teacher_options.offload_folder=offload"])
     assert config.teacher_options["offload_folder"] == str(tmp_path / "offload")
     assert str(tmp_path / "offload") in dump_yaml(config)
+
+
+def test_an_empty_max_memory_is_no_limit(workspace, tmp_path, capsys):
+    """{} names no device: as unset, not as no memory anywhere (which put every module on disk)."""
+    args = run_args(workspace, tmp_path / "run", tmp_path / "cache", "device_map=auto", "max_memory={}")
+    assert main([*args, "--dry-run"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "device_map" in line)
+    assert "disk" not in line and "layers 0-3 on cpu" in line, line
