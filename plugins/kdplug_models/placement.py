@@ -35,7 +35,8 @@ PLACEMENT_OPTIONS = ("device_map", "max_memory", "offload_folder")
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 
 DeviceMapOption = Optional[Union[str, dict[str, Union[int, str]]]]
-MaxMemoryOption = Optional[dict[Union[int, str], Union[int, str]]]
+#: its sizes checked one by one (:func:`_max_memory`), to name the bad one
+MaxMemoryOption = Optional[dict[Any, Any]]
 
 #: the devices kdplug places on (Accelerate knows more, which kdplug does not run a teacher on)
 _DEVICE = re.compile(r"(cpu|disk|cuda(:\d+)?|\d+)")
@@ -43,7 +44,7 @@ _DEVICE = re.compile(r"(cpu|disk|cuda(:\d+)?|\d+)")
 #: (SIGKILL, a crash) is removed by the next load that offloads into the same offload_folder
 OWNER_FILE = "kdplug-owner.pid"
 log = logging.getLogger(__name__)
-_SIZE_HELP = "a size such as 20GiB, 500MB or 300KiB, or a number of bytes"
+_SIZE_HELP = 'a size such as "20GiB", "500MB" or "300KiB", or a whole number of bytes (0 or more)'
 
 
 @dataclass(frozen=True)
@@ -144,15 +145,24 @@ def _max_memory(max_memory: MaxMemoryOption) -> Optional[dict[Union[int, str], i
         _check_device(device, f"a key of teacher_options.max_memory ({device!r})")
         if str(device) == "disk":
             raise UsageError(f"{where}: disk takes no limit (it holds what the other devices do not); drop it")
-        try:
-            limit = convert_file_size_to_int(size)
-        except (ValueError, TypeError):
-            limit = -1
+        limit = _bytes(size, convert_file_size_to_int)
         if limit < 0:
             raise UsageError(f"{where} must be {_SIZE_HELP}; got {size!r}")
         index = _cuda_index(device)  # Accelerate names GPUs by their index
         limits[index if index is not None else str(device)] = limit
     return limits
+
+
+def _bytes(size: Any, convert: Any) -> int:
+    """``size`` in bytes, -1 where it is not one: a whole number (given as a number or as text) or text with a unit."""
+    if isinstance(size, bool) or not isinstance(size, (int, str)):
+        return -1
+    if isinstance(size, str) and size.strip().isdigit():
+        return int(size)
+    try:
+        return convert(size)
+    except (ValueError, TypeError, AttributeError):
+        return -1
 
 
 def _offload_folder(folder: Optional[str]) -> Optional[str]:

@@ -157,7 +157,19 @@ def unreadable_weights(workspace):
         (['device_map={"": "xpu:0"}'], r"must be a GPU index .* got 'xpu:0'"),
         (['device_map={"": "npu"}'], r"must be a GPU index .* got 'npu'"),
         (["device_map=auto", 'max_memory={"mps": "1GiB"}'], r"max_memory \('mps'\) must be a GPU index"),
-        (["device_map=auto", 'max_memory={"cpu": "lots"}'], r"max_memory\['cpu'\] must be a size such as 20GiB"),
+        (
+            ["device_map=auto", 'max_memory={"cpu": 1.5}'],
+            r"max_memory\['cpu'\] must be a size such as \"20GiB\".* got 1\.5$",
+        ),
+        (
+            ["device_map=auto", 'max_memory={"cpu": null}'],
+            r"max_memory\['cpu'\] must be a size .*whole number of bytes.* got None$",
+        ),
+        (["device_map=auto", 'max_memory={"cpu": true}'], r"max_memory\['cpu'\] must be a size .* got True$"),
+        (
+            ["device_map=auto", 'max_memory={"cpu": "lots"}'],
+            r"max_memory\['cpu'\] must be a size such as \"20GiB\".* got 'lots'",
+        ),
         (["device_map=auto", 'max_memory={"cpu": -5}'], r"max_memory\['cpu'\] must be a size .* got -5"),
         (["device_map=auto", 'max_memory={"7": "1GiB"}'], r"names GPU 7, and this machine has"),
         (["device_map=auto", "offload_folder=FILE"], r"offload_folder .* is a file, not a folder"),
@@ -357,3 +369,15 @@ def test_an_empty_max_memory_is_no_limit(workspace, tmp_path, capsys):
     assert main([*args, "--dry-run"]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if "device_map" in line)
     assert "disk" not in line and "layers 0-3 on cpu" in line, line
+
+
+def test_a_size_in_bytes_may_be_given_as_text(workspace, tmp_path, capsys):
+    """{cpu: "0"} is {cpu: 0}: no memory on the CPU, every module on disk."""
+    lines = []
+    for size in ("0", 0):
+        args = run_args(
+            workspace, tmp_path / "run", tmp_path / "cache", *sharded(tmp_path / "off", f'{{"cpu": {size!r}}}')
+        )
+        assert main([*args, "--dry-run"]) == 0, capsys.readouterr().err
+        lines.append(next(line for line in capsys.readouterr().out.splitlines() if "device_map" in line))
+    assert lines[0] == lines[1] and "layers 0-3 on disk" in lines[0], lines
