@@ -336,7 +336,16 @@ def build_config(
         apply(config, {k: v for k, v in flags.items() if v is not None}, source="command line")
     if overrides:
         apply(config, parse_overrides(overrides), source="--set")
+    _absolute_offload_folder(config)
     return config.validate()
+
+
+def _absolute_offload_folder(config: RunConfig) -> None:
+    """``teacher_options.offload_folder`` from where it was given: config.yaml keeps it absolute, so a
+    ``--resume`` from another directory offloads into the same folder."""
+    folder = config.teacher_options.get("offload_folder") if isinstance(config.teacher_options, dict) else None
+    if isinstance(folder, str) and folder:
+        config.teacher_options["offload_folder"] = os.path.abspath(os.path.expanduser(folder))
 
 
 def set_values(values: Optional[dict]) -> dict:

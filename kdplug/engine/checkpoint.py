@@ -234,13 +234,25 @@ def unreadable_reason(exc: BaseException, pickled: str) -> str:
 
 
 #: settings that change where and how a run is written or watched, never what it trains
-_NOT_TRAINING = (*LOCAL_KEYS, "checkpoint_every", "keep_checkpoints", "measure_speed")
+_NOT_TRAINING = (
+    *LOCAL_KEYS,
+    "checkpoint_every",
+    "keep_checkpoints",
+    "measure_speed",
+    "teacher_tokens_per_batch",  # how the teacher's and the evaluation's batches are cut: the same outputs
+    "eval_tokens_per_batch",
+)
+#: teacher options that say where the teacher's modules go, not what it computes (the cache key ignores them)
+_PLACEMENT_OPTIONS = ("device_map", "max_memory", "offload_folder")
 
 
 def training_settings(config: Any) -> dict[str, Any]:
     """The configuration's settings that decide what its stages train (a key set to null is unset), and the
     content of the vocabulary corpus, which is read again on resume (an edited file is another vocabulary)."""
     settings = {key: value for key, value in config.to_dict().items() if value is not None and key not in _NOT_TRAINING}
+    if isinstance(settings.get("teacher_options"), dict):
+        options = {k: v for k, v in settings["teacher_options"].items() if k not in _PLACEMENT_OPTIONS}
+        settings["teacher_options"] = options
     corpus = getattr(config, "trim_vocab_corpus", None)
     if corpus:
         path = Path(corpus).expanduser()

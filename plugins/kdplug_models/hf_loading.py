@@ -204,16 +204,21 @@ def _load_classifier(
             f"has no classification head with the task's {len(task.labels) or 1} output(s); drop it"
         )
     placed = _placed(placement, config, dtype, source, task, head_fits, **load_options)
-    model = load_pretrained(
-        AutoModelForSequenceClassification,
-        base,
-        what,
-        config=config,
-        ignore_mismatched_sizes=not head_fits or adapter is not None,
-        **({"dtype": dtype} if dtype is not None else {}),
-        **(placed.load_options() if placed is not None else {}),
-        **load_options,
-    )
+    try:
+        model = load_pretrained(
+            AutoModelForSequenceClassification,
+            base,
+            what,
+            config=config,
+            ignore_mismatched_sizes=not head_fits or adapter is not None,
+            **({"dtype": dtype} if dtype is not None else {}),
+            **(placed.load_options() if placed is not None else {}),
+            **load_options,
+        )
+    except BaseException:
+        if placed is not None:
+            placed.discard()
+        raise
     if placed is not None:
         placed.release_with(model)
     if adapter is not None:

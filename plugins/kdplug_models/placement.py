@@ -15,6 +15,7 @@ user's folder and whatever else is in it are left as they are.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -34,10 +35,16 @@ PLACEMENT_OPTIONS = ("device_map", "max_memory", "offload_folder")
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 
 DeviceMapOption = Optional[Union[str, dict[str, Union[int, str]]]]
-MaxMemoryOption = Optional[dict[Union[int, str], Union[int, str]]]
+#: its sizes checked one by one (:func:`_max_memory`), to name the bad one
+MaxMemoryOption = Optional[dict[Any, Any]]
 
-_DEVICE = re.compile(r"(cpu|disk|mps|meta|(cuda|xpu|npu|mlu)(:\d+)?|\d+)")
-_SIZE_HELP = "a size such as 20GiB, 500MB or 300KiB, or a number of bytes"
+#: the devices kdplug places on (Accelerate knows more, which kdplug does not run a teacher on)
+_DEVICE = re.compile(r"(cpu|disk|cuda(:\d+)?|\d+)")
+#: the file in each kdplug-offload-* folder naming the process that owns it: a folder whose owner died
+#: (SIGKILL, a crash) is removed by the next load that offloads into the same offload_folder
+OWNER_FILE = "kdplug-owner.pid"
+log = logging.getLogger(__name__)
+_SIZE_HELP = 'a size such as "20GiB", "500MB" or "300KiB", or a whole number of bytes (0 or more)'
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,8 @@ def placement_options(
 ) -> Optional[PlacementOptions]:
     """The placement the options ask for (None: one device, as without them), refused with the fix
     where a value cannot work: before any weights load."""
+    if max_memory == {}:  # no limit named: as unset (Accelerate would take it as no memory anywhere)
+        max_memory = None
     if device_map is None:
         given = [name for name, value in (("max_memory", max_memory), ("offload_folder", offload_folder)) if value]
         if given:
@@ -80,8 +89,27 @@ def placement_options(
             raise UsageError("teacher_options.device_map is an empty map: name modules and their devices, or use auto")
         for module, device in device_map.items():
             _check_device(device, f"teacher_options.device_map[{module!r}]")
+        _check_no_overlap(device_map)
+        if max_memory:
+            raise UsageError(
+                "teacher_options.max_memory limits what device_map auto, balanced, balanced_low_0 or sequential put "
+                "on each device, and a map {module: device} places every module itself: drop max_memory, or use "
+                "device_map=auto"
+            )
     folder = _offload_folder(offload_folder)
     return PlacementOptions(device_map, _max_memory(max_memory), folder)
+
+
+def _check_no_overlap(device_map: dict[str, Any]) -> None:
+    """A module named inside another the map names would be placed twice (Accelerate takes one of them)."""
+    keys = sorted(map(str, device_map))
+    for outer in keys:
+        inner = next((key for key in keys if key != outer and (outer == "" or key.startswith(outer + "."))), None)
+        if inner is not None:
+            raise UsageError(
+                f"teacher_options.device_map names {inner!r} inside {outer!r}, which it also places: name each "
+                f"module once, either {outer!r} (all of it on one device) or the modules inside it, each on its own"
+            )
 
 
 def _check_device(device: Any, where: str) -> None:
@@ -117,15 +145,24 @@ def _max_memory(max_memory: MaxMemoryOption) -> Optional[dict[Union[int, str], i
         _check_device(device, f"a key of teacher_options.max_memory ({device!r})")
         if str(device) == "disk":
             raise UsageError(f"{where}: disk takes no limit (it holds what the other devices do not); drop it")
-        try:
-            limit = convert_file_size_to_int(size)
-        except (ValueError, TypeError):
-            limit = -1
+        limit = _bytes(size, convert_file_size_to_int)
         if limit < 0:
             raise UsageError(f"{where} must be {_SIZE_HELP}; got {size!r}")
         index = _cuda_index(device)  # Accelerate names GPUs by their index
         limits[index if index is not None else str(device)] = limit
     return limits
+
+
+def _bytes(size: Any, convert: Any) -> int:
+    """``size`` in bytes, -1 where it is not one: a whole number (given as a number or as text) or text with a unit."""
+    if isinstance(size, bool) or not isinstance(size, (int, str)):
+        return -1
+    if isinstance(size, str) and size.strip().isdigit():
+        return int(size)
+    try:
+        return convert(size)
+    except (ValueError, TypeError, AttributeError):
+        return -1
 
 
 def _offload_folder(folder: Optional[str]) -> Optional[str]:
@@ -141,12 +178,27 @@ def _offload_folder(folder: Optional[str]) -> Optional[str]:
         )
     existing = path
     while not os.path.exists(existing):  # the folder, or the nearest one above it that exists
+        if os.path.islink(existing):
+            raise UsageError(
+                f"teacher_options.offload_folder {path} cannot be created: {existing} is a broken symbolic link "
+                f"(to {os.readlink(existing)}): fix or remove the link, or name another folder"
+            )
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
         raise UsageError(f"teacher_options.offload_folder {path} cannot be created: {existing} is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    if not os.access(existing, os.W_OK | os.X_OK) or not _can_create_in(existing):
         raise UsageError(f"teacher_options.offload_folder {path}: {existing} is not writable; name a folder you can")
     return path
+
+
+def _can_create_in(folder: str) -> bool:
+    """Whether a folder can be made in ``folder`` (root passes os.access where the file system refuses,
+    /proc): a probe kdplug makes and removes."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".kdplug-probe-", dir=folder))
+    except OSError:
+        return False
+    return True
 
 
 @dataclass
@@ -168,9 +220,18 @@ class Placement:
         options: dict[str, Any] = {"device_map": self.device_map}
         if "disk" in self.device_map.values():
             os.makedirs(self.offload_folder, exist_ok=True)
+            remove_orphans(self.offload_folder)
             self._written = tempfile.mkdtemp(prefix="kdplug-offload-", dir=self.offload_folder)
+            with open(os.path.join(self._written, OWNER_FILE), "w") as owner:
+                owner.write(f"{os.getpid()}\n")
             options["offload_folder"] = self._written
         return options
+
+    def discard(self) -> None:
+        """Remove kdplug's offload folder of a load that failed (nothing will release it)."""
+        if self._written is not None:
+            shutil.rmtree(self._written, ignore_errors=True)
+            self._written = None
 
     def release_with(self, model: nn.Module) -> None:
         """Remove kdplug's offload folder now where the load wrote nothing in it (a safetensors
@@ -178,10 +239,45 @@ class Placement:
         the process ends."""
         if self._written is None:
             return
-        try:
-            os.rmdir(self._written)  # only an empty folder
-        except OSError:
+        if os.listdir(self._written) == [OWNER_FILE]:  # nothing written
+            shutil.rmtree(self._written, ignore_errors=True)
+        else:
             weakref.finalize(model, shutil.rmtree, self._written, True)
+
+
+def remove_orphans(folder: str) -> None:
+    """Remove the kdplug-offload-* folders in ``folder`` whose owner (its pid in :data:`OWNER_FILE`)
+    is no longer alive: a process killed before it could. Only folders with that file, kdplug's."""
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if not name.startswith("kdplug-offload-") or os.path.islink(path) or not os.path.isdir(path):
+            continue
+        owner = _owner(os.path.join(path, OWNER_FILE))
+        if owner is not None and not _alive(owner):
+            shutil.rmtree(path, ignore_errors=True)
+            log.warning(
+                "removed %s: offloaded weights of a kdplug run (process %d) that ended without removing them",
+                path,
+                owner,
+            )
+
+
+def _owner(marker: str) -> Optional[int]:
+    try:
+        with open(marker) as file:
+            return int(file.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def plan_placement(

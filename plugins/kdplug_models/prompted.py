@@ -345,9 +345,14 @@ def _load_language_model(
             AutoModelForCausalLM.from_config, trust_remote_code=load_options.get("trust_remote_code", False)
         )
         placed = plan_placement(placement, build, config, None)
-    lm = load_pretrained(
-        AutoModelForCausalLM, source, "teacher", **(placed.load_options() if placed else {}), **load_options
-    )
+    try:
+        lm = load_pretrained(
+            AutoModelForCausalLM, source, "teacher", **(placed.load_options() if placed else {}), **load_options
+        )
+    except BaseException:
+        if placed is not None:
+            placed.discard()
+        raise
     if placed is not None:
         placed.release_with(lm)
     tokenizer = load_pretrained(AutoTokenizer, source, "teacher", **load_options)

@@ -9,6 +9,9 @@ import json
 import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -84,7 +87,7 @@ def test_a_sharded_prompted_teacher_gives_the_one_device_outputs(tmp_path):
     options = {"prompt": "Review: {text}\nSentiment:", "verbalizer": {"negative": " bad film", "positive": " good"}}
     one = prompted_teacher(task, lm, **options)
     placed = prompted_teacher(
-        task, lm, **options, device_map="auto", max_memory={"cpu": "120KiB"}, offload_folder=str(tmp_path / "off")
+        task, lm, **options, device_map="auto", max_memory={"cpu": "120KiB"}, offload_folder=str(tmp_path / "offload")
     )
     assert {"cpu", "disk"} <= set(placed.extra["device_map"].values()), placed.extra["device_map"]
     assert placed.placed_on == "cpu" and one.placed_on is None
@@ -125,19 +128,62 @@ def unreadable_weights(workspace):
     "options, message",
     [
         (["device_map=3"], r"teacher_options\.device_map of teacher 'hf' must be text or a mapping, or null, got 3"),
-        (['device_map={"bert.nowhere": "cpu", "": "cpu"}'], r"names 'bert\.nowhere', which the teacher .* no module"),
+        (
+            ['device_map={"bert.nowhere": "cpu", "classifier": "cpu"}'],
+            r"names 'bert\.nowhere', which the teacher .* no module",
+        ),
         (
             ['device_map={"bert.embeddings": "cpu"}'],
             r"places no device for bert\.encoder, bert\.pooler, classifier: name every module",
         ),
+        (
+            ['device_map={"": "cpu", "bert.encoder.layer.1": "disk"}'],
+            r"names 'bert\.encoder\.layer\.1' inside '', which it also places: name each module once",
+        ),
+        (
+            ['device_map={"bert": "cpu", "bert.encoder": "disk", "dropout": "cpu", "classifier": "cpu"}'],
+            r"names 'bert\.encoder' inside 'bert', which it also places",
+        ),
+        (
+            ['device_map={"": "cpu"}', 'max_memory={"cpu": "1GiB"}'],
+            r"max_memory limits what device_map auto, balanced, .* a map \{module: device\} places every module",
+        ),
         (["device_map=sideways"], r"must be one of auto, balanced, balanced_low_0, sequential or a map"),
-        (["device_map=auto", 'max_memory={"cpu": "lots"}'], r"max_memory\['cpu'\] must be a size such as 20GiB"),
+        (
+            ['device_map={"": "mps"}'],
+            r"device_map\[''\] must be a GPU index \(0, 1 \.\.\.\), cuda:N, cpu or disk; got 'mps'",
+        ),
+        (['device_map={"": "meta"}'], r"must be a GPU index .* got 'meta'"),
+        (['device_map={"": "xpu:0"}'], r"must be a GPU index .* got 'xpu:0'"),
+        (['device_map={"": "npu"}'], r"must be a GPU index .* got 'npu'"),
+        (["device_map=auto", 'max_memory={"mps": "1GiB"}'], r"max_memory \('mps'\) must be a GPU index"),
+        (
+            ["device_map=auto", 'max_memory={"cpu": 1.5}'],
+            r"max_memory\['cpu'\] must be a size such as \"20GiB\".* got 1\.5$",
+        ),
+        (
+            ["device_map=auto", 'max_memory={"cpu": null}'],
+            r"max_memory\['cpu'\] must be a size .*whole number of bytes.* got None$",
+        ),
+        (["device_map=auto", 'max_memory={"cpu": true}'], r"max_memory\['cpu'\] must be a size .* got True$"),
+        (
+            ["device_map=auto", 'max_memory={"cpu": "lots"}'],
+            r"max_memory\['cpu'\] must be a size such as \"20GiB\".* got 'lots'",
+        ),
         (["device_map=auto", 'max_memory={"cpu": -5}'], r"max_memory\['cpu'\] must be a size .* got -5"),
         (["device_map=auto", 'max_memory={"7": "1GiB"}'], r"names GPU 7, and this machine has"),
         (["device_map=auto", "offload_folder=FILE"], r"offload_folder .* is a file, not a folder"),
         (
             ["device_map=auto", "offload_folder=FILE/inside"],
             r"offload_folder .*/inside cannot be created: .*a-file is a file",
+        ),
+        (
+            ["device_map=auto", "offload_folder=LINK/inside"],
+            r"offload_folder .*/inside cannot be created: .*/dangling is a broken symbolic link \(to .*/nowhere\)",
+        ),
+        (
+            ["device_map=auto", "offload_folder=/proc/kdplug-offload"],
+            r"offload_folder /proc/kdplug-offload: /proc is not",
         ),
         (
             ["device_map=auto", f"max_memory={CPU_LIMIT}"],
@@ -152,7 +198,10 @@ def test_what_cannot_work_is_refused_before_weights_load(
 ):
     folder_file = tmp_path / "a-file"
     folder_file.write_text("mine")
-    options = [option.replace("FILE", str(folder_file)) for option in options]
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    options = [
+        option.replace("FILE", str(folder_file)).replace("LINK", str(tmp_path / "dangling")) for option in options
+    ]
     argv = run_args({**workspace, "classifier": unreadable_weights}, tmp_path / "run", tmp_path / "cache", *options)
     assert main([*argv, "--dry-run"]) == 2
     err = capsys.readouterr().err
@@ -188,7 +237,7 @@ def test_a_student_copies_a_sharded_teachers_offloaded_weights(workspace, tmp_pa
     task = TinyTask(name="sst2")
     one = kdplug.create_teacher("hf", task, source=workspace["classifier"])
     placed = kdplug.create_teacher(
-        "hf", task, source=workspace["classifier"], device_map={"": "disk"}, offload_folder=str(tmp_path / "off")
+        "hf", task, source=workspace["classifier"], device_map={"": "disk"}, offload_folder=str(tmp_path / "offload")
     )
     assert placed.model.bert.encoder.layer[0].attention.self.query.weight.is_meta
     students = [
@@ -235,3 +284,100 @@ def test_a_sharded_classifiers_head_is_put_in_the_tasks_label_order(tmp_path):
         torch.testing.assert_close(placed.model(input_ids=ids).logits, one.model(input_ids=ids).logits, atol=0, rtol=0)
     assert placed.extra["device_map"]["classifier"] == "cpu" and placed.extra["device_map"]["bert"] == "disk"
     assert "reordered to the task's order" in " ".join(placed.notes)
+
+
+def test_a_failed_load_leaves_no_offload_folder(unreadable_weights, tmp_path):
+    """The weights cannot be read: kdplug's folder for this load goes; the user's folder and file stay."""
+    from safetensors import SafetensorError
+
+    import kdplug
+
+    offload = tmp_path / "offload"
+    offload.mkdir()
+    (offload / "mine.txt").write_text("the user's")
+    with pytest.raises(SafetensorError, match="deserializing header"):
+        kdplug.create_teacher(
+            "hf", TinyTask(name="sst2"), source=unreadable_weights, device_map={"": "disk"}, offload_folder=str(offload)
+        )
+    assert [p.name for p in offload.iterdir()] == ["mine.txt"]
+
+
+def test_the_offload_folder_of_a_killed_run_is_removed_by_the_next(workspace, tmp_path, caplog):
+    """A process SIGKILLed while it holds its kdplug-offload-* folder: the next load into the same
+    offload_folder removes it (its owner is dead), and nothing else (a live owner's, the user's)."""
+    import kdplug
+    from kdplug_models.placement import OWNER_FILE
+
+    offload = tmp_path / "offload"
+    offload.mkdir()
+    (offload / "kdplug-offload-users").mkdir()  # no owner file: not kdplug's
+    live = offload / "kdplug-offload-live"
+    live.mkdir()
+    (live / OWNER_FILE).write_text(f"{os.getpid()}\n")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = offload / "kdplug-offload-dead"
+    dead.mkdir()
+    (dead / OWNER_FILE).write_text(f"{child.pid}\n")
+    (dead / "weights.dat").write_bytes(b"0" * 1000)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    kdplug.create_teacher(
+        "hf",
+        TinyTask(name="sst2"),
+        source=workspace["classifier"],
+        device_map={"": "disk"},
+        offload_folder=str(offload),
+    )
+    assert sorted(p.name for p in offload.iterdir()) == ["kdplug-offload-live", "kdplug-offload-users"]
+    assert f"removed {dead}: offloaded weights of a kdplug run (process {child.pid})" in caplog.text
+
+
+def test_resume_may_change_where_the_teacher_runs_and_its_batches_not_what_it_trains(tmp_path):
+    """Placement and token budgets change neither the teacher's outputs nor the cache key: allowed on
+    --resume; a teacher option that changes the teacher is still refused."""
+    from kdplug.commands.run import check_resume_settings
+    from kdplug.config import build_config
+    from kdplug.errors import UsageError
+
+    base = {"teacher": "hf", "student": "bilstm", "task": "sst2", "output": str(tmp_path / "run")}
+    written = build_config(base=base)
+    changed = [
+        "teacher_tokens_per_batch=4096",
+        "eval_tokens_per_batch=2048",
+        "teacher_options.device_map=auto",
+        "teacher_options.max_memory={cpu: 1GiB}",
+        f"teacher_options.offload_folder={tmp_path}",
+    ]
+    check_resume_settings(written, build_config(base=base, overrides=changed))
+    with pytest.raises(UsageError, match="changes what it trains .*teacher_options"):
+        check_resume_settings(written, build_config(base=base, overrides=["teacher_options.dtype=float16"]))
+
+
+def test_a_relative_offload_folder_is_kept_absolute_in_config_yaml(tmp_path, monkeypatch):
+    """config.yaml names the folder it was given from, so --resume elsewhere offloads into the same one."""
+    from kdplug.config import build_config, dump_yaml
+
+    monkeypatch.chdir(tmp_path)
+    config = build_config(overrides=["teacher_options.device_map=auto", "teacher_options.offload_folder=offload"])
+    assert config.teacher_options["offload_folder"] == str(tmp_path / "offload")
+    assert str(tmp_path / "offload") in dump_yaml(config)
+
+
+def test_an_empty_max_memory_is_no_limit(workspace, tmp_path, capsys):
+    """{} names no device: as unset, not as no memory anywhere (which put every module on disk)."""
+    args = run_args(workspace, tmp_path / "run", tmp_path / "cache", "device_map=auto", "max_memory={}")
+    assert main([*args, "--dry-run"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "device_map" in line)
+    assert "disk" not in line and "layers 0-3 on cpu" in line, line
+
+
+def test_a_size_in_bytes_may_be_given_as_text(workspace, tmp_path, capsys):
+    """{cpu: "0"} is {cpu: 0}: no memory on the CPU, every module on disk."""
+    lines = []
+    for size in ("0", 0):
+        args = run_args(
+            workspace, tmp_path / "run", tmp_path / "cache", *sharded(tmp_path / "off", f'{{"cpu": {size!r}}}')
+        )
+        assert main([*args, "--dry-run"]) == 0, capsys.readouterr().err
+        lines.append(next(line for line in capsys.readouterr().out.splitlines() if "device_map" in line))
+    assert lines[0] == lines[1] and "layers 0-3 on disk" in lines[0], lines
