@@ -24,7 +24,7 @@ from kdplug.types import ModelShape, Task, num_outputs
 from .decoders import give_padding_token, is_decoder_only
 from .labels import LabelMatch, match_labels, reorder_outputs
 from .lora import Adapter, apply_adapter
-from .placement import PLACEMENT_OPTIONS, Placement, PlacementOptions, plan_placement
+from .placement import PLACEMENT_OPTIONS, Placement, PlacementOptions, load_placed, plan_placement
 
 log = logging.getLogger(__name__)
 
@@ -204,23 +204,19 @@ def _load_classifier(
             f"has no classification head with the task's {len(task.labels) or 1} output(s); drop it"
         )
     placed = _placed(placement, config, dtype, source, task, head_fits, **load_options)
-    try:
-        model = load_pretrained(
+    model = load_placed(
+        placed,
+        lambda **placing: load_pretrained(
             AutoModelForSequenceClassification,
             base,
             what,
             config=config,
             ignore_mismatched_sizes=not head_fits or adapter is not None,
             **({"dtype": dtype} if dtype is not None else {}),
-            **(placed.load_options() if placed is not None else {}),
+            **placing,
             **load_options,
-        )
-    except BaseException:
-        if placed is not None:
-            placed.discard()
-        raise
-    if placed is not None:
-        placed.release_with(model)
+        ),
+    )
     if adapter is not None:
         model = apply_adapter(model, adapter)
     own_tokenizer = adapter is None or os.path.isfile(os.path.join(source, "tokenizer_config.json"))

@@ -21,6 +21,7 @@ import re
 import shutil
 import tempfile
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
@@ -243,6 +244,20 @@ class Placement:
             shutil.rmtree(self._written, ignore_errors=True)
         else:
             weakref.finalize(model, shutil.rmtree, self._written, True)
+
+
+def load_placed(placed: Optional[Placement], load: Callable[..., nn.Module]) -> nn.Module:
+    """``load(**options)`` with ``placed``'s load options (none where unplaced): kdplug's offload folder
+    removed if the load raises, else released with the model it returns."""
+    if placed is None:
+        return load()
+    try:
+        model = load(**placed.load_options())
+    except BaseException:
+        placed.discard()
+        raise
+    placed.release_with(model)
+    return model
 
 
 def remove_orphans(folder: str) -> None:

@@ -33,6 +33,7 @@ from .placement import (
     MaxMemoryOption,
     Placement,
     PlacementOptions,
+    load_placed,
     placement_options,
     plan_placement,
 )
@@ -345,16 +346,9 @@ def _load_language_model(
             AutoModelForCausalLM.from_config, trust_remote_code=load_options.get("trust_remote_code", False)
         )
         placed = plan_placement(placement, build, config, None)
-    try:
-        lm = load_pretrained(
-            AutoModelForCausalLM, source, "teacher", **(placed.load_options() if placed else {}), **load_options
-        )
-    except BaseException:
-        if placed is not None:
-            placed.discard()
-        raise
-    if placed is not None:
-        placed.release_with(lm)
+    lm = load_placed(
+        placed, lambda **placing: load_pretrained(AutoModelForCausalLM, source, "teacher", **placing, **load_options)
+    )
     tokenizer = load_pretrained(AutoTokenizer, source, "teacher", **load_options)
     given = give_padding_token(lm, tokenizer)  # the students read the plain text in padded batches
     if given is not None:
