@@ -61,6 +61,10 @@ class RunConfig:
     data_dir: Optional[str] = None
     # component options, passed as keyword arguments to each factory
     teacher_options: dict = field(default_factory=dict)
+    # an ensemble: two or more entries {teacher: NAME, teacher_options: {...}, weight: W}; the target is the weighted
+    # mean of their probabilities (docs/llm-teachers.md). Empty: the one teacher above
+    teachers: list = field(default_factory=list)
+    layer_teacher: Optional[int] = None  # the ensemble member (0, 1, ...) whose layers layer methods read
     student_options: dict = field(default_factory=dict)
     projector_options: dict = field(default_factory=dict)
     task_options: dict = field(default_factory=dict)
@@ -186,6 +190,7 @@ class RunConfig:
             "a positive finite number",
         )
         tracker_names(self.report_to)
+        check_ensemble(self)
         require(
             self.augment_factor is None or self.augment_factor >= 1,
             "augment_factor",
@@ -200,6 +205,82 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @property
+    def is_ensemble(self) -> bool:
+        return bool(self.teachers)
+
+    def members(self) -> list[TeacherMember]:
+        """The run's teachers: the ensemble's members in order, or the one teacher (weight 1)."""
+        if not self.teachers:
+            return [TeacherMember(index=0, name=self.teacher, options=dict(self.teacher_options), weight=1.0)]
+        total = sum(float(entry.get("weight", 1.0)) for entry in self.teachers)
+        return [
+            TeacherMember(
+                index=index,
+                name=entry["teacher"],
+                options=dict(entry.get("teacher_options") or {}),
+                weight=float(entry.get("weight", 1.0)) / total,
+            )
+            for index, entry in enumerate(self.teachers)
+        ]
+
+    def member_config(self, member: TeacherMember) -> RunConfig:
+        """This configuration with ``member`` as its one teacher: what every single-teacher step (its
+        checks, fine-tuning, outputs) reads."""
+        return dataclasses.replace(
+            self, teacher=member.name, teacher_options=dict(member.options), teachers=[], layer_teacher=None
+        )
+
+
+MEMBER_KEYS = ("teacher", "teacher_options", "weight")
+
+
+def check_ensemble(config: RunConfig) -> None:
+    """The ``teachers`` entries and ``layer_teacher`` (a ConfigError naming the entry and the fix)."""
+    if not config.teachers:
+        if config.layer_teacher not in (None, 0):
+            raise ConfigError(f"layer_teacher must be 0 or unset with one teacher, got {config.layer_teacher!r}")
+        return
+    if len(config.teachers) < 2:
+        raise ConfigError("teachers lists an ensemble: give two or more entries, or one teacher with teacher: NAME")
+    for index, entry in enumerate(config.teachers):
+        where = f"teachers[{index}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(
+                f"{where} must be a mapping {{teacher: NAME, teacher_options: {{...}}, weight: W}}, got {entry!r}"
+            )
+        unknown = sorted(set(entry) - set(MEMBER_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"{where} has unknown keys {', '.join(map(str, unknown))}; valid: {', '.join(MEMBER_KEYS)}"
+            )
+        if not isinstance(entry.get("teacher"), str) or not entry["teacher"].strip():
+            raise ConfigError(
+                f"{where}.teacher must name a teacher (see 'kdplug plugins'), got {entry.get('teacher')!r}"
+            )
+        if not isinstance(entry.get("teacher_options", {}), dict):
+            raise ConfigError(f"{where}.teacher_options must be a mapping, got {entry['teacher_options']!r}")
+        weight = entry.get("weight", 1.0)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
+            raise ConfigError(f"{where}.weight must be a positive finite number, got {weight!r}")
+    if config.layer_teacher is not None and not (
+        isinstance(config.layer_teacher, int) and 0 <= config.layer_teacher < len(config.teachers)
+    ):
+        raise ConfigError(
+            f"layer_teacher must be the position of an ensemble member, 0 to {len(config.teachers) - 1}, "
+            f"got {config.layer_teacher!r}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeacherMember:
+    """One teacher of a run: its position in the ensemble, its name, options and normalised weight."""
+
+    index: int
+    name: str
+    options: dict
+    weight: float
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}

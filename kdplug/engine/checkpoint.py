@@ -250,6 +250,8 @@ def training_settings(config: Any) -> dict[str, Any]:
     """The configuration's settings that decide what its stages train (a key set to null is unset), and the
     content of the vocabulary corpus, which is read again on resume (an edited file is another vocabulary)."""
     settings = {key: value for key, value in config.to_dict().items() if value is not None and key not in _NOT_TRAINING}
+    if not settings.get("teachers"):  # one teacher: as written before ensembles existed
+        settings.pop("teachers", None)
     if isinstance(settings.get("teacher_options"), dict):
         options = {k: v for k, v in settings["teacher_options"].items() if k not in _PLACEMENT_OPTIONS}
         settings["teacher_options"] = options
