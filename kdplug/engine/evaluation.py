@@ -70,16 +70,34 @@ def evaluate(
         # how often the student predicts what the teacher predicts: what distillation optimises
         record({"agreement": {name: agreement(predictions[name], inputs.dev_caches[name]) for name in dev}})
     record({"student": student_record(context, student, scores)})
-    teacher = inputs.teacher_info
+    teachers = teacher_rows(config.teacher, inputs.teacher_info)
     rows = [
-        Row(f"teacher ({display_name(config.teacher)})", teacher["parameters"], teacher.get("dev", {})),
+        *teachers,
         *([baseline.row] if baseline is not None else []),
         Row(student_label(context), count_parameters(student), scores),
     ]
     if config.measure_speed:
         env.echo("measuring inference speed: teacher and student, batch 1 and 32, on dev inputs")
-        record({"speed": measure_speed(inputs, student, dev, rows, env)})
+        record({"speed": measure_speed(inputs, student, dev, rows, env, teachers=len(teachers))})
     return Evaluation(student, dev, predictions, rows, cached)
+
+
+def teacher_rows(name: str, teacher: dict[str, Any]) -> list[Row]:
+    """The table's teacher rows: the teacher's; or each ensemble member's (with its weight) and the ensemble's."""
+    members = teacher.get("members")
+    if not members:
+        return [Row(f"teacher ({display_name(name)})", teacher["parameters"], teacher.get("dev", {}))]
+    return [
+        *(
+            Row(
+                f"teacher {member['index']} ({display_name(member['name'])}, weight {member['weight']:.3g})",
+                member["parameters"],
+                member.get("dev", {}),
+            )
+            for member in members
+        ),
+        Row(f"ensemble of {len(members)} teachers", teacher["parameters"], teacher.get("dev", {})),
+    ]
 
 
 def analyse(context: EngineContext, student: nn.Module, env: RunEnvironment, run_dir: Path) -> dict[str, Any]:
@@ -113,6 +131,8 @@ def teacher_records(context: EngineContext, inputs: RunInputs) -> dict[str, Any]
     }
     if cached:
         inputs.teacher_info["cache"] = cached
+    if hasattr(inputs.caches, "record_members"):  # an ensemble: each member's own record too
+        inputs.caches.record_members()
     if source.layer_variation:  # measured where a layer method matched the teacher's layers
         inputs.teacher_info["layer_variation"] = {str(layer): share for layer, share in source.layer_variation.items()}
     return cached
@@ -142,10 +162,17 @@ def student_label(context: EngineContext) -> str:
 
 
 def measure_speed(
-    inputs: RunInputs, student: nn.Module, dev: dict[str, EncodedSplit], rows: list[Row], env: RunEnvironment
+    inputs: RunInputs,
+    student: nn.Module,
+    dev: dict[str, EncodedSplit],
+    rows: list[Row],
+    env: RunEnvironment,
+    *,
+    teachers: int = 1,
 ) -> dict[str, Any]:
     """The teacher's and the student's inference speed on the first dev split, set on the table's
-    ``rows`` (the teacher's first); metrics.json's ``speed``."""
+    ``rows`` (the ``teachers`` rows first: the speed is the first's, an ensemble's primary teacher);
+    metrics.json's ``speed``."""
     first = inputs.task.dev_splits[0]
     as_teacher_reads = inputs.caches.dev[first] if inputs.caches is not None else inputs.dev[first]  # its prompt
     placed = inputs.teacher.placed_on  # a sharded teacher is timed where it is
@@ -155,7 +182,7 @@ def measure_speed(
     student_speed = speed_module.measure(student, dev[first], env.accelerator.device)
     ratio = speed_module.speedup(teacher_speed, student_speed)
     rows[0].speed = teacher_speed
-    for row in rows[1:]:  # the baseline has the student's architecture, so its speed
+    for row in rows[teachers:]:  # the baseline has the student's architecture, so its speed
         row.speed, row.speedup = student_speed, ratio
     return {
         "teacher": teacher_speed.as_dict(),

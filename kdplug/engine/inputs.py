@@ -108,6 +108,8 @@ class RunInputs:
     dev_caches: Optional[dict[str, TeacherCache]] = None
     transfer: Optional[TransferSet] = None
     transfer_outputs: Optional[TransferOutputs] = None
+    #: an ensemble's member whose layers layer methods read (None: ``teacher``'s, or no ensemble)
+    layer_teacher: Optional[Teacher] = None
 
     @property
     def tokenizer(self) -> Any:
@@ -147,6 +149,10 @@ def prepare_inputs(
     ``warm`` (:func:`warm_teacher`): the teacher's outputs computed now instead of judged, and no
     transfer set where the run does not read the teacher."""
     set_seed(teacher_seed(config))
+    if config.is_ensemble:
+        from .ensemble import prepare_ensemble_inputs
+
+        return prepare_ensemble_inputs(config, registry, env, loaded, record, warm=warm)
     base = load_task_and_teacher(config, registry, loaded)
     task, max_length, train, dev = base.task, base.max_length, base.train, base.dev
     trainer = student_trainer(config, env, task)

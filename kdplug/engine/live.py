@@ -45,6 +45,8 @@ class LiveSource:
     cache_layers: bool
     heads: Optional[TeacherHeads] = None
     layer_variation: dict[int, float] = field(default_factory=dict)
+    #: an ensemble's member whose layers the stages match (None: ``teacher``)
+    layer_teacher: Optional[Teacher] = None
 
     @classmethod
     def of_run(cls, config: RunConfig, inputs: RunInputs) -> LiveSource:
@@ -56,6 +58,7 @@ class LiveSource:
             caches=inputs.caches,
             transfer_outputs=inputs.transfer_outputs,
             cache_layers=inputs.caches.layers,
+            layer_teacher=inputs.layer_teacher,
         )
 
     @property
@@ -169,4 +172,5 @@ class LiveSource:
             ),
             heads=None,
             layer_variation={},
+            layer_teacher=None,
         )

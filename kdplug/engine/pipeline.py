@@ -310,7 +310,16 @@ class RunSession:
 
 def cache_summary(cached: dict[str, Any]) -> str:
     """``teacher cache: 70,400 bytes of logits, 0 bytes of layer vectors (train: built; dev: reused)``:
-    what the run's teacher outputs take on disk (metrics.json's ``teacher.cache`` has each split's)."""
+    what the run's teacher outputs take on disk (metrics.json's ``teacher.cache`` has each split's; an
+    ensemble's, each member's: ``teacher 0: ...; teacher 1: ...``)."""
+    if any("members" in split for split in cached.values()):
+        count = max(len(split.get("members", [])) for split in cached.values())
+        return "; ".join(
+            cache_summary({name: split["members"][i] for name, split in cached.items() if "members" in split}).replace(
+                "teacher cache:", f"teacher {i} cache:", 1
+            )
+            for i in range(count)
+        )
     sizes = {
         kind: sum(split[kind]["bytes"] for split in cached.values() if split[kind] is not None)
         for kind in ("logits", "layers")

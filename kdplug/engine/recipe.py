@@ -146,8 +146,14 @@ class EngineContext:
             {name: fingerprint.of_token_ids(split.input_ids) for name, split in self.dev.items()},
         )
 
+    @property
+    def layer_teacher(self) -> Teacher:
+        """The teacher whose layers students match: ``teacher``, or in an ensemble its layer teacher."""
+        return getattr(self.source, "layer_teacher", None) or self.teacher
+
     def teacher_layer_specs(self) -> list[LayerSpec]:
-        return list(matchable_layers(self.extractor(self.teacher.model).layer_specs(self.teacher.model)))
+        model = self.layer_teacher.model
+        return list(matchable_layers(self.extractor(model).layer_specs(model)))
 
     # -- components -------------------------------------------------------------------------
     def extractor(self, model: nn.Module):
@@ -187,14 +193,15 @@ class EngineContext:
         )
 
     def projection_request(self, student: nn.Module) -> ProjectionRequest:
-        teacher_extractor, student_extractor = self.extractor(self.teacher.model), self.extractor(student)
+        teacher_model = self.layer_teacher.model
+        teacher_extractor, student_extractor = self.extractor(teacher_model), self.extractor(student)
         return ProjectionRequest(
-            teacher_layers=matchable_layers(teacher_extractor.layer_specs(self.teacher.model)),
+            teacher_layers=matchable_layers(teacher_extractor.layer_specs(teacher_model)),
             student_layers=matchable_layers(student_extractor.layer_specs(student)),
             num_outputs=num_outputs(self.task),
             is_regression=self.task.is_regression,
             seed=self.config.seed,
-            teacher_tokens=token_spec(teacher_extractor, self.teacher.model),
+            teacher_tokens=token_spec(teacher_extractor, teacher_model),
             student_tokens=token_spec(student_extractor, student),
         )
 

@@ -20,6 +20,7 @@ from ..types import StageResult, Task, Teacher, Weights, reads_teacher_layers
 from . import preflight
 from .checkpoint import Checkpointer
 from .data import EncodedSplit, WithTransfer
+from .ensemble import at_temperature
 from .objective import DistillationModule, TeacherHeads, WeightedObjective
 from .schedule import DEFAULT_LR, default_epochs, family_default, resolve_min_epochs, resolve_patience, stopping_rule
 from .teacher import LiveTeacher
@@ -164,6 +165,7 @@ def prepare_stage(context: Any, request: StageRequest) -> Stage:
     examples = len(train)
     if needs_teacher:  # a transfer set only teaches through the teacher's outputs
         train, train_cache, examples = source.with_transfer(student, train, train_cache)
+        train_cache = at_temperature(train_cache, weights.temperature)  # an ensemble's target at the stage's
     parts = [train.labelled, train.transfer] if isinstance(train, WithTransfer) else [train]
     check_vocabulary(student, name, [*parts, *dev.values()])
     live = live_teacher(context, student, name) if module.needs_tokens else None

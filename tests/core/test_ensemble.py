@@ -1,0 +1,172 @@
+"""Teacher ensembles: the target is the weighted mean of the members' probabilities at the run's
+temperature (checked against the formula computed here, in float64, from each member model run
+directly, and inside the real training step); each member is cached under its own key, so changing
+one recomputes only its outputs; a member whose labels are not the task's is refused before training."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from kdplug.cli import main
+from kdplug.engine.ensemble import EnsembleCache
+from kdplug.testing import tiny_run_args
+from kdplug.testing.tiny import make_tiny_classifier
+from kdplug_methods.losses import KDLoss
+
+from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
+
+TEMPERATURE = 3.0
+#: one student epoch from teachers used as given (their heads fit the task: never fine-tuned), in fp32 as
+#: the reference computes them (this CPU runs the teacher in bf16 under auto)
+SETTINGS = dict(epochs=1, teacher_epochs=None, batch_size=4, temperature=TEMPERATURE, precision="fp32")
+
+
+def sharp_classifier(path, seed: int) -> str:
+    """A tiny classifier whose logits differ from example to example by units (a random head's are
+    all near 0, and would hide a wrong row behind a small difference): its head scaled up, and
+    centred on the task's sentences."""
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    make_tiny_classifier(path, seed=seed)
+    model, tokenizer = BertForSequenceClassification.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+    texts = [text for text, _ in SST2_TRAIN + SST2_DEV]
+    with torch.no_grad():
+        model.classifier.weight.mul_(1000.0)
+        model.classifier.bias.zero_()
+        logits = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits
+        model.classifier.bias.copy_(-logits.mean(dim=0))
+    model.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def members(tmp_path_factory):
+    """Tiny classifiers of the task's labels (three seeds) and one whose labels are other names."""
+    root = tmp_path_factory.mktemp("members")
+    return {
+        "a": sharp_classifier(root / "a", seed=0),
+        "b": sharp_classifier(root / "b", seed=1),
+        "c": sharp_classifier(root / "c", seed=2),
+        "other_labels": make_tiny_classifier(root / "other", label_names=["bad", "good"], seed=3),
+    }
+
+
+@pytest.fixture
+def sst2_dir(tmp_path):
+    return write_sst2(tmp_path / "SST-2", dev=SST2_DEV * 3)
+
+
+def teachers(*entries) -> str:
+    """``--set teachers=[...]``: each entry a path, or (path, weight)."""
+    parts = [f"{{teacher: {e}}}" if isinstance(e, str) else f"{{teacher: {e[0]}, weight: {e[1]}}}" for e in entries]
+    return f"teachers=[{', '.join(parts)}]"
+
+
+def run(capsys, data, output, *extra):
+    code = main(["run", *tiny_run_args(task="sst2", data_dir=data, **SETTINGS), *extra, "--output", str(output)])
+    captured = capsys.readouterr()
+    metrics_path = output / "metrics.json"
+    return code, captured.out + captured.err, json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
+
+
+def member_logits(path: str, texts: list[str]) -> np.ndarray:
+    """The member's logits, from its checkpoint run directly by transformers, one text at a time."""
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    tokenizer, model = AutoTokenizer.from_pretrained(path), BertForSequenceClassification.from_pretrained(path).eval()
+    with torch.no_grad():
+        return np.stack([model(**tokenizer(text, return_tensors="pt")).logits[0].double().numpy() for text in texts])
+
+
+def mean_probabilities(logits: list[np.ndarray], weights: list[float], temperature: float) -> np.ndarray:
+    """sum_i w_i softmax(z_i / T), in float64."""
+    total = 0.0
+    for z, w in zip(logits, weights):
+        e = np.exp(z / temperature - (z / temperature).max(axis=1, keepdims=True))
+        total = total + w * e / e.sum(axis=1, keepdims=True)
+    return total
+
+
+def test_the_target_is_the_weighted_mean_of_the_members_probabilities_and_the_student_learns_it(
+    capsys, tmp_path, sst2_dir, members, monkeypatch
+):
+    fetched, kd_terms = [], []
+    original_fetch, original_kd = EnsembleCache.fetch, KDLoss.forward
+
+    def fetch(self, index, device="cpu"):
+        logits, layers = original_fetch(self, index, device)
+        fetched.append((index.clone(), logits.clone(), self.temperature))
+        return logits, layers
+
+    def kd(self, student_logits, teacher_logits, weights=None):
+        value = original_kd(self, student_logits, teacher_logits, weights)
+        kd_terms.append((student_logits.detach().double().clone(), teacher_logits.clone(), float(value.detach())))
+        return value
+
+    monkeypatch.setattr(EnsembleCache, "fetch", fetch)
+    monkeypatch.setattr(KDLoss, "forward", kd)
+    code, out, metrics = run(capsys, sst2_dir, tmp_path / "run", "--set", teachers(members["a"], (members["b"], 3)))
+    assert code == 0, out
+
+    # the formula, computed here from each member's own logits: weights 1 and 3 are 0.25 and 0.75
+    texts = [text for text, _ in SST2_TRAIN]
+    reference = mean_probabilities([member_logits(members[m], texts) for m in ("a", "b")], [0.25, 0.75], TEMPERATURE)
+    index, logits, temperature = fetched[0]
+    assert temperature == TEMPERATURE
+    assert np.ptp(reference[:, 1]) > 0.01  # the members' probabilities differ from example to example
+    target = torch.softmax(logits.double() / TEMPERATURE, dim=-1).numpy()
+    np.testing.assert_allclose(target, reference[index.numpy()], atol=1e-6, rtol=0)
+    # ... and the KD term of the first training step is τ²·KL(target ‖ student) against that reference
+    student, teacher_logits, value = kd_terms[0]
+    assert torch.equal(teacher_logits, logits)
+    log_student = torch.log_softmax(student / TEMPERATURE, dim=-1).numpy()
+    rows = reference[index.numpy()]
+    expected = TEMPERATURE**2 * np.mean(np.sum(rows * (np.log(rows) - log_student), axis=1))
+    assert value == pytest.approx(expected, rel=0, abs=1e-6)  # the loss sums float32 terms of about 0.3
+
+    teacher = metrics["teacher"]
+    assert teacher["ensemble"]["weights"] == [0.25, 0.75] and teacher["ensemble"]["temperature"] == TEMPERATURE
+    assert [member["name"] for member in teacher["members"]] == [members["a"], members["b"]]
+    # the ensemble's dev accuracy is the argmax of the mean on dev; each member's its own
+    dev_texts = [text for text, _ in SST2_DEV * 3]
+    dev_labels = np.array([label for _, label in SST2_DEV * 3])
+    dev_logits = [member_logits(members[m], dev_texts) for m in ("a", "b")]
+    ensemble_accuracy = (mean_probabilities(dev_logits, [0.25, 0.75], TEMPERATURE).argmax(1) == dev_labels).mean()
+    assert teacher["dev"]["dev"]["accuracy"] == pytest.approx(ensemble_accuracy)
+    for member, z in zip(teacher["members"], dev_logits):
+        assert member["dev"]["dev"]["accuracy"] == pytest.approx((z.argmax(1) == dev_labels).mean())
+    assert "ensemble of 2 teachers" in out and "teacher 1 (" in out  # the closing table's rows
+
+
+def reused(member: dict, split: str) -> bool:
+    return member["cache"][split]["logits"]["reused"]
+
+
+def test_changing_one_member_recomputes_only_its_outputs(capsys, tmp_path, sst2_dir, members):
+    code, out, single = run(capsys, sst2_dir, tmp_path / "single", "--teacher", members["a"])
+    assert code == 0, out
+    code, out, first = run(capsys, sst2_dir, tmp_path / "ab", "--set", teachers(members["a"], members["b"]))
+    assert code == 0, out
+    a, b = first["teacher"]["members"]
+    # a's entries are the ones its one-teacher run made: the same keys, reused
+    assert a["cache"]["train"]["logits"]["key"] == single["teacher"]["cache"]["train"]["logits"]["key"]
+    assert reused(a, "train") and reused(a, "dev") and not reused(b, "train") and not reused(b, "dev")
+
+    code, out, second = run(capsys, sst2_dir, tmp_path / "ac", "--set", teachers(members["a"], members["c"]))
+    assert code == 0, out
+    a, c = second["teacher"]["members"]
+    assert reused(a, "train") and reused(a, "dev") and not reused(c, "train") and not reused(c, "dev")
+    assert c["cache"]["train"]["logits"]["key"] != b["cache"]["train"]["logits"]["key"]
+
+
+def test_a_member_whose_labels_are_not_the_tasks_is_refused_before_training(capsys, tmp_path, sst2_dir, members):
+    output = tmp_path / "run"
+    code, out, metrics = run(capsys, sst2_dir, output, "--set", teachers(members["a"], members["other_labels"]))
+    assert code == 2, out
+    assert "teacher 1 (" in out and "['bad', 'good']" in out and "['negative', 'positive']" in out
+    assert "Traceback" not in out
+    assert "stages" not in metrics and not (output / "checkpoints").exists()
