@@ -155,7 +155,9 @@ def dry_run(
     preflight.writable_paths(config, output, cache_root, registry)
     replaces = None if resume else RunDirectory.check_new(output, overwrite=overwrite)
     set_seed(teacher_seed(config))
-    base = load_task_and_teacher(config, registry)
+    # an ensemble's first member is its primary teacher: it encodes the students' data (engine/ensemble.py)
+    primary = config.member_config(config.members()[0]) if config.is_ensemble else config
+    base = load_task_and_teacher(primary, registry)
     plan: dict[str, Any] = {
         "notes": notes + base.teacher.notes,
         "output": str(output),
@@ -165,13 +167,15 @@ def dry_run(
         "task": _task_plan(base.task, base.train, base.dev),
         "tokenizer": _tokenizer_plan(base.teacher.tokenizer, base.max_length),
     }
-    inputs = planned_inputs(config, registry, base, cache_root, plan)
+    inputs = planned_inputs(primary, registry, base, cache_root, plan)
     reads_teacher = preflight.reads_teacher(config, registry)
     plan["teacher_outputs"] = (
         _cached_outputs(config, registry, inputs)
         if reads_teacher
         else f"not needed ({config.projector} reads no teacher output)"
     )
+    if config.is_ensemble:
+        plan["teacher"]["members"] = _plan_members(config, registry, cache_root, base.task, reads_teacher)
     plan["check"] = (
         "the teacher's dev metric against the majority class; a weak teacher stops the run"
         if reads_teacher and not config.allow_weak_teacher
@@ -210,6 +214,42 @@ def planned_inputs(
         caches=PlannedOutputs(ready=finetuned is not None, layers=preflight.reads_teacher_layers(config, registry)),
         teacher_info=plan["teacher"],
     )
+
+
+def _plan_members(
+    config: RunConfig, registry: Registry, cache_root: Path, task: Any, reads_teacher: bool
+) -> list[dict[str, Any]]:
+    """Each ensemble member as a one-teacher plan has its teacher: what it is, its fine-tuning, its weight
+    and which of its outputs the cache holds (each member has its own keys)."""
+    examples = {name: task.load_split(name) for name in ("train", *task.dev_splits)}
+    members = []
+    for entry in config.members():
+        member_config, member_plan = config.member_config(entry), {}
+        inputs = planned_inputs(
+            member_config,
+            registry,
+            load_task_and_teacher(member_config, registry, (task, examples)),
+            cache_root,
+            member_plan,
+        )
+        outputs = _cached_outputs(member_config, registry, inputs) if reads_teacher else "not needed"
+        members.append({"index": entry.index, "weight": entry.weight, **member_plan["teacher"], "cached": outputs})
+    return members
+
+
+def _member_lines(members: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for member in members:
+        cached = member["cached"]
+        outputs = cached if isinstance(cached, str) else ", ".join(f"{k} {v}" for k, v in cached.items())
+        lines.append(
+            f"  member {member['index']} {member['name']} (weight {member['weight']:.3g}): {member['class']}, "
+            f"{human_count(member['parameters'])} parameters; fine-tuning: {finetune_line(member['finetune'])}; "
+            f"outputs: {outputs}"
+        )
+        if member.get("kind"):
+            lines.append(f"            kind: {member['kind']}")
+    return lines
 
 
 def _task_plan(task, train, dev) -> dict[str, Any]:
@@ -473,6 +513,12 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
         f"task        {task['name']}: {labels}{', sentence pairs' if task['pairs'] else ''}; train "
         f"{task['train']}, {dev}; model selection on {task['main_metric']}"
     )
+    if teacher.get("members"):
+        lines.append(
+            f"teachers    an ensemble of {len(teacher['members'])}: the target is the weighted mean of their "
+            f"probabilities; the first reads the students' text"
+        )
+        lines += _member_lines(teacher["members"])
     lines.append(
         f"teacher     {teacher['name']}: {teacher['class']}, {human_count(teacher['parameters'])} parameters, "
         f"from {teacher['source']}"

@@ -170,3 +170,15 @@ def test_a_member_whose_labels_are_not_the_tasks_is_refused_before_training(caps
     assert "teacher 1 (" in out and "['bad', 'good']" in out and "['negative', 'positive']" in out
     assert "Traceback" not in out
     assert "stages" not in metrics and not (output / "checkpoints").exists()
+
+
+def test_the_dry_run_lists_each_member_with_what_the_cache_holds_of_it(capsys, tmp_path, sst2_dir, members):
+    code, out, _ = run(capsys, sst2_dir, tmp_path / "single", "--teacher", members["a"])
+    assert code == 0, out
+    code, out, _ = run(capsys, sst2_dir, tmp_path / "plan", "--set", teachers(members["a"], members["b"]), "--dry-run")
+    assert code == 0, out
+    assert "an ensemble of 2" in out
+    first, second = (line for line in out.splitlines() if line.startswith("  member "))
+    assert "member 0" in first and "weight 0.5" in first and "train cached, dev cached" in first
+    assert "member 1" in second and "train computed once, then cached" in second
+    assert not (tmp_path / "plan").exists()
