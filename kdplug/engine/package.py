@@ -15,6 +15,7 @@ import copy
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import yaml
@@ -261,7 +262,7 @@ def model_card(
         yaml.safe_dump(_card_metadata(config, task, split, student_dev), sort_keys=False).strip(),
         "---",
         "",
-        f"# {config.student} distilled from {display_name(config.teacher)} with {config.projector} ({task.name})",
+        f"# {config.student} distilled from {_teacher_title(config, metrics)} with {config.projector} ({task.name})",
         "",
         f"A `{student_class}` student trained with [kdplug](https://pypi.org/project/kdplug/) {__version__}: "
         f"knowledge distillation from the teacher {_teacher_name(config, metrics)} on "
@@ -392,9 +393,25 @@ def _training_lines(config: Any, metrics: dict) -> list[str]:
     return lines
 
 
+def _teacher_title(config: Any, metrics: dict) -> str:
+    members = metrics.get("teacher", {}).get("members")
+    if members:
+        return "an ensemble of " + " + ".join(display_name(str(member.get("name"))) for member in members)
+    return display_name(config.teacher)
+
+
 def _teacher_name(config: Any, metrics: dict) -> str:
     """The teacher as the run named it, and the hub id it loaded where that says more
-    (``bert-base``: ``bert-base-uncased``); never a local directory's path."""
+    (``bert-base``: ``bert-base-uncased``); never a local directory's path. An ensemble: each member
+    so, with its weight (the target is the weighted mean of their probabilities)."""
+    members = metrics.get("teacher", {}).get("members")
+    if members:
+        named = [
+            f"{_teacher_name(SimpleNamespace(teacher=member.get('name')), {'teacher': member})} "
+            f"(weight {member.get('weight', 0):.3g})"
+            for member in members
+        ]
+        return "ensemble " + ", ".join(named) + " (the weighted mean of their probabilities)"
     name = display_name(str(config.teacher))
     source = str(metrics.get("teacher", {}).get("source") or "")
     if source and is_hub_id(source) and not Path(source).expanduser().exists() and source != name:
@@ -424,12 +441,13 @@ def _results_table(metrics: dict, speed: dict, student_dev: dict, teacher_dev: d
     names = sorted(student_dev, key=lambda k: (k != metrics.get("main_metric"), k))
     header = ["model", "parameters", "weights"] + names + ["ms/example (batch 1)", "examples/s (batch 32)", "speed-up"]
     rows = []
+    ensemble = bool(metrics.get("teacher", {}).get("members"))
     for who, dev in (("teacher", teacher_dev), ("student", student_dev)):
-        measured = speed.get(who) or {}
+        measured = {} if who == "teacher" and ensemble else speed.get(who) or {}  # timed: its first member only
         parameters = metrics.get(who, {}).get("parameters") or measured.get("parameters")
         rows.append(
             [
-                who,
+                "teacher ensemble" if who == "teacher" and ensemble else who,
                 f"{parameters / 1e6:.1f}M" if parameters else "",
                 f"{measured['weights_mb']:.1f} MB" if measured else "",
                 *[f"{dev[name] * 100:.2f}" if name in dev else "" for name in names],
@@ -437,7 +455,7 @@ def _results_table(metrics: dict, speed: dict, student_dev: dict, teacher_dev: d
                 f"{measured['throughput']:.0f}" if measured else "",
                 "1.00x"
                 if who == "teacher" and measured
-                else (f"{speed['speedup']:.2f}x" if who == "student" and speed.get("speedup") else ""),
+                else (f"{speed['speedup']:.2f}x" if who == "student" and speed.get("speedup") and not ensemble else ""),
             ]
         )
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]

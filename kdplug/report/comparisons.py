@@ -29,6 +29,8 @@ SETUP_KEYS = ("task", "task_options", "data_dir", "data_fingerprint", "best_chec
 FACTOR_KEYS = (
     "teacher",
     "teacher_options",
+    "teachers",
+    "layer_teacher",
     "student",
     "student_options",
     "max_length",
@@ -181,6 +183,8 @@ def name_factors(group: Group) -> None:
     methods = list(group.methods.values())
     common = {k: methods[0].values.get(k) for k in FACTOR_KEYS if len({_key(m.values.get(k)) for m in methods}) == 1}
     teacher = Path(str(common["teacher"])).name if "teacher" in common else "several teachers"
+    if common.get("teachers"):  # an ensemble: its members, not the unused teacher key
+        teacher = " + ".join(Path(str(entry.get("teacher"))).name for entry in common["teachers"])
     student = common.get("student", "several students")
     group.title = f"{group.title}: {teacher} → {student}"
     varying = [k for k in FACTOR_KEYS if k not in common]

@@ -129,6 +129,10 @@ def resolved_config(run: Run) -> dict[str, Any]:
     student trained at), so that methods are told apart, and labelled, by what actually ran."""
     config = {**run.metrics.get("config", {}), **run.config}
     config["data_fingerprint"] = run.data_fingerprint  # data edited in place is another setup
+    if not config.get("teachers"):  # one teacher: as recorded before ensembles existed
+        config.pop("teachers", None)
+        if config.get("layer_teacher") is None:
+            config.pop("layer_teacher", None)
     student = run.metrics.get("student", {})
     if config.get("recipe") is None and student.get("recipe"):
         config["recipe"] = student["recipe"]

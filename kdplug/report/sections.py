@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .. import compare
+from ..hub import display_name
 from ..layout import ATTENTION_FILE
 from ..progress import human_count
 from .comparisons import Group, GroupComparison, Method, PairComparison
@@ -50,6 +51,10 @@ def summary_section(doc: Document, runs: list[Run]) -> None:
         prompted = run.metrics.get("teacher", {}).get("prompted")
         if prompted:
             doc.para(f"{run.label}: {prompted_teacher_line(prompted)}")
+        if run.metrics.get("teacher", {}).get("members"):
+            doc.para(
+                f"{run.label}: {ensemble_line(run.metrics['teacher'], run.metrics.get('main_metric', 'accuracy'))}"
+            )
     doc.para(
         "agreement: the share of dev examples on which the student predicts the teacher's class (what "
         "distillation optimises; a transfer set raises it before it raises accuracy)."
@@ -88,6 +93,26 @@ def _summary_row(run: Run) -> list[str]:
         human_count(student.get("parameters", 0)),
         *closing,
     ]
+
+
+def ensemble_line(teacher: dict[str, Any], metric: str) -> str:
+    """An ensemble teacher as metrics.json recorded it: each member's weight and dev score, and the
+    ensemble's (the teacher column's)."""
+
+    def score(record: dict[str, Any]) -> str:
+        dev = record.get("dev") or {}
+        split = next(iter(dev), None)
+        return f"{split} {metric} {pct(dev[split].get(metric))}" if split else "not judged"
+
+    members = "; ".join(
+        f"teacher {i} `{display_name(str(member.get('name')))}` (weight {member.get('weight', 0):.3g}, {score(member)})"
+        for i, member in enumerate(teacher["members"])
+    )
+    temperature = teacher.get("ensemble", {}).get("temperature")
+    return (
+        f"the teacher is an ensemble of {len(teacher['members'])}, its target the weighted mean of their "
+        f"probabilities at temperature {temperature:g}: {members}; the ensemble's {score(teacher)}"
+    )
 
 
 def prompted_teacher_line(prompted: dict[str, Any]) -> str:

@@ -141,6 +141,14 @@ def test_the_target_is_the_weighted_mean_of_the_members_probabilities_and_the_st
         assert member["dev"]["dev"]["accuracy"] == pytest.approx((z.argmax(1) == dev_labels).mean())
     assert "ensemble of 2 teachers" in out and "teacher 1 (" in out  # the closing table's rows
 
+    # the report's teacher column is the ensemble's, and it names the members; so does the model card
+    assert main(["report", str(tmp_path / "run"), "--output", str(tmp_path / "report")]) == 0
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "the teacher is an ensemble of 2" in report and f"dev accuracy {ensemble_accuracy * 100:.2f}" in report
+    assert "`a` (weight 0.25" in report and "`b` (weight 0.75" in report
+    card = (tmp_path / "run" / "student" / "README.md").read_text()
+    assert "distilled from an ensemble of a + b" in card and "(weight 0.75)" in card
+
 
 def reused(member: dict, split: str) -> bool:
     return member["cache"][split]["logits"]["reused"]
