@@ -128,3 +128,8 @@ class RecipeContext(Protocol):
     def data_fingerprint(self) -> str:
         """A fingerprint of the run's tokenised training and dev data (for keys of what a recipe stores)."""
         ...
+
+    def teacher_fingerprint(self) -> str:
+        """A fingerprint of what students learn from (for keys of what a recipe stores): the teacher's
+        weights (:func:`kdplug.fingerprint.of_teacher_model`); for an ensemble, its members' and their weights."""
+        ...

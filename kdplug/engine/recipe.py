@@ -151,6 +151,16 @@ class EngineContext:
         """The teacher whose layers students match: ``teacher``, or in an ensemble its layer teacher."""
         return getattr(self.source, "layer_teacher", None) or self.teacher
 
+    def teacher_fingerprint(self) -> str:
+        members = getattr(getattr(self.source, "caches", None), "members", None)
+        if members and members[0].teacher is self.teacher:  # the run's ensemble (not an assistant after it)
+            return fingerprint.of_values(
+                "teacher-ensemble",
+                [fingerprint.of_teacher_model(member.teacher.model) for member in members],
+                [member.member.weight for member in members],
+            )
+        return fingerprint.of_teacher_model(self.teacher.model)
+
     def teacher_layer_specs(self) -> list[LayerSpec]:
         model = self.layer_teacher.model
         return list(matchable_layers(self.extractor(model).layer_specs(model)))

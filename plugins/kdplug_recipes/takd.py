@@ -132,7 +132,7 @@ class TAKD:
         )
         data = ctx.data_fingerprint()
         teaching, teacher_label = ctx, settings.teacher
-        previous = teacher_fingerprint = fingerprint.of_teacher_model(ctx.teacher.model)
+        previous = teacher_fingerprint = ctx.teacher_fingerprint()  # an ensemble's: its members' and weights
         for number, link in enumerate(links, start=1):
             stage = f"link{number}-{link.name}"
             model = self.build(ctx, link)

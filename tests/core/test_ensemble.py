@@ -190,3 +190,33 @@ def test_the_dry_run_lists_each_member_with_what_the_cache_holds_of_it(capsys, t
     assert "member 0" in first and "weight 0.5" in first and "train cached, dev cached" in first
     assert "member 1" in second and "train computed once, then cached" in second
     assert not (tmp_path / "plan").exists()
+
+
+def test_a_served_member_and_an_in_process_one_and_the_served_ones_answers_reused(capsys, tmp_path, members):
+    """A served language model (the test kit's OpenAI-compatible server on localhost) beside a checkpoint:
+    each is asked once; changing the checkpoint sends the server no request on the next run."""
+    from kdplug.testing.decoders import make_tiny_causal_lm
+    from kdplug.testing.openai_server import OpenAIServer
+
+    lm = make_tiny_causal_lm(tmp_path / "gpt2", "gpt2")
+    data = write_sst2(tmp_path / "SST-2")
+    prompt = {"prompt": "Review: {text}\nSentiment:", "verbalizer": {"negative": " bad", "positive": " good"}}
+    with OpenAIServer(lm) as server:
+
+        def config(checkpoint: str) -> str:
+            served = {"base_url": server.base_url, "tokenizer": lm, **prompt}
+            entries = [{"teacher": checkpoint}, {"teacher": f"served:{server.name}", "teacher_options": served}]
+            path = tmp_path / f"ensemble-{len(list(tmp_path.glob('ensemble-*')))}.json"
+            path.write_text(json.dumps({"teachers": entries}))
+            return str(path)
+
+        code, out, first = run(capsys, data, tmp_path / "first", "--config", config(members["a"]))
+        assert code == 0, out
+        asked = server.requests["completions"]
+        assert asked > 0 and set(server.answered.values()) == {1}
+        code, out, second = run(capsys, data, tmp_path / "second", "--config", config(members["c"]))
+        assert code == 0, out
+        assert server.requests["completions"] == asked  # the served member's answers: all from the cache
+    checkpoint, served_member = second["teacher"]["members"]
+    assert reused(served_member, "train") and reused(served_member, "dev") and not reused(checkpoint, "train")
+    assert "dev" in served_member and "dev" in second["teacher"]
