@@ -220,3 +220,16 @@ def test_a_served_member_and_an_in_process_one_and_the_served_ones_answers_reuse
     checkpoint, served_member = second["teacher"]["members"]
     assert reused(served_member, "train") and reused(served_member, "dev") and not reused(checkpoint, "train")
     assert "dev" in served_member and "dev" in second["teacher"]
+
+
+def test_a_layer_method_reads_the_named_members_layers_and_without_one_is_refused(capsys, tmp_path, sst2_dir, members):
+    pair = ["--projector", "cka", "--set", teachers(members["a"], members["b"])]
+    code, out, metrics = run(capsys, sst2_dir, tmp_path / "unnamed", *pair)
+    assert code == 2 and "layer_teacher" in out and "Traceback" not in out, out
+    assert "stages" not in metrics
+
+    code, out, metrics = run(capsys, sst2_dir, tmp_path / "named", *pair, "--set", "layer_teacher=1")
+    assert code == 0, out
+    first, second = metrics["teacher"]["members"]
+    assert first["cache"]["train"]["layers"] is None  # logits only: its layers are never read
+    assert second["cache"]["train"]["layers"] is not None and metrics["teacher"]["ensemble"]["layer_teacher"] == 1
