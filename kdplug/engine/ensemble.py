@@ -369,7 +369,7 @@ def prepare_members(config: RunConfig, registry: Registry, env: Any, loaded: Any
         try:
             base = run_inputs.load_task_and_teacher(member_config, registry, loaded)
         except UsageError as exc:
-            raise UsageError(f"ensemble {label}: {exc}") from exc
+            raise UsageError(f"ensemble {label}: {member_options(str(exc), entry.index)}") from exc
         member_env = dataclasses.replace(env, echo=lambda line, label=label: env.echo(f"{label}: {line}"))
         if entry.index:  # its fine-tuning's checkpoints apart from the other members'
             member_env = dataclasses.replace(member_env, checkpoints=member_checkpoints(env.checkpoints, entry.index))
@@ -403,6 +403,13 @@ def prepare_members(config: RunConfig, registry: Registry, env: Any, loaded: Any
         check_label_names(member, base.task)
         members.append(member)
     return members
+
+
+def member_options(message: str, index: int) -> str:
+    """A one-teacher message's ``--set teacher_options.KEY=...`` as the member's ``teachers.N.teacher_options.KEY``."""
+    for quote in ("'", ""):
+        message = message.replace(f"--set {quote}teacher_options.", f"--set {quote}teachers.{index}.teacher_options.")
+    return message
 
 
 def member_checkpoints(checkpoints: Any, index: int) -> Any:
@@ -444,9 +451,12 @@ def prepare_ensemble_inputs(
     elif reads_teacher:
         for member in members:
             echo = member_echo(env.echo, member)
-            run_inputs.check_teacher(
-                member.config, task, member.base.dev, member.outputs.dev_caches(), member.info, echo
-            )
+            try:
+                run_inputs.check_teacher(
+                    member.config, task, member.base.dev, member.outputs.dev_caches(), member.info, echo
+                )
+            except run_inputs.WeakTeacherError as exc:
+                raise run_inputs.WeakTeacherError(f"ensemble {member.label}: {exc}") from exc
         dev_caches = caches.dev_caches()
         info["dev"] = ensemble_dev(task, primary.base.dev, dev_caches)
         first = task.dev_splits[0]

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kdplug.cli import main
 from kdplug.testing import tiny_run_args
@@ -180,6 +181,8 @@ def test_every_documented_run_resolves_with_dry_run(words, tmp_path, monkeypatch
             model_stand_in(settings["teacher_options.tokenizer"], hub_cache, causal_lm=True)
         elif name:
             model_stand_in(HUB_TEACHERS.get(name, name), hub_cache)
+    for entry in yaml.safe_load(settings.get("teachers", "[]")) or []:  # an ensemble's members
+        model_stand_in(HUB_TEACHERS.get(entry["teacher"], entry["teacher"]), hub_cache)
     if settings.get("student_options.source"):  # the pre-trained encoder a student starts from
         model_stand_in(settings["student_options.source"], hub_cache)
     data_stand_in(words, settings)

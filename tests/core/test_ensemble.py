@@ -176,6 +176,7 @@ def test_a_member_whose_labels_are_not_the_tasks_is_refused_before_training(caps
     code, out, metrics = run(capsys, sst2_dir, output, "--set", teachers(members["a"], members["other_labels"]))
     assert code == 2, out
     assert "teacher 1 (" in out and "['bad', 'good']" in out and "['negative', 'positive']" in out
+    assert "--set 'teachers.1.teacher_options.label_map=" in out  # the member's own option
     assert "Traceback" not in out
     assert "stages" not in metrics and not (output / "checkpoints").exists()
 
