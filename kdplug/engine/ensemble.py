@@ -308,7 +308,7 @@ def check_label_names(member: Member, task: Task) -> None:
     """A member's outputs mean the task's classes in the task's order: refused otherwise, naming both lists."""
     config = getattr(member.teacher.model, "config", None)
     id2label = getattr(config, "id2label", None) or {}
-    if not task.labels or not id2label:
+    if not task.labels or len(id2label) != len(task.labels):  # not a classifier of the task's classes (a prompted LM)
         return
     names = [str(id2label.get(i, id2label.get(str(i), ""))) for i in range(len(id2label))]
     if all(name.upper().startswith("LABEL_") for name in names):  # unnamed: read in the task's order

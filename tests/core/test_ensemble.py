@@ -234,3 +234,14 @@ def test_a_layer_method_reads_the_named_members_layers_and_without_one_is_refuse
     first, second = metrics["teacher"]["members"]
     assert first["cache"]["train"]["layers"] is None  # logits only: its layers are never read
     assert second["cache"]["train"]["layers"] is not None and metrics["teacher"]["ensemble"]["layer_teacher"] == 1
+
+
+def test_the_combination_is_stable_for_confident_members_and_a_mean_of_scores_for_a_regression():
+    from kdplug.engine.ensemble import combined_logits
+
+    # one member sure of class 0 (a probability of e^-1000 for class 1), the other of class 1, weights 1/4 and 3/4
+    z = combined_logits([np.array([[1000.0, 0.0]]), np.array([[0.0, 1000.0]])], [0.25, 0.75], 1.0, False)
+    assert np.isfinite(z).all()
+    np.testing.assert_allclose(torch.softmax(torch.from_numpy(z).double(), -1).numpy(), [[0.25, 0.75]], atol=1e-7)
+    scores = combined_logits([np.array([[1.0], [2.0]]), np.array([[3.0], [6.0]])], [0.25, 0.75], 2.0, True)
+    np.testing.assert_allclose(scores, [[2.5], [5.0]])
