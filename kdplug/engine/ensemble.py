@@ -36,7 +36,7 @@ from . import preflight
 from . import teacher as teacher_stage
 from .cache import TeacherCache
 from .schedule import DEFAULT_TEMPERATURE
-from .trainer import predictions_from_logits
+from .trainer import count_parameters, inference_precision, predictions_from_logits
 
 log = logging.getLogger("kdplug")
 
@@ -288,37 +288,28 @@ def layer_index(config: RunConfig, members: list[Member], reads_layers: bool) ->
 
 
 def _has_layers(member: Member) -> bool:
-    if member.extractor is None:
-        return False
     try:
         return bool(teacher_stage.matchable_specs(member.extractor, member.teacher.model)[0])
     except (PluginError, NotImplementedError, AttributeError, TypeError):
         return False
 
 
-def extractor_of(registry: Registry, teacher: Teacher) -> Any:
-    """The member's layer extractor, None where none supports its model (a served one reads none)."""
-    try:
-        return registry.find_layer_extractor(teacher.model)
-    except PluginError:
-        return None
-
-
-def check_label_names(member: Member, task: Task) -> None:
-    """A member's outputs mean the task's classes in the task's order: refused otherwise, naming both lists."""
-    config = getattr(member.teacher.model, "config", None)
+def check_label_names(teacher: Teacher, task: Task, label: str, index: int) -> None:
+    """A member's outputs mean the task's classes in the task's order: refused otherwise (before it is
+    fine-tuned or run), naming both lists."""
+    config = getattr(teacher.model, "config", None)
     id2label = getattr(config, "id2label", None) or {}
     if not task.labels or len(id2label) != len(task.labels):  # not a classifier of the task's classes (a prompted LM)
         return
     names = [str(id2label.get(i, id2label.get(str(i), ""))) for i in range(len(id2label))]
     if all(name.upper().startswith("LABEL_") for name in names):  # unnamed: read in the task's order
         return
-    if names != [str(label) for label in task.labels]:
+    if names != [str(name) for name in task.labels]:
         raise UsageError(
-            f"ensemble {member.label}: its outputs are labelled {names}, but the task {task.name!r} has the labels "
+            f"ensemble {label}: its outputs are labelled {names}, but the task {task.name!r} has the labels "
             f"{list(task.labels)}; an ensemble averages the members' probabilities class by class, so each member "
-            f"must predict the task's labels (map them with --set "
-            f"teachers.{member.member.index}.teacher_options.label_map=..., or choose a teacher for this task)"
+            f"must predict the task's labels (map them with --set teachers.{index}.teacher_options.label_map=..., "
+            f"or choose a teacher for this task)"
         )
 
 
@@ -370,16 +361,17 @@ def prepare_members(config: RunConfig, registry: Registry, env: Any, loaded: Any
             base = run_inputs.load_task_and_teacher(member_config, registry, loaded)
         except UsageError as exc:
             raise UsageError(f"ensemble {label}: {member_options(str(exc), entry.index)}") from exc
+        check_label_names(base.teacher, base.task, label, entry.index)
         member_env = dataclasses.replace(env, echo=lambda line, label=label: env.echo(f"{label}: {line}"))
         if entry.index:  # its fine-tuning's checkpoints apart from the other members'
             member_env = dataclasses.replace(member_env, checkpoints=member_checkpoints(env.checkpoints, entry.index))
         teacher, info = run_inputs.prepare_teacher(member_config, registry, base, member_env)
         teacher_stage.freeze(teacher)
-        info["parameters"] = run_inputs.count_parameters(teacher.model)
-        info["precision"] = run_inputs.inference_precision(config.precision, env.accelerator.device)
+        info["parameters"] = count_parameters(teacher.model)
+        info["precision"] = inference_precision(config.precision, env.accelerator.device)
         info["index"] = entry.index
         train, dev = teacher_stage.teacher_splits(teacher, base.task, base.max_length, base.train, base.dev)
-        extractor = extractor_of(registry, teacher)
+        extractor = registry.find_layer_extractor(teacher.model)
         outputs = teacher_stage.TeacherOutputs(
             teacher=teacher,
             extractor=extractor,
@@ -400,7 +392,6 @@ def prepare_members(config: RunConfig, registry: Registry, env: Any, loaded: Any
             base=base,
             info=info,
         )
-        check_label_names(member, base.task)
         members.append(member)
     return members
 

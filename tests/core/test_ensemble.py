@@ -245,3 +245,27 @@ def test_the_combination_is_stable_for_confident_members_and_a_mean_of_scores_fo
     np.testing.assert_allclose(torch.softmax(torch.from_numpy(z).double(), -1).numpy(), [[0.25, 0.75]], atol=1e-7)
     scores = combined_logits([np.array([[1.0], [2.0]]), np.array([[3.0], [6.0]])], [0.25, 0.75], 2.0, True)
     np.testing.assert_allclose(scores, [[2.5], [5.0]])
+
+
+def test_the_transfer_sets_target_is_the_members_mean_too(capsys, tmp_path, sst2_dir, members, monkeypatch):
+    opened = []
+    original = EnsembleCache.__init__
+
+    def init(self, caches, combination):
+        original(self, caches, combination)
+        opened.append(self)
+
+    monkeypatch.setattr(EnsembleCache, "__init__", init)
+    transfer = tmp_path / "transfer.txt"
+    transfer.write_text("a dull and lifeless plot\nwhat a wonderful film\nthe music was loud\n")
+    both = teachers(members["a"], (members["b"], 3))
+    code, out, metrics = run(capsys, sst2_dir, tmp_path / "run", "--set", both, "--transfer", str(transfer))
+    assert code == 0, out
+    assert len(metrics["transfer"]["teacher_cache"]["cache"]["members"]) == 2
+    (target,) = [cache for cache in opened if len(cache) == 3]  # the transfer set's, at the run's temperature
+    probabilities = [
+        torch.softmax(torch.from_numpy(c.logits[:].copy()).double() / TEMPERATURE, -1) for c in target.members
+    ]
+    mean = 0.25 * probabilities[0] + 0.75 * probabilities[1]
+    ensemble = torch.softmax(torch.from_numpy(target.logits).double() / TEMPERATURE, -1)
+    np.testing.assert_allclose(ensemble.numpy(), mean.numpy(), atol=1e-6)
