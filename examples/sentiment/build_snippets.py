@@ -7,7 +7,7 @@ Hutto and Gilbert (2014) rated for VADER, shipped in the source distribution of 
 within 0.5 of neutral are dropped, the rest labelled by the rating's sign (1 positive, 0 negative),
 de-duplicated (case and spacing aside), shuffled with seed 0 and written in the GLUE SST-2 layout:
 2,000 for ``train.tsv``, 1,000 for ``dev.tsv`` and the rest without labels as ``unlabelled.tsv``
-(for ``--transfer``)::
+(for ``--transfer``); ``--train-size`` moves more of the labelled snippets into ``train.tsv``::
 
     pip download vaderSentiment==3.3.2 --no-deps --no-binary :all: -d sdists
     python examples/sentiment/build_snippets.py sdists/vaderSentiment-3.3.2.tar.gz snippets
@@ -59,13 +59,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sdist", type=Path, help="vaderSentiment-3.3.2.tar.gz (pip download, see above)")
     parser.add_argument("output", type=Path, help="directory to write train.tsv, dev.tsv and unlabelled.tsv into")
+    parser.add_argument(
+        "--train-size",
+        type=int,
+        default=SIZES["train"],
+        help=f"labelled training snippets (default {SIZES['train']:,}; at most 8,000, the dev set and 1,000 "
+        "unlabelled ones are kept)",
+    )
     args = parser.parse_args()
+    if not 1 <= args.train_size <= 8000:
+        parser.error(f"--train-size must be between 1 and 8000, got {args.train_size}")
     checked_paths(parser, args.sdist, args.output)
     try:
         rows = snippets(args.sdist)
     except tarfile.ReadError:
         parser.error(f"{args.sdist} is not the archive named above (it cannot be opened)")
-    write_splits(rows, args.output, SIZES, "snippets")
+    write_splits(rows, args.output, {**SIZES, "train": args.train_size}, "snippets")
 
 
 if __name__ == "__main__":
