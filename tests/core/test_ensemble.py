@@ -269,3 +269,40 @@ def test_the_transfer_sets_target_is_the_members_mean_too(capsys, tmp_path, sst2
     mean = 0.25 * probabilities[0] + 0.75 * probabilities[1]
     ensemble = torch.softmax(torch.from_numpy(target.logits).double() / TEMPERATURE, -1)
     np.testing.assert_allclose(ensemble.numpy(), mean.numpy(), atol=1e-6)
+
+
+def stored_cache(root, key: str, logits: np.ndarray):
+    """Logits stored as a teacher's cache entry (the cache's own writing and reading)."""
+    from kdplug.engine.cache import open_or_build
+
+    batch = (torch.arange(len(logits)), torch.from_numpy(logits.astype(np.float32)), [])
+    return open_or_build(
+        root,
+        key,
+        num_examples=len(logits),
+        num_outputs=logits.shape[1],
+        specs=[],
+        compute=lambda *_: [batch],
+        description={},
+    )
+
+
+def test_a_stage_at_another_temperature_reads_the_mean_at_its_own(tmp_path):
+    """DIH's τ 5 or annealing's 1 on a run at 3: the stage reads softmax(z_ens / τ) = the members' mean at τ,
+    the transfer set's rows too."""
+    from kdplug.engine.cache import ConcatCache
+    from kdplug.engine.ensemble import Combination, at_temperature
+
+    rng = np.random.default_rng(0)
+    z = [rng.normal(scale=4.0, size=(6, 3)) for _ in range(2)]
+    members = [stored_cache(tmp_path, f"m{i}", z[i]) for i in range(2)]
+    transfer = [stored_cache(tmp_path, f"t{i}", z[i][:2] + 1.0) for i in range(2)]
+    combination = Combination(weights=(0.25, 0.75), temperature=3.0, regression=False)
+    labelled, on_transfer = EnsembleCache(members, combination), EnsembleCache(transfer, combination)
+    for tau in (1.0, 5.0):
+        stage = at_temperature(ConcatCache(labelled, on_transfer), tau)
+        logits, _ = stage.fetch(torch.arange(8))
+        stored = [np.concatenate([m.logits[:], t.logits[:]]).astype(np.float64) for m, t in zip(members, transfer)]
+        expected = mean_probabilities(stored, [0.25, 0.75], tau)
+        np.testing.assert_allclose(torch.softmax(logits.double() / tau, -1).numpy(), expected, atol=1e-6)
+    assert at_temperature(labelled, 3.0) is labelled and at_temperature(members[0], 5.0) is members[0]
