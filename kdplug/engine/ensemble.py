@@ -85,6 +85,10 @@ class Combination:
         return dataclasses.replace(self, temperature=float(temperature))
 
 
+#: rows of the members' logits combined at a time
+COMBINE_ROWS = 65536
+
+
 class EnsembleCache:
     """One split's ensemble target with the :class:`~kdplug.engine.cache.TeacherCache` interface the
     stages read: the combined logits (held in memory: examples x classes) and the layer teacher's
@@ -95,9 +99,13 @@ class EnsembleCache:
         if len(sizes) != 1:
             raise RuntimeError(f"the ensemble's members hold outputs for different numbers of examples: {sizes}")
         self.members, self.combination = members, combination
-        self.logits = combined_logits(
-            [cache.logits[:] for cache in members], combination.weights, combination.temperature, combination.regression
-        )
+        size, c = len(members[0]), combination
+        self.logits = np.empty((size, members[0].num_outputs), dtype=np.float32)
+        for start in range(0, size, COMBINE_ROWS):  # float64 work space for a chunk of rows, not for the split
+            rows = slice(start, min(start + COMBINE_ROWS, size))
+            self.logits[rows] = combined_logits(
+                [cache.logits[rows] for cache in members], c.weights, c.temperature, c.regression
+            )
         index = combination.layer_index
         self.layer_cache = members[index] if index is not None and members[index].has_layers else None
         self.layers = self.layer_cache.layers if self.layer_cache is not None else None
