@@ -257,7 +257,16 @@ def live_teacher(context: Any, student: nn.Module, stage: str) -> LiveTeacher:
             f"reads with a tokenizer of its own (not the teacher's), so their tokens do not line up; use a student "
             f"built from the teacher (bert-k) or one that shares its tokenizer"
         )
-    return LiveTeacher(context.teacher, context.extractor(context.teacher.model), context.config.precision)
+    teacher = getattr(context, "layer_teacher", context.teacher)  # an ensemble's: its layer teacher
+    if teacher is not context.teacher and fingerprint.of_tokenizer(teacher.tokenizer) != fingerprint.of_tokenizer(
+        context.tokenizer
+    ):
+        raise UsageError(
+            f"stage {stage!r}: {context.config.projector} runs the layer teacher on the students' tokens, but the "
+            f"ensemble's layer teacher reads with another tokenizer than its first member, whose tokenizer encodes "
+            f"the students' text; list the layer teacher first in teachers (and set layer_teacher=0)"
+        )
+    return LiveTeacher(teacher, context.extractor(teacher.model), context.config.precision)
 
 
 def check_positions(model: nn.Module, stage: str, max_length: int) -> None:
