@@ -338,9 +338,12 @@ def _reuse(split: dict[str, Any]) -> str:
 def stage_times(metrics: dict[str, Any]) -> str:
     """``time: teacher fine-tuning 1 min 10 s, distill 42 s; wall 2 min 05 s``: where a run's time went."""
     parts = []
-    finetuned = metrics.get("teacher", {}).get("finetuned", {})
-    if "seconds" in finetuned and "reused" not in finetuned:
-        parts.append(f"teacher fine-tuning {human_duration(finetuned['seconds'])}")
+    teacher = metrics.get("teacher", {})
+    for record in teacher.get("members") or [teacher]:  # an ensemble's: each member's
+        finetuned = record.get("finetuned", {})
+        which = f"teacher {record['index']}" if "members" in teacher else "teacher"
+        if "seconds" in finetuned and "reused" not in finetuned:
+            parts.append(f"{which} fine-tuning {human_duration(finetuned['seconds'])}")
     parts += [
         f"{name} {human_duration(stage['seconds'])}"
         for name, stage in metrics.get("stages", {}).items()
