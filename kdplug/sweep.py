@@ -186,7 +186,8 @@ class Sweep:
                 if key not in setups or (reads_teacher(config, registry) and not reads_teacher(setups[key], registry)):
                     setups[key] = config
         for number, config in enumerate(setups.values(), 1):
-            echo(f"teacher {number}/{len(setups)}: {config.teacher} on {config.task}, before the jobs start")
+            names = " + ".join(member.name for member in config.members())
+            echo(f"teacher {number}/{len(setups)}: {names} on {config.task}, before the jobs start")
             warm_teacher(config, registry, echo=lambda text: echo(f"    {text}"))
         return len(setups)
 
@@ -267,6 +268,8 @@ TEACHER_KEYS = (
     "data_dir",
     "teacher",
     "teacher_options",
+    "teachers",  # an ensemble: one warm-up prepares each of its members
+    "layer_teacher",
     "max_length",
     "teacher_epochs",
     "teacher_lr",
