@@ -42,12 +42,15 @@ examples:
   kdplug run --config my-setup.yaml --set seed=2 --dry-run   # print what would run, train nothing
   kdplug run --projector rkd --seeds 5 --output runs/rkd     # seeds 42..46 in runs/rkd/seed-*, one teacher
   kdplug run --teacher minilm --student bilstm --projector rkd --augment tang    # + 20 augmented copies per example
+  kdplug run --teacher ./bert-sst2 --teacher served:llama --teacher-weights 2 1 --task sst2 --data-dir glue/SST-2 \
+      --set teachers.1.teacher_options.base_url=http://localhost:8000/v1   # an ensemble: the weighted mean
+      of the teachers' probabilities; a layer method reads one member's layers (--set layer_teacher=N)
 
 every configuration key (use with --set KEY=VALUE or in the YAML file):
   """
     + ", ".join(sorted(FIELDS))
     + "\n  component options: --set student_options.hidden_size=256 (likewise teacher_options, projector_options, "
-    "task_options, recipe_options)"
+    "task_options, recipe_options; an ensemble member's: --set teachers.N.teacher_options.KEY=VALUE, N from 0)"
 )
 
 
@@ -223,6 +226,32 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         with explained_failure(config):
             run(config, manager.registry, resume=True)
         return 0
+    config = config_from_arguments(args)
+    report_failures(manager)
+    if args.dry_run:
+        from ..engine.plan import dry_run
+
+        seeds = parse_seeds(args.seeds, config.seed) if args.seeds is not None else None
+        if seeds:
+            config = seed_configs(config, seeds)[0]
+            print(
+                f"--seeds: {len(seeds)} runs ({', '.join(map(str, seeds))}) into {Path(config.output).parent}/seed-*; "
+                f"the plan of the first:"
+            )
+        dry_run(config, manager.registry, overwrite=args.overwrite)
+        return 0
+    from ..engine.pipeline import run  # the engine (transformers, accelerate) only once the options are sound
+
+    if args.seeds is not None:
+        run_seeds(config, parse_seeds(args.seeds, config.seed), manager.registry, overwrite=args.overwrite)
+        return 0
+    with explained_failure(config):
+        run(config, manager.registry, overwrite=args.overwrite)
+    return 0
+
+
+def config_from_arguments(args: argparse.Namespace) -> RunConfig:
+    """The run that ``kdplug run``'s flags, ``--config`` and ``--set`` describe (no components: the demo's)."""
     flags = {
         key: getattr(args, key)
         for key in (
@@ -255,27 +284,7 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     config = build_config(
         file=args.config, flags=flags, overrides=args.overrides, base=None if components_given else DEMO_PRESET
     )
-    report_failures(manager)
-    if args.dry_run:
-        from ..engine.plan import dry_run
-
-        seeds = parse_seeds(args.seeds, config.seed) if args.seeds is not None else None
-        if seeds:
-            config = seed_configs(config, seeds)[0]
-            print(
-                f"--seeds: {len(seeds)} runs ({', '.join(map(str, seeds))}) into {Path(config.output).parent}/seed-*; "
-                f"the plan of the first:"
-            )
-        dry_run(config, manager.registry, overwrite=args.overwrite)
-        return 0
-    from ..engine.pipeline import run  # the engine (transformers, accelerate) only once the options are sound
-
-    if args.seeds is not None:
-        run_seeds(config, parse_seeds(args.seeds, config.seed), manager.registry, overwrite=args.overwrite)
-        return 0
-    with explained_failure(config):
-        run(config, manager.registry, overwrite=args.overwrite)
-    return 0
+    return config
 
 
 def teacher_flags(teachers: Optional[list[str]], weights: Optional[list[str]], config_file: Optional[str]) -> dict:

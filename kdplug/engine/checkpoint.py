@@ -248,17 +248,13 @@ def training_settings(config: Any) -> dict[str, Any]:
     """The configuration's settings that decide what its stages train (a key set to null is unset), and the
     content of the vocabulary corpus, which is read again on resume (an edited file is another vocabulary)."""
     settings = {key: value for key, value in config.to_dict().items() if value is not None and key not in _NOT_TRAINING}
-    if not settings.get("teachers"):  # one teacher: as written before ensembles existed
-        settings.pop("teachers", None)
     if isinstance(settings.get("teacher_options"), dict):
         settings["teacher_options"] = _computing(settings["teacher_options"])
-    if settings.get("teachers"):  # each member's placement may change too
-        settings["teachers"] = [
-            {**entry, "teacher_options": _computing(entry.get("teacher_options") or {})}
-            if isinstance(entry, dict)
-            else entry
-            for entry in settings["teachers"]
-        ]
+    for index, entry in enumerate(settings.pop("teachers", None) or []):  # per member, so a change names it
+        entry = entry if isinstance(entry, dict) else {"teacher": entry}
+        settings[f"teachers[{index}]"] = entry.get("teacher")
+        settings[f"teachers[{index}].weight"] = entry.get("weight", 1.0)
+        settings[f"teachers[{index}].teacher_options"] = _computing(entry.get("teacher_options") or {})  # placement
     corpus = getattr(config, "trim_vocab_corpus", None)
     if corpus:
         path = Path(corpus).expanduser()
