@@ -155,6 +155,11 @@ def member_entries(value: Any) -> Any:
             f"teachers is a list of teachers ({{teacher: NAME, teacher_options: ..., weight: W}} or names), got "
             f"the text {_shown(value)}; several teachers: --teacher A --teacher B (teachers: [A, B]); one: teacher"
         )
+    if isinstance(value, dict):
+        raise ConfigError(
+            f"teachers is a list of two or more teachers, got one mapping {_shown(value)}: write it as a list "
+            f"(teachers: [{{teacher: A}}, {{teacher: B}}]), or give one teacher with teacher and teacher_options"
+        )
     if not isinstance(value, (list, tuple)):
         return value  # _coerce names the type
     return [{"teacher": entry} if isinstance(entry, str) else entry for entry in value]

@@ -163,7 +163,7 @@ def test_a_configuration_file_lists_the_teachers(tmp_path):
             "teachers is a list of teachers ({teacher: NAME, teacher_options: ..., weight: W} or names), got "
             "the text 'a,b'; several teachers: --teacher A --teacher B",
         ),
-        ("{teacher: a}", "teachers must be"),
+        ("{teacher: a}", "teachers is a list of two or more teachers, got one mapping {'teacher': 'a'}: write it as"),
         ("[a, {weight: 2}]", "teachers[1].teacher must name a teacher"),
         (
             "[a, {teacher: b, wieght: 2}]",
