@@ -260,6 +260,16 @@ def test_resume_refuses_changed_members_or_weights(capsys, ensemble_run, setting
     assert "--set changes what it trains (" in err and change in err and "Traceback" not in err
 
 
+def test_a_members_offload_folder_is_kept_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = config_of(
+        "--teacher", "bert-base", "--teacher", "hf", "--set", "teachers.1.teacher_options.offload_folder=offload"
+    )
+    assert config.teachers[1]["teacher_options"]["offload_folder"] == str(
+        tmp_path / "offload"
+    )  # a resume elsewhere: same
+
+
 def test_resume_may_move_a_member(ensemble_run):
     moved = build_config(
         file=str(ensemble_run.output + "/config.yaml"), overrides=["teachers.1.teacher_options.device_map=cpu"]
