@@ -42,9 +42,9 @@ examples:
   kdplug run --config my-setup.yaml --set seed=2 --dry-run   # print what would run, train nothing
   kdplug run --projector rkd --seeds 5 --output runs/rkd     # seeds 42..46 in runs/rkd/seed-*, one teacher
   kdplug run --teacher minilm --student bilstm --projector rkd --augment tang    # + 20 augmented copies per example
-  kdplug run --teacher ./bert-sst2 --teacher served:llama --teacher-weights 2 1 --task sst2 --data-dir glue/SST-2 \
-      --set teachers.1.teacher_options.base_url=http://localhost:8000/v1   # an ensemble: the weighted mean
-      of the teachers' probabilities; a layer method reads one member's layers (--set layer_teacher=N)
+  kdplug run --teacher ./bert-sst2 --teacher ./roberta-sst2 --teacher-weights 2 1 --task sst2 --data-dir glue/SST-2
+                        # an ensemble: the weighted mean of the teachers' probabilities; a member's options:
+                        # --set teachers.1.teacher_options.KEY=VALUE; layer methods: --set layer_teacher=N
 
 every configuration key (use with --set KEY=VALUE or in the YAML file):
   """
