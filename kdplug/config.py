@@ -223,8 +223,9 @@ class RunConfig:
         """The run's teachers: the ensemble's members in order, or the one teacher (weight 1)."""
         if not self.teachers:
             return [TeacherMember(index=0, name=self.teacher, options=dict(self.teacher_options), weight=1.0)]
-        weights = [float(entry.get("weight", 1.0)) for entry in self.teachers]
-        scaled = [weight / max(weights) for weight in weights]  # a sum of weights near 1e308 would overflow
+        scaled = [float(entry.get("weight", 1.0)) for entry in self.teachers]
+        if not math.isfinite(sum(scaled)):  # weights near 1e308: their sum overflows, their ratios do not
+            scaled = [weight / max(scaled) for weight in scaled]
         return [
             TeacherMember(
                 index=index,

@@ -137,6 +137,8 @@ def test_a_configuration_file_lists_the_teachers(tmp_path):
         {"teacher": "hf", "weight": 2, "teacher_options": {"source": "org/model"}},
     ]
     assert config_of("--config", str(path), "--teacher-weights", "1", "3").teachers[1]["weight"] == 3.0
+    huge = config_of("--config", str(path), "--teacher-weights", "1e308", "1.5e308")  # their sum overflows
+    assert [member.weight for member in huge.members()] == pytest.approx([0.4, 0.6])
     one = config_of("--config", str(path), "--teacher", "roberta-base")  # the command line's one teacher wins
     assert (one.teacher, one.teachers) == ("roberta-base", [])
 
