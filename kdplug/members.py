@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,7 @@ def check_ensemble(config: RunConfig) -> None:
     first = config.teachers[0]["teacher"]
     if config.teacher not in ({f.name: f for f in dataclasses.fields(config)}["teacher"].default, first):
         raise ConfigError(
-            f"teacher {config.teacher!r} and teachers ({', '.join(e['teacher'] for e in config.teachers)}) both name "
+            f"teacher {config.teacher!r} and teachers ({names(e['teacher'] for e in config.teachers)}) both name "
             f"the run's teacher; give one: teachers for an ensemble (--teacher A --teacher B), teacher for one"
         )
     if config.teacher_options:
@@ -85,6 +85,12 @@ def check_member(index: int, entry: Any) -> None:
 
 def _finite(value: float) -> bool:
     return abs(value) <= sys.float_info.max and math.isfinite(value)  # a whole number past 1e308 is no float
+
+
+def names(items: Iterable[str], most: int = 4) -> str:
+    """``a, b, c, d and 96 more``: a list for a message, however long."""
+    items = list(items)
+    return ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
 
 
 def _shown(value: Any) -> str:

@@ -30,6 +30,7 @@ from ..capabilities import (
 )
 from ..config import RunConfig, TeacherMember
 from ..errors import KdplugError, OfflineError, UnknownComponentError, UsageError
+from ..members import names
 from ..model_types import register_model_types
 from ..registry import Registry
 from ..types import ProjectionRequest, Task, Teacher
@@ -257,14 +258,14 @@ def check_teacher_layers(config: RunConfig, registry: Registry) -> list[str]:
         )
     raise UsageError(
         f"{layer_reader(config, registry)} reads one teacher's layer vectors, and several members of the ensemble "
-        f"have layers ({', '.join(f'teachers[{m.index}] {m.name}' for m in with_layers)}): name one with --set "
+        f"have layers ({names(f'teachers[{m.index}] {m.name}' for m in with_layers)}): name one with --set "
         f"layer_teacher=N (N from 0, e.g. --set layer_teacher={with_layers[0].index}), or use a projector or recipe "
         f"that reads the logits alone (docs/llm-teachers.md lists them)"
     )
 
 
 def _layer_fix(with_layers: list[TeacherMember]) -> str:
-    named = ", ".join(f"--set layer_teacher={m.index} for {m.name}" for m in with_layers)
+    named = names(f"--set layer_teacher={m.index} for {m.name}" for m in with_layers)
     return (
         f"Name a member that runs in this process ({named}), or use" if named else "Use"
     ) + " a projector or recipe that reads the logits alone (docs/llm-teachers.md lists them)"
