@@ -8,19 +8,16 @@ import math
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import ConfigError
-
-if TYPE_CHECKING:
-    from .config import RunConfig
 
 MEMBER_KEYS = ("teacher", "teacher_options", "weight")
 #: teacher options that say where the teacher's modules go, not what it computes (the cache key ignores them)
 PLACEMENT_OPTIONS = ("device_map", "max_memory", "offload_folder")
 
 
-def check_ensemble(config: RunConfig) -> None:
+def check_ensemble(config: Any) -> None:  # a RunConfig (kdplug/config.py imports this module)
     """The ``teachers`` entries and ``layer_teacher`` (a ConfigError naming the entry and the fix); with an
     ensemble, ``teacher`` becomes its first member's name (what a run shows as its teacher)."""
     if not config.teachers:
