@@ -20,6 +20,15 @@ from typing import Any, Optional
 import yaml
 
 from .errors import ConfigError, close_matches
+from .members import (  # noqa: F401 (the engine reads TeacherMember and MEMBER_KEYS from here)
+    MEMBER_KEYS,
+    PLACEMENT_OPTIONS,
+    TeacherMember,
+    check_ensemble,
+    ensemble_flags,
+    member_entries,
+    set_member,
+)
 from .options import advice, expected, fits
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -214,13 +223,15 @@ class RunConfig:
         """The run's teachers: the ensemble's members in order, or the one teacher (weight 1)."""
         if not self.teachers:
             return [TeacherMember(index=0, name=self.teacher, options=dict(self.teacher_options), weight=1.0)]
-        total = sum(float(entry.get("weight", 1.0)) for entry in self.teachers)
+        scaled = [float(entry.get("weight", 1.0)) for entry in self.teachers]
+        if not math.isfinite(sum(scaled)):  # weights near 1e308: their sum overflows, their ratios do not
+            scaled = [weight / max(scaled) for weight in scaled]
         return [
             TeacherMember(
                 index=index,
                 name=entry["teacher"],
                 options=dict(entry.get("teacher_options") or {}),
-                weight=float(entry.get("weight", 1.0)) / total,
+                weight=scaled[index] / sum(scaled),
             )
             for index, entry in enumerate(self.teachers)
         ]
@@ -231,56 +242,6 @@ class RunConfig:
         return dataclasses.replace(
             self, teacher=member.name, teacher_options=dict(member.options), teachers=[], layer_teacher=None
         )
-
-
-MEMBER_KEYS = ("teacher", "teacher_options", "weight")
-
-
-def check_ensemble(config: RunConfig) -> None:
-    """The ``teachers`` entries and ``layer_teacher`` (a ConfigError naming the entry and the fix)."""
-    if not config.teachers:
-        if config.layer_teacher not in (None, 0):
-            raise ConfigError(f"layer_teacher must be 0 or unset with one teacher, got {config.layer_teacher!r}")
-        return
-    if len(config.teachers) < 2:
-        raise ConfigError("teachers lists an ensemble: give two or more entries, or one teacher with teacher: NAME")
-    for index, entry in enumerate(config.teachers):
-        where = f"teachers[{index}]"
-        if not isinstance(entry, dict):
-            raise ConfigError(
-                f"{where} must be a mapping {{teacher: NAME, teacher_options: {{...}}, weight: W}}, got {entry!r}"
-            )
-        unknown = sorted(set(entry) - set(MEMBER_KEYS))
-        if unknown:
-            raise ConfigError(
-                f"{where} has unknown keys {', '.join(map(str, unknown))}; valid: {', '.join(MEMBER_KEYS)}"
-            )
-        if not isinstance(entry.get("teacher"), str) or not entry["teacher"].strip():
-            raise ConfigError(
-                f"{where}.teacher must name a teacher (see 'kdplug plugins'), got {entry.get('teacher')!r}"
-            )
-        if not isinstance(entry.get("teacher_options", {}), dict):
-            raise ConfigError(f"{where}.teacher_options must be a mapping, got {entry['teacher_options']!r}")
-        weight = entry.get("weight", 1.0)
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
-            raise ConfigError(f"{where}.weight must be a positive finite number, got {weight!r}")
-    if config.layer_teacher is not None and not (
-        isinstance(config.layer_teacher, int) and 0 <= config.layer_teacher < len(config.teachers)
-    ):
-        raise ConfigError(
-            f"layer_teacher must be the position of an ensemble member, 0 to {len(config.teachers) - 1}, "
-            f"got {config.layer_teacher!r}"
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class TeacherMember:
-    """One teacher of a run: its position in the ensemble, its name, options and normalised weight."""
-
-    index: int
-    name: str
-    options: dict
-    weight: float
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
@@ -326,7 +287,10 @@ def apply(config: RunConfig, values: dict[str, Any], *, source: str) -> RunConfi
         if head not in FIELDS:
             raise ConfigError(f"{source}: " + str(_unknown_key(head, valid)))
         try:
-            if rest:
+            if head == "teachers":
+                value = set_member(config.teachers, rest, value) if rest else member_entries(value)
+                config.teachers = _coerce(head, value)
+            elif rest:
                 if _HINTS[head] is not dict:
                     raise ConfigError(f"{head} has no sub-keys; use {head}=VALUE")
                 options = dict(getattr(config, head))
@@ -422,11 +386,13 @@ def build_config(
 
 
 def _absolute_offload_folder(config: RunConfig) -> None:
-    """``teacher_options.offload_folder`` from where it was given: config.yaml keeps it absolute, so a
-    ``--resume`` from another directory offloads into the same folder."""
-    folder = config.teacher_options.get("offload_folder") if isinstance(config.teacher_options, dict) else None
-    if isinstance(folder, str) and folder:
-        config.teacher_options["offload_folder"] = os.path.abspath(os.path.expanduser(folder))
+    """``teacher_options.offload_folder`` (each member's, in an ensemble) from where it was given: config.yaml
+    keeps it absolute, so a ``--resume`` from another directory offloads into the same folder."""
+    members = [entry for entry in config.teachers if isinstance(entry, dict)]
+    for options in [config.teacher_options] + [entry.get("teacher_options") for entry in members]:
+        folder = options.get("offload_folder") if isinstance(options, dict) else None
+        if isinstance(folder, str) and folder:
+            options["offload_folder"] = os.path.abspath(os.path.expanduser(folder))
 
 
 def set_values(values: Optional[dict]) -> dict:
@@ -452,12 +418,14 @@ def command_line(config: RunConfig) -> str:
     parts = ["kdplug", "run"]
     for key in _FLAGS:
         value = getattr(config, key)
-        if value is not None and (
+        if key == "teacher" and config.teachers:
+            parts += ensemble_flags(config.teachers, _yaml_value)
+        elif value is not None and (
             key in ("teacher", "student", "projector", "task", "recipe", "seed") or value != getattr(defaults, key)
         ):
             parts += [f"--{key.replace('_', '-')}", str(value)]
     for key in FIELDS:
-        if key in _FLAGS or key in LOCAL_KEYS:
+        if key in _FLAGS or key in LOCAL_KEYS or (key == "teachers" and config.teachers):
             continue
         value = getattr(config, key)
         if isinstance(value, dict):

@@ -11,7 +11,8 @@ run cannot be resumed from the command line, the objects being gone.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -64,6 +65,7 @@ def distill(
     output: Optional[str] = None,
     overwrite: bool = False,
     teacher_finetuned: bool = False,
+    teacher_weights: Optional[Sequence[float]] = None,
     echo: Optional[Callable[[str], None]] = print,
     **settings: Any,
 ) -> DistillResult:
@@ -74,13 +76,26 @@ def distill(
     ``student_options={"hidden_size": 256}``). ``teacher_finetuned``: the in-memory teacher is
     already fine-tuned on the task (otherwise kdplug fine-tunes a copy of it first; your object
     is never modified). ``echo``: where the run's lines go (``None``: nowhere).
+
+    An ensemble: ``teacher`` a list (names, directories, hub ids or in-memory teachers), with
+    ``teacher_weights`` one positive number each; or ``teachers=[{"teacher": NAME, "teacher_options": {...},
+    "weight": W}, ...]`` as in a configuration file.
     """
     from .engine.pipeline import run
 
-    check_arguments(teacher=teacher, student=student, task=task, projector=projector, recipe=recipe, config=config)
-    for name, value in (("data_dir", data_dir), ("output", output)):
-        if value is not None and not isinstance(value, (str, Path)):
-            raise ArgumentError(f"{name}= takes a directory (str or pathlib.Path), got {type(value).__name__}")
+    run_config, manager = _prepare(
+        teacher,
+        student,
+        projector,
+        task,
+        data_dir,
+        recipe,
+        config,
+        output,
+        teacher_finetuned,
+        teacher_weights,
+        settings,
+    )
     for name, value in (("overwrite", overwrite), ("teacher_finetuned", teacher_finetuned)):
         if not isinstance(value, bool):  # "no" would read as true: a run replaced, a teacher never fine-tuned
             raise ArgumentError(f"{name}= takes True or False, got {_describe(value)}")
@@ -88,6 +103,23 @@ def distill(
         raise ArgumentError(
             f"echo= takes a function of one str (print, a logger's info) or None, got {_describe(echo)}"
         )
+    result = run(run_config, manager.registry, overwrite=overwrite, echo=echo or (lambda text: None))
+    from .inference import load_student
+
+    return DistillResult(run_dir=result.run_dir, metrics=result.metrics, student=load_student(result.run_dir))
+
+
+def _prepare(
+    teacher, student, projector, task, data_dir, recipe, config, output, teacher_finetuned, teacher_weights, settings
+) -> tuple[RunConfig, PluginManager]:
+    """The run :func:`distill` starts: its configuration, checked, and the plugins with its in-memory objects."""
+    members = ensemble_members(teacher, teacher_weights, "teachers" in settings)
+    if members is not None:
+        teacher = None
+    check_arguments(teacher=teacher, student=student, task=task, projector=projector, recipe=recipe, config=config)
+    for name, value in (("data_dir", data_dir), ("output", output)):
+        if value is not None and not isinstance(value, (str, Path)):
+            raise ArgumentError(f"{name}= takes a directory (str or pathlib.Path), got {type(value).__name__}")
     run_config = _base_config(config)
     objects: dict[str, Any] = {}
     values: dict[str, Any] = {}
@@ -102,15 +134,67 @@ def distill(
     for key, given in (("projector", projector), ("recipe", recipe), ("data_dir", data_dir), ("output", output)):
         if given is not None:
             values[key] = str(given)
+    if members is not None:
+        values["teachers"] = [_member_entry(member, objects) for member in members]
+        values["teacher"] = values["teachers"][0]["teacher"]
+    elif teacher_weights is not None and not run_config.teachers and "teachers" not in settings:
+        raise ArgumentError("teacher_weights= weighs an ensemble's members: give teacher= a list of two or more")
     apply(run_config, {**values, **settings}, source="kdplug.distill")
+    if teacher_weights is not None and members is None:
+        apply(run_config, {"teachers": _weighted(run_config.teachers, list(teacher_weights))}, source="teacher_weights")
     run_config.validate()
     manager = process_manager().copy()  # the process's plugins (and --disable-plugin), plus ours
     if objects:
         manager.register(_InMemory(objects, teacher_finetuned, manager), "kdplug-python-api", distribution="kdplug")
-    result = run(run_config, manager.registry, overwrite=overwrite, echo=echo or (lambda text: None))
-    from .inference import load_student
+    return run_config, manager
 
-    return DistillResult(run_dir=result.run_dir, metrics=result.metrics, student=load_student(result.run_dir))
+
+def ensemble_members(teacher: Any, weights: Optional[Sequence[float]], teachers_given: bool) -> Optional[list]:
+    """``teacher=[A, B, ...]``'s members as ``(teacher, weight)``; None where ``teacher`` is one teacher."""
+    if not isinstance(teacher, (list, tuple)) or (isinstance(teacher, tuple) and _acceptable("teacher", teacher)):
+        return None
+    if teachers_given:
+        raise ArgumentError("give the ensemble once: teacher=[A, B] or teachers=[{...}, {...}], not both")
+    if len(teacher) < 2:
+        raise ArgumentError(f"teacher= takes one teacher, or a list of two or more for an ensemble; got {len(teacher)}")
+    for index, member in enumerate(teacher):
+        if not isinstance(member, (str, Path)) and not _acceptable("teacher", member):
+            raise ArgumentError(f"teacher[{index}] is {_describe(member)}; each member takes {ACCEPTS['teacher']}")
+    weights = _weights(weights, len(teacher))
+    return list(zip(teacher, weights))
+
+
+def _weights(weights: Optional[Sequence[float]], count: int) -> list[float]:
+    if weights is None:
+        return [1.0] * count
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+        raise ArgumentError(f"teacher_weights= takes a list of numbers, one per teacher; got {_describe(weights)}")
+    if len(weights) != count:
+        raise ArgumentError(
+            f"teacher_weights= gives {len(weights)} weight(s) for {count} teachers: give one per teacher"
+        )
+    return list(weights)  # each checked as a member's weight (a ConfigError naming teachers[N].weight)
+
+
+def _weighted(entries: list, weights: list) -> list:
+    if len(weights) != len(entries):
+        raise ArgumentError(
+            f"teacher_weights= gives {len(weights)} weight(s) for {len(entries)} teachers: give one per teacher"
+        )
+    return [
+        {**entry, "weight": weight} if isinstance(entry, dict) else entry for entry, weight in zip(entries, weights)
+    ]
+
+
+def _member_entry(member: tuple[Any, Any], objects: dict[str, Any]) -> dict[str, Any]:
+    """One ``teacher=[...]`` member as a ``teachers`` entry; an object is registered as ``python:teacher-N``."""
+    given, weight = member
+    if isinstance(given, (str, Path)):
+        name = str(given)
+    else:
+        name = f"{IN_MEMORY.format(kind='teacher')}-{sum(key.startswith('teacher') for key in objects)}"
+        objects[name.removeprefix("python:")] = given
+    return {"teacher": name, "weight": weight} if weight != 1.0 else {"teacher": name}
 
 
 #: what each component argument of :func:`distill` accepts, for the messages
@@ -193,8 +277,10 @@ class _InMemory:
 
     @hookimpl
     def kdplug_register_teachers(self, register):
-        if "teacher" in self.objects:
-            register(IN_MEMORY.format(kind="teacher"), self.teacher, description="a teacher given in memory")
+        for key in self.objects:
+            if key == "teacher" or key.startswith("teacher-"):  # one teacher, or an ensemble's member
+                factory = functools.partial(self.teacher, key=key)
+                register(f"python:{key}", factory, description="a teacher given in memory")
 
     @hookimpl
     def kdplug_register_students(self, register):
@@ -206,11 +292,11 @@ class _InMemory:
         if "task" in self.objects:
             register(IN_MEMORY.format(kind="task"), self.task, description="a task or DatasetDict given in memory")
 
-    def teacher(self, task: Task, source: Optional[str] = None) -> Teacher:
+    def teacher(self, task: Task, source: Optional[str] = None, *, key: str = "teacher") -> Teacher:
         if source is not None:  # the engine reloads a teacher it fine-tuned and stored
             loader, options = self.manager.registry.model_reference("teacher", source)
             return self.manager.registry.create("teacher", loader, task, **options)
-        given = self.objects["teacher"]
+        given = self.objects[key]
         if isinstance(given, Teacher):
             return (
                 given

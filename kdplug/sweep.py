@@ -186,8 +186,8 @@ class Sweep:
                 if key not in setups or (reads_teacher(config, registry) and not reads_teacher(setups[key], registry)):
                     setups[key] = config
         for number, config in enumerate(setups.values(), 1):
-            teachers = " + ".join(member.name for member in config.members())  # an ensemble's members
-            echo(f"teacher {number}/{len(setups)}: {teachers} on {config.task}, before the jobs start")
+            names = " + ".join(member.name for member in config.members())
+            echo(f"teacher {number}/{len(setups)}: {names} on {config.task}, before the jobs start")
             warm_teacher(config, registry, echo=lambda text: echo(f"    {text}"))
         return len(setups)
 
@@ -268,7 +268,7 @@ TEACHER_KEYS = (
     "data_dir",
     "teacher",
     "teacher_options",
-    "teachers",  # an ensemble: every member is warmed up
+    "teachers",  # an ensemble: one warm-up prepares each of its members
     "layer_teacher",
     "max_length",
     "teacher_epochs",

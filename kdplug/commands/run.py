@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from ..config import FIELDS, RunConfig, build_config
 from ..errors import KdplugError, UsageError
@@ -41,12 +42,15 @@ examples:
   kdplug run --config my-setup.yaml --set seed=2 --dry-run   # print what would run, train nothing
   kdplug run --projector rkd --seeds 5 --output runs/rkd     # seeds 42..46 in runs/rkd/seed-*, one teacher
   kdplug run --teacher minilm --student bilstm --projector rkd --augment tang    # + 20 augmented copies per example
+  kdplug run --teacher ./bert-sst2 --teacher ./roberta-sst2 --teacher-weights 2 1 --task sst2 --data-dir glue/SST-2
+                        # an ensemble: the weighted mean of the teachers' probabilities; a member's options:
+                        # --set teachers.1.teacher_options.KEY=VALUE; layer methods: --set layer_teacher=N
 
 every configuration key (use with --set KEY=VALUE or in the YAML file):
   """
     + ", ".join(sorted(FIELDS))
     + "\n  component options: --set student_options.hidden_size=256 (likewise teacher_options, projector_options, "
-    "task_options, recipe_options)"
+    "task_options, recipe_options; an ensemble member's: --set teachers.N.teacher_options.KEY=VALUE, N from 0)"
 )
 
 
@@ -72,8 +76,18 @@ def _add_component_arguments(parser: argparse.ArgumentParser) -> None:
     """What to distil: the components, their data and where the settings come from."""
     parser.add_argument(
         "--teacher",
+        action="append",
         help="a teacher name (see 'kdplug plugins'), a local checkpoint directory or a "
-        "Hugging Face hub id (default: minilm)",
+        "Hugging Face hub id (default: minilm); repeat it for an ensemble (--teacher A --teacher B: the target is "
+        "the weighted mean of their probabilities; a member's options: --set teachers.N.teacher_options.KEY=VALUE)",
+    )
+    parser.add_argument(
+        "--teacher-weights",
+        dest="teacher_weights",
+        nargs="+",
+        metavar="W",
+        help="an ensemble's weights, one positive number per --teacher, in their order (default: equal); "
+        "they need not sum to 1",
     )
     parser.add_argument(
         "--student",
@@ -198,8 +212,9 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         from ..engine.pipeline import resume_config
 
         written = resume_config(Path(args.resume), say=print)
-        config = apply(copy.deepcopy(written), parse_overrides(args.overrides), source="--set").validate()
-        check_resume_settings(written, config)
+        config = apply(copy.deepcopy(written), parse_overrides(args.overrides), source="--set")
+        check_resume_settings(written, config)  # before validate: a changed ensemble is a change, not a conflict
+        config.validate()
         report_failures(manager)
         if args.dry_run:
             from ..engine.plan import dry_run
@@ -211,6 +226,32 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         with explained_failure(config):
             run(config, manager.registry, resume=True)
         return 0
+    config = config_from_arguments(args)
+    report_failures(manager)
+    if args.dry_run:
+        from ..engine.plan import dry_run
+
+        seeds = parse_seeds(args.seeds, config.seed) if args.seeds is not None else None
+        if seeds:
+            config = seed_configs(config, seeds)[0]
+            print(
+                f"--seeds: {len(seeds)} runs ({', '.join(map(str, seeds))}) into {Path(config.output).parent}/seed-*; "
+                f"the plan of the first:"
+            )
+        dry_run(config, manager.registry, overwrite=args.overwrite)
+        return 0
+    from ..engine.pipeline import run  # the engine (transformers, accelerate) only once the options are sound
+
+    if args.seeds is not None:
+        run_seeds(config, parse_seeds(args.seeds, config.seed), manager.registry, overwrite=args.overwrite)
+        return 0
+    with explained_failure(config):
+        run(config, manager.registry, overwrite=args.overwrite)
+    return 0
+
+
+def config_from_arguments(args: argparse.Namespace) -> RunConfig:
+    """The run that ``kdplug run``'s flags, ``--config`` and ``--set`` describe (no components: the demo's)."""
     flags = {
         key: getattr(args, key)
         for key in (
@@ -239,30 +280,59 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
             "No components given: running the embedded demo (MiniLM-L6 teacher, BiLSTM student, demo task). "
             "See 'kdplug run --help' for your own setups."
         )
+    flags.update(teacher_flags(args.teacher, args.teacher_weights, args.config))
     config = build_config(
         file=args.config, flags=flags, overrides=args.overrides, base=None if components_given else DEMO_PRESET
     )
-    report_failures(manager)
-    if args.dry_run:
-        from ..engine.plan import dry_run
+    return config
 
-        seeds = parse_seeds(args.seeds, config.seed) if args.seeds is not None else None
-        if seeds:
-            config = seed_configs(config, seeds)[0]
-            print(
-                f"--seeds: {len(seeds)} runs ({', '.join(map(str, seeds))}) into {Path(config.output).parent}/seed-*; "
-                f"the plan of the first:"
-            )
-        dry_run(config, manager.registry, overwrite=args.overwrite)
-        return 0
-    from ..engine.pipeline import run  # the engine (transformers, accelerate) only once the options are sound
 
-    if args.seeds is not None:
-        run_seeds(config, parse_seeds(args.seeds, config.seed), manager.registry, overwrite=args.overwrite)
-        return 0
-    with explained_failure(config):
-        run(config, manager.registry, overwrite=args.overwrite)
-    return 0
+def teacher_flags(teachers: Optional[list[str]], weights: Optional[list[str]], config_file: Optional[str]) -> dict:
+    """``--teacher`` given once: the one teacher, as always (a file's ``teachers`` list then gives way to it);
+    given more often: an ensemble, in order, with ``--teacher-weights`` if given (else a file's ensemble takes
+    them)."""
+    numbers = [teacher_weight(text) for text in weights or []]
+    count = len(teachers) if teachers else len(_file_teachers(config_file)) if weights else 0
+    if weights and count < 2:
+        raise UsageError(
+            "--teacher-weights weighs an ensemble's members, and this run has one teacher: give two or more "
+            "--teacher (--teacher A --teacher B --teacher-weights 2 1), or drop --teacher-weights"
+        )
+    if weights and len(numbers) != count:
+        raise UsageError(
+            f"--teacher-weights gives {len(numbers)} weight{'s' * (len(numbers) != 1)} for {count} teachers: give one "
+            f"per teacher, in their order"
+        )
+    if not teachers:
+        return {"teachers": _weighted(_file_teachers(config_file), numbers)} if weights else {}
+    if len(teachers) == 1:
+        return {"teacher": teachers[0], "teachers": []}
+    return {"teacher": teachers[0], "teachers": _weighted([{"teacher": name} for name in teachers], numbers)}
+
+
+def teacher_weight(text: str) -> float:
+    try:
+        weight = float(text)
+    except ValueError:
+        weight = math.nan
+    if not (math.isfinite(weight) and weight > 0):
+        raise UsageError(f"--teacher-weights takes positive numbers (e.g. 2 1), got {text!r}")
+    return weight
+
+
+def _file_teachers(config_file: Optional[str]) -> list:
+    from ..config import load_yaml, member_entries
+
+    given = load_yaml(config_file).get("teachers") if config_file else None
+    return member_entries(given) if isinstance(given, (list, tuple, str)) else []
+
+
+def _weighted(entries: list, weights: list[float]) -> list:
+    if not weights:
+        return entries
+    return [
+        {**entry, "weight": weight} if isinstance(entry, dict) else entry for entry, weight in zip(entries, weights)
+    ]
 
 
 def check_resume_settings(written: RunConfig, resumed: RunConfig) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..config import LOCAL_KEYS, renamed_prompted_teacher
+from ..config import LOCAL_KEYS, PLACEMENT_OPTIONS, renamed_prompted_teacher
 from ..errors import KdplugError, UsageError
 from ..fingerprint import of_file
 from ..storage import (
@@ -242,24 +242,29 @@ _NOT_TRAINING = (
     "teacher_tokens_per_batch",  # how the teacher's and the evaluation's batches are cut: the same outputs
     "eval_tokens_per_batch",
 )
-#: teacher options that say where the teacher's modules go, not what it computes (the cache key ignores them)
-_PLACEMENT_OPTIONS = ("device_map", "max_memory", "offload_folder")
 
 
 def training_settings(config: Any) -> dict[str, Any]:
     """The configuration's settings that decide what its stages train (a key set to null is unset), and the
     content of the vocabulary corpus, which is read again on resume (an edited file is another vocabulary)."""
     settings = {key: value for key, value in config.to_dict().items() if value is not None and key not in _NOT_TRAINING}
-    if not settings.get("teachers"):  # one teacher: as written before ensembles existed
-        settings.pop("teachers", None)
     if isinstance(settings.get("teacher_options"), dict):
-        options = {k: v for k, v in settings["teacher_options"].items() if k not in _PLACEMENT_OPTIONS}
-        settings["teacher_options"] = options
+        settings["teacher_options"] = _computing(settings["teacher_options"])
+    for index, entry in enumerate(settings.pop("teachers", None) or []):  # per member, so a change names it
+        entry = entry if isinstance(entry, dict) else {"teacher": entry}
+        settings[f"teachers[{index}]"] = entry.get("teacher")
+        settings[f"teachers[{index}].weight"] = entry.get("weight", 1.0)
+        settings[f"teachers[{index}].teacher_options"] = _computing(entry.get("teacher_options") or {})  # placement
     corpus = getattr(config, "trim_vocab_corpus", None)
     if corpus:
         path = Path(corpus).expanduser()
         settings["content of trim_vocab_corpus"] = f"sha256 {of_file(str(path))[:16]}" if path.is_file() else "missing"
     return settings
+
+
+def _computing(options: dict[str, Any]) -> dict[str, Any]:
+    """A teacher's options but those that say where its modules go."""
+    return {key: value for key, value in options.items() if key not in PLACEMENT_OPTIONS}
 
 
 def settings_difference(recorded: dict[str, Any], current: dict[str, Any]) -> str:

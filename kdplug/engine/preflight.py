@@ -7,9 +7,12 @@ must write, and the sequence length against the models' limits. Each problem is 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
+import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
@@ -25,8 +28,9 @@ from ..capabilities import (
     TeacherCapabilities,
     capabilities,
 )
-from ..config import RunConfig
-from ..errors import OfflineError, UnknownComponentError, UsageError
+from ..config import RunConfig, TeacherMember
+from ..errors import KdplugError, OfflineError, UnknownComponentError, UsageError
+from ..members import names
 from ..model_types import register_model_types
 from ..registry import Registry
 from ..types import ProjectionRequest, Task, Teacher
@@ -105,7 +109,7 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
 
     Returns the notes the run prints first (which recipe runs, and why).
     """
-    check_model_reference(registry, "teacher", config.teacher, config.teacher_options)
+    check_teachers(config, registry)
     check_model_reference(registry, "student", config.student, config.student_options)
     for kind in ("projector", "task"):
         registry.resolve(kind, getattr(config, kind))
@@ -127,8 +131,6 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
         notes.append(f"recipe {config.recipe} trains with its own loss: --projector {config.projector} is not used")
     parse_report_to(config.report_to)  # a tracker whose package is missing: say so now
     # option names, against each factory's signature; values that need the models come later
-    teacher, teacher_options = registry.model_reference("teacher", config.teacher)
-    registry.check_options("teacher", teacher, None, **{**config.teacher_options, **teacher_options})
     student, student_options = registry.model_reference("student", config.student)
     registry.check_options("student", student, None, None, **{**config.student_options, **student_options})
     registry.check_options("projector", config.projector, None, **config.projector_options)
@@ -136,7 +138,7 @@ def resolve_components(config: RunConfig, registry: Registry) -> list[str]:
     if check_values is not None:  # values a projector can judge before the models are loaded
         check_values(**config.projector_options)
     registry.check_options("recipe", config.recipe, **config.recipe_options)
-    check_teacher_layers(config, registry, teacher)
+    notes += check_teacher_layers(config, registry)
     check_token_method(config, registry, student)
     if config.ild_loss:
         registry.resolve("loss", config.ild_loss)
@@ -169,24 +171,113 @@ def check_token_method(config: RunConfig, registry: Registry, student: str) -> N
         )
 
 
-def check_teacher_layers(config: RunConfig, registry: Registry, teacher: str) -> None:
-    """A teacher whose layers kdplug never sees (``has_layers = False``: a served model) with a method
-    that reads them (PKD, CKD, ALP, CKA, TinyBERT, MiniLMv2, Universal-KD's layer terms) is refused
-    before the teacher is built, so before any request is sent."""
-    if declared(registry, TeacherCapabilities, teacher).has_layers is not False:
-        return
-    if not reads_teacher_layers(config, registry):
-        return
+def check_teachers(config: RunConfig, registry: Registry) -> None:
+    """Each teacher's name and option names: an ensemble's members each as the one teacher's, the errors
+    naming the member (``teachers[1].teacher_options.base_url ...``)."""
+    for member in config.members():
+        with member_errors(config, member):
+            check_model_reference(registry, "teacher", member.name, member.options)
+            name, implied = registry.model_reference("teacher", member.name)
+            registry.check_options("teacher", name, None, **{**member.options, **implied})
+
+
+@contextlib.contextmanager
+def member_errors(config: RunConfig, member: TeacherMember) -> Iterator[None]:
+    """Within: a member's error, reworded to name the member, where the run has an ensemble."""
+    try:
+        yield
+    except KdplugError as exc:
+        if config.is_ensemble and len(exc.args) == 1 and isinstance(exc.args[0], str):
+            exc.args = (member_message(exc.args[0], member),)
+        raise
+
+
+def member_message(text: str, member: TeacherMember) -> str:
+    """A single teacher's error said of ensemble member ``member``: its options are
+    ``teachers[N].teacher_options``, set with ``--set teachers.N.teacher_options.KEY=VALUE``."""
+    index = member.index
+    text = text.replace("--set teacher_options.", f"--set teachers.{index}.teacher_options.")
+    text = re.sub(r"(?<![.\w])teacher_options\b", f"teachers[{index}].teacher_options", text)
+    if f"teachers[{index}]" not in text:
+        text = f"teachers[{index}] ({member.name}): {text}"
+    return text
+
+
+def has_layers(registry: Registry, name: str) -> bool:
+    """Whether teacher ``name`` gives kdplug its layers (not a served model: ``has_layers = False``)."""
+    return declared(registry, TeacherCapabilities, registry.model_reference("teacher", name)[0]).has_layers is not False
+
+
+def layer_reader(config: RunConfig, registry: Registry) -> str:
+    """What reads the teacher's layers, for the messages: the recipe, or the projector (and the baseline)."""
     method = config.recipe if declared(registry, RecipeCapabilities, config.recipe).uses_projector is False else None
     reader = f"recipe {method!r}" if method else f"projector {config.projector!r} (recipe {config.recipe!r})"
-    if config.baseline and not method:
-        reader += f" or the baseline {config.baseline!r}"
+    return reader + (f" or the baseline {config.baseline!r}" if config.baseline and not method else "")
+
+
+def check_teacher_layers(config: RunConfig, registry: Registry) -> list[str]:
+    """A teacher whose layers kdplug never sees (``has_layers = False``: a served model) with a method
+    that reads them (PKD, CKD, ALP, CKA, TinyBERT, MiniLMv2, Universal-KD's layer terms) is refused
+    before the teacher is built, so before any request is sent. An ensemble's layers come from one
+    member: ``layer_teacher``, or the one member that has layers (then set here). Returns the notes."""
+    reads = reads_teacher_layers(config, registry)
+    if not config.is_ensemble:
+        if reads and not has_layers(registry, config.teacher):
+            raise UsageError(
+                f"teacher {config.teacher!r} gives kdplug only its label log-probabilities, never its layers (its "
+                f"model runs outside this process), but {layer_reader(config, registry)} reads the teacher's layer "
+                f"vectors. Use a projector or recipe that reads the logits alone (docs/llm-teachers.md lists them), "
+                f"or a teacher that runs in this process for layer methods"
+            )
+        return []
+    if not reads:
+        if config.layer_teacher is None:
+            return []
+        return [f"layer_teacher={config.layer_teacher} is not used: {layer_reader(config, registry)} reads no layers"]
+    members = config.members()
+    with_layers = [member for member in members if has_layers(registry, member.name)]
+    if config.layer_teacher is not None:
+        chosen = members[config.layer_teacher]
+        if chosen not in with_layers:
+            raise UsageError(
+                f"layer_teacher={chosen.index} names teachers[{chosen.index}] ({chosen.name}), which gives kdplug only "
+                f"its label log-probabilities, never its layers (its model runs outside this process), but "
+                f"{layer_reader(config, registry)} reads one teacher's layer vectors. " + _layer_fix(with_layers)
+            )
+        return []
+    if len(with_layers) == 1:
+        config.layer_teacher = with_layers[0].index
+        return [
+            f"layer methods read teachers[{config.layer_teacher}] ({with_layers[0].name}), the one member of the "
+            f"ensemble that has layers (layer_teacher={config.layer_teacher})"
+        ]
+    if not with_layers:
+        raise UsageError(
+            f"{layer_reader(config, registry)} reads one teacher's layer vectors, and no member of the ensemble "
+            f"gives kdplug its layers (their models run outside this process). " + _layer_fix(with_layers)
+        )
     raise UsageError(
-        f"teacher {config.teacher!r} gives kdplug only its label log-probabilities, never its layers (its model "
-        f"runs outside this process), but {reader} reads the teacher's layer vectors. Use a projector or recipe "
-        f"that reads the logits alone (docs/llm-teachers.md lists them), or a teacher that runs in this process for "
-        f"layer methods"
+        f"{layer_reader(config, registry)} reads one teacher's layer vectors, and several members of the ensemble "
+        f"have layers ({names(f'teachers[{m.index}] {m.name}' for m in with_layers)}): name one with --set "
+        f"layer_teacher=N (N from 0, e.g. --set layer_teacher={with_layers[0].index}), or use a projector or recipe "
+        f"that reads the logits alone (docs/llm-teachers.md lists them)"
     )
+
+
+def _layer_fix(with_layers: list[TeacherMember]) -> str:
+    named = names(f"--set layer_teacher={m.index} for {m.name}" for m in with_layers)
+    return (
+        f"Name a member that runs in this process ({named}), or use" if named else "Use"
+    ) + " a projector or recipe that reads the logits alone (docs/llm-teachers.md lists them)"
+
+
+def layer_member(config: RunConfig, registry: Registry) -> Optional[TeacherMember]:
+    """The teacher whose layers the run's layer methods read (after :func:`resolve_components`): None when
+    the run reads no layers; the one teacher; an ensemble's ``layer_teacher``."""
+    if not reads_teacher_layers(config, registry):
+        return None
+    members = config.members()
+    return members[config.layer_teacher or 0] if config.is_ensemble else members[0]
 
 
 #: the loss on the logits where the run names none (kd_loss)
@@ -425,8 +516,9 @@ def check_projectors(config: RunConfig, registry: Registry, task: Task) -> None:
         names.insert(0, config.projector)
     if not names:
         return
-    teacher, teacher_source = registry.model_reference("teacher", config.teacher)
-    teacher_shape = registry.model_shape("teacher", teacher, task, **{**config.teacher_options, **teacher_source})
+    member = layer_member(config, registry) or config.members()[0]  # an ensemble's: the layers read, or the first
+    teacher, teacher_source = registry.model_reference("teacher", member.name)
+    teacher_shape = registry.model_shape("teacher", teacher, task, **{**member.options, **teacher_source})
     if teacher_shape is None:
         return
     student, student_source = registry.model_reference("student", config.student)

@@ -67,8 +67,12 @@ def documented_runs():
 
 
 def option(words, flag):
-    values = [words[i + 1] for i, word in enumerate(words[:-1]) if word == flag]
+    values = every_option(words, flag)
     return values[-1] if values else None
+
+
+def every_option(words, flag):
+    return [words[i + 1] for i, word in enumerate(words[:-1]) if word == flag]
 
 
 def set_values(words):
@@ -173,8 +177,9 @@ def test_every_documented_run_resolves_with_dry_run(words, tmp_path, monkeypatch
     settings = set_values(words)
     from kdplug_models.hf import HUB_TEACHERS
 
-    for flag in ("--teacher", "--student"):
-        name = option(words, flag)
+    for flag, name in [("--teacher", name) for name in every_option(words, "--teacher")] + [
+        ("--student", option(words, "--student"))
+    ]:  # an ensemble's every member
         if flag == "--teacher" and name == "prompted-lm":  # the language model it prompts is its option source
             model_stand_in(settings["teacher_options.source"], hub_cache, causal_lm=True)
         elif flag == "--teacher" and (name or "").startswith("served:"):  # sends no request; reads the tokenizer

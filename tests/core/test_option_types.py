@@ -277,9 +277,9 @@ def test_minilm_takes_the_hf_teachers_declared_options():
 
 
 def test_minilm_with_trust_remote_code_as_text_runs_no_code(capsys, tmp_path, sst2_dir, teacher_with_own_code):
-    given = ["--teacher", "minilm", "--set", f"teacher_options.source={teacher_with_own_code}"]
+    given = ["--set", f"teacher_options.source={teacher_with_own_code}"]
     given += ["--set", 'teacher_options.trust_remote_code="no"']
-    code, _, err = run(capsys, *tiny_argv(str(teacher_with_own_code), sst2_dir, tmp_path / "run", *given))
+    code, _, err = run(capsys, *tiny_argv("minilm", sst2_dir, tmp_path / "run", *given))  # --teacher minilm
     assert code == 2, err
     assert "teacher_options.trust_remote_code of teacher 'minilm' must be true or false, got 'no' (str)" in err
     assert not (tmp_path / "RAN").exists(), "the checkpoint's code ran"
