@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
+from accelerate.utils import set_seed
 
 from .. import fingerprint
 from ..capabilities import ProjectorCapabilities
@@ -365,6 +366,9 @@ def prepare_members(config: RunConfig, registry: Registry, env: Any, loaded: Any
     for entry in config.members():
         member_config = config.member_config(entry)
         label = f"teacher {entry.index} ({display_name(entry.name)})"
+        # each member from the seed a one-teacher run starts from: its random head (and so its stored
+        # fine-tuning's key) must not depend on whether the members before it were fine-tuned or reused
+        set_seed(run_inputs.teacher_seed(member_config))
         try:
             base = run_inputs.load_task_and_teacher(member_config, registry, loaded)
         except UsageError as exc:

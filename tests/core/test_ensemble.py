@@ -306,3 +306,18 @@ def test_a_stage_at_another_temperature_reads_the_mean_at_its_own(tmp_path):
         expected = mean_probabilities(stored, [0.25, 0.75], tau)
         np.testing.assert_allclose(torch.softmax(logits.double() / tau, -1).numpy(), expected, atol=1e-6)
     assert at_temperature(labelled, 3.0) is labelled and at_temperature(members[0], 5.0) is members[0]
+
+
+def test_every_member_is_fine_tuned_once_whatever_the_members_before_it_did(capsys, tmp_path, sst2_dir, members):
+    """Each member starts from the seed a one-teacher run of it starts from: the second member's random
+    head (and so its stored fine-tuning) must not depend on whether the first was fine-tuned or reused."""
+    from kdplug.testing.tiny import make_tiny_bert
+
+    bases = [make_tiny_bert(tmp_path / f"base{seed}", num_layers=2, seed=seed) for seed in (0, 1)]  # heads random
+    common = ["--set", teachers(*bases), "--set", "teacher_epochs=1", "--set", "teacher_seed=42"]
+    code, out, first = run(capsys, sst2_dir, tmp_path / "seed42", *common, "--set", "seed=42")
+    assert code == 0, out
+    assert [("reused" in m["finetuned"]) for m in first["teacher"]["members"]] == [False, False]
+    code, out, second = run(capsys, sst2_dir, tmp_path / "seed43", *common, "--set", "seed=43")
+    assert code == 0, out
+    assert [("reused" in m["finetuned"]) for m in second["teacher"]["members"]] == [True, True], out
