@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -97,11 +98,11 @@ def _shown(value: Any) -> str:
 
 def check_duplicate_members(teachers: list) -> None:
     """Two members that compute the same thing (same name, same options but where the model goes) would
-    count one teacher twice: a weight says that."""
+    count one teacher twice: a weight says that. A directory is the same by any path to it (a symlink, ``dir/``)."""
     seen: dict[str, int] = {}
     for index, entry in enumerate(teachers):
         options = {k: v for k, v in (entry.get("teacher_options") or {}).items() if k not in PLACEMENT_OPTIONS}
-        key = repr((entry["teacher"], sorted(options.items(), key=lambda item: str(item[0]))))
+        key = repr((_same_directory(entry["teacher"]), sorted(options.items(), key=lambda item: str(item[0]))))
         if key in seen:
             raise ConfigError(
                 f"teachers[{seen[key]}] and teachers[{index}] are the same teacher ({entry['teacher']}, the same "
@@ -109,6 +110,12 @@ def check_duplicate_members(teachers: list) -> None:
                 f"(teachers.{seen[key]}.weight=2), or give the two different options"
             )
         seen[key] = index
+
+
+def _same_directory(name: str) -> str:
+    """A teacher's directory as its real path (so two paths to it compare equal); any other name as given."""
+    path = os.path.expanduser(name)
+    return os.path.realpath(path) if os.path.isdir(path) else name
 
 
 def set_member(teachers: list, path: str, value: Any) -> list:

@@ -208,6 +208,17 @@ def test_a_file_with_both_teacher_and_teachers_is_refused(tmp_path, capsys, line
     assert message in refused(capsys, "--config", str(path))
 
 
+def test_one_directory_by_two_paths_is_refused_as_the_same_member(tmp_path, capsys, two_teachers):
+    """A symlink to a member's directory, or its path with a trailing slash or a ``.``, is the same teacher:
+    listed twice, it would count double in the mean without a word."""
+    first = two_teachers[0]
+    (tmp_path / "link").symlink_to(first, target_is_directory=True)
+    for alias in (str(tmp_path / "link"), first + "/", first.replace("/a", "/./a")):
+        message = refused(capsys, "--teacher", first, "--teacher", alias)
+        assert "teachers[0] and teachers[1] are the same teacher" in message, (alias, message)
+    assert config_of("--teacher", first, "--teacher", two_teachers[1]).members()[1].weight == 0.5
+
+
 def test_a_huge_teachers_list_is_checked_at_once_with_a_short_message(tmp_path, capsys):
     names = [{"teacher": f"t{number}"} for number in range(10_000)]
     path = tmp_path / "run.yaml"
