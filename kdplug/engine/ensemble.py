@@ -362,6 +362,9 @@ def prepare_members(config: RunConfig, registry: Registry, env: Any, loaded: Any
     created, or whose labels are not the task's, is refused naming it."""
     from . import inputs as run_inputs
 
+    # the projectors once, against the layer teacher (else the first member): a member whose layers no
+    # method reads must not be refused for them
+    preflight.check_projectors(config, registry, loaded[0])
     members = []
     for entry in config.members():
         member_config = config.member_config(entry)
@@ -370,7 +373,7 @@ def prepare_members(config: RunConfig, registry: Registry, env: Any, loaded: Any
         # fine-tuning's key) must not depend on whether the members before it were fine-tuned or reused
         set_seed(run_inputs.teacher_seed(member_config))
         try:
-            base = run_inputs.load_task_and_teacher(member_config, registry, loaded)
+            base = run_inputs.load_task_and_teacher(member_config, registry, loaded, projectors=False)
         except UsageError as exc:
             raise UsageError(f"ensemble {label}: {member_options(str(exc), entry.index)}") from exc
         check_label_names(base.teacher, base.task, label, entry.index)

@@ -370,12 +370,18 @@ def load_task(config: RunConfig, registry: Registry) -> tuple[Task, dict[str, li
 
 
 def load_task_and_teacher(
-    config: RunConfig, registry: Registry, loaded: Optional[tuple[Task, dict[str, list[Example]]]] = None
+    config: RunConfig,
+    registry: Registry,
+    loaded: Optional[tuple[Task, dict[str, list[Example]]]] = None,
+    *,
+    projectors: bool = True,
 ) -> TaskAndTeacher:
     """The task (``loaded`` by :func:`load_task`, or loaded now), the teacher as configured, the
-    sequence length and the tokenised train and dev splits."""
+    sequence length and the tokenised train and dev splits. ``projectors=False``: the run's projectors
+    are checked elsewhere (an ensemble's against its layer teacher, not against each member)."""
     task, examples = loaded or load_task(config, registry)
-    preflight.check_projectors(config, registry, task)  # before the teacher is loaded (or fine-tuned)
+    if projectors:
+        preflight.check_projectors(config, registry, task)  # before the teacher is loaded (or fine-tuned)
     teacher = create_teacher(config, registry, task)
     max_length = preflight.sequence_length(config, task, teacher)
     plan_for = getattr(teacher.model, "kdplug_plan_for", None)

@@ -77,6 +77,8 @@ class PlannedSource:
     #: the teacher's matchable layers: what its outputs would hold
     specs: list
     cache_layers: bool
+    #: an ensemble's member whose layers the students match (None: ``teacher``)
+    layer_teacher: Optional[Teacher] = None
     #: transfer examples a distillation stage would add to every epoch (estimated when not built)
     transfer_per_epoch: int = 0
     #: the transfer set is not built yet: its size is an upper bound (duplicates are dropped then)
@@ -136,7 +138,7 @@ class PlannedSource:
     def for_teacher(self, teacher: Teacher, extractor: Any) -> PlannedSource:
         teacher_stage.freeze(teacher)
         specs, _ = teacher_stage.matchable_specs(extractor, teacher.model)
-        return dataclasses.replace(self, teacher=teacher, specs=specs)
+        return dataclasses.replace(self, teacher=teacher, specs=specs, layer_teacher=None)  # an assistant's own
 
 
 def dry_run(
@@ -157,7 +159,9 @@ def dry_run(
     set_seed(teacher_seed(config))
     # an ensemble's first member is its primary teacher: it encodes the students' data (engine/ensemble.py)
     primary = config.member_config(config.members()[0]) if config.is_ensemble else config
-    base = load_task_and_teacher(primary, registry)
+    base = load_task_and_teacher(primary, registry, projectors=not config.is_ensemble)
+    if config.is_ensemble:  # against its layer teacher, not each member (engine/ensemble.py)
+        preflight.check_projectors(config, registry, base.task)
     plan: dict[str, Any] = {
         "notes": notes + base.teacher.notes,
         "output": str(output),
@@ -174,8 +178,10 @@ def dry_run(
         if reads_teacher
         else f"not needed ({config.projector} reads no teacher output)"
     )
+    layer_teacher = None
     if config.is_ensemble:
-        plan["teacher"]["members"] = _plan_members(config, registry, cache_root, base.task, reads_teacher)
+        plan["teacher"]["members"], teachers = _plan_members(config, registry, cache_root, base.task, reads_teacher)
+        layer_teacher = None if config.layer_teacher is None else teachers[config.layer_teacher]
     plan["check"] = (
         "the teacher's dev metric against the majority class; a weak teacher stops the run"
         if reads_teacher and not config.allow_weak_teacher
@@ -186,7 +192,7 @@ def dry_run(
         plan["teacher_cache"] = cache_size(registry, base.teacher, inputs, transfer_size)
     ratio = config.transfer_ratio
     per_epoch = 0 if not transfer_size else (round(ratio * len(base.train)) if ratio else transfer_size)
-    context, student = _plan_stages(plan, config, registry, inputs, per_epoch)
+    context, student = _plan_stages(plan, config, registry, inputs, per_epoch, layer_teacher)
     plan["student"] = _student_plan(config, student, context.tokenizer)
     plan["recipe"] = config.recipe
     plan["stages"] = context.stages
@@ -218,23 +224,24 @@ def planned_inputs(
 
 def _plan_members(
     config: RunConfig, registry: Registry, cache_root: Path, task: Any, reads_teacher: bool
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], list[Teacher]]:
     """Each ensemble member as a one-teacher plan has its teacher: what it is, its fine-tuning, its weight
-    and which of its outputs the cache holds (each member has its own keys)."""
+    and which of its outputs the cache holds (each member has its own keys); and the members' teachers."""
     examples = {name: task.load_split(name) for name in ("train", *task.dev_splits)}
-    members = []
+    members, teachers = [], []
     for entry in config.members():
         member_config, member_plan = config.member_config(entry), {}
         inputs = planned_inputs(
             member_config,
             registry,
-            load_task_and_teacher(member_config, registry, (task, examples)),
+            load_task_and_teacher(member_config, registry, (task, examples), projectors=False),
             cache_root,
             member_plan,
         )
         outputs = _cached_outputs(member_config, registry, inputs) if reads_teacher else "not needed"
         members.append({"index": entry.index, "weight": entry.weight, **member_plan["teacher"], "cached": outputs})
-    return members
+        teachers.append(inputs.teacher)
+    return members, teachers
 
 
 def _member_lines(members: list[dict[str, Any]]) -> list[str]:
@@ -309,22 +316,29 @@ def layer_reading(registry: Registry, model) -> Optional[str]:
 
 
 def _plan_stages(
-    plan: dict[str, Any], config: RunConfig, registry: Registry, inputs: RunInputs, transfer_per_epoch: int
+    plan: dict[str, Any],
+    config: RunConfig,
+    registry: Registry,
+    inputs: RunInputs,
+    transfer_per_epoch: int,
+    layer_teacher: Optional[Teacher] = None,
 ) -> tuple[EngineContext, Any]:
     """The stages, from the recipe itself: its ``run(ctx)`` against a context whose stages are
     planned (:class:`PlannedSource`), the ``--baseline`` student's first; what the recipe stores
-    goes to a scratch directory."""
+    goes to a scratch directory. ``layer_teacher``: an ensemble's, whose layers the students match."""
     device = inputs.trainer.accelerator.device
     plan["device"] = str(device)
     plan["teacher_precision"] = inference_precision(config.precision, device)
     teacher = inputs.teacher
+    layers = layer_teacher or teacher
     with tempfile.TemporaryDirectory(prefix="kdplug-dry-run-") as scratch:
         scratch_inputs = dataclasses.replace(inputs, cache_root=Path(scratch))
         source = PlannedSource(
             config=config,
             inputs=scratch_inputs,
             teacher=teacher,
-            specs=teacher_stage.matchable_specs(registry.find_layer_extractor(teacher.model), teacher.model)[0],
+            specs=teacher_stage.matchable_specs(registry.find_layer_extractor(layers.model), layers.model)[0],
+            layer_teacher=layer_teacher,
             cache_layers=inputs.caches.layers,
             transfer_per_epoch=transfer_per_epoch,
             transfer_estimated=bool(plan["transfer"]) and not plan["transfer"].get("stored"),

@@ -236,6 +236,22 @@ def test_a_layer_method_reads_the_named_members_layers_and_without_one_is_refuse
     assert second["cache"]["train"]["layers"] is not None and metrics["teacher"]["ensemble"]["layer_teacher"] == 1
 
 
+def test_a_layer_method_is_checked_against_the_layer_teacher_alone(capsys, tmp_path, sst2_dir, members):
+    """PKD on a 4-layer layer teacher beside a 2-layer member whose layers it never reads: the dry run and
+    the run go ahead (the 2-layer member was refused as if its layers were matched); named the other way
+    round, the 2-layer one is refused before any stage."""
+    deep = make_tiny_classifier(tmp_path / "deep", num_layers=4, seed=7)
+    pair = ["--projector", "pkd-last", "--set", teachers(members["a"], deep)]
+    code, out, _ = run(capsys, sst2_dir, tmp_path / "plan", *pair, "--set", "layer_teacher=1", "--dry-run")
+    assert code == 0, out
+    code, out, metrics = run(capsys, sst2_dir, tmp_path / "run", *pair, "--set", "layer_teacher=1")
+    assert code == 0, out
+    assert metrics["teacher"]["members"][1]["cache"]["train"]["layers"] is not None
+    code, out, metrics = run(capsys, sst2_dir, tmp_path / "shallow", *pair, "--set", "layer_teacher=0")
+    assert code == 2 and "2 layers cannot supply" in out and "Traceback" not in out, out
+    assert "stages" not in metrics
+
+
 def test_the_combination_is_stable_for_confident_members_and_a_mean_of_scores_for_a_regression():
     from kdplug.engine.ensemble import combined_logits
 
