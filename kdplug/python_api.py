@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,7 +142,11 @@ def _prepare(
         raise ArgumentError("teacher_weights= weighs an ensemble's members: give teacher= a list of two or more")
     apply(run_config, {**values, **settings}, source="kdplug.distill")
     if teacher_weights is not None and members is None:
-        apply(run_config, {"teachers": _weighted(run_config.teachers, list(teacher_weights))}, source="teacher_weights")
+        apply(
+            run_config,
+            {"teachers": _weighted(run_config.teachers, _numbers(teacher_weights))},
+            source="teacher_weights",
+        )
     run_config.validate()
     manager = process_manager().copy()  # the process's plugins (and --disable-plugin), plus ours
     if objects:
@@ -167,13 +172,23 @@ def ensemble_members(teacher: Any, weights: Optional[Sequence[float]], teachers_
 def _weights(weights: Optional[Sequence[float]], count: int) -> list[float]:
     if weights is None:
         return [1.0] * count
-    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
-        raise ArgumentError(f"teacher_weights= takes a list of numbers, one per teacher; got {_describe(weights)}")
+    weights = _numbers(weights)
     if len(weights) != count:
         raise ArgumentError(
             f"teacher_weights= gives {len(weights)} weight(s) for {count} teachers: give one per teacher"
         )
     return list(weights)  # each checked as a member's weight (a ConfigError naming teachers[N].weight)
+
+
+def _numbers(weights: Any) -> list:
+    """``teacher_weights`` as a list, numpy's arrays and scalars (``np.float32(2)``, ``np.int64(3)``) as Python
+    floats (the configuration holds plain numbers); anything else as given, checked as a member's weight."""
+    if hasattr(weights, "tolist") and not isinstance(weights, (str, bytes)):
+        weights = weights.tolist()
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+        raise ArgumentError(f"teacher_weights= takes a list of numbers, one per teacher; got {_describe(weights)}")
+    plain = (bool, int, float)
+    return [float(w) if isinstance(w, numbers.Real) and not isinstance(w, plain) else w for w in weights]
 
 
 def _weighted(entries: list, weights: list) -> list:
@@ -194,7 +209,8 @@ def _member_entry(member: tuple[Any, Any], objects: dict[str, Any]) -> dict[str,
     else:
         name = f"{IN_MEMORY.format(kind='teacher')}-{sum(key.startswith('teacher') for key in objects)}"
         objects[name.removeprefix("python:")] = given
-    return {"teacher": name, "weight": weight} if weight != 1.0 else {"teacher": name}
+    unweighted = weight == 1.0 and not isinstance(weight, bool)  # True is no weight: refused as a member's
+    return {"teacher": name} if unweighted else {"teacher": name, "weight": weight}
 
 
 #: what each component argument of :func:`distill` accepts, for the messages

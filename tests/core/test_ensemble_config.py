@@ -363,3 +363,17 @@ def re_escape(text: str) -> str:
     import re
 
     return re.escape(text)
+
+
+def test_distill_takes_numpy_weights_and_refuses_a_bool_one(two_teachers):
+    """``teacher_weights`` from numpy (an array, ``np.float32``, ``np.int64``) are numbers: taken (the run goes
+    on to its next check, the layer teacher); ``True`` is no weight: refused, not read as 1."""
+    import numpy as np
+
+    first, second = two_teachers
+    common = dict(student="bilstm", projector="pkd-skip", task="demo", echo=None, teacher=[first, second])
+    for weights in (np.array([2.0, 1.0]), [np.float32(3), np.float32(1)], list(np.arange(1, 3))):
+        with pytest.raises(UsageError, match="several members .*have layers"):
+            distill(teacher_weights=weights, **common)
+    with pytest.raises(UsageError, match=r"teachers\[0\]\.weight must be a positive finite number .*got True"):
+        distill(teacher_weights=[True, 1], **common)
