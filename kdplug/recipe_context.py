@@ -131,5 +131,6 @@ class RecipeContext(Protocol):
 
     def teacher_fingerprint(self) -> str:
         """A fingerprint of what students learn from (for keys of what a recipe stores): the teacher's
-        weights (:func:`kdplug.fingerprint.of_teacher_model`); for an ensemble, its members' and their weights."""
+        weights (:func:`kdplug.fingerprint.of_teacher_model`); for an ensemble, its members' (each as its cache keys
+        know it: its weights and its data as it reads it, a prompted member's prompt with it) and their weights."""
         ...

@@ -278,6 +278,16 @@ class EnsembleTransferOutputs:
         return self.cache
 
 
+def member_fingerprint(member: Member) -> str:
+    """A member as its cache keys know it (what a recipe keys its stored models by): its weights, its
+    tokenizer and its data as it reads it, which hold a prompted or served member's prompt and shots."""
+    fingerprints = teacher_stage.teacher_fingerprints(member.teacher)
+    splits = [member.outputs.train, *member.outputs.dev.values()]  # as its encoder formats them
+    return fingerprint.of_values(
+        fingerprints, [s.token_fingerprint or fingerprint.of_token_ids(s.input_ids) for s in splits]
+    )
+
+
 def layer_index(config: RunConfig, members: list[Member], reads_layers: bool) -> Optional[int]:
     """The member whose layers layer methods read: ``layer_teacher``, else the one member whose layers
     kdplug can read; None where the run reads no layers. Two or none such members: refused."""

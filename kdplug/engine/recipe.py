@@ -42,6 +42,7 @@ from ..types import (
 )
 from .checkpoint import Checkpointer
 from .data import EncodedSplit
+from .ensemble import member_fingerprint
 from .inputs import RunInputs
 from .live import LiveSource
 from .objective import DistillationModule, TeacherHeads
@@ -156,7 +157,7 @@ class EngineContext:
         if members and members[0].teacher is self.teacher:  # the run's ensemble (not an assistant after it)
             return fingerprint.of_values(
                 "teacher-ensemble",
-                [fingerprint.of_teacher_model(member.teacher.model) for member in members],
+                [member_fingerprint(member) for member in members],
                 [member.member.weight for member in members],
             )
         return fingerprint.of_teacher_model(self.teacher.model)

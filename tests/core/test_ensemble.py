@@ -252,6 +252,25 @@ def test_a_layer_method_is_checked_against_the_layer_teacher_alone(capsys, tmp_p
     assert "stages" not in metrics
 
 
+def test_takd_keys_its_assistant_by_a_prompted_members_prompt(capsys, tmp_path, sst2_dir, members):
+    """Two ensembles that differ only in a prompted member's prompt have different targets: the assistant
+    TAKD trained for the first is not reused for the second (its key knew the member's weights alone)."""
+    from kdplug.testing.decoders import make_tiny_causal_lm
+
+    lm = make_tiny_causal_lm(tmp_path / "lm")
+    verbalizer = "{negative: ' bad', positive: ' good'}"
+    stored = []
+    for prompt in ("Review: {text} Sentiment:", "Movie: {text} Verdict:"):
+        options = f"teachers.1.teacher_options={{source: {lm}, prompt: '{prompt}', verbalizer: {verbalizer}}}"
+        ensemble = ["--teacher", members["a"], "--teacher", "prompted-lm", "--set", options]
+        code, out, metrics = run(capsys, sst2_dir, tmp_path / f"run{len(stored)}", *ensemble, "--recipe", "takd")
+        assert code == 0, out
+        link = metrics["stages"]["link1-bert-1"]
+        assert link.get("reused") is None, link  # trained, not taken from the other ensemble's
+        stored.append(link["stored"])
+    assert stored[0] != stored[1]
+
+
 def test_the_combination_is_stable_for_confident_members_and_a_mean_of_scores_for_a_regression():
     from kdplug.engine.ensemble import combined_logits
 
