@@ -212,7 +212,8 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         from ..engine.pipeline import resume_config
 
         written = resume_config(Path(args.resume), say=print)
-        config = apply(copy.deepcopy(written), parse_overrides(args.overrides), source="--set")
+        config = apply(copy.deepcopy(written), resumed_teachers(args, written), source="command line")
+        config = apply(config, parse_overrides(args.overrides), source="--set")
         check_resume_settings(written, config)  # before validate: a changed ensemble is a change, not a conflict
         config.validate()
         report_failures(manager)
@@ -308,6 +309,22 @@ def teacher_flags(teachers: Optional[list[str]], weights: Optional[list[str]], c
     if len(teachers) == 1:
         return {"teacher": teachers[0], "teachers": []}
     return {"teacher": teachers[0], "teachers": _weighted([{"teacher": name} for name in teachers], numbers)}
+
+
+def resumed_teachers(args: argparse.Namespace, written: RunConfig) -> dict:
+    """``--teacher`` and ``--teacher-weights`` given with ``--resume``: what they set, checked against
+    config.yaml as a ``--set`` is (the same teachers and weights go on; others are refused, never ignored)."""
+    if not args.teacher and not args.teacher_weights:
+        return {}
+    if args.teacher:
+        return teacher_flags(args.teacher, args.teacher_weights, None)
+    numbers = [teacher_weight(text) for text in args.teacher_weights]
+    if len(numbers) != len(written.teachers):
+        raise UsageError(
+            f"--teacher-weights gives {len(numbers)} weight{'s' * (len(numbers) != 1)} for the "
+            f"{len(written.teachers) or 1} teacher(s) of the run in {args.resume}: give one per teacher, in their order"
+        )
+    return {"teachers": _weighted(written.teachers, numbers)}
 
 
 def teacher_weight(text: str) -> float:

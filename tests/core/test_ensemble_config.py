@@ -4,6 +4,7 @@ naming the member and the fix before any model loads; ``command_line`` and ``--r
 
 from __future__ import annotations
 
+import copy
 import json
 import shlex
 import time
@@ -12,9 +13,9 @@ import pytest
 import yaml
 
 from kdplug.cli import build_parser, main
-from kdplug.commands.run import check_resume_settings, config_from_arguments
+from kdplug.commands.run import check_resume_settings, config_from_arguments, resumed_teachers
 from kdplug.components import process_manager
-from kdplug.config import RunConfig, build_config, command_line, dump_yaml
+from kdplug.config import RunConfig, apply, build_config, command_line, dump_yaml
 from kdplug.engine import preflight
 from kdplug.errors import ArgumentError, UsageError
 from kdplug.python_api import distill
@@ -271,6 +272,30 @@ def test_resume_refuses_changed_members_or_weights(capsys, ensemble_run, setting
     assert main(["run", "--resume", ensemble_run.output, "--set", setting]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "--set changes what it trains (" in err and change in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "change"),
+    [
+        (["--teacher-weights", "1", "5"], "(teachers[1].weight 2 in config.yaml, 5.0 now)"),
+        (["--teacher", "bert-base", "--teacher", "roberta-base"], "(teachers[1] hf in config.yaml, roberta-base now"),
+        (["--teacher", "bert-base"], "teachers[1] hf in config.yaml, unset now"),
+        (["--teacher-weights", "1"], "--teacher-weights gives 1 weight for the 2 teacher(s) of the run in"),
+    ],
+)
+def test_resume_refuses_teacher_flags_that_change_the_ensemble(capsys, ensemble_run, argv, change):
+    """``--resume RUN --teacher-weights 1 5`` was ignored without a word: the run went on with its old weights."""
+    assert main(["run", "--resume", ensemble_run.output, *argv, "--dry-run"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert change in err and "Traceback" not in err
+
+
+def test_resume_takes_the_same_teacher_flags():
+    written = build_config(
+        overrides=["teachers=[bert-base, {teacher: hf, weight: 2, teacher_options: {source: org/m}}]"]
+    )
+    args = build_parser().parse_args(["run", "--resume", "RUN", "--teacher-weights", "1", "2"])
+    check_resume_settings(written, apply(copy.deepcopy(written), resumed_teachers(args, written), source="flags"))
 
 
 def test_a_members_offload_folder_is_kept_absolute(tmp_path, monkeypatch):
