@@ -343,7 +343,12 @@ def served_teacher(
         tokenizer=local,
         source=f"served:{model}",
         finetuned=True,  # a served model is used as it is
-        extra={"served": record, "kind": f"a served causal LM ({model} at {endpoint.base_url}), not fine-tuned"},
+        # "prompted": it reads the task through a prompt as prompted-lm does (weak-teacher advice, report line)
+        extra={
+            "served": record,
+            "prompted": record,
+            "kind": f"a served causal LM ({model} at {endpoint.base_url}), not fine-tuned",
+        },
         notes=notes,
         encoder=encoder,
     )
