@@ -246,6 +246,20 @@ def test_the_dry_run_counts_requests_tokens_and_cost(server, lm, data, tmp_path,
     assert f"sends {REQUESTS} requests (0 already answered in the cache) and about" in out
     tokens = int(out.split("and about ")[1].split()[0])
     assert tokens > REQUESTS and f"about {round(tokens / 1e6 * 2.5, 6):g} at the given price" in out
+    assert "a transfer set adds its own" in out
+
+
+def test_the_dry_run_counts_the_transfer_sets_requests_and_their_cost_too(server, lm, data, tmp_path, capsys):
+    """The transfer set is where the requests are (20 copies an example by default): its count, an upper
+    bound (duplicates are dropped when it is built), was left out of the dry run's count and cost."""
+    argv = [*run_argv(data, tmp_path, "run", tmp_path / "cache"), *served(server, lm, "price_per_million_tokens=2.5")]
+    assert main([*argv, "--augment", "tang", "--set", "augment_factor=3", "--dry-run"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    transfer = len(SST2_TRAIN) * 3 * 2  # three copies of each training example, two labels each
+    assert f"its transfer set at most {transfer} requests and about" in out
+    base = int(out.split("and about ")[1].split()[0])
+    more = int(out.split(f"at most {transfer} requests and about ")[1].split()[0])
+    assert more > transfer and f"about {round((base + more) / 1e6 * 2.5, 6):g} at the given price in all" in out
 
 
 def test_a_served_teacher_without_base_url_is_a_usage_error(lm, data, tmp_path, capsys):
