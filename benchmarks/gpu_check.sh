@@ -2,7 +2,7 @@
 # kdplug's GPU check: everything that needs a CUDA device, in at most 10 minutes on one H100-class GPU,
 # ending with one markdown table to paste into docs/performance.md ("On a GPU").
 #
-# Steps, each under `timeout` (budgets in seconds; together 570):
+# Steps, each under `timeout` (budgets in seconds; together 600):
 #   setup          30  (pip at most 60) kdplug importable with its plugins, the demo teacher found, the GPU named
 #   cuda tests    120  pytest -m cuda tests/core/test_cuda.py (bf16 and fp16 runs, the cache against
 #                      the CPU, token methods' live teacher, predict --device cuda, export)
@@ -16,6 +16,8 @@
 #   sharded teacher 45 a tiny classifier teacher, device_map=auto with a max_memory that leaves half of it for
 #                      the CPU (offloaded): its run's teacher cache against the one-GPU run's (the same keys and
 #                      values, 1e-5); the dry variant sends half to disk instead
+#   served teacher 30  benchmarks/served_teacher.py: served:MODEL against the test kit's server on localhost
+#                      (a tiny causal LM), examples/s at concurrency 1, 8 and 32 and a resumed pass's savings
 # A step that fails or runs out of time prints the end of its log and is FAILED in the table; the
 # next step runs anyway. Logs and the table go to $OUT (when set) or a temporary directory.
 #
@@ -157,6 +159,13 @@ summarise_inference() {
          END { print t "; " s }' "$1"
 }
 
+summarise_served() {
+    {
+        grep -E '^(in process|served, concurrency)' "$1" | sed -E 's/ +/ /g;s/ examples\/s/ ex\/s/'
+        grep '^resumed pass:' "$1" | sed -E 's/ \(.*\);/;/'
+    } | paste -sd ';' | sed 's/;/; /g'
+}
+
 summarise_sharded() { grep '^sharded teacher:' "$1" | sed 's/^sharded teacher: //'; }
 
 # the sharded-teacher check (its argument: cuda or cpu), run by "$PY" -c
@@ -294,6 +303,7 @@ if [[ $DRY == 1 ]]; then
     run_step "inference" 30 summarise_inference "$PY" benchmarks/inference.py --quick --length 8 --device $DEVICE
     run_step "overhead" 90 summarise_overhead "$PY" benchmarks/overhead.py --quick --device $DEVICE
     run_step "sharded teacher" 45 summarise_sharded "$PY" -c "$SHARDED_CHECK" $DEVICE
+    run_step "served teacher" 30 summarise_served "$PY" benchmarks/served_teacher.py --examples 256 --concurrency 1 8 32
 else
     DEVICE=cuda
     run_step "cuda tests" 120 summarise_pytest "$PY" -m pytest -m cuda tests/core/test_cuda.py -q -p no:cacheprovider
@@ -309,6 +319,7 @@ else
     run_step "inference" 30 summarise_inference "$PY" benchmarks/inference.py --quick --device $DEVICE
     run_step "overhead" 90 summarise_overhead "$PY" benchmarks/overhead.py --device $DEVICE
     run_step "sharded teacher" 45 summarise_sharded "$PY" -c "$SHARDED_CHECK" $DEVICE
+    run_step "served teacher" 30 summarise_served "$PY" benchmarks/served_teacher.py --examples 256 --concurrency 1 8 32
 fi
 
 {

@@ -163,6 +163,9 @@ class AugmenterCapabilities(Capabilities):
     """For sentence pairs: ``"cycle"`` augments the first, the second, then both; anything else always both."""
     mask_token: ClassVar[Optional[str]] = None
     """A token written in place of words; each tokenizer reads it as its mask or unknown token, never an end or pad."""
+    reads_teacher_weights: ClassVar[bool] = False
+    """It reads the teacher's weights (its word embeddings, its MLM head): refused before any work for a teacher
+    whose weights are not in kdplug's process (``has_layers = False``: a served model)."""
 
 
 #: each registry kind's declaration (a kind that declares nothing more than any component: Capabilities)

@@ -37,6 +37,7 @@ from . import preflight
 from . import teacher as teacher_stage
 from .cache import TeacherCache
 from .schedule import DEFAULT_TEMPERATURE
+from .speed import served_remotely
 from .trainer import count_parameters, inference_precision, predictions_from_logits
 
 log = logging.getLogger("kdplug")
@@ -393,6 +394,8 @@ def prepare_members(config: RunConfig, registry: Registry, env: Any, loaded: Any
         teacher, info = run_inputs.prepare_teacher(member_config, registry, base, member_env)
         teacher_stage.freeze(teacher)
         info["parameters"] = count_parameters(teacher.model)
+        if served_remotely(teacher.model):  # its size is the server's
+            info["served_remotely"] = True
         info["precision"] = inference_precision(config.precision, env.accelerator.device)
         info["index"] = entry.index
         train, dev = teacher_stage.teacher_splits(teacher, base.task, base.max_length, base.train, base.dev)

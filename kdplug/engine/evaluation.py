@@ -86,18 +86,23 @@ def teacher_rows(name: str, teacher: dict[str, Any]) -> list[Row]:
     """The table's teacher rows: the teacher's; or each ensemble member's (with its weight) and the ensemble's."""
     members = teacher.get("members")
     if not members:
-        return [Row(f"teacher ({display_name(name)})", teacher["parameters"], teacher.get("dev", {}))]
+        return [Row(f"teacher ({display_name(name)})", shown_parameters(teacher), teacher.get("dev", {}))]
     return [
         *(
             Row(
                 f"teacher {member['index']} ({display_name(member['name'])}, weight {member['weight']:.3g})",
-                member["parameters"],
+                shown_parameters(member),
                 member.get("dev", {}),
             )
             for member in members
         ),
         Row(f"ensemble of {len(members)} teachers", teacher["parameters"], teacher.get("dev", {})),
     ]
+
+
+def shown_parameters(teacher: dict[str, Any]) -> Optional[int]:
+    """A teacher's parameter count for the table; None for a served one (its weights are the server's)."""
+    return None if teacher.get("served_remotely") else teacher["parameters"]
 
 
 def analyse(context: EngineContext, student: nn.Module, env: RunEnvironment, run_dir: Path) -> dict[str, Any]:
@@ -176,17 +181,22 @@ def measure_speed(
     first = inputs.task.dev_splits[0]
     as_teacher_reads = inputs.caches.dev[first] if inputs.caches is not None else inputs.dev[first]  # its prompt
     placed = inputs.teacher.placed_on  # a sharded teacher is timed where it is
-    teacher_speed = speed_module.measure(
-        inputs.teacher.model, as_teacher_reads, placed or env.accelerator.device, move=placed is None
+    teacher_speed = (
+        None
+        if speed_module.served_remotely(inputs.teacher.model)  # its time is the server's and the network's
+        else speed_module.measure(
+            inputs.teacher.model, as_teacher_reads, placed or env.accelerator.device, move=placed is None
+        )
     )
     student_speed = speed_module.measure(student, dev[first], env.accelerator.device)
     ratio = speed_module.speedup(teacher_speed, student_speed)
-    rows[0].speed = teacher_speed
+    if teacher_speed is not None:
+        rows[0].speed, rows[0].speedup = teacher_speed, 1.0
     for row in rows[teachers:]:  # the baseline has the student's architecture, so its speed
         row.speed, row.speedup = student_speed, ratio
     return {
-        "teacher": teacher_speed.as_dict(),
+        "teacher": teacher_speed.as_dict() if teacher_speed is not None else None,
         "student": student_speed.as_dict(),
         "speedup": round(ratio, 3) if ratio else None,
-        "unreliable": teacher_speed.unreliable or student_speed.unreliable,
+        "unreliable": (teacher_speed.unreliable if teacher_speed else None) or student_speed.unreliable,
     }

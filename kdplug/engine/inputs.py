@@ -27,6 +27,7 @@ from .cache import TeacherCache
 from .checkpoint import Checkpointer
 from .data import EncodedSplit, encode
 from .schedule import default_epochs, resolve_min_epochs, resolve_patience, stopping_rule
+from .speed import served_remotely
 from .tracking import Tracking
 from .trainer import (
     Trainer,
@@ -160,6 +161,8 @@ def prepare_inputs(
     teacher, info = prepare_teacher(config, registry, base, env)
     teacher_stage.freeze(teacher)
     info["parameters"] = count_parameters(teacher.model)
+    if served_remotely(teacher.model):  # its size is the server's: not shown as 0
+        info["served_remotely"] = True
     info["precision"] = inference_precision(config.precision, env.accelerator.device)  # what auto resolved to
     record({"teacher": info})
     teacher_train, teacher_dev = teacher_stage.teacher_splits(teacher, task, max_length, train, dev)

@@ -16,6 +16,7 @@ from typing import Any, Optional
 from torch import nn
 
 from .. import fingerprint, interrupt
+from ..capabilities import AugmenterCapabilities
 from ..config import RunConfig
 from ..errors import KdplugError, UsageError, debugging
 from ..interrupt import RunInterrupted
@@ -364,7 +365,12 @@ def transfer_advice(config: RunConfig, registry: Registry, student: nn.Module, l
         return None
     if not capabilities(StudentCapabilities, student).from_scratch or not preflight.reads_teacher(config, registry):
         return None
-    augmenters = " or ".join(f"--augment {name}" for name in registry.names("augmenter"))
+    weights_here = preflight.has_layers(registry, config.members()[0].name)  # not a served teacher's
+    augmenters = " or ".join(
+        f"--augment {name}"
+        for name in registry.names("augmenter")
+        if weights_here or not preflight.declared(registry, AugmenterCapabilities, name).reads_teacher_weights
+    )
     add = f"{augmenters} (or --transfer FILE of unlabelled text of the task)" if augmenters else "--transfer FILE"
     return (
         f"tip: a student trained from scratch on {labelled} labelled examples may learn more of the teacher from a "

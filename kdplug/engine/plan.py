@@ -37,6 +37,7 @@ from .cache import is_cached, layers_bytes, logits_bytes
 from .inputs import RunInputs, TaskAndTeacher, create_teacher, finetune_settings, load_task_and_teacher, teacher_seed
 from .recipe import EngineContext, RecipeView
 from .rundir import RunDirectory, default_output
+from .speed import served_remotely
 from .stage import Stage
 from .trainer import Trainer, build_accelerator, count_parameters, inference_precision
 
@@ -188,6 +189,8 @@ def dry_run(
         else "off"
     )
     transfer_size = _transfer_plan(config, inputs, plan)
+    if transfer_size and reads_teacher:
+        _count_transfer_requests(base, plan, notes, transfer_size)
     if reads_teacher:
         plan["teacher_cache"] = cache_size(registry, base.teacher, inputs, transfer_size)
     ratio = config.transfer_ratio
@@ -251,7 +254,7 @@ def _member_lines(members: list[dict[str, Any]]) -> list[str]:
         outputs = cached if isinstance(cached, str) else ", ".join(f"{k} {v}" for k, v in cached.items())
         lines.append(
             f"  member {member['index']} {member['name']} (weight {member['weight']:.3g}): {member['class']}, "
-            f"{human_count(member['parameters'])} parameters; fine-tuning: {finetune_line(member['finetune'])}; "
+            f"{_size(member['parameters'])}; fine-tuning: {finetune_line(member['finetune'])}; "
             f"outputs: {outputs}"
         )
         if member.get("kind"):
@@ -289,7 +292,7 @@ def _plan_teacher(
         "name": config.teacher,
         "source": teacher.source,
         "class": type(teacher.model).__name__,
-        "parameters": count_parameters(teacher.model),
+        "parameters": None if served_remotely(teacher.model) else count_parameters(teacher.model),
         "outputs": num_outputs(task),
         "pretrained": teacher.pretrained,
         **teacher.extra,
@@ -385,7 +388,7 @@ def _time_plan(plan: dict[str, Any], config: RunConfig, inputs: RunInputs) -> di
             epoch["seconds_per_epoch"] * finetune["epochs"],
         )
     outputs = plan["teacher_outputs"]
-    remote = getattr(teacher.model, "kdplug_remote", False)  # a served model: timing it would send requests
+    remote = served_remotely(teacher.model)  # timing it would send requests
     if isinstance(outputs, dict) and any(value != "cached" for value in outputs.values()) and not remote:
         loader, _ = trainer.loader(train, shuffle=False, batch_size=config.teacher_batch_size)
         forward = estimate.step_seconds(teacher.model, loader, train=False, placed=teacher.placed_on is not None)
@@ -490,6 +493,18 @@ def _transfer_plan(config: RunConfig, inputs: RunInputs, plan: dict[str, Any]) -
     return from_files + augmented
 
 
+def _size(parameters: Optional[int]) -> str:
+    return "its weights on its server" if parameters is None else f"{human_count(parameters)} parameters"
+
+
+def _count_transfer_requests(base: TaskAndTeacher, plan: dict[str, Any], notes: list[str], examples: int) -> None:
+    """A teacher that counts its requests (a served one) counts the transfer set's too, once its size is known."""
+    plan_for = getattr(base.teacher.model, "kdplug_plan_for", None)  # not through capabilities(): the model's own
+    if plan_for is not None:
+        plan_for(base.max_length, transfer_examples=examples)
+        plan["notes"] = notes + base.teacher.notes
+
+
 def cache_size_line(size: dict[str, Any], transfer: Optional[dict[str, Any]]) -> str:
     """``1,234,560 bytes: logits 64,272, layer vectors 1,170,288 (train 800 examples, dev 200)``."""
     splits = size["splits"]
@@ -534,8 +549,7 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
         )
         lines += _member_lines(teacher["members"])
     lines.append(
-        f"teacher     {teacher['name']}: {teacher['class']}, {human_count(teacher['parameters'])} parameters, "
-        f"from {teacher['source']}"
+        f"teacher     {teacher['name']}: {teacher['class']}, {_size(teacher['parameters'])}, from {teacher['source']}"
     )
     if teacher.get("kind"):
         lines.append(f"            kind: {teacher['kind']}")

@@ -203,6 +203,20 @@ def member_message(text: str, member: TeacherMember) -> str:
     return text
 
 
+def check_augmenter_reads(config: RunConfig, registry: Registry) -> None:
+    """An augmenter that reads the teacher's weights needs them in this process: not a served teacher's."""
+    if not declared(registry, AugmenterCapabilities, config.augment).reads_teacher_weights:
+        return
+    primary = config.members()[0]  # the augmenter reads the first member of an ensemble
+    if not has_layers(registry, primary.name):
+        raise UsageError(
+            f"--augment {config.augment} reads the teacher's own weights (its word embeddings), and teacher "
+            f"{primary.name!r} keeps them on its server; use another augmenter ('kdplug plugins --kind augmenter') "
+            f"or --transfer FILE of unlabelled text of the task"
+            + (", or list a member whose weights kdplug loads first" if config.is_ensemble else "")
+        )
+
+
 def has_layers(registry: Registry, name: str) -> bool:
     """Whether teacher ``name`` gives kdplug its layers (not a served model: ``has_layers = False``)."""
     return declared(registry, TeacherCapabilities, registry.model_reference("teacher", name)[0]).has_layers is not False
@@ -412,6 +426,7 @@ def check_transfer_sources(config: RunConfig, registry: Registry) -> None:
     if config.augment:
         registry.resolve("augmenter", config.augment)
         registry.check_options("augmenter", config.augment, None, **config.augment_options)
+        check_augmenter_reads(config, registry)
         check_values = declared(registry, AugmenterCapabilities, config.augment).check_options
         if check_values is not None:  # values and requirements, where the augmenter can say before building
             check_values(**config.augment_options)

@@ -47,6 +47,7 @@ from .inputs import RunInputs
 from .live import LiveSource
 from .objective import DistillationModule, TeacherHeads
 from .schedule import DEFAULT_TEMPERATURE
+from .speed import served_remotely
 from .stage import StageRequest, StageSource, kd_loss_choice, prepare_stage
 from .trainer import Trainer, count_parameters, inference_precision
 
@@ -357,7 +358,9 @@ def _text(example: Any) -> Any:
 
 def warn_if_not_smaller(student: nn.Module, teacher: nn.Module, name: str) -> None:
     """Distillation compresses: a student as large as its teacher is almost always a mistake
-    (e.g. the paper-sized 23M BiLSTM under a 22.7M MiniLM teacher)."""
+    (e.g. the paper-sized 23M BiLSTM under a 22.7M MiniLM teacher). A served teacher's size is the server's."""
+    if served_remotely(teacher):
+        return
     size, teacher_size = count_parameters(student), count_parameters(teacher)
     if size >= teacher_size:
         log.warning(

@@ -31,7 +31,7 @@ class Row:
     """One line of the closing table."""
 
     model: str
-    parameters: int
+    parameters: Optional[int]  # None: a served teacher, whose weights are not in this process
     dev: dict[str, dict[str, float]]
     speed: Optional[Speed] = None
     speedup: Optional[float] = None
@@ -95,7 +95,7 @@ def format_table(rows: list[Row], task: Task) -> str:
         header += ["weights", "ms/example (b=1)", "examples/s (b=32)", "speed-up"]
     body = []
     for row in rows:
-        cells = [row.model, human_count(row.parameters)]
+        cells = [row.model, "served" if row.parameters is None else human_count(row.parameters)]
         cells += [f"{row.dev[split][k] * 100:.2f}" if k in row.dev.get(split, {}) else "" for k in keys]
         if timed:
             speed = row.speed
@@ -104,7 +104,7 @@ def format_table(rows: list[Row], task: Task) -> str:
                     f"{speed.weights_mb:.1f} MB",
                     f"{speed.latency_ms:.2f} {plus_minus(speed.latency_spread)}",
                     f"{speed.throughput:.0f} {plus_minus(speed.throughput_spread)}",
-                    f"{row.speedup:.2f}x" if row.speedup else "1.00x",
+                    f"{row.speedup:.2f}x" if row.speedup else "",
                 ]
                 if speed
                 else ["", "", "", ""]

@@ -43,6 +43,12 @@ class Speed:
         return {key: round(value, 4) if isinstance(value, float) else value for key, value in asdict(self).items()}
 
 
+def served_remotely(model: nn.Module) -> bool:
+    """A teacher whose model answers over HTTP (``kdplug_remote``): timing it would send requests, and its
+    weights, and so its size, are not in this process."""
+    return bool(getattr(model, "kdplug_remote", False))  # not through capabilities(): the model's own marker
+
+
 def weights_bytes(model: nn.Module) -> int:
     """Bytes of every parameter and buffer once, as safetensors stores them."""
     seen, total = set(), 0

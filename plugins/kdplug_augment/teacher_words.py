@@ -59,6 +59,7 @@ class TeacherWordsAugmenter:
 
     citation = CITATION
     pair_schedule = "cycle"
+    reads_teacher_weights = True  # its input embeddings and MLM head
 
     def __init__(
         self,

@@ -330,20 +330,24 @@ def served_teacher(
     served = ServedLM(scorer, identity, spec.content_free, task.is_pair).eval()
     notes: list[str] = []
 
-    def plan_for(max_length: Optional[int]) -> None:
-        """The requests the pass sends, counted with the texts cut to ``max_length`` as the run sends them."""
-        plan = request_plan(task, scorer, price_per_million_tokens, max_length)
+    def plan_for(max_length: Optional[int], transfer_examples: int = 0) -> None:
+        """The requests the pass sends, counted with the texts cut to ``max_length`` as the run sends them;
+        the dry run gives the transfer set's size once it knows it."""
+        plan = request_plan(task, scorer, price_per_million_tokens, max_length, transfer_examples)
         record["plan"], scorer.expected = plan, plan["requests"]
         notes[:] = [describe(spec, model, endpoint, scoring, plan)]
 
     plan_for(None)  # counted again once the run's max_length is known
     served.kdplug_plan_for = plan_for
+    kind = f"a served causal LM ({model} at {endpoint.base_url}), not fine-tuned"  # used as it is
+    # "prompted" too: it reads the task through a prompt as prompted-lm does (weak-teacher advice, report line)
+    extra = {"served": record, "prompted": record, "kind": kind}
     return Teacher(
         model=served,
         tokenizer=local,
         source=f"served:{model}",
-        finetuned=True,  # a served model is used as it is
-        extra={"served": record, "kind": f"a served causal LM ({model} at {endpoint.base_url}), not fine-tuned"},
+        finetuned=True,
+        extra=extra,
         notes=notes,
         encoder=encoder,
     )
@@ -405,10 +409,13 @@ def _first_tokens(tokenizer: Any, spec: PromptSpec) -> tuple[str, ...]:
     return firsts
 
 
-def request_plan(task: Task, scorer: Scorer, price: Optional[float], max_length: Optional[int]) -> dict[str, Any]:
+def request_plan(
+    task: Task, scorer: Scorer, price: Optional[float], max_length: Optional[int], transfer_examples: int = 0
+) -> dict[str, Any]:
     """How many requests and tokens the teacher pass over train and the dev splits sends (answers
     already stored aside): its prompts made as the run makes them (the encoder, texts cut to
-    ``max_length``), tokens estimated at 4 characters each."""
+    ``max_length``), tokens estimated at 4 characters each. A transfer set of ``transfer_examples``
+    (not built yet) is counted as at most that many examples of the training prompts' mean length."""
     encoder = scorer.encoder
     examples = [example for split in ("train", *task.dev_splits) for example in task.load_split(split)]
     encoded = encoder(
@@ -424,8 +431,12 @@ def request_plan(task: Task, scorer: Scorer, price: Optional[float], max_length:
     missing = [q for q in questions if scorer.store.get(request_key(q.path, q.body, q.split)) is None]
     tokens = sum(q.tokens for q in missing)
     plan = {"requests": len(missing), "stored": len(questions) - len(missing), "tokens": tokens, "scoring": scoring}
+    if transfer_examples:
+        per_example = len(scorer.verbalizer) if scoring == "echo" else 1
+        plan["transfer_requests"] = transfer_examples * per_example
+        plan["transfer_tokens"] = round(plan["transfer_requests"] * sum(q.tokens for q in questions) / len(questions))
     if price is not None:
-        plan["cost"] = round(tokens / 1e6 * price, 6)
+        plan["cost"] = round((tokens + plan.get("transfer_tokens", 0)) / 1e6 * price, 6)
     return plan
 
 
@@ -440,10 +451,17 @@ def describe(spec: PromptSpec, model: str, endpoint: Endpoint, scoring: str, pla
         "auto": "echo scoring where the server has completions with echo and logprobs, else top-logprobs (the run "
         "records which)",
     }[scoring]
-    cost = f", about {plan['cost']:g} at the given price" if "cost" in plan else ""
+    cost = f", about {plan['cost']:g} at the given price in all" if "cost" in plan else ""
+    transfer = (
+        f"; its transfer set at most {plan['transfer_requests']} requests and about {plan['transfer_tokens']} "
+        f"tokens more (its prompts estimated at the training prompts' mean length; answers stored already not "
+        f"counted out)"
+        if "transfer_requests" in plan
+        else "; a transfer set adds its own"
+    )
     return (
         f"teacher: {model} served at {endpoint.base_url}: prompt {spec.template!r}, {how}; the teacher pass over "
         f"train and dev sends {plan['requests']} requests ({plan['stored']} already answered in the cache) and about "
-        f"{plan['tokens']} tokens (estimated at {CHARS_PER_TOKEN} characters a token; "
-        f"a transfer set adds its own){cost}; no layers (logit methods only)"
+        f"{plan['tokens']} tokens (estimated at {CHARS_PER_TOKEN} characters a token){transfer}{cost}; no layers "
+        f"(logit methods only)"
     )

@@ -246,6 +246,20 @@ def test_the_dry_run_counts_requests_tokens_and_cost(server, lm, data, tmp_path,
     assert f"sends {REQUESTS} requests (0 already answered in the cache) and about" in out
     tokens = int(out.split("and about ")[1].split()[0])
     assert tokens > REQUESTS and f"about {round(tokens / 1e6 * 2.5, 6):g} at the given price" in out
+    assert "a transfer set adds its own" in out
+
+
+def test_the_dry_run_counts_the_transfer_sets_requests_and_their_cost_too(server, lm, data, tmp_path, capsys):
+    """The transfer set is where the requests are (20 copies an example by default): its count, an upper
+    bound (duplicates are dropped when it is built), was left out of the dry run's count and cost."""
+    argv = [*run_argv(data, tmp_path, "run", tmp_path / "cache"), *served(server, lm, "price_per_million_tokens=2.5")]
+    assert main([*argv, "--augment", "tang", "--set", "augment_factor=3", "--dry-run"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    transfer = len(SST2_TRAIN) * 3 * 2  # three copies of each training example, two labels each
+    assert f"its transfer set at most {transfer} requests and about" in out
+    base = int(out.split("and about ")[1].split()[0])
+    more = int(out.split(f"at most {transfer} requests and about ")[1].split()[0])
+    assert more > transfer and f"about {round((base + more) / 1e6 * 2.5, 6):g} at the given price in all" in out
 
 
 def test_a_served_teacher_without_base_url_is_a_usage_error(lm, data, tmp_path, capsys):
@@ -485,3 +499,44 @@ def test_the_plan_counts_the_prompts_cut_to_max_length_as_the_run_sends_them(ser
     out = " ".join(capsys.readouterr().out.split())
     assert f"sends {REQUESTS} requests (0 already answered" in out
     assert f"sends 0 requests ({REQUESTS} already answered" in out
+
+
+def test_an_augmenter_that_reads_the_teachers_weights_is_refused_before_any_request(lm, data, tmp_path, capsys):
+    """teacher-words reads the teacher's word embeddings, which a served teacher keeps on its server: it
+    crashed with an AttributeError after the teacher was checked; now exit 2 before the run directory."""
+    with OpenAIServer(lm) as fresh:
+        argv = [*run_argv(data, tmp_path, "run", tmp_path / "cache"), "--augment", "teacher-words"]
+        assert main([*argv, *served(fresh, lm)]) == 2
+        assert sum(fresh.requests.values()) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "Traceback" not in err and "--augment teacher-words reads the teacher's own weights" in err
+    assert "--transfer FILE" in err and not (tmp_path / "run").exists()
+
+
+def test_a_served_teachers_run_shows_no_size_or_speed_of_its_own_and_gives_prompt_advice(
+    server, lm, data, tmp_path, capsys, caplog
+):
+    """Its weights are the server's: the table says `served` (not 0.0K parameters), its speed is not timed
+    (that would send requests; the student's speed-up is left blank), the student is not called as large
+    as a 0-parameter teacher, the tip offers no augmenter that reads its weights, and a weak served teacher
+    is given the prompted teacher's causes, not a checkpoint's (`finetuned=false`)."""
+    argv = run_argv(data, tmp_path, "run", tmp_path / "cache")
+    argv[argv.index("measure_speed=false")] = "measure_speed=true"
+    assert main([*argv, *served(server, lm)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith(f"teacher (served:{server.name})"))
+    assert row.split()[2] == "served" and "MB" not in row
+    student = next(line for line in out.splitlines() if line.startswith("bilstm + rkd"))
+    assert "MB" in student and not student.rstrip().endswith("x")
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["speed"]["teacher"] is None
+    assert "as many as the teacher" not in caplog.text
+    assert "--augment teacher-words" not in out and "--augment tang" in out
+
+    one_class = write_sst2(tmp_path / "one-class", dev=[(text, 1) for text, _ in SST2_DEV * 3])  # unbeatable
+    argv = run_argv(one_class, tmp_path, "weak", tmp_path / "cache")
+    at = argv.index("allow_weak_teacher=true")
+    del argv[at - 1 : at + 1]
+    assert main([*argv, *served(server, lm)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "not worth distilling" in err and "the prompt or the verbalizer does not fit the model" in err
+    assert "finetuned=false" not in err
