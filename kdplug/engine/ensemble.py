@@ -373,8 +373,8 @@ def prepare_members(config: RunConfig, registry: Registry, env: Any, loaded: Any
     created, or whose labels are not the task's, is refused naming it."""
     from . import inputs as run_inputs
 
-    # the projectors once, against the layer teacher (else the first member): a member whose layers no
-    # method reads must not be refused for them
+    # the projectors against the layer teacher (else the first member), before any member: a refusal names no
+    # member that is not the layer teacher (each member's load checks the same again, which then passes)
     preflight.check_projectors(config, registry, loaded[0])
     members = []
     for entry in config.members():
@@ -384,7 +384,7 @@ def prepare_members(config: RunConfig, registry: Registry, env: Any, loaded: Any
         # fine-tuning's key) must not depend on whether the members before it were fine-tuned or reused
         set_seed(run_inputs.teacher_seed(member_config))
         try:
-            base = run_inputs.load_task_and_teacher(member_config, registry, loaded, projectors=False)
+            base = run_inputs.load_task_and_teacher(member_config, registry, loaded, run=config)
         except UsageError as exc:
             raise UsageError(f"ensemble {label}: {member_options(str(exc), entry.index)}") from exc
         check_label_names(base.teacher, base.task, label, entry.index)
@@ -528,3 +528,23 @@ def ensemble_transfer_outputs(
         ],
         combination=combination,
     )
+
+
+def plan_members(
+    config: RunConfig, registry: Registry, cache_root: Any, task: Task, reads_teacher: bool
+) -> tuple[list[dict[str, Any]], list[Teacher]]:
+    """A dry run's members, each as a one-teacher plan has its teacher: what it is, its fine-tuning, its weight
+    and which of its outputs the cache holds (each member has its own keys); and the members' teachers."""
+    from .inputs import load_task_and_teacher
+    from .plan import _cached_outputs, planned_inputs
+
+    examples = {name: task.load_split(name) for name in ("train", *task.dev_splits)}
+    members, teachers = [], []
+    for entry in config.members():
+        member_config, member_plan = config.member_config(entry), {}
+        base = load_task_and_teacher(member_config, registry, (task, examples), run=config)
+        inputs = planned_inputs(member_config, registry, base, cache_root, member_plan)
+        outputs = _cached_outputs(member_config, registry, inputs) if reads_teacher else "not needed"
+        members.append({"index": entry.index, "weight": entry.weight, **member_plan["teacher"], "cached": outputs})
+        teachers.append(inputs.teacher)
+    return members, teachers

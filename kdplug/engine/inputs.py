@@ -377,14 +377,13 @@ def load_task_and_teacher(
     registry: Registry,
     loaded: Optional[tuple[Task, dict[str, list[Example]]]] = None,
     *,
-    projectors: bool = True,
+    run: Optional[RunConfig] = None,
 ) -> TaskAndTeacher:
     """The task (``loaded`` by :func:`load_task`, or loaded now), the teacher as configured, the
-    sequence length and the tokenised train and dev splits. ``projectors=False``: the run's projectors
-    are checked elsewhere (an ensemble's against its layer teacher, not against each member)."""
+    sequence length and the tokenised train and dev splits. ``run``: the ensemble's configuration where
+    ``config`` is a member's, whose projectors are checked against its layer teacher, not this member."""
     task, examples = loaded or load_task(config, registry)
-    if projectors:
-        preflight.check_projectors(config, registry, task)  # before the teacher is loaded (or fine-tuned)
+    preflight.check_projectors(run or config, registry, task)  # before the teacher is loaded (or fine-tuned)
     teacher = create_teacher(config, registry, task)
     max_length = preflight.sequence_length(config, task, teacher)
     plan_for = getattr(teacher.model, "kdplug_plan_for", None)

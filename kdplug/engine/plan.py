@@ -34,6 +34,7 @@ from . import estimate, preflight
 from . import teacher as teacher_stage
 from .baseline import train_baseline
 from .cache import is_cached, layers_bytes, logits_bytes
+from .ensemble import plan_members
 from .inputs import RunInputs, TaskAndTeacher, create_teacher, finetune_settings, load_task_and_teacher, teacher_seed
 from .recipe import EngineContext, RecipeView
 from .rundir import RunDirectory, default_output
@@ -78,8 +79,7 @@ class PlannedSource:
     #: the teacher's matchable layers: what its outputs would hold
     specs: list
     cache_layers: bool
-    #: an ensemble's member whose layers the students match (None: ``teacher``)
-    layer_teacher: Optional[Teacher] = None
+    layer_teacher: Optional[Teacher] = None  # an ensemble's member whose layers students match (None: teacher)
     #: transfer examples a distillation stage would add to every epoch (estimated when not built)
     transfer_per_epoch: int = 0
     #: the transfer set is not built yet: its size is an upper bound (duplicates are dropped then)
@@ -160,9 +160,7 @@ def dry_run(
     set_seed(teacher_seed(config))
     # an ensemble's first member is its primary teacher: it encodes the students' data (engine/ensemble.py)
     primary = config.member_config(config.members()[0]) if config.is_ensemble else config
-    base = load_task_and_teacher(primary, registry, projectors=not config.is_ensemble)
-    if config.is_ensemble:  # against its layer teacher, not each member (engine/ensemble.py)
-        preflight.check_projectors(config, registry, base.task)
+    base = load_task_and_teacher(primary, registry, run=config)
     plan: dict[str, Any] = {
         "notes": notes + base.teacher.notes,
         "output": str(output),
@@ -179,10 +177,9 @@ def dry_run(
         if reads_teacher
         else f"not needed ({config.projector} reads no teacher output)"
     )
-    layer_teacher = None
     if config.is_ensemble:
-        plan["teacher"]["members"], teachers = _plan_members(config, registry, cache_root, base.task, reads_teacher)
-        layer_teacher = None if config.layer_teacher is None else teachers[config.layer_teacher]
+        plan["teacher"]["members"], teachers = plan_members(config, registry, cache_root, base.task, reads_teacher)
+        inputs = dataclasses.replace(inputs, layer_teacher=teachers[config.layer_teacher or 0])
     plan["check"] = (
         "the teacher's dev metric against the majority class; a weak teacher stops the run"
         if reads_teacher and not config.allow_weak_teacher
@@ -195,7 +192,7 @@ def dry_run(
         plan["teacher_cache"] = cache_size(registry, base.teacher, inputs, transfer_size)
     ratio = config.transfer_ratio
     per_epoch = 0 if not transfer_size else (round(ratio * len(base.train)) if ratio else transfer_size)
-    context, student = _plan_stages(plan, config, registry, inputs, per_epoch, layer_teacher)
+    context, student = _plan_stages(plan, config, registry, inputs, per_epoch)
     plan["student"] = _student_plan(config, student, context.tokenizer)
     plan["recipe"] = config.recipe
     plan["stages"] = context.stages
@@ -223,28 +220,6 @@ def planned_inputs(
         caches=PlannedOutputs(ready=finetuned is not None, layers=preflight.reads_teacher_layers(config, registry)),
         teacher_info=plan["teacher"],
     )
-
-
-def _plan_members(
-    config: RunConfig, registry: Registry, cache_root: Path, task: Any, reads_teacher: bool
-) -> tuple[list[dict[str, Any]], list[Teacher]]:
-    """Each ensemble member as a one-teacher plan has its teacher: what it is, its fine-tuning, its weight
-    and which of its outputs the cache holds (each member has its own keys); and the members' teachers."""
-    examples = {name: task.load_split(name) for name in ("train", *task.dev_splits)}
-    members, teachers = [], []
-    for entry in config.members():
-        member_config, member_plan = config.member_config(entry), {}
-        inputs = planned_inputs(
-            member_config,
-            registry,
-            load_task_and_teacher(member_config, registry, (task, examples), projectors=False),
-            cache_root,
-            member_plan,
-        )
-        outputs = _cached_outputs(member_config, registry, inputs) if reads_teacher else "not needed"
-        members.append({"index": entry.index, "weight": entry.weight, **member_plan["teacher"], "cached": outputs})
-        teachers.append(inputs.teacher)
-    return members, teachers
 
 
 def _member_lines(members: list[dict[str, Any]]) -> list[str]:
@@ -319,21 +294,16 @@ def layer_reading(registry: Registry, model) -> Optional[str]:
 
 
 def _plan_stages(
-    plan: dict[str, Any],
-    config: RunConfig,
-    registry: Registry,
-    inputs: RunInputs,
-    transfer_per_epoch: int,
-    layer_teacher: Optional[Teacher] = None,
+    plan: dict[str, Any], config: RunConfig, registry: Registry, inputs: RunInputs, transfer_per_epoch: int
 ) -> tuple[EngineContext, Any]:
     """The stages, from the recipe itself: its ``run(ctx)`` against a context whose stages are
     planned (:class:`PlannedSource`), the ``--baseline`` student's first; what the recipe stores
-    goes to a scratch directory. ``layer_teacher``: an ensemble's, whose layers the students match."""
+    goes to a scratch directory."""
     device = inputs.trainer.accelerator.device
     plan["device"] = str(device)
     plan["teacher_precision"] = inference_precision(config.precision, device)
     teacher = inputs.teacher
-    layers = layer_teacher or teacher
+    layers = inputs.layer_teacher or teacher  # an ensemble's layer teacher
     with tempfile.TemporaryDirectory(prefix="kdplug-dry-run-") as scratch:
         scratch_inputs = dataclasses.replace(inputs, cache_root=Path(scratch))
         source = PlannedSource(
@@ -341,7 +311,7 @@ def _plan_stages(
             inputs=scratch_inputs,
             teacher=teacher,
             specs=teacher_stage.matchable_specs(registry.find_layer_extractor(layers.model), layers.model)[0],
-            layer_teacher=layer_teacher,
+            layer_teacher=inputs.layer_teacher,
             cache_layers=inputs.caches.layers,
             transfer_per_epoch=transfer_per_epoch,
             transfer_estimated=bool(plan["transfer"]) and not plan["transfer"].get("stored"),
