@@ -45,6 +45,13 @@ def check_ensemble(config: Any) -> None:  # a RunConfig (kdplug/config.py import
             f"(N from 0 to {len(config.teachers) - 1}), or under that member's teacher_options in the file"
         )
     check_duplicate_members(config.teachers)
+    for member in config.members():
+        if member.weight == 0.0:  # its share of the sum underflows (1e-308 beside 1e308)
+            raise ConfigError(
+                f"teachers[{member.index}].weight {config.teachers[member.index]['weight']!r} is too small a share "
+                f"of the weights' sum to be a number: the member would count for nothing, its outputs computed all "
+                f"the same. Drop it, or give it a larger weight"
+            )
     if config.layer_teacher is not None and not (
         isinstance(config.layer_teacher, int) and 0 <= config.layer_teacher < len(config.teachers)
     ):

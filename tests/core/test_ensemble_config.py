@@ -220,6 +220,14 @@ def test_one_directory_by_two_paths_is_refused_as_the_same_member(tmp_path, caps
     assert config_of("--teacher", first, "--teacher", two_teachers[1]).members()[1].weight == 0.5
 
 
+def test_a_weight_whose_share_underflows_is_refused(capsys):
+    """1e-308 beside 1e308 is a share of 0 in float64: the member was computed and then counted for nothing."""
+    message = refused(capsys, "--teacher", "a", "--teacher", "b", "--teacher-weights", "1e308", "1e-308")
+    assert "teachers[1].weight 1e-308 is too small a share of the weights' sum" in message
+    tiny = config_of("--teacher", "a", "--teacher", "b", "--teacher-weights", "1", "1e-300").members()
+    assert tiny[1].weight == 1e-300 and tiny[0].weight == 1.0
+
+
 def test_a_huge_teachers_list_is_checked_at_once_with_a_short_message(tmp_path, capsys):
     names = [{"teacher": f"t{number}"} for number in range(10_000)]
     path = tmp_path / "run.yaml"
