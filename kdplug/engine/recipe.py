@@ -161,7 +161,15 @@ class EngineContext:
                 [member_fingerprint(member) for member in members],
                 [member.member.weight for member in members],
             )
-        return fingerprint.of_teacher_model(self.teacher.model)
+        key = fingerprint.of_teacher_model(self.teacher.model)
+        caches = getattr(self.source, "caches", None)  # not through capabilities(): the run's own outputs
+        if self.teacher.encoder is not None and getattr(caches, "teacher", None) is self.teacher:
+            # a prompted teacher's prompt and shots are in the data it reads, not in its weights
+            train = caches.train
+            return fingerprint.of_values(
+                "teacher-prompted", key, train.token_fingerprint or fingerprint.of_token_ids(train.input_ids)
+            )
+        return key
 
     def teacher_layer_specs(self) -> list[LayerSpec]:
         model = self.layer_teacher.model

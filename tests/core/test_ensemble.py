@@ -271,6 +271,27 @@ def test_takd_keys_its_assistant_by_a_prompted_members_prompt(capsys, tmp_path, 
     assert stored[0] != stored[1]
 
 
+def test_takd_keys_its_assistant_by_a_prompted_teachers_prompt_for_one_teacher_too(capsys, tmp_path, sst2_dir):
+    """The same with one prompted teacher: its key was its weights alone, so a second prompt reused the
+    assistant trained on the first prompt's target."""
+    from kdplug.testing.decoders import make_tiny_causal_lm
+
+    lm = make_tiny_causal_lm(tmp_path / "lm")
+    stored = []
+    for prompt in ("Review: {text} Sentiment:", "Movie: {text} Verdict:"):
+        options = (
+            f"teacher_options={{source: {lm}, prompt: '{prompt}', verbalizer: {{negative: ' bad', positive: ' good'}}}}"
+        )
+        teacher = ["--teacher", "prompted-lm", "--set", options, "--set", "allow_weak_teacher=true"]
+        takd = ["--recipe", "takd", "--set", "recipe_options.ta=[{name: bilstm, hidden_size: 8}]"]
+        code, out, metrics = run(capsys, sst2_dir, tmp_path / f"run{len(stored)}", *teacher, *takd)
+        assert code == 0, out
+        link = metrics["stages"]["link1-bilstm"]
+        assert link.get("reused") is None, link
+        stored.append(link["stored"])
+    assert stored[0] != stored[1]
+
+
 def test_the_combination_is_stable_for_confident_members_and_a_mean_of_scores_for_a_regression():
     from kdplug.engine.ensemble import combined_logits
 
