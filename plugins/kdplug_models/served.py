@@ -331,8 +331,7 @@ def served_teacher(
     notes: list[str] = []
 
     def plan_for(max_length: Optional[int], transfer_examples: int = 0) -> None:
-        """The requests the pass sends, counted with the texts cut to ``max_length`` as the run sends them;
-        the dry run gives the transfer set's size once it knows it."""
+        """The requests the pass sends (texts cut to ``max_length``), and the dry run's transfer set's."""
         plan = request_plan(task, scorer, price_per_million_tokens, max_length, transfer_examples)
         record["plan"], scorer.expected = plan, plan["requests"]
         notes[:] = [describe(spec, model, endpoint, scoring, plan)]
