@@ -155,8 +155,9 @@ def _prepare(
 
 
 def ensemble_members(teacher: Any, weights: Optional[Sequence[float]], teachers_given: bool) -> Optional[list]:
-    """``teacher=[A, B, ...]``'s members as ``(teacher, weight)``; None where ``teacher`` is one teacher."""
-    if not isinstance(teacher, (list, tuple)) or (isinstance(teacher, tuple) and _acceptable("teacher", teacher)):
+    """``teacher=[A, B, ...]``'s members as ``(teacher, weight)``; None where ``teacher`` is one teacher (a
+    tuple is one: ``(model, tokenizer)``, checked as such)."""
+    if not isinstance(teacher, list):
         return None
     if teachers_given:
         raise ArgumentError("give the ensemble once: teacher=[A, B] or teachers=[{...}, {...}], not both")
