@@ -37,8 +37,7 @@ from . import preflight
 from . import teacher as teacher_stage
 from .cache import TeacherCache
 from .schedule import DEFAULT_TEMPERATURE
-from .speed import served_remotely
-from .trainer import count_parameters, inference_precision, predictions_from_logits
+from .trainer import predictions_from_logits
 
 log = logging.getLogger("kdplug")
 
@@ -392,30 +391,14 @@ def prepare_members(config: RunConfig, registry: Registry, env: Any, loaded: Any
         if entry.index:  # its fine-tuning's checkpoints apart from the other members'
             member_env = dataclasses.replace(member_env, checkpoints=member_checkpoints(env.checkpoints, entry.index))
         teacher, info = run_inputs.prepare_teacher(member_config, registry, base, member_env)
-        teacher_stage.freeze(teacher)
-        info["parameters"] = count_parameters(teacher.model)
-        if served_remotely(teacher.model):  # its size is the server's
-            info["served_remotely"] = True
-        info["precision"] = inference_precision(config.precision, env.accelerator.device)
+        run_inputs.freeze_and_describe(teacher, info, config.precision, env)
         info["index"] = entry.index
-        train, dev = teacher_stage.teacher_splits(teacher, base.task, base.max_length, base.train, base.dev)
-        extractor = registry.find_layer_extractor(teacher.model)
-        outputs = teacher_stage.TeacherOutputs(
-            teacher=teacher,
-            extractor=extractor,
-            trainer=trainer,
-            task=base.task,
-            train=train,
-            dev=dev,
-            root=env.cache_root,
-            precision=config.precision,
-            layers=False,
-        )
+        outputs = run_inputs.teacher_outputs(teacher, base, registry, trainer, env, config.precision, layers=False)
         member = Member(
             member=entry,
             config=member_config,
             teacher=teacher,
-            extractor=extractor,
+            extractor=outputs.extractor,
             outputs=outputs,
             base=base,
             info=info,

@@ -159,25 +159,12 @@ def prepare_inputs(
     trainer = student_trainer(config, env, task)
     record({"task": task.name, "main_metric": task.main_metric, "config": config.to_dict()})
     teacher, info = prepare_teacher(config, registry, base, env)
-    teacher_stage.freeze(teacher)
-    info["parameters"] = count_parameters(teacher.model)
-    if served_remotely(teacher.model):  # its size is the server's: not shown as 0
-        info["served_remotely"] = True
-    info["precision"] = inference_precision(config.precision, env.accelerator.device)  # what auto resolved to
+    freeze_and_describe(teacher, info, config.precision, env)
     record({"teacher": info})
-    teacher_train, teacher_dev = teacher_stage.teacher_splits(teacher, task, max_length, train, dev)
-    extractor = registry.find_layer_extractor(teacher.model)
-    caches = teacher_stage.TeacherOutputs(
-        teacher=teacher,
-        extractor=extractor,
-        trainer=trainer,
-        task=task,
-        train=teacher_train,
-        dev=teacher_dev,
-        root=env.cache_root,
-        precision=config.precision,
-        layers=preflight.reads_teacher_layers(config, registry),
+    caches = teacher_outputs(
+        teacher, base, registry, trainer, env, config.precision, layers=preflight.reads_teacher_layers(config, registry)
     )
+    extractor = caches.extractor
     reads_teacher, dev_caches = preflight.reads_teacher(config, registry), None
     if reads_teacher and warm:
         caches()
@@ -201,6 +188,41 @@ def prepare_inputs(
         transfer_outputs=None
         if transfer is None
         else transfer_outputs(config, transfer, teacher, extractor, trainer, task, max_length, env.cache_root),
+    )
+
+
+def freeze_and_describe(teacher: Teacher, info: dict[str, Any], precision: str, env: RunEnvironment) -> None:
+    """The prepared teacher frozen, and what metrics.json records of it beside its preparation: its size
+    (a served one's is the server's: not shown as 0) and the precision ``auto`` resolved to."""
+    teacher_stage.freeze(teacher)
+    info["parameters"] = count_parameters(teacher.model)
+    if served_remotely(teacher.model):
+        info["served_remotely"] = True
+    info["precision"] = inference_precision(precision, env.accelerator.device)
+
+
+def teacher_outputs(
+    teacher: Teacher,
+    base: TaskAndTeacher,
+    registry: Registry,
+    trainer: Trainer,
+    env: RunEnvironment,
+    precision: str,
+    *,
+    layers: bool,
+) -> teacher_stage.TeacherOutputs:
+    """The teacher's outputs on the data as it reads it (its prompt, its tokenizer), opened on first use."""
+    train, dev = teacher_stage.teacher_splits(teacher, base.task, base.max_length, base.train, base.dev)
+    return teacher_stage.TeacherOutputs(
+        teacher=teacher,
+        extractor=registry.find_layer_extractor(teacher.model),
+        trainer=trainer,
+        task=base.task,
+        train=train,
+        dev=dev,
+        root=env.cache_root,
+        precision=precision,
+        layers=layers,
     )
 
 
