@@ -362,8 +362,8 @@ def ensemble_info(members: list[Member], combination: Combination) -> dict[str, 
 
 
 def member_echo(echo: Callable[[str], None], member: Member) -> Callable[[str], None]:
-    """``echo`` with each line naming the member it is about."""
-    return lambda line: echo(f"{member.label}: {line}")
+    """``echo`` with each line naming the member it is about, its options as the member's."""
+    return lambda line: echo(f"{member.label}: {member_options(line, member.member.index)}")
 
 
 def prepare_members(config: RunConfig, registry: Registry, env: Any, loaded: Any, trainer: Any) -> list[Member]:
@@ -387,7 +387,8 @@ def prepare_members(config: RunConfig, registry: Registry, env: Any, loaded: Any
         except UsageError as exc:
             raise UsageError(f"ensemble {label}: {member_options(str(exc), entry.index)}") from exc
         check_label_names(base.teacher, base.task, label, entry.index)
-        member_env = dataclasses.replace(env, echo=lambda line, label=label: env.echo(f"{label}: {line}"))
+        echo = lambda line, label=label, index=entry.index: env.echo(f"{label}: {member_options(line, index)}")  # noqa: E731
+        member_env = dataclasses.replace(env, echo=echo)
         if entry.index:  # its fine-tuning's checkpoints apart from the other members'
             member_env = dataclasses.replace(member_env, checkpoints=member_checkpoints(env.checkpoints, entry.index))
         teacher, info = run_inputs.prepare_teacher(member_config, registry, base, member_env)
@@ -458,7 +459,9 @@ def prepare_ensemble_inputs(
                     member.config, task, member.base.dev, member.outputs.dev_caches(), member.info, echo
                 )
             except run_inputs.WeakTeacherError as exc:
-                raise run_inputs.WeakTeacherError(f"ensemble {member.label}: {exc}") from exc
+                raise run_inputs.WeakTeacherError(
+                    f"ensemble {member.label}: {member_options(str(exc), member.member.index)}"
+                ) from exc
         dev_caches = caches.dev_caches()
         info["dev"] = ensemble_dev(task, primary.base.dev, dev_caches)
         first = task.dev_splits[0]

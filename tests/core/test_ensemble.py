@@ -377,3 +377,18 @@ def test_every_member_is_fine_tuned_once_whatever_the_members_before_it_did(caps
     code, out, second = run(capsys, sst2_dir, tmp_path / "seed43", *common, "--set", "seed=43")
     assert code == 0, out
     assert [("reused" in m["finetuned"]) for m in second["teacher"]["members"]] == [True, True], out
+
+
+def test_a_weak_members_advice_names_its_own_options(capsys, tmp_path):
+    """A member judged weak was told `--set teacher_options.finetuned=false`, which an ensemble refuses:
+    the advice, and the lines about the member, name `teachers.N.teacher_options`."""
+    from kdplug.testing.tiny import make_tiny_classifier
+
+    one_class = write_sst2(tmp_path / "one-class", dev=[(text, 1) for text, _ in SST2_DEV * 3])  # unbeatable
+    members = [make_tiny_classifier(tmp_path / f"m{seed}", seed=seed) for seed in (5, 6)]
+    settings = {**SETTINGS, "allow_weak_teacher": False}
+    argv = ["run", *tiny_run_args(task="sst2", data_dir=one_class, **settings), "--set", teachers(*members)]
+    assert main([*argv, "--output", str(tmp_path / "run")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "not worth distilling" in err and "--set teachers.0.teacher_options.finetuned=false" in err
+    assert "--set teacher_options." not in err
