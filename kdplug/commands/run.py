@@ -193,7 +193,8 @@ def _add_environment_arguments(parser: argparse.ArgumentParser) -> None:
         "--resume",
         metavar="RUN_DIR",
         help="continue an interrupted run from its last checkpoint "
-        "(its config.yaml is used; other options are ignored except --set)",
+        "(its config.yaml is used: an option given with it may change only where or how the run executes, "
+        "such as --threads, --report-to or --set num_workers=N; one that changes what it trains is refused)",
     )
     parser.add_argument(
         "--dry-run",
@@ -213,6 +214,7 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
 
         written = resume_config(Path(args.resume), say=print)
         config = apply(copy.deepcopy(written), resumed_teachers(args, written), source="command line")
+        config = apply(config, resumed_flags(args, written), source="command line")
         config = apply(config, parse_overrides(args.overrides), source="--set")
         check_resume_settings(written, config)  # before validate: a changed ensemble is a change, not a conflict
         config.validate()
@@ -251,30 +253,30 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
     return 0
 
 
+#: the flags that set a configuration key of the same name (``--teacher`` and ``--teacher-weights`` aside)
+CONFIG_FLAGS = (
+    "student",
+    "projector",
+    "task",
+    "recipe",
+    "data_dir",
+    "output",
+    "seed",
+    "epochs",
+    "precision",
+    "baseline",
+    "cache_dir",
+    "report_to",
+    "transfer",
+    "augment",
+    "augment_factor",
+    "threads",
+)
+
+
 def config_from_arguments(args: argparse.Namespace) -> RunConfig:
     """The run that ``kdplug run``'s flags, ``--config`` and ``--set`` describe (no components: the demo's)."""
-    flags = {
-        key: getattr(args, key)
-        for key in (
-            "teacher",
-            "student",
-            "projector",
-            "task",
-            "recipe",
-            "data_dir",
-            "output",
-            "seed",
-            "epochs",
-            "precision",
-            "baseline",
-            "cache_dir",
-            "report_to",
-            "transfer",
-            "augment",
-            "augment_factor",
-            "threads",
-        )
-    }
+    flags = {key: getattr(args, key) for key in ("teacher", *CONFIG_FLAGS)}
     components_given = any(flags[k] for k in ("teacher", "student", "projector", "task")) or args.config
     if not components_given:
         print(
@@ -327,6 +329,32 @@ def resumed_teachers(args: argparse.Namespace, written: RunConfig) -> dict:
     return {"teachers": _weighted(written.teachers, numbers)}
 
 
+def resumed_flags(args: argparse.Namespace, written: RunConfig) -> dict:
+    """The flags given with ``--resume``, checked against config.yaml as a ``--set`` is: the same values go on,
+    those that only say where or how the run executes (``--threads``, ``--report-to``) apply, and any other is
+    refused, never ignored; a flag that starts another run is refused outright."""
+    for flag, given in (("--config", args.config), ("--seeds", args.seeds), ("--overwrite", args.overwrite)):
+        if given:
+            raise UsageError(
+                f"{flag} starts a new run and --resume continues the run in {args.resume} as its config.yaml says: "
+                f"drop {flag}, or drop --resume and give another --output"
+            )
+    flags = {key: getattr(args, key) for key in CONFIG_FLAGS if getattr(args, key) is not None}
+    for key in ("output", "data_dir"):  # the same directory spelt another way is no change
+        if key in flags and getattr(written, key) and _same_path(flags[key], getattr(written, key)):
+            del flags[key]
+    if "output" in flags:
+        raise UsageError(
+            f"--resume continues the run in {args.resume} and writes there; drop --output {flags['output']} "
+            f"(a new run goes to another --output without --resume)"
+        )
+    return flags
+
+
+def _same_path(given: str, written: str) -> bool:
+    return Path(given).expanduser().resolve() == Path(written).expanduser().resolve()
+
+
 def teacher_weight(text: str) -> float:
     try:
         weight = float(text)
@@ -360,9 +388,9 @@ def check_resume_settings(written: RunConfig, resumed: RunConfig) -> None:
     differences = settings_difference(training_settings(written), training_settings(resumed))
     if differences:
         raise UsageError(
-            f"--resume continues the run in {written.output} as its config.yaml says; --set changes what it "
-            f"trains ({differences.replace(' there,', ' in config.yaml,')}). Resume without that --set, or start "
-            f"a new run with it (another --output)"
+            f"--resume continues the run in {written.output} as its config.yaml says; the options given change "
+            f"what it trains ({differences.replace(' there,', ' in config.yaml,')}). Resume without them, or start "
+            f"a new run with them (another --output)"
         )
 
 

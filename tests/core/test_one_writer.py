@@ -140,7 +140,7 @@ def test_a_pickled_optimizer_with_matching_checksums_is_refused_without_torchs_a
 
 def test_a_checkpoint_resumes_only_under_its_own_configuration(capsys, killed_run):
     code, _, err = run(capsys, "run", "--resume", killed_run, "--set", "lr=0.01")
-    assert code == 2 and "--set changes what it trains (lr" in err and "0.01 now" in err
+    assert code == 2 and "the options given change what it trains (lr" in err and "0.01 now" in err
     # config.yaml edited by hand: the checkpoint knows the configuration that trained it
     config = killed_run / "config.yaml"
     config.write_text(config.read_text().replace("seed: 42", "seed: 7"))
@@ -149,6 +149,32 @@ def test_a_checkpoint_resumes_only_under_its_own_configuration(capsys, killed_ru
     config.write_text(config.read_text().replace("seed: 7", "seed: 42"))
     code, _, err = run(capsys, "run", "--resume", killed_run, "--set", "num_workers=0")  # not what it trains
     assert code == 0, err
+
+
+def test_a_flag_given_with_resume_is_checked_like_a_set_never_ignored(capsys, killed_run, sst2_dir):
+    """Before, every flag but --set and the teacher's was ignored with --resume: --epochs 5 resumed the
+    2-epoch run and exited 0."""
+    changes = {
+        ("--epochs", "5"): "epochs 2 in config.yaml, 5 now",
+        ("--student", "gated-cnn"): "student bilstm in config.yaml, gated-cnn now",
+        ("--seed", "7"): "seed 42 in config.yaml, 7 now",
+        ("--augment", "tang"): "augment unset in config.yaml, tang now",
+    }
+    for flags, named in changes.items():
+        code, _, err = run(capsys, "run", "--resume", killed_run, *flags)
+        assert code == 2 and "the options given change what it trains (" in err and named in err, (flags, err)
+    for flags in (["--seeds", "2"], ["--overwrite"], ["--config", killed_run / "config.yaml"]):
+        code, _, err = run(capsys, "run", "--resume", killed_run, *flags)
+        assert code == 2 and f"{flags[0]} starts a new run and --resume continues the run in {killed_run}" in err
+    code, _, err = run(capsys, "run", "--resume", killed_run, "--output", killed_run.parent / "elsewhere")
+    assert code == 2 and "drop --output" in err and not (killed_run.parent / "elsewhere").exists()
+    assert not (killed_run / "student").exists()  # nothing resumed yet
+    # the run's own values, spelt another way, and where it executes go on
+    same = ["--epochs", "2", "--seed", "42", "--data-dir", f"{sst2_dir}/.", "--output", f"{killed_run}/", "--threads", "1"]
+    code, _, err = run(capsys, "run", "--resume", killed_run, *same)
+    assert code == 0, err
+    metrics = json.loads((killed_run / "metrics.json").read_text())
+    assert metrics["status"] == "completed" and metrics["threads"]["threads"] == 1
 
 
 # -- sweeps, reports and the cache never replace what they did not write --------------------------
