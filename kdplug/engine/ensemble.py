@@ -188,7 +188,7 @@ class Member:
 
     @property
     def label(self) -> str:
-        return f"teacher {self.member.index} ({display_name(self.member.name)})"
+        return member_label(self.member.index, self.member.name)
 
 
 class EnsembleOutputs:
@@ -288,17 +288,18 @@ def member_fingerprint(member: Member) -> str:
     )
 
 
-def layer_index(config: RunConfig, members: list[Member], reads_layers: bool) -> Optional[int]:
+def layer_index(config: RunConfig, members: Sequence[tuple[str, Teacher, Any]], reads_layers: bool) -> Optional[int]:
     """The member whose layers layer methods read: ``layer_teacher``, else the one member whose layers
-    kdplug can read; None where the run reads no layers. Two or none such members: refused."""
+    kdplug can read; None where the run reads no layers. Two or none such members: refused. ``members``:
+    each member's label, teacher and layer extractor, in order (the run's, or a dry run's)."""
     if config.layer_teacher is not None:
         return int(config.layer_teacher)
     if not reads_layers:
         return None
-    readable = [member for member in members if _has_layers(member)]
+    readable = [index for index, (_, teacher, extractor) in enumerate(members) if _has_layers(teacher, extractor)]
     if len(readable) == 1:
-        return readable[0].member.index
-    which = ", ".join(member.label for member in readable) if readable else "none of them"
+        return readable[0]
+    which = ", ".join(members[index][0] for index in readable) if readable else "none of them"
     raise UsageError(
         f"the run's method matches the teacher's layers, and an ensemble's come from one member; kdplug can read the "
         f"layers of {which}: name the one with --set layer_teacher=N (its position in teachers, from 0), or use a "
@@ -306,9 +307,13 @@ def layer_index(config: RunConfig, members: list[Member], reads_layers: bool) ->
     )
 
 
-def _has_layers(member: Member) -> bool:
+def member_label(index: int, name: str) -> str:
+    return f"teacher {index} ({display_name(name)})"
+
+
+def _has_layers(teacher: Teacher, extractor: Any) -> bool:
     try:
-        return bool(teacher_stage.matchable_specs(member.extractor, member.teacher.model)[0])
+        return bool(teacher_stage.matchable_specs(extractor, teacher.model)[0])
     except (PluginError, NotImplementedError, AttributeError, TypeError):
         return False
 
@@ -378,7 +383,7 @@ def prepare_members(config: RunConfig, registry: Registry, env: Any, loaded: Any
     members = []
     for entry in config.members():
         member_config = config.member_config(entry)
-        label = f"teacher {entry.index} ({display_name(entry.name)})"
+        label = member_label(entry.index, entry.name)
         # each member from the seed a one-teacher run starts from: its random head (and so its stored
         # fine-tuning's key) must not depend on whether the members before it were fine-tuned or reused
         set_seed(run_inputs.teacher_seed(member_config))
@@ -441,7 +446,7 @@ def prepare_ensemble_inputs(
         weights=tuple(member.member.weight for member in members),
         temperature=run_temperature(config, registry),
         regression=task.is_regression,
-        layer_index=layer_index(config, members, reads_layers),
+        layer_index=layer_index(config, [(m.label, m.teacher, m.extractor) for m in members], reads_layers),
     )
     info = ensemble_info(members, combination)
     record({"teacher": info})
@@ -514,23 +519,3 @@ def ensemble_transfer_outputs(
         ],
         combination=combination,
     )
-
-
-def plan_members(
-    config: RunConfig, registry: Registry, cache_root: Any, task: Task, reads_teacher: bool
-) -> tuple[list[dict[str, Any]], list[Teacher]]:
-    """A dry run's members, each as a one-teacher plan has its teacher: what it is, its fine-tuning, its weight
-    and which of its outputs the cache holds (each member has its own keys); and the members' teachers."""
-    from .inputs import load_task_and_teacher
-    from .plan import _cached_outputs, planned_inputs
-
-    examples = {name: task.load_split(name) for name in ("train", *task.dev_splits)}
-    members, teachers = [], []
-    for entry in config.members():
-        member_config, member_plan = config.member_config(entry), {}
-        base = load_task_and_teacher(member_config, registry, (task, examples), run=config)
-        inputs = planned_inputs(member_config, registry, base, cache_root, member_plan)
-        outputs = _cached_outputs(member_config, registry, inputs) if reads_teacher else "not needed"
-        members.append({"index": entry.index, "weight": entry.weight, **member_plan["teacher"], "cached": outputs})
-        teachers.append(inputs.teacher)
-    return members, teachers

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from .objective import model_forward
+from .speed import served_remotely
 
 #: steps timed after one warm-up step
 TIMED_STEPS = 3
@@ -59,3 +60,30 @@ def epoch_seconds(model: nn.Module, trainer, train, dev: dict, examples: int, ba
         "step_seconds": round(train_step, 4),
         "seconds_per_epoch": round(math.ceil(examples / batch_size) * train_step + dev_batches * eval_step, 2),
     }
+
+
+def fewest_epochs(epochs: int, patience: int, min_epochs: int) -> int:
+    """The epochs a stage runs at the least: early stopping waits for ``min_epochs`` and for
+    ``patience`` epochs without an improvement after the first."""
+    return min(epochs, max(min_epochs, patience + 1)) if patience else epochs
+
+
+def teacher_seconds(finetune: Any, outputs: Any, config: Any, inputs: Any, name: str) -> dict[str, tuple[float, float]]:
+    """The fewest and the most seconds of ``name``'s fine-tuning and outputs, where they are not stored
+    yet. The teacher is fine-tuned already unless its fine-tuning is planned, so ``inputs.teacher`` is the
+    model each of the two times."""
+    trainer, teacher, train, dev = inputs.trainer, inputs.teacher, inputs.train, inputs.dev
+    parts = {}
+    if isinstance(finetune, dict) and not finetune["stored"]:
+        epoch = epoch_seconds(teacher.model, trainer, train, dev, len(train), config.teacher_batch_size)
+        fewest = fewest_epochs(finetune["epochs"], finetune.get("patience", 0), finetune.get("min_epochs", 0))
+        seconds = epoch["seconds_per_epoch"]
+        parts[f"{name} fine-tuning"] = (seconds * fewest, seconds * finetune["epochs"])
+    remote = served_remotely(teacher.model)  # timing it would send requests
+    if isinstance(outputs, dict) and any(value != "cached" for value in outputs.values()) and not remote:
+        loader, _ = trainer.loader(train, shuffle=False, batch_size=config.teacher_batch_size)
+        forward = step_seconds(teacher.model, loader, train=False, placed=teacher.placed_on is not None)
+        examples = len(train) + sum(len(split) for split in dev.values())
+        seconds = forward * math.ceil(examples / config.teacher_batch_size)
+        parts[f"{name} outputs"] = (seconds, seconds)
+    return parts

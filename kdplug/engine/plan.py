@@ -13,7 +13,6 @@ nothing into the cache or the output directory.
 from __future__ import annotations
 
 import dataclasses
-import math
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +33,7 @@ from . import estimate, preflight
 from . import teacher as teacher_stage
 from .baseline import train_baseline
 from .cache import is_cached, layers_bytes, logits_bytes
-from .ensemble import plan_members
+from .ensemble_plan import plan_members, summed_cache_size
 from .inputs import RunInputs, TaskAndTeacher, create_teacher, finetune_settings, load_task_and_teacher, teacher_seed
 from .recipe import EngineContext, RecipeView
 from .rundir import RunDirectory, default_output
@@ -112,7 +111,7 @@ class PlannedSource:
         timing = estimate.epoch_seconds(
             stage.module.student, self.inputs.trainer, stage.train, stage.dev, stage.examples, self.config.batch_size
         )
-        fewest = fewest_epochs(stage.epochs, stage.patience, stage.min_epochs)
+        fewest = estimate.fewest_epochs(stage.epochs, stage.patience, stage.min_epochs)
         record = {
             **stage.settings(),
             "examples_per_epoch": stage.examples,
@@ -173,23 +172,31 @@ def dry_run(
     inputs = planned_inputs(primary, registry, base, cache_root, plan)
     reads_teacher = preflight.reads_teacher(config, registry)
     plan["teacher_outputs"] = (
-        _cached_outputs(config, registry, inputs)
+        cached_outputs(config, registry, inputs)
         if reads_teacher
         else f"not needed ({config.projector} reads no teacher output)"
     )
-    if config.is_ensemble:
-        plan["teacher"]["members"], teachers = plan_members(config, registry, cache_root, base.task, reads_teacher)
-        inputs = dataclasses.replace(inputs, layer_teacher=teachers[config.layer_teacher or 0])
+    transfer_size = _transfer_plan(config, inputs, plan)
+    members: list[dict[str, Any]] = []
+    if config.is_ensemble:  # each member planned as its one-teacher run's teacher, its notes named by it
+        members, layer_teacher = plan_members(config, registry, cache_root, base.task, reads_teacher, transfer_size)
+        plan["teacher"]["members"] = members
+        plan["notes"] = notes + [note for member in members for note in member.pop("notes")]
+        inputs = dataclasses.replace(inputs, layer_teacher=layer_teacher)
+    elif transfer_size and reads_teacher:
+        count_transfer_requests(base.teacher, base.max_length, transfer_size)
+        plan["notes"] = notes + base.teacher.notes
     plan["check"] = (
         "the teacher's dev metric against the majority class; a weak teacher stops the run"
         if reads_teacher and not config.allow_weak_teacher
         else "off"
     )
-    transfer_size = _transfer_plan(config, inputs, plan)
-    if transfer_size and reads_teacher:
-        _count_transfer_requests(base, plan, notes, transfer_size)
     if reads_teacher:
-        plan["teacher_cache"] = cache_size(registry, base.teacher, inputs, transfer_size)
+        plan["teacher_cache"] = (
+            summed_cache_size([member["teacher_cache"] for member in members])
+            if members
+            else cache_size(registry, base.teacher, inputs, transfer_size)
+        )
     ratio = config.transfer_ratio
     per_epoch = 0 if not transfer_size else (round(ratio * len(base.train)) if ratio else transfer_size)
     context, student = _plan_stages(plan, config, registry, inputs, per_epoch)
@@ -336,35 +343,16 @@ def _student_plan(config: RunConfig, student, teacher_tokenizer) -> dict[str, An
     }
 
 
-def fewest_epochs(epochs: int, patience: int, min_epochs: int) -> int:
-    """The epochs a stage runs at the least: early stopping waits for ``min_epochs`` and for
-    ``patience`` epochs without an improvement after the first."""
-    return min(epochs, max(min_epochs, patience + 1)) if patience else epochs
-
-
 def _time_plan(plan: dict[str, Any], config: RunConfig, inputs: RunInputs) -> dict[str, Any]:
-    """Seconds for the teacher's fine-tuning and outputs where they are not stored yet, and the
-    stages' sum, from steps timed on this machine now (see :mod:`kdplug.engine.estimate`). The
-    teacher is fine-tuned already unless its fine-tuning is planned, so ``inputs.teacher`` is the
-    model each of the two times."""
-    trainer, teacher, train, dev = inputs.trainer, inputs.teacher, inputs.train, inputs.dev
+    """Seconds for the teacher's (each member's) fine-tuning and outputs where they are not stored yet, and
+    the stages' sum, from steps timed on this machine now (see :mod:`kdplug.engine.estimate`)."""
+    members = plan["teacher"].get("members")
     parts: dict[str, tuple[float, float]] = {}  # the fewest and the most seconds
-    finetune = plan["teacher"]["finetune"]
-    if isinstance(finetune, dict) and not finetune["stored"]:
-        epoch = estimate.epoch_seconds(teacher.model, trainer, train, dev, len(train), config.teacher_batch_size)
-        fewest = fewest_epochs(finetune["epochs"], finetune.get("patience", 0), finetune.get("min_epochs", 0))
-        parts["teacher fine-tuning"] = (
-            epoch["seconds_per_epoch"] * fewest,
-            epoch["seconds_per_epoch"] * finetune["epochs"],
-        )
-    outputs = plan["teacher_outputs"]
-    remote = served_remotely(teacher.model)  # timing it would send requests
-    if isinstance(outputs, dict) and any(value != "cached" for value in outputs.values()) and not remote:
-        loader, _ = trainer.loader(train, shuffle=False, batch_size=config.teacher_batch_size)
-        forward = estimate.step_seconds(teacher.model, loader, train=False, placed=teacher.placed_on is not None)
-        examples = len(train) + sum(len(split) for split in dev.values())
-        seconds = forward * math.ceil(examples / config.teacher_batch_size)
-        parts["teacher outputs"] = (seconds, seconds)
+    for member in members or []:
+        parts.update(member["seconds"])
+    if not members:
+        finetune, outputs = plan["teacher"]["finetune"], plan["teacher_outputs"]
+        parts.update(estimate.teacher_seconds(finetune, outputs, config, inputs, "teacher"))
     for name, stage in plan["stages"].items():
         if "estimate" in stage:
             parts[name] = (stage["estimate"]["fewest_seconds"], stage["estimate"]["seconds"])
@@ -379,7 +367,7 @@ def _span(low: float, high: float) -> str:
     return human_duration(high) if abs(high - low) < 0.05 else f"{human_duration(low)} to {human_duration(high)}"
 
 
-def _cached_outputs(config: RunConfig, registry: Registry, inputs: RunInputs) -> dict[str, Any]:
+def cached_outputs(config: RunConfig, registry: Registry, inputs: RunInputs) -> dict[str, Any]:
     """Which of the teacher's outputs the cache holds (unknown until the teacher is fine-tuned):
     per split, its logits and, where the run reads them, its layer vectors."""
     if not inputs.caches.ready:
@@ -467,12 +455,11 @@ def _size(parameters: Optional[int]) -> str:
     return "its weights on its server" if parameters is None else f"{human_count(parameters)} parameters"
 
 
-def _count_transfer_requests(base: TaskAndTeacher, plan: dict[str, Any], notes: list[str], examples: int) -> None:
+def count_transfer_requests(teacher: Teacher, max_length: int, examples: int) -> None:
     """A teacher that counts its requests (a served one) counts the transfer set's too, once its size is known."""
-    plan_for = getattr(base.teacher.model, "kdplug_plan_for", None)  # not through capabilities(): the model's own
+    plan_for = getattr(teacher.model, "kdplug_plan_for", None)  # not through capabilities(): the model's own
     if plan_for is not None:
-        plan_for(base.max_length, transfer_examples=examples)
-        plan["notes"] = notes + base.teacher.notes
+        plan_for(max_length, transfer_examples=examples)
 
 
 def cache_size_line(size: dict[str, Any], transfer: Optional[dict[str, Any]]) -> str:

@@ -6,6 +6,7 @@ one recomputes only its outputs; a member whose labels are not the task's is ref
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -193,6 +194,17 @@ def test_the_dry_run_lists_each_member_with_what_the_cache_holds_of_it(capsys, t
     assert not (tmp_path / "plan").exists()
 
 
+def test_the_dry_runs_cache_size_and_time_count_every_member(capsys, tmp_path, sst2_dir, members):
+    """Before, they counted the first member alone: half the bytes and the time of two."""
+    code, out, _ = run(capsys, sst2_dir, tmp_path / "plan", "--set", teachers(members["a"], members["b"]), "--dry-run")
+    assert code == 0, out
+    examples = len(SST2_TRAIN) + len(SST2_DEV) * 3
+    expected = 2 * examples * 2 * 4  # two members, each its float32 logits of two classes per example
+    assert f"cache size: {expected:,} bytes: logits {expected:,}, no layer vectors" in out, out
+    (time,) = (line for line in out.splitlines() if line.startswith("time "))
+    assert re.search(r"teacher 0 \([^)]*\) outputs .*teacher 1 \([^)]*\) outputs", time), time
+
+
 def test_a_served_member_and_an_in_process_one_and_the_served_ones_answers_reused(capsys, tmp_path, members):
     """A served language model (the test kit's OpenAI-compatible server on localhost) beside a checkpoint:
     each is asked once; changing the checkpoint sends the server no request on the next run."""
@@ -211,6 +223,14 @@ def test_a_served_member_and_an_in_process_one_and_the_served_ones_answers_reuse
             path.write_text(json.dumps({"teachers": entries}))
             return str(path)
 
+        code, out, _ = run(
+            capsys, data, tmp_path / "plan", "--config", config(members["a"]), "--augment", "tang", "--dry-run"
+        )
+        served_notes = [
+            line for line in out.splitlines() if line.startswith(f"  note: teacher 1 (served:{server.name})")
+        ]
+        assert code == 0 and any("its transfer set at most" in line for line in served_notes), out  # was: no count
+        assert server.requests["completions"] == 0
         code, out, first = run(capsys, data, tmp_path / "first", "--config", config(members["a"]))
         assert code == 0, out
         asked = server.requests["completions"]
