@@ -170,7 +170,8 @@ def test_a_flag_given_with_resume_is_checked_like_a_set_never_ignored(capsys, ki
     assert code == 2 and "drop --output" in err and not (killed_run.parent / "elsewhere").exists()
     assert not (killed_run / "student").exists()  # nothing resumed yet
     # the run's own values, spelt another way, and where it executes go on
-    same = ["--epochs", "2", "--seed", "42", "--data-dir", f"{sst2_dir}/.", "--output", f"{killed_run}/", "--threads", "1"]
+    same = ["--epochs", "2", "--seed", "42", "--data-dir", f"{sst2_dir}/.", "--output", f"{killed_run}/"]
+    same += ["--threads", "1"]
     code, _, err = run(capsys, "run", "--resume", killed_run, *same)
     assert code == 0, err
     metrics = json.loads((killed_run / "metrics.json").read_text())
