@@ -11,7 +11,9 @@ also int8 in ONNX Runtime with its vocabulary trimmed to the task (kdplug/vocab.
 accuracy (the task's main metric), ms per example at batch 1 and examples/s at batch 32, each with
 1 thread and with all threads, on the run's own dev texts (tokenised once: the model's time), the
 ratios against the fp32 PyTorch teacher and against the int8 ONNX Runtime teacher measured in this
-one run. Every variant is built with ``kdplug export``'s code and checked as it checks it.
+one run. Every variant is built with ``kdplug export``'s code and checked as it checks it. An
+ensemble's members are timed one by one, and the ensemble in each form as its members run one after
+the other (sizes and times per example add up; its score is not measured here: metrics.json has it).
 
 Models (random weights: speed does not depend on them): BERT-base (the teacher, 12 x 768), its
 BERT-6 and BERT-4 students (PKD, ALP-KD, Universal-KD), the BiLSTM (3 x 768) and the Gated-CNN
@@ -136,8 +138,6 @@ def run_variants(run: Path, repeats: int) -> int:
     from kdplug.plugins import PluginManager
 
     metrics = json.loads((run / "metrics.json").read_text())
-    finetuned = metrics["teacher"].get("finetuned", {})
-    teacher_dir = Path(finetuned.get("stored") or finetuned.get("reused") or metrics["teacher"]["source"])
     config = build_config(file=str(run / "config.yaml"))
     task = PluginManager().registry.create("task", config.task, data_dir=config.data_dir, **config.task_options)
     examples = task.load_split(task.dev_splits[0])
@@ -147,17 +147,53 @@ def run_variants(run: Path, repeats: int) -> int:
     train = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in task.load_split("train")]
     info = json.loads((run / "student" / INFO_FILE).read_text())
     with tempfile.TemporaryDirectory() as scratch:
-        rows = _exported_forms(run, teacher_dir, info, dev, train, Path(scratch))
+        rows = _exported_forms(run, _teachers(metrics["teacher"]), info, dev, train, Path(scratch))
         table = [
             (f"{who}: {name}", _measured(path, options, task, dev, texts, labels, repeats))
             for who, name, path, options in rows
         ]
+    table = _with_ensemble(table, len(metrics["teacher"].get("members") or []))
     _print_table(run, task, texts, info, repeats, table)
     return 0
 
 
-def _exported_forms(run: Path, teacher_dir: Path, info: dict, dev: Any, train: list, scratch: Path) -> list[tuple]:
-    """``(who, form, path, load options)`` of the teacher and the student in each exported form."""
+def _teachers(teacher: dict) -> list[tuple[str, Path]]:
+    """``(who, checkpoint)`` of the run's teacher, or of each member of its ensemble."""
+    members = teacher.get("members")
+    found = []
+    for record in members or [teacher]:
+        if record.get("served_remotely"):
+            sys.exit(f"{record['name']} is a served teacher: its time is its server's and the network's, not timed")
+        finetuned = record.get("finetuned", {})
+        who = f"teacher {record['index']}" if members else "teacher"
+        found.append((who, Path(finetuned.get("stored") or finetuned.get("reused") or record["source"])))
+    return found
+
+
+def _with_ensemble(table: list[tuple[str, dict]], members: int) -> list[tuple[str, dict]]:
+    """``table`` with an ``ensemble: FORM`` row per form its members have, run one after the other: sizes and
+    times per example add up (examples/s: the inverse of the summed seconds); no score (not measured here)."""
+    if members < 2:
+        return table
+    forms = [name.split(": ", 1)[1] for name, _ in table if name.startswith("teacher 0: ")]
+    combined = []
+    for form in forms:
+        cells = [dict(table)[f"teacher {index}: {form}"] for index in range(members)]
+        row = {"size": sum(c["size"] for c in cells), "score": None}
+        for key in cells[0]:
+            if key.startswith("ms "):
+                row[key] = sum(c[key] for c in cells)
+            elif key.startswith("ex/s "):
+                row[key] = 1 / sum(1 / c[key] for c in cells)
+        combined.append((f"ensemble: {form}", row))
+    return table[: members * len(forms)] + combined + table[members * len(forms) :]
+
+
+def _exported_forms(
+    run: Path, teachers: list[tuple[str, Path]], info: dict, dev: Any, train: list, scratch: Path
+) -> list[tuple]:
+    """``(who, form, path, load options)`` of the teacher (each ensemble member) and the student in each
+    exported form."""
     import json
     import shutil
 
@@ -165,10 +201,13 @@ def _exported_forms(run: Path, teacher_dir: Path, info: dict, dev: Any, train: l
     from kdplug.layout import INFO_FILE
 
     rows: list[tuple[str, str, Any, dict]] = []
-    teacher_pkg = scratch / "teacher"  # the teacher as a package, so that export builds its forms too
-    shutil.copytree(teacher_dir, teacher_pkg)
-    (teacher_pkg / INFO_FILE).write_text(json.dumps({**info, "student": "teacher"}))
-    for who, source in (("teacher", teacher_pkg), ("student", run / "student")):
+    sources = []
+    for who, teacher_dir in teachers:  # each teacher as a package, so that export builds its forms too
+        package = scratch / who.replace(" ", "-")
+        shutil.copytree(teacher_dir, package)
+        (package / INFO_FILE).write_text(json.dumps({**info, "student": "teacher"}))
+        sources.append((who, package))
+    for who, source in (*sources, ("student", run / "student")):
         rows.append((who, "fp32 PyTorch", source, {"runtime": "torch"}))
         for name, fmt, quantize, trim in (
             ("fp32 ONNX Runtime", "onnx", None, False),
@@ -176,9 +215,9 @@ def _exported_forms(run: Path, teacher_dir: Path, info: dict, dev: Any, train: l
             ("int8 ONNX Runtime", "onnx", "int8", False),
             ("int8 ONNX Runtime, trimmed vocab", "onnx", "int8", True),
         ):
-            if trim and who == "teacher":
+            if trim and who != "student":
                 continue
-            target = scratch / f"{who}-{fmt}-{quantize}-{trim}"
+            target = scratch / f"{who.replace(' ', '-')}-{fmt}-{quantize}-{trim}"
             export_student(
                 source,
                 target,
@@ -217,7 +256,9 @@ def _measured(path: Path, options: dict, task: Any, dev: Any, texts: list, label
 
 def _print_table(run: Path, task: Any, texts: list, info: dict, repeats: int, table: list) -> None:
     all_threads = torch.get_num_threads()
-    fp32_teacher, int8_teacher = table[0][1], next(c for n, c in table if n == "teacher: int8 ONNX Runtime")
+    teacher = "ensemble" if any(name.startswith("ensemble: ") for name, _ in table) else "teacher"
+    fp32_teacher = dict(table)[f"{teacher}: fp32 PyTorch"]
+    int8_teacher = dict(table)[f"{teacher}: int8 ONNX Runtime"]
     print(
         f"run {run}: {task.name}, {len(texts)} dev texts, {info['max_length']} tokens at most; median of "
         f"{repeats} runs; threads 1 and {all_threads}; torch {torch.__version__}"
@@ -233,13 +274,17 @@ def _print_table(run: Path, task: Any, texts: list, info: dict, repeats: int, ta
         speeds = "".join(f"{cells[f'ms b=1 t={t}']:>13.2f}{cells[f'ex/s b=32 t={t}']:>16.0f}" for t in (1, all_threads))
         key = f"ex/s b=32 t={all_threads}"
         print(
-            f"{name:<42}{cells['size']:>7.1f}{cells['score'] * 100:>9.2f}{speeds}"
+            f"{name:<42}{cells['size']:>7.1f}{score(cells['score']):>9}{speeds}"
             f"{cells[key] / fp32_teacher[key]:>15.2f}x{cells[key] / int8_teacher[key]:>15.2f}x"
         )
     print(
-        f"x = examples/s at batch 32 with {all_threads} threads over the fp32 PyTorch teacher's, and over the int8 "
-        f"ONNX Runtime teacher's, both measured in this run"
+        f"x = examples/s at batch 32 with {all_threads} threads over the fp32 PyTorch {teacher}'s, and over the int8 "
+        f"ONNX Runtime {teacher}'s, both measured in this run"
     )
+
+
+def score(value: Optional[float]) -> str:
+    return "–" if value is None else f"{value * 100:.2f}"
 
 
 def _threads(student: Any, threads: int) -> None:

@@ -19,6 +19,7 @@ from . import analysis, preflight
 from . import speed as speed_module
 from .baseline import Baseline
 from .data import EncodedSplit
+from .ensemble import EnsembleOutputs
 from .inputs import RunEnvironment, RunInputs
 from .recipe import EngineContext
 from .results import Row, agreement
@@ -176,27 +177,34 @@ def measure_speed(
     teachers: int = 1,
 ) -> dict[str, Any]:
     """The teacher's and the student's inference speed on the first dev split, set on the table's
-    ``rows`` (the ``teachers`` rows first: the speed is the first's, an ensemble's primary teacher);
-    metrics.json's ``speed``."""
+    ``rows`` (the ``teachers`` rows first: an ensemble's members, then the ensemble, whose speed is its
+    members' run one after the other); metrics.json's ``speed``."""
     first = inputs.task.dev_splits[0]
-    as_teacher_reads = inputs.caches.dev[first] if inputs.caches is not None else inputs.dev[first]  # its prompt
-    placed = inputs.teacher.placed_on  # a sharded teacher is timed where it is
-    teacher_speed = (
+    if isinstance(inputs.caches, EnsembleOutputs):
+        timed = [(member.teacher, member.outputs.dev[first]) for member in inputs.caches.members]
+    else:  # as the teacher reads the split: its prompt, its tokenizer
+        timed = [(inputs.teacher, inputs.caches.dev[first] if inputs.caches is not None else inputs.dev[first])]
+    speeds = [
         None
-        if speed_module.served_remotely(inputs.teacher.model)  # its time is the server's and the network's
-        else speed_module.measure(
-            inputs.teacher.model, as_teacher_reads, placed or env.accelerator.device, move=placed is None
+        if speed_module.served_remotely(teacher.model)  # its time is the server's and the network's
+        else speed_module.measure(  # a sharded teacher is timed where it is
+            teacher.model, split, teacher.placed_on or env.accelerator.device, move=teacher.placed_on is None
         )
-    )
+        for teacher, split in timed
+    ]
+    teacher_speed = None if None in speeds else speed_module.in_sequence(speeds)
     student_speed = speed_module.measure(student, dev[first], env.accelerator.device)
     ratio = speed_module.speedup(teacher_speed, student_speed)
-    if teacher_speed is not None:
-        rows[0].speed, rows[0].speedup = teacher_speed, 1.0
+    teacher_row_speeds = [*speeds, teacher_speed] if len(speeds) > 1 else speeds  # members, then the ensemble
+    for row, speed in zip(rows[:teachers], teacher_row_speeds):
+        row.speed, row.speedup = speed, speed_module.speedup(teacher_speed, speed)
     for row in rows[teachers:]:  # the baseline has the student's architecture, so its speed
         row.speed, row.speedup = student_speed, ratio
+    doubts = [speed.unreliable for speed in [*speeds, student_speed] if speed is not None and speed.unreliable]
     return {
         "teacher": teacher_speed.as_dict() if teacher_speed is not None else None,
+        **({"members": [speed.as_dict() if speed else None for speed in speeds]} if len(speeds) > 1 else {}),
         "student": student_speed.as_dict(),
         "speedup": round(ratio, 3) if ratio else None,
-        "unreliable": (teacher_speed.unreliable if teacher_speed else None) or student_speed.unreliable,
+        "unreliable": doubts[0] if doubts else None,
     }

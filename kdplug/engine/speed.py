@@ -98,6 +98,24 @@ def measure(model: nn.Module, split: EncodedSplit, device: torch.device | str, *
     )
 
 
+def in_sequence(speeds: list[Speed]) -> Speed:
+    """The speed of models run one after the other on the same inputs (an ensemble's members): their
+    parameters, weights and latencies add up, their times per example at batch 32 too."""
+    if len(speeds) == 1:
+        return speeds[0]
+    return Speed(
+        parameters=sum(speed.parameters for speed in speeds),
+        weights_mb=sum(speed.weights_mb for speed in speeds),
+        latency_ms=sum(speed.latency_ms for speed in speeds),
+        throughput=1 / sum(1 / speed.throughput for speed in speeds),
+        batch_size=min(speed.batch_size for speed in speeds),
+        device=speeds[0].device,
+        latency_spread=max(speed.latency_spread for speed in speeds),
+        throughput_spread=max(speed.throughput_spread for speed in speeds),
+        unreliable=next((speed.unreliable for speed in speeds if speed.unreliable), None),
+    )
+
+
 def speedup(teacher: Optional[Speed], student: Optional[Speed]) -> Optional[float]:
     """Teacher time over student time at batch size 32 (>1: the student is faster)."""
     if teacher is None or student is None or teacher.throughput <= 0:

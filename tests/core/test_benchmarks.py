@@ -85,6 +85,37 @@ def test_the_inference_benchmark_warns_on_a_busy_machine_and_keeps_progress_bars
     assert "Writing model shards" not in result.stderr and "it/s]" not in result.stderr, result.stderr[-2000:]
 
 
+def test_the_inference_benchmark_times_an_ensembles_members_and_the_ensemble(tmp_path, sst2_dir):
+    """Before, an ensemble run stopped it with KeyError: 'source'."""
+    from kdplug.cli import main
+    from kdplug.testing import tiny_run_args
+    from kdplug.testing.tiny import make_tiny_classifier
+
+    env = {**os.environ, "KDPLUG_CACHE": str(tmp_path / "cache")}
+    run, pair = (
+        tmp_path / "run",
+        [make_tiny_classifier(tmp_path / name, seed=seed) for name, seed in (("a", 0), ("b", 1))],
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KDPLUG_CACHE", env["KDPLUG_CACHE"])
+        settings = dict(student_options={"hidden_size": 8, "embedding_dim": 8}, output=str(run), teacher=None)
+        argv = [
+            *tiny_run_args(task="sst2", data_dir=str(sst2_dir), **settings),
+            "--teacher",
+            pair[0],
+            "--teacher",
+            pair[1],
+        ]
+        assert main(["run", *argv]) == 0
+    command = [sys.executable, str(ROOT / "benchmarks" / "inference.py"), "--run", str(run), "--repeats", "1"]
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {line.split("  ")[0]: line for line in result.stdout.splitlines()}
+    assert {"teacher 0: int8 ONNX Runtime", "teacher 1: fp32 PyTorch", "ensemble: fp32 PyTorch"} <= set(rows)
+    assert rows["ensemble: fp32 PyTorch"].split()[-2] == "1.00x"  # the reference: its own examples/s over its own
+    assert "over the fp32 PyTorch ensemble's" in result.stdout
+
+
 def safetensors_bytes(data: bytes, metadata: dict) -> bytes:
     """A safetensors file of one uint8 tensor, its header's keys in the order given (as safetensors writes them:
     in an order that changes from process to process)."""

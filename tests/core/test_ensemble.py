@@ -205,6 +205,25 @@ def test_the_dry_runs_cache_size_and_time_count_every_member(capsys, tmp_path, s
     assert re.search(r"teacher 0 \([^)]*\) outputs .*teacher 1 \([^)]*\) outputs", time), time
 
 
+def test_the_speed_table_times_every_member_and_the_student_against_the_whole_ensemble(
+    capsys, tmp_path, sst2_dir, members
+):
+    """Before, the ensemble's row had no speed and the student's speed-up was against member 0 alone."""
+    both = ["--set", teachers(members["a"], members["b"]), "--set", "measure_speed=true"]
+    code, out, metrics = run(capsys, sst2_dir, tmp_path / "run", *both)
+    assert code == 0, out
+    speed = metrics["speed"]
+    first, second = speed["members"]
+    ensemble, student = speed["teacher"], speed["student"]
+    assert ensemble["parameters"] == first["parameters"] + second["parameters"] == metrics["teacher"]["parameters"]
+    # run one after the other, the two take longer per example than either
+    assert ensemble["throughput"] < min(first["throughput"], second["throughput"])
+    assert ensemble["latency_ms"] > max(first["latency_ms"], second["latency_ms"])
+    assert speed["speedup"] == pytest.approx(student["throughput"] / ensemble["throughput"], rel=1e-3)
+    (row,) = (line for line in out.splitlines() if line.startswith("ensemble of 2 teachers  "))  # the table's
+    assert row.rstrip().endswith("1.00x"), row
+
+
 def test_a_served_member_and_an_in_process_one_and_the_served_ones_answers_reused(capsys, tmp_path, members):
     """A served language model (the test kit's OpenAI-compatible server on localhost) beside a checkpoint:
     each is asked once; changing the checkpoint sends the server no request on the next run."""
