@@ -193,6 +193,8 @@ def advice(value: Any, hint: Any) -> str:
         return f" (write {int(value)}, without the point)"
     if isinstance(value, (int, float)) and not isinstance(value, bool) and fits(str(value), hint):
         return " (YAML read it as a number: put it in quotes to give it as text)"
+    if isinstance(value, bool) and fits("text", hint):
+        return " (YAML reads an unquoted yes, no, on, off, true or false as a boolean: put it in quotes to give text)"
     return ""
 
 

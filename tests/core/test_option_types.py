@@ -194,6 +194,12 @@ def test_a_configuration_files_exponent_is_a_number_and_text_keys_refuse_numbers
     with pytest.raises(ConfigError, match=r"output must be text, or null, got 8 \(int\) \(YAML read it as a number"):
         build_config(overrides=["output=010"])  # YAML 1.1's octal: it wrote into ./8
     assert build_config(overrides=["output='010'"]).output == "010"
+    yaml_boolean = r"got False \(bool\) \(YAML reads an unquoted yes, no, on, off, true or false as a boolean"
+    with pytest.raises(ConfigError, match=r"output must be text, or null, " + yaml_boolean):
+        build_config(overrides=["output=off"])  # a folder named off
+    with pytest.raises(ConfigError, match=r"offload_folder of teacher 'hf' must be text, or null, " + yaml_boolean):
+        process_registry().check_options("teacher", "hf", None, offload_folder=False)  # the task: a placeholder
+    assert build_config(overrides=["output='off'"]).output == "off"
     with pytest.raises(ConfigError, match=r"epochs must be a whole number, or null, got 2.0 \(float\) \(write 2,"):
         build_config(overrides=["epochs=2.0"])
     with pytest.raises(ConfigError, match=r"seed must be 0 or more and below 2\*\*32"):
