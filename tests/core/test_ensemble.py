@@ -222,6 +222,12 @@ def test_the_speed_table_times_every_member_and_the_student_against_the_whole_en
     assert speed["speedup"] == pytest.approx(student["throughput"] / ensemble["throughput"], rel=1e-3)
     (row,) = (line for line in out.splitlines() if line.startswith("ensemble of 2 teachers  "))  # the table's
     assert row.rstrip().endswith("1.00x"), row
+    # the model card quotes them too (before: the ensemble's row and the student's speed-up were left blank)
+    card = (tmp_path / "run" / "student" / "README.md").read_text()
+    (ensemble_row,) = (line for line in card.splitlines() if line.startswith("| teacher ensemble |"))
+    (student_row,) = (line for line in card.splitlines() if line.startswith("| student |"))
+    assert f"| {ensemble['latency_ms']:.2f} | {ensemble['throughput']:.0f} | 1.00x |" in ensemble_row, ensemble_row
+    assert student_row.endswith(f"| {speed['speedup']:.2f}x |"), student_row
 
 
 def test_a_served_member_and_an_in_process_one_and_the_served_ones_answers_reused(capsys, tmp_path, members):
@@ -250,8 +256,18 @@ def test_a_served_member_and_an_in_process_one_and_the_served_ones_answers_reuse
         ]
         assert code == 0 and any("its transfer set at most" in line for line in served_notes), out  # was: no count
         assert server.requests["completions"] == 0
-        code, out, first = run(capsys, data, tmp_path / "first", "--config", config(members["a"]))
+        code, out, first = run(
+            capsys, data, tmp_path / "first", "--config", config(members["a"]), "--set", "measure_speed=true"
+        )
         assert code == 0, out
+        # no size, no speed and no speed-up for an ensemble with a served member (before: the size was the
+        # checkpoint's alone, in the closing table and the model card)
+        (row,) = (line for line in out.splitlines() if line.startswith("ensemble of 2 teachers  "))
+        assert first["speed"]["teacher"] is None and first["speed"]["speedup"] is None
+        card = (tmp_path / "first" / "student" / "README.md").read_text()
+        (card_row,) = (line for line in card.splitlines() if line.startswith("| teacher ensemble |"))
+        assert card_row.startswith("| teacher ensemble |  |  |") and card_row.endswith("|  |  |  |"), card_row
+        assert "K " not in row and not re.search(r"\d+(\.\d+)?[KMB]\b", row.split("teachers", 1)[1]), row
         asked = server.requests["completions"]
         assert asked > 0 and set(server.answered.values()) == {1}
         code, out, second = run(capsys, data, tmp_path / "second", "--config", config(members["c"]))
