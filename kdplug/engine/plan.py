@@ -23,6 +23,7 @@ from accelerate.utils import set_seed
 from ..capabilities import ProjectorCapabilities, StudentCapabilities, capabilities
 from ..config import RunConfig
 from ..errors import PluginError
+from ..layout import CHECKPOINT_DIR
 from ..progress import human_count, human_duration
 from ..registry import Registry
 from ..storage import default_cache_root
@@ -356,6 +357,8 @@ def _time_plan(plan: dict[str, Any], config: RunConfig, inputs: RunInputs) -> di
     for name, stage in plan["stages"].items():
         if "estimate" in stage:
             parts[name] = (stage["estimate"]["fewest_seconds"], stage["estimate"]["seconds"])
+            if plan["resume"]:  # a stage its checkpoint completed takes no time, one stopped in an epoch the rest
+                parts[name] = estimate.left_to_resume(Path(plan["output"]) / CHECKPOINT_DIR / name, stage)
     return {
         "parts": {name: (round(low, 1), round(high, 1)) for name, (low, high) in parts.items()},
         "fewest_seconds": round(sum(low for low, _ in parts.values()), 1),
@@ -560,7 +563,8 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
     threads, timing = plan["threads"], plan["time"]
     parts = ", ".join(f"{name} {_span(*seconds)}" for name, seconds in timing["parts"].items())
     lines.append(
-        f"time        about {_span(timing['fewest_seconds'], timing['seconds'])} ({parts}; the fewer where early "
+        f"time        about {_span(timing['fewest_seconds'], timing['seconds'])}"
+        f"{' left' if plan['resume'] else ''} ({parts}; the fewer where early "
         f"stopping ends each stage as soon as it may). Estimated from {estimate.TIMED_STEPS} steps of each model "
         f"timed here now on the run's batches, with "
         f"{threads['threads']} thread(s) ({threads['reason']}); the distillation terms come on top (a small share "

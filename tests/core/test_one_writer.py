@@ -156,6 +156,10 @@ def test_a_checkpoint_resumes_only_under_its_own_configuration(capsys, killed_ru
 def test_a_flag_given_with_resume_is_checked_like_a_set_never_ignored(capsys, killed_run, sst2_dir, tiny_bert_dir):
     """Before, every flag but --set and the teacher's was ignored with --resume: --epochs 5 resumed the
     2-epoch run and exited 0."""
+    from kdplug.engine.pipeline import resume_config
+    from kdplug.engine.plan import dry_run
+    from kdplug.plugins import PluginManager
+
     changes = {
         ("--epochs", "5"): "epochs 2 in config.yaml, 5 now",
         ("--student", "gated-cnn"): "student bilstm in config.yaml, gated-cnn now",
@@ -174,6 +178,12 @@ def test_a_flag_given_with_resume_is_checked_like_a_set_never_ignored(capsys, ki
     code, _, err = run(capsys, "run", "--resume", killed_run, "--set", f"output={killed_run.parent / 'elsewhere'}")
     assert code == 2 and "drop --output or --set output=" in err and not (killed_run.parent / "elsewhere").exists()
     assert not (killed_run / "student").exists()  # nothing resumed yet
+    # its dry run times what is left: the distillation epoch it was killed in (before: the whole stage again)
+    printed = []
+    plan = dry_run(resume_config(killed_run), PluginManager().registry, resume=True, echo=printed.append)
+    per_epoch = plan["stages"]["distill"]["estimate"]["seconds_per_epoch"]
+    assert plan["stages"]["distill"]["epochs"] == 2 and " left (distill " in printed[0], printed
+    assert plan["time"]["parts"]["distill"] == (round(per_epoch, 1), round(per_epoch, 1)), plan["time"]
     # the run's own values, spelt another way (the teacher's folder through a link was refused), and where it
     # executes go on
     teacher_link, data_link = killed_run.parent / "teacher-link", killed_run.parent / "data-link"
