@@ -323,10 +323,15 @@ def resumed_teachers(args: argparse.Namespace, written: RunConfig) -> dict:
     if args.teacher:
         return teacher_flags(args.teacher, args.teacher_weights, None)
     numbers = [teacher_weight(text) for text in args.teacher_weights]
+    if not written.teachers:
+        raise UsageError(
+            f"--teacher-weights weighs an ensemble's members, and the run in {args.resume} has one teacher: "
+            f"drop --teacher-weights (an ensemble is a new run: --teacher A --teacher B without --resume)"
+        )
     if len(numbers) != len(written.teachers):
         raise UsageError(
             f"--teacher-weights gives {len(numbers)} weight{'s' * (len(numbers) != 1)} for the "
-            f"{len(written.teachers) or 1} teacher(s) of the run in {args.resume}: give one per teacher, in their order"
+            f"{len(written.teachers)} teachers of the run in {args.resume}: give one per teacher, in their order"
         )
     return {"teachers": _weighted(written.teachers, numbers)}
 
