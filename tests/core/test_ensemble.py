@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,6 +22,23 @@ from kdplug.testing.tiny import make_tiny_classifier
 from kdplug_methods.losses import KDLoss
 
 from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def inference_benchmark():
+    """benchmarks/inference.py as a module (it sets two environment variables and sys.path: undone after)."""
+    import importlib.util
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "path", list(sys.path))
+        for name in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS"):
+            patch.delenv(name, raising=False)  # recorded: what the module sets is undone on leaving
+        spec = importlib.util.spec_from_file_location("inference_benchmark", ROOT / "benchmarks" / "inference.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module
+
 
 TEMPERATURE = 3.0
 #: one student epoch from teachers used as given (their heads fit the task: never fine-tuned), in fp32 as
@@ -276,6 +296,28 @@ def test_a_served_member_and_an_in_process_one_and_the_served_ones_answers_reuse
     checkpoint, served_member = second["teacher"]["members"]
     assert reused(served_member, "train") and reused(served_member, "dev") and not reused(checkpoint, "train")
     assert "dev" in served_member and "dev" in second["teacher"]
+    # benchmarks/inference.py --run times the checkpoint member and the student, the ensemble not at all, and
+    # gives no ratio against it (before: it timed nothing and exited 1 at the served member)
+    benchmark = inference_benchmark()
+    teachers, served = benchmark._teachers(first["teacher"])
+    assert [who for who, _ in teachers] == ["teacher 0"] and served == [f"served:{server.name}"]
+    assert benchmark._with_ensemble([("teacher 0: fp32 PyTorch", {})], 0) == [("teacher 0: fp32 PyTorch", {})]
+    cells = {
+        "size": 0.1,
+        "score": 0.5,
+        **{f"{kind} t={torch.get_num_threads()}": 1.0 for kind in ("ms b=1", "ex/s b=32")},
+    }
+    info = {"max_length": 8}
+    benchmark._print_table(
+        tmp_path,
+        SimpleNamespace(name="sst2", main_metric="accuracy"),
+        ["a"],
+        info,
+        1,
+        [("student: fp32 PyTorch", cells)],
+    )
+    printed = capsys.readouterr().out
+    assert "x: none: a served teacher, or an ensemble with a served member, has no time" in printed, printed
 
 
 def test_a_layer_method_reads_the_named_members_layers_and_without_one_is_refused(capsys, tmp_path, sst2_dir, members):
