@@ -239,6 +239,7 @@ def _member_lines(members: list[dict[str, Any]]) -> list[str]:
             f"  member {member['index']} {member['name']} (weight {member['weight']:.3g}): {member['class']}, "
             f"{_size(member['parameters'])}; fine-tuning: {finetune_line(member['finetune'])}; "
             f"outputs: {outputs}"
+            + ("; the layer teacher: layer methods read its layers" if member["layer_teacher"] else "")
         )
         if member.get("kind"):
             lines.append(f"            kind: {member['kind']}")
@@ -515,8 +516,9 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
         lines.append(f"            kind: {teacher['kind']}")
     lines.append(f"            fine-tuning: {finetune_line(teacher['finetune'])}")
     lines.append(f"            check before distilling: {plan['check']}")
-    if teacher.get("layers_read_by"):
-        lines.append(f"            layers read by {teacher['layers_read_by']}")
+    layer_teacher = [member["index"] for member in teacher.get("members") or [] if member["layer_teacher"]]
+    if teacher.get("layers_read_by") and (layer_teacher in ([], [0]) or not teacher.get("members")):
+        lines.append(f"            layers read by {teacher['layers_read_by']}")  # not another member's
     outputs = plan["teacher_outputs"]
     cached = outputs if isinstance(outputs, str) else ", ".join(f"{k} {v}" for k, v in outputs.items())
     lines.append(f"            outputs: {cached}")

@@ -341,6 +341,9 @@ def test_a_layer_method_is_checked_against_the_layer_teacher_alone(capsys, tmp_p
     pair = ["--projector", "pkd-last", "--set", teachers(members["a"], deep)]
     code, out, _ = run(capsys, sst2_dir, tmp_path / "plan", *pair, "--set", "layer_teacher=1", "--dry-run")
     assert code == 0, out
+    # the plan names the member whose layers are read (before: 'layers read by' under member 0's block alone)
+    (second,) = (line for line in out.splitlines() if line.startswith("  member 1 "))
+    assert second.endswith("; the layer teacher: layer methods read its layers") and "layers read by" not in out, out
     code, out, metrics = run(capsys, sst2_dir, tmp_path / "run", *pair, "--set", "layer_teacher=1")
     assert code == 0, out
     assert metrics["teacher"]["members"][1]["cache"]["train"]["layers"] is not None
