@@ -20,7 +20,9 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
+from .data import Collator
 from .objective import model_forward
 from .speed import served_remotely
 
@@ -83,12 +85,28 @@ def teacher_seconds(finetune: Any, outputs: Any, config: Any, inputs: Any, name:
         parts[f"{name} fine-tuning"] = (seconds * fewest, seconds * finetune["epochs"])
     remote = served_remotely(teacher.model)  # timing it would send requests
     if isinstance(outputs, dict) and any(value != "cached" for value in outputs.values()) and not remote:
-        loader, _ = trainer.loader(train, shuffle=False, batch_size=config.teacher_batch_size)
-        forward = step_seconds(teacher.model, loader, train=False, placed=teacher.placed_on is not None)
-        examples = len(train) + sum(len(split) for split in dev.values())
-        seconds = forward * math.ceil(examples / config.teacher_batch_size)
+        seconds = pass_seconds(teacher.model, trainer, [train, *dev.values()], placed=teacher.placed_on is not None)
         parts[f"{name} outputs"] = (seconds, seconds)
     return parts
+
+
+def pass_seconds(model: nn.Module, trainer: Any, splits: list, *, placed: bool = False) -> float:
+    """The teacher pass over ``splits`` cut as the run cuts it (:func:`~kdplug.engine.teacher.pass_plan`:
+    batches of a count, or of a token budget): the seconds per padded token of a few batches spread over
+    the first split, times the padded tokens of every batch (what a token budget saves is padding)."""
+    from .teacher import pass_plan
+
+    plans = [[batch for window in pass_plan(trainer, split, range(len(split))) for batch in window] for split in splits]
+    first, batches = splits[0], plans[0]
+    picked = batches[:: max(1, len(batches) // (TIMED_STEPS + 1))][: TIMED_STEPS + 1]  # the first one warms up
+    loader = DataLoader(first, batch_sampler=picked, collate_fn=Collator(first.pad_id, first.is_regression))
+    per_batch = step_seconds(model, loader, train=False, placed=placed)
+    per_token = per_batch / statistics.mean(_padded(first, batch) for batch in picked[1:] or picked)
+    return per_token * sum(_padded(split, batch) for split, plan in zip(splits, plans) for batch in plan)
+
+
+def _padded(split: Any, batch: list[int]) -> int:
+    return len(batch) * max(int(split.lengths[i]) for i in batch)
 
 
 def left_to_resume(checkpoint: Path, stage: dict[str, Any]) -> tuple[float, float]:

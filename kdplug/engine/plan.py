@@ -223,7 +223,13 @@ def planned_inputs(
         max_length=base.max_length,
         train=base.train,
         dev=base.dev,
-        trainer=Trainer(accelerator, base.task, batch_size=config.batch_size, seed=config.seed),
+        trainer=Trainer(
+            accelerator,
+            base.task,
+            batch_size=config.batch_size,
+            seed=config.seed,
+            teacher_tokens_per_batch=config.teacher_tokens_per_batch,  # the teacher pass's batches, as the run's
+        ),
         cache_root=cache_root,
         caches=PlannedOutputs(ready=finetuned is not None, layers=preflight.reads_teacher_layers(config, registry)),
         teacher_info=plan["teacher"],

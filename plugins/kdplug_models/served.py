@@ -155,6 +155,7 @@ class Scorer:
         concurrency: int,
         record: dict[str, Any],
         first_tokens: Sequence[str] = (),
+        identity: str = "",
     ) -> None:
         self.model, self.endpoint, self.store, self.encoder = model, endpoint, store, encoder
         self.scoring, self.concurrency, self.record = scoring, concurrency, record
@@ -162,6 +163,12 @@ class Scorer:
         self.bar: Any = None
         self.tokens = 0
         self.expected = 0  # the requests the plan counted: the progress bar's total, for its time left
+        # what ``auto`` chose when this teacher's outputs were last computed: recorded even when they all
+        # come from the cache (no request, so no choice, is made then), and counted on by the dry run
+        self.chosen_key = f"auto scoring of {identity}"
+        self.chosen = store.get(self.chosen_key) if scoring == "auto" else None
+        if self.chosen is not None:
+            record.update(scoring=self.chosen, scoring_chosen="auto")
 
     @property
     def verbalizer(self) -> tuple[str, ...]:
@@ -201,6 +208,9 @@ class Scorer:
             self.first_tokens = self.first_tokens or tuple(self.verbalizer)
         self.record["scoring"] = self.scoring
         self.record["scoring_chosen"] = "auto"
+        if self.chosen != self.scoring:
+            self.store.put(self.chosen_key, self.scoring)
+            self.chosen = self.scoring
 
     def _label_scores(self, top: list[list[Any]]) -> list[float]:
         """Each label's first token's log-probability among the ``top`` alternatives (with or without
@@ -326,6 +336,7 @@ def served_teacher(
         concurrency=concurrency,
         record=record,
         first_tokens=first_tokens,
+        identity=identity,
     )
     served = ServedLM(scorer, identity, spec.content_free, task.is_pair).eval()
     notes: list[str] = []
@@ -425,7 +436,7 @@ def request_plan(
     )
     prompts = ["".join(map(chr, ids)) for ids in encoded["input_ids"]]
     prompts += [encoder.render(text, text if task.is_pair else None) for text in encoder.spec.content_free]
-    scoring = "echo" if scorer.scoring == "auto" else scorer.scoring
+    scoring = (scorer.chosen or "echo") if scorer.scoring == "auto" else scorer.scoring
     questions = scorer.questions(prompts, scoring)
     missing = [q for q in questions if scorer.store.get(request_key(q.path, q.body, q.split)) is None]
     tokens = sum(q.tokens for q in missing)

@@ -4,6 +4,7 @@ predictions as batches by count, and no change at all where the settings are uns
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -183,3 +184,37 @@ def test_predict_refuses_a_wrong_tokens_per_batch_before_loading(capsys, tmp_pat
         raise SystemExit(code)
     assert exit_info.value.code == 2
     assert "--tokens-per-batch" in capsys.readouterr().err
+
+
+class PaddedTokenClock(torch.nn.Module):
+    """A teacher whose forward takes a fixed time per padded token (and little CPU): the time of a pass
+    over a split is that of its batches as cut."""
+
+    SECONDS_PER_TOKEN = 1e-4
+
+    def forward(self, input_ids, attention_mask):
+        from transformers.modeling_outputs import SequenceClassifierOutput
+
+        time.sleep(input_ids.numel() * self.SECONDS_PER_TOKEN)
+        return SequenceClassifierOutput(logits=torch.zeros(len(input_ids), 2))
+
+
+@pytest.mark.parametrize("budgets", [{}, {"teacher_tokens_per_batch": 160}])
+def test_the_dry_runs_teacher_pass_time_is_the_pass_as_the_run_cuts_it(split, tmp_path, budgets):
+    """Before, the dry run timed batches of teacher_batch_size (fine-tuning's) whatever the pass cut: with a
+    token budget it quoted the padding the budget saves (1.7x the pass's time here)."""
+    from types import SimpleNamespace
+
+    from kdplug.engine.estimate import teacher_seconds
+
+    clock = PaddedTokenClock()
+    teacher = kdplug.Teacher(model=clock, tokenizer=None, source="clock", finetuned=True)
+    inputs = SimpleNamespace(trainer=trainer(**budgets), teacher=teacher, train=split, dev={"dev": split})
+    config = SimpleNamespace(teacher_batch_size=32)
+    planned = teacher_seconds("ready", {"train": "computed", "dev": "computed"}, config, inputs, "teacher")
+    started = time.perf_counter()
+    for _ in ("train", "dev"):  # the run's teacher pass, without the cache around it
+        batches = teacher_stage._teacher_batches(teacher, None, inputs.trainer, split, "fp32", [], range(len(split)))
+        assert sum(len(batch[0]) for batch in batches) == len(split)
+    passed = time.perf_counter() - started
+    assert planned["teacher outputs"][0] == pytest.approx(passed, rel=0.25)

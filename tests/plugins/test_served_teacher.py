@@ -125,6 +125,9 @@ def test_served_logits_equal_the_prompted_teachers_and_a_second_run_asks_nothing
         np.testing.assert_allclose(got[split], expected[split], rtol=0, atol=1e-5)
     record = json.loads((tmp_path / "served" / "metrics.json").read_text())["teacher"]["served"]
     assert record["scoring"] == "echo" and len(record["calibrate"]["p_cf"]) == 2
+    # the run that computed nothing records what auto chose when its outputs were computed (was: "auto")
+    again = json.loads((tmp_path / "again" / "metrics.json").read_text())["teacher"]["served"]
+    assert again["scoring"] == "echo" and again["scoring_chosen"] == "auto"
     assert f"sends {REQUESTS} requests (0 already answered" in out
     assert f"sends 0 requests ({REQUESTS} already answered" in out
     written = [path for path in tmp_path.rglob("*") if path.is_file()]
