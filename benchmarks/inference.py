@@ -146,28 +146,34 @@ def run_variants(run: Path, repeats: int) -> int:
     dev = DevSet(texts, labels, task.compute_metrics, task.main_metric, task.is_regression)
     train = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in task.load_split("train")]
     info = json.loads((run / "student" / INFO_FILE).read_text())
+    teachers, served = _teachers(metrics["teacher"])
     with tempfile.TemporaryDirectory() as scratch:
-        rows = _exported_forms(run, _teachers(metrics["teacher"]), info, dev, train, Path(scratch))
+        rows = _exported_forms(run, teachers, info, dev, train, Path(scratch))
         table = [
             (f"{who}: {name}", _measured(path, options, task, dev, texts, labels, repeats))
             for who, name, path, options in rows
         ]
-    table = _with_ensemble(table, len(metrics["teacher"].get("members") or []))
+    # an ensemble with a served member has no time of its own here: its rows would be the others' alone
+    table = _with_ensemble(table, 0 if served else len(metrics["teacher"].get("members") or []))
+    for name in served:
+        print(f"{name} is a served teacher: its time is its server's and the network's, not timed", file=sys.stderr)
     _print_table(run, task, texts, info, repeats, table)
     return 0
 
 
-def _teachers(teacher: dict) -> list[tuple[str, Path]]:
-    """``(who, checkpoint)`` of the run's teacher, or of each member of its ensemble."""
+def _teachers(teacher: dict) -> tuple[list[tuple[str, Path]], list[str]]:
+    """``(who, checkpoint)`` of the run's teacher, or of each member of its ensemble, but the served ones
+    (their time is their server's), and the served ones' names."""
     members = teacher.get("members")
-    found = []
+    found, served = [], []
     for record in members or [teacher]:
         if record.get("served_remotely"):
-            sys.exit(f"{record['name']} is a served teacher: its time is its server's and the network's, not timed")
+            served.append(record["name"])
+            continue
         finetuned = record.get("finetuned", {})
         who = f"teacher {record['index']}" if members else "teacher"
         found.append((who, Path(finetuned.get("stored") or finetuned.get("reused") or record["source"])))
-    return found
+    return found, served
 
 
 def _with_ensemble(table: list[tuple[str, dict]], members: int) -> list[tuple[str, dict]]:
@@ -257,8 +263,9 @@ def _measured(path: Path, options: dict, task: Any, dev: Any, texts: list, label
 def _print_table(run: Path, task: Any, texts: list, info: dict, repeats: int, table: list) -> None:
     all_threads = torch.get_num_threads()
     teacher = "ensemble" if any(name.startswith("ensemble: ") for name, _ in table) else "teacher"
-    fp32_teacher = dict(table)[f"{teacher}: fp32 PyTorch"]
-    int8_teacher = dict(table)[f"{teacher}: int8 ONNX Runtime"]
+    # no reference where the teacher is served (or an ensemble has a served member): no ratio, not a wrong one
+    fp32_teacher = dict(table).get(f"{teacher}: fp32 PyTorch")
+    int8_teacher = dict(table).get(f"{teacher}: int8 ONNX Runtime")
     print(
         f"run {run}: {task.name}, {len(texts)} dev texts, {info['max_length']} tokens at most; median of "
         f"{repeats} runs; threads 1 and {all_threads}; torch {torch.__version__}"
@@ -273,10 +280,14 @@ def _print_table(run: Path, task: Any, texts: list, info: dict, repeats: int, ta
     for name, cells in table:
         speeds = "".join(f"{cells[f'ms b=1 t={t}']:>13.2f}{cells[f'ex/s b=32 t={t}']:>16.0f}" for t in (1, all_threads))
         key = f"ex/s b=32 t={all_threads}"
-        print(
-            f"{name:<42}{cells['size']:>7.1f}{score(cells['score']):>9}{speeds}"
-            f"{cells[key] / fp32_teacher[key]:>15.2f}x{cells[key] / int8_teacher[key]:>15.2f}x"
+        ratios = "".join(
+            f"{cells[key] / reference[key]:>15.2f}x" if reference else f"{'–':>16}"
+            for reference in (fp32_teacher, int8_teacher)
         )
+        print(f"{name:<42}{cells['size']:>7.1f}{score(cells['score']):>9}{speeds}{ratios}")
+    if fp32_teacher is None:
+        print("x: none: a served teacher, or an ensemble with a served member, has no time measured here")
+        return
     print(
         f"x = examples/s at batch 32 with {all_threads} threads over the fp32 PyTorch {teacher}'s, and over the int8 "
         f"ONNX Runtime {teacher}'s, both measured in this run"

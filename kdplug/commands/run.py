@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import copy
 import math
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
@@ -216,6 +217,7 @@ def handle(args: argparse.Namespace, manager: PluginManager) -> int:
         config = apply(copy.deepcopy(written), resumed_teachers(args, written), source="command line")
         config = apply(config, resumed_flags(args, written), source="command line")
         config = apply(config, parse_overrides(args.overrides), source="--set")
+        keep_written_spelling(written, config, manager)
         check_resume_settings(written, config)  # before validate: a changed ensemble is a change, not a conflict
         config.validate()
         report_failures(manager)
@@ -321,10 +323,15 @@ def resumed_teachers(args: argparse.Namespace, written: RunConfig) -> dict:
     if args.teacher:
         return teacher_flags(args.teacher, args.teacher_weights, None)
     numbers = [teacher_weight(text) for text in args.teacher_weights]
+    if not written.teachers:
+        raise UsageError(
+            f"--teacher-weights weighs an ensemble's members, and the run in {args.resume} has one teacher: "
+            f"drop --teacher-weights (an ensemble is a new run: --teacher A --teacher B without --resume)"
+        )
     if len(numbers) != len(written.teachers):
         raise UsageError(
             f"--teacher-weights gives {len(numbers)} weight{'s' * (len(numbers) != 1)} for the "
-            f"{len(written.teachers) or 1} teacher(s) of the run in {args.resume}: give one per teacher, in their order"
+            f"{len(written.teachers)} teachers of the run in {args.resume}: give one per teacher, in their order"
         )
     return {"teachers": _weighted(written.teachers, numbers)}
 
@@ -339,20 +346,49 @@ def resumed_flags(args: argparse.Namespace, written: RunConfig) -> dict:
                 f"{flag} starts a new run and --resume continues the run in {args.resume} as its config.yaml says: "
                 f"drop {flag}, or drop --resume and give another --output"
             )
-    flags = {key: getattr(args, key) for key in CONFIG_FLAGS if getattr(args, key) is not None}
-    for key in ("output", "data_dir"):  # the same directory spelt another way is no change
-        if key in flags and getattr(written, key) and _same_path(flags[key], getattr(written, key)):
-            del flags[key]
-    if "output" in flags:
+    return {key: getattr(args, key) for key in CONFIG_FLAGS if getattr(args, key) is not None}
+
+
+def keep_written_spelling(written: RunConfig, resumed: RunConfig, manager: PluginManager) -> None:
+    """A value given with ``--resume`` (a flag or a ``--set``) that names what config.yaml names, spelt another
+    way, is no change: the same file or folder through a link, a relative path or a trailing slash, and an
+    augmentation factor equal to the default config.yaml leaves unset. Another output is refused: the run
+    continues where it is."""
+    if not _same_path(resumed.output, written.output):
         raise UsageError(
-            f"--resume continues the run in {args.resume} and writes there; drop --output {flags['output']} "
-            f"(a new run goes to another --output without --resume)"
+            f"--resume continues the run in {written.output} and writes there; drop --output or --set output="
+            f"{resumed.output} (a new run goes to another --output without --resume)"
         )
-    return flags
+    resumed.output = written.output
+    for key in ("data_dir", "teacher", "trim_vocab_corpus"):
+        if _same_path(getattr(resumed, key), getattr(written, key)):
+            setattr(resumed, key, getattr(written, key))
+    if len(resumed.transfer or []) == len(written.transfer or []):
+        resumed.transfer = [
+            old if _same_path(new, old) else new for new, old in zip(resumed.transfer, written.transfer)
+        ]
+    if len(resumed.teachers) == len(written.teachers):
+        for new, old in zip(resumed.teachers, written.teachers):
+            if isinstance(new, dict) and isinstance(old, dict) and _same_path(new.get("teacher"), old.get("teacher")):
+                new["teacher"] = old["teacher"]
+    if resumed.augment and written.augment_factor is None and resumed.augment_factor is not None:
+        from ..engine.transfer import augment_factor
+
+        task = manager.registry.create("task", written.task, data_dir=written.data_dir, **written.task_options)
+        if resumed.augment_factor == augment_factor(written, task):
+            resumed.augment_factor = None
 
 
-def _same_path(given: str, written: str) -> bool:
-    return Path(given).expanduser().resolve() == Path(written).expanduser().resolve()
+def _same_path(given: Any, written: Any) -> bool:
+    """Whether ``given`` and ``written`` are the same text, or name the same existing file or folder."""
+    if given == written:
+        return True
+    if not (isinstance(given, str) and isinstance(written, str)):
+        return False
+    try:
+        return os.path.samefile(os.path.expanduser(given), os.path.expanduser(written))
+    except OSError:  # either is no file or folder here: a name, which only the same text names
+        return False
 
 
 def teacher_weight(text: str) -> float:

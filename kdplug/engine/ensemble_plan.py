@@ -50,6 +50,7 @@ def plan_members(
             {
                 "index": entry.index,
                 "weight": entry.weight,
+                "layer_teacher": entry.index == layers_from,
                 **teacher,
                 "cached": outputs,
                 "teacher_cache": size,

@@ -10,10 +10,12 @@ for a BERT student matching every layer) and early stopping (which can only shor
 from __future__ import annotations
 
 import copy
+import json
 import math
 import statistics
 import time
 from itertools import chain, islice, repeat
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -105,3 +107,18 @@ def pass_seconds(model: nn.Module, trainer: Any, splits: list, *, placed: bool =
 
 def _padded(split: Any, batch: list[int]) -> int:
     return len(batch) * max(int(split.lengths[i]) for i in batch)
+
+
+def left_to_resume(checkpoint: Path, stage: dict[str, Any]) -> tuple[float, float]:
+    """The fewest and the most seconds a stage has left when its run is resumed: none where its checkpoint
+    says it completed, the epochs from the one it stopped in where it has one (the whole stage without)."""
+    planned = stage["estimate"]
+    try:
+        state = json.loads((checkpoint / "state.json").read_text())
+    except (OSError, ValueError):  # no checkpoint (or one the run will refuse): the stage from its start
+        return planned["fewest_seconds"], planned["seconds"]
+    if state.get("complete"):
+        return 0.0, 0.0
+    done = max(int(state.get("epoch", 1)) - 1, 0)  # the epoch it stopped in is trained again from its last step
+    per_epoch = planned["seconds_per_epoch"]
+    return per_epoch * max(planned["fewest_epochs"] - done, 1), per_epoch * max(stage["epochs"] - done, 1)

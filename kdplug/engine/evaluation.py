@@ -97,8 +97,13 @@ def teacher_rows(name: str, teacher: dict[str, Any]) -> list[Row]:
             )
             for member in members
         ),
-        Row(f"ensemble of {len(members)} teachers", teacher["parameters"], teacher.get("dev", {})),
+        Row(f"ensemble of {len(members)} teachers", ensemble_parameters(teacher), teacher.get("dev", {})),
     ]
+
+
+def ensemble_parameters(teacher: dict[str, Any]) -> Optional[int]:
+    """An ensemble's parameter count for the table; None with a served member (the others' sum is not its size)."""
+    return None if any(member.get("served_remotely") for member in teacher["members"]) else teacher["parameters"]
 
 
 def shown_parameters(teacher: dict[str, Any]) -> Optional[int]:

@@ -441,13 +441,15 @@ def _results_table(metrics: dict, speed: dict, student_dev: dict, teacher_dev: d
     names = sorted(student_dev, key=lambda k: (k != metrics.get("main_metric"), k))
     header = ["model", "parameters", "weights"] + names + ["ms/example (batch 1)", "examples/s (batch 32)", "speed-up"]
     rows = []
-    ensemble = bool(metrics.get("teacher", {}).get("members"))
+    members = metrics.get("teacher", {}).get("members") or []
     for who, dev in (("teacher", teacher_dev), ("student", student_dev)):
-        measured = {} if who == "teacher" and ensemble else speed.get(who) or {}  # timed: its first member only
+        measured = speed.get(who) or {}  # an ensemble's: its members one after the other (none with a served one)
         parameters = metrics.get(who, {}).get("parameters") or measured.get("parameters")
+        if who == "teacher" and any(member.get("served_remotely") for member in members):
+            parameters = None  # a served member's size is unknown: the sum of the others' is not the ensemble's
         rows.append(
             [
-                "teacher ensemble" if who == "teacher" and ensemble else who,
+                "teacher ensemble" if who == "teacher" and members else who,
                 f"{parameters / 1e6:.1f}M" if parameters else "",
                 f"{measured['weights_mb']:.1f} MB" if measured else "",
                 *[f"{dev[name] * 100:.2f}" if name in dev else "" for name in names],
@@ -455,7 +457,7 @@ def _results_table(metrics: dict, speed: dict, student_dev: dict, teacher_dev: d
                 f"{measured['throughput']:.0f}" if measured else "",
                 "1.00x"
                 if who == "teacher" and measured
-                else (f"{speed['speedup']:.2f}x" if who == "student" and speed.get("speedup") and not ensemble else ""),
+                else (f"{speed['speedup']:.2f}x" if who == "student" and speed.get("speedup") else ""),
             ]
         )
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]

@@ -23,6 +23,7 @@ from accelerate.utils import set_seed
 from ..capabilities import ProjectorCapabilities, StudentCapabilities, capabilities
 from ..config import RunConfig
 from ..errors import PluginError
+from ..layout import CHECKPOINT_DIR
 from ..progress import human_count, human_duration
 from ..registry import Registry
 from ..storage import default_cache_root
@@ -244,6 +245,7 @@ def _member_lines(members: list[dict[str, Any]]) -> list[str]:
             f"  member {member['index']} {member['name']} (weight {member['weight']:.3g}): {member['class']}, "
             f"{_size(member['parameters'])}; fine-tuning: {finetune_line(member['finetune'])}; "
             f"outputs: {outputs}"
+            + ("; the layer teacher: layer methods read its layers" if member["layer_teacher"] else "")
         )
         if member.get("kind"):
             lines.append(f"            kind: {member['kind']}")
@@ -362,6 +364,8 @@ def _time_plan(plan: dict[str, Any], config: RunConfig, inputs: RunInputs) -> di
     for name, stage in plan["stages"].items():
         if "estimate" in stage:
             parts[name] = (stage["estimate"]["fewest_seconds"], stage["estimate"]["seconds"])
+            if plan["resume"]:  # a stage its checkpoint completed takes no time, one stopped in an epoch the rest
+                parts[name] = estimate.left_to_resume(Path(plan["output"]) / CHECKPOINT_DIR / name, stage)
     return {
         "parts": {name: (round(low, 1), round(high, 1)) for name, (low, high) in parts.items()},
         "fewest_seconds": round(sum(low for low, _ in parts.values()), 1),
@@ -518,8 +522,9 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
         lines.append(f"            kind: {teacher['kind']}")
     lines.append(f"            fine-tuning: {finetune_line(teacher['finetune'])}")
     lines.append(f"            check before distilling: {plan['check']}")
-    if teacher.get("layers_read_by"):
-        lines.append(f"            layers read by {teacher['layers_read_by']}")
+    layer_teacher = [member["index"] for member in teacher.get("members") or [] if member["layer_teacher"]]
+    if teacher.get("layers_read_by") and (layer_teacher in ([], [0]) or not teacher.get("members")):
+        lines.append(f"            layers read by {teacher['layers_read_by']}")  # not another member's
     outputs = plan["teacher_outputs"]
     cached = outputs if isinstance(outputs, str) else ", ".join(f"{k} {v}" for k, v in outputs.items())
     lines.append(f"            outputs: {cached}")
@@ -566,7 +571,8 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
     threads, timing = plan["threads"], plan["time"]
     parts = ", ".join(f"{name} {_span(*seconds)}" for name, seconds in timing["parts"].items())
     lines.append(
-        f"time        about {_span(timing['fewest_seconds'], timing['seconds'])} ({parts}; the fewer where early "
+        f"time        about {_span(timing['fewest_seconds'], timing['seconds'])}"
+        f"{' left' if plan['resume'] else ''} ({parts}; the fewer where early "
         f"stopping ends each stage as soon as it may). Estimated from {estimate.TIMED_STEPS} steps of each model "
         f"timed here now on the run's batches, with "
         f"{threads['threads']} thread(s) ({threads['reason']}); the distillation terms come on top (a small share "

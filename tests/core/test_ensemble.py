@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,6 +22,23 @@ from kdplug.testing.tiny import make_tiny_classifier
 from kdplug_methods.losses import KDLoss
 
 from ..conftest import SST2_DEV, SST2_TRAIN, write_sst2
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def inference_benchmark():
+    """benchmarks/inference.py as a module (it sets two environment variables and sys.path: undone after)."""
+    import importlib.util
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "path", list(sys.path))
+        for name in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS"):
+            patch.delenv(name, raising=False)  # recorded: what the module sets is undone on leaving
+        spec = importlib.util.spec_from_file_location("inference_benchmark", ROOT / "benchmarks" / "inference.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module
+
 
 TEMPERATURE = 3.0
 #: one student epoch from teachers used as given (their heads fit the task: never fine-tuned), in fp32 as
@@ -222,6 +242,12 @@ def test_the_speed_table_times_every_member_and_the_student_against_the_whole_en
     assert speed["speedup"] == pytest.approx(student["throughput"] / ensemble["throughput"], rel=1e-3)
     (row,) = (line for line in out.splitlines() if line.startswith("ensemble of 2 teachers  "))  # the table's
     assert row.rstrip().endswith("1.00x"), row
+    # the model card quotes them too (before: the ensemble's row and the student's speed-up were left blank)
+    card = (tmp_path / "run" / "student" / "README.md").read_text()
+    (ensemble_row,) = (line for line in card.splitlines() if line.startswith("| teacher ensemble |"))
+    (student_row,) = (line for line in card.splitlines() if line.startswith("| student |"))
+    assert f"| {ensemble['latency_ms']:.2f} | {ensemble['throughput']:.0f} | 1.00x |" in ensemble_row, ensemble_row
+    assert student_row.endswith(f"| {speed['speedup']:.2f}x |"), student_row
 
 
 def test_a_served_member_and_an_in_process_one_and_the_served_ones_answers_reused(capsys, tmp_path, members):
@@ -250,8 +276,18 @@ def test_a_served_member_and_an_in_process_one_and_the_served_ones_answers_reuse
         ]
         assert code == 0 and any("its transfer set at most" in line for line in served_notes), out  # was: no count
         assert server.requests["completions"] == 0
-        code, out, first = run(capsys, data, tmp_path / "first", "--config", config(members["a"]))
+        code, out, first = run(
+            capsys, data, tmp_path / "first", "--config", config(members["a"]), "--set", "measure_speed=true"
+        )
         assert code == 0, out
+        # no size, no speed and no speed-up for an ensemble with a served member (before: the size was the
+        # checkpoint's alone, in the closing table and the model card)
+        (row,) = (line for line in out.splitlines() if line.startswith("ensemble of 2 teachers  "))
+        assert first["speed"]["teacher"] is None and first["speed"]["speedup"] is None
+        card = (tmp_path / "first" / "student" / "README.md").read_text()
+        (card_row,) = (line for line in card.splitlines() if line.startswith("| teacher ensemble |"))
+        assert card_row.startswith("| teacher ensemble |  |  |") and card_row.endswith("|  |  |  |"), card_row
+        assert "K " not in row and not re.search(r"\d+(\.\d+)?[KMB]\b", row.split("teachers", 1)[1]), row
         asked = server.requests["completions"]
         assert asked > 0 and set(server.answered.values()) == {1}
         code, out, second = run(capsys, data, tmp_path / "second", "--config", config(members["c"]))
@@ -260,6 +296,28 @@ def test_a_served_member_and_an_in_process_one_and_the_served_ones_answers_reuse
     checkpoint, served_member = second["teacher"]["members"]
     assert reused(served_member, "train") and reused(served_member, "dev") and not reused(checkpoint, "train")
     assert "dev" in served_member and "dev" in second["teacher"]
+    # benchmarks/inference.py --run times the checkpoint member and the student, the ensemble not at all, and
+    # gives no ratio against it (before: it timed nothing and exited 1 at the served member)
+    benchmark = inference_benchmark()
+    teachers, served = benchmark._teachers(first["teacher"])
+    assert [who for who, _ in teachers] == ["teacher 0"] and served == [f"served:{server.name}"]
+    assert benchmark._with_ensemble([("teacher 0: fp32 PyTorch", {})], 0) == [("teacher 0: fp32 PyTorch", {})]
+    cells = {
+        "size": 0.1,
+        "score": 0.5,
+        **{f"{kind} t={torch.get_num_threads()}": 1.0 for kind in ("ms b=1", "ex/s b=32")},
+    }
+    info = {"max_length": 8}
+    benchmark._print_table(
+        tmp_path,
+        SimpleNamespace(name="sst2", main_metric="accuracy"),
+        ["a"],
+        info,
+        1,
+        [("student: fp32 PyTorch", cells)],
+    )
+    printed = capsys.readouterr().out
+    assert "x: none: a served teacher, or an ensemble with a served member, has no time" in printed, printed
 
 
 def test_a_layer_method_reads_the_named_members_layers_and_without_one_is_refused(capsys, tmp_path, sst2_dir, members):
@@ -283,6 +341,9 @@ def test_a_layer_method_is_checked_against_the_layer_teacher_alone(capsys, tmp_p
     pair = ["--projector", "pkd-last", "--set", teachers(members["a"], deep)]
     code, out, _ = run(capsys, sst2_dir, tmp_path / "plan", *pair, "--set", "layer_teacher=1", "--dry-run")
     assert code == 0, out
+    # the plan names the member whose layers are read (before: 'layers read by' under member 0's block alone)
+    (second,) = (line for line in out.splitlines() if line.startswith("  member 1 "))
+    assert second.endswith("; the layer teacher: layer methods read its layers") and "layers read by" not in out, out
     code, out, metrics = run(capsys, sst2_dir, tmp_path / "run", *pair, "--set", "layer_teacher=1")
     assert code == 0, out
     assert metrics["teacher"]["members"][1]["cache"]["train"]["layers"] is not None

@@ -288,7 +288,7 @@ def test_resume_refuses_changed_members_or_weights(capsys, ensemble_run, setting
         (["--teacher-weights", "1", "5"], "(teachers[1].weight 2 in config.yaml, 5.0 now)"),
         (["--teacher", "bert-base", "--teacher", "roberta-base"], "(teachers[1] hf in config.yaml, roberta-base now"),
         (["--teacher", "bert-base"], "teachers[1] hf in config.yaml, unset now"),
-        (["--teacher-weights", "1"], "--teacher-weights gives 1 weight for the 2 teacher(s) of the run in"),
+        (["--teacher-weights", "1"], "--teacher-weights gives 1 weight for the 2 teachers of the run in"),
     ],
 )
 def test_resume_refuses_teacher_flags_that_change_the_ensemble(capsys, ensemble_run, argv, change):
@@ -304,6 +304,16 @@ def test_resume_takes_the_same_teacher_flags():
     )
     args = build_parser().parse_args(["run", "--resume", "RUN", "--teacher-weights", "1", "2"])
     check_resume_settings(written, apply(copy.deepcopy(written), resumed_teachers(args, written), source="flags"))
+
+
+def test_resume_of_a_one_teacher_run_refuses_teacher_weights_saying_it_has_one_teacher():
+    """Before: '--teacher-weights gives 1 weight for the 1 teacher(s) of the run in RUN: give one per teacher'."""
+    written = build_config(overrides=["teacher=bert-base"])
+    args = build_parser().parse_args(["run", "--resume", "RUN", "--teacher-weights", "1"])
+    with pytest.raises(
+        UsageError, match=r"--teacher-weights weighs an ensemble's members, and the run in RUN has one "
+    ):
+        resumed_teachers(args, written)
 
 
 def test_a_members_offload_folder_is_kept_absolute(tmp_path, monkeypatch):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from kdplug.errors import UsageError
+
 from .test_nothing_lost import cache_root, run, tiny_argv
 
 #: four steps an epoch on the tiny SST-2 (12 sentences), so a run can be stopped inside one
@@ -151,9 +153,13 @@ def test_a_checkpoint_resumes_only_under_its_own_configuration(capsys, killed_ru
     assert code == 0, err
 
 
-def test_a_flag_given_with_resume_is_checked_like_a_set_never_ignored(capsys, killed_run, sst2_dir):
+def test_a_flag_given_with_resume_is_checked_like_a_set_never_ignored(capsys, killed_run, sst2_dir, tiny_bert_dir):
     """Before, every flag but --set and the teacher's was ignored with --resume: --epochs 5 resumed the
     2-epoch run and exited 0."""
+    from kdplug.engine.pipeline import resume_config
+    from kdplug.engine.plan import dry_run
+    from kdplug.plugins import PluginManager
+
     changes = {
         ("--epochs", "5"): "epochs 2 in config.yaml, 5 now",
         ("--student", "gated-cnn"): "student bilstm in config.yaml, gated-cnn now",
@@ -168,14 +174,54 @@ def test_a_flag_given_with_resume_is_checked_like_a_set_never_ignored(capsys, ki
         assert code == 2 and f"{flags[0]} starts a new run and --resume continues the run in {killed_run}" in err
     code, _, err = run(capsys, "run", "--resume", killed_run, "--output", killed_run.parent / "elsewhere")
     assert code == 2 and "drop --output" in err and not (killed_run.parent / "elsewhere").exists()
+    # --set output= is the same key: it was let through and the run ended in a FileNotFoundError traceback
+    code, _, err = run(capsys, "run", "--resume", killed_run, "--set", f"output={killed_run.parent / 'elsewhere'}")
+    assert code == 2 and "drop --output or --set output=" in err and not (killed_run.parent / "elsewhere").exists()
     assert not (killed_run / "student").exists()  # nothing resumed yet
-    # the run's own values, spelt another way, and where it executes go on
-    same = ["--epochs", "2", "--seed", "42", "--data-dir", f"{sst2_dir}/.", "--output", f"{killed_run}/"]
-    same += ["--threads", "1"]
+    # its dry run times what is left: the distillation epoch it was killed in (before: the whole stage again)
+    printed = []
+    plan = dry_run(resume_config(killed_run), PluginManager().registry, resume=True, echo=printed.append)
+    per_epoch = plan["stages"]["distill"]["estimate"]["seconds_per_epoch"]
+    assert plan["stages"]["distill"]["epochs"] == 2 and " left (distill " in printed[0], printed
+    assert plan["time"]["parts"]["distill"] == (round(per_epoch, 1), round(per_epoch, 1)), plan["time"]
+    # the run's own values, spelt another way (the teacher's folder through a link was refused), and where it
+    # executes go on
+    teacher_link, data_link = killed_run.parent / "teacher-link", killed_run.parent / "data-link"
+    teacher_link.symlink_to(tiny_bert_dir)
+    data_link.symlink_to(sst2_dir)
+    same = ["--epochs", "2", "--seed", "042", "--data-dir", f"{sst2_dir}/.", "--output", f"{killed_run}/"]
+    same += ["--threads", "1", "--teacher", teacher_link, "--set", f"data_dir={data_link}"]
     code, _, err = run(capsys, "run", "--resume", killed_run, *same)
     assert code == 0, err
     metrics = json.loads((killed_run / "metrics.json").read_text())
     assert metrics["status"] == "completed" and metrics["threads"]["threads"] == 1
+
+
+def test_resumed_values_that_name_what_config_yaml_names_are_no_change(tmp_path, sst2_dir, tiny_bert_dir):
+    """Before, a transfer file or an ensemble member's folder given through a link or another relative
+    spelling, and --augment-factor 20 where config.yaml leaves Tang's 20 unset, were refused as changes."""
+    from kdplug.commands.run import check_resume_settings, keep_written_spelling
+    from kdplug.config import build_config
+    from kdplug.plugins import PluginManager
+
+    (tmp_path / "extra.txt").write_text("a fine film\n")
+    (tmp_path / "extra-link.txt").symlink_to(tmp_path / "extra.txt")
+    (tmp_path / "bert-link").symlink_to(tiny_bert_dir)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    members = [{"teacher": str(tiny_bert_dir)}, {"teacher": "minilm"}]
+    keys = {"task": "sst2", "data_dir": str(sst2_dir), "augment": "tang", "output": str(run_dir), "teachers": members}
+    written = build_config(flags={**keys, "transfer": [str(tmp_path / "extra.txt")]})
+    spelt = [f"teachers.0.teacher={tmp_path}/bert-link/", f"transfer=[{tmp_path}/extra-link.txt]", "augment_factor=20"]
+    resumed = build_config(flags=keys, overrides=spelt)
+    keep_written_spelling(written, resumed, PluginManager())
+    check_resume_settings(written, resumed)  # no change
+    assert resumed.augment_factor is None and resumed.transfer == written.transfer
+    for other in ("augment_factor=10", "teachers.1.teacher=minilm-l12", f"transfer=[{sst2_dir}/train.tsv]"):
+        resumed = build_config(flags=keys, overrides=[other])
+        keep_written_spelling(written, resumed, PluginManager())
+        with pytest.raises(UsageError, match="the options given change what it trains"):
+            check_resume_settings(written, resumed)
 
 
 # -- sweeps, reports and the cache never replace what they did not write --------------------------
