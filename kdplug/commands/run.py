@@ -289,6 +289,11 @@ def config_from_arguments(args: argparse.Namespace) -> RunConfig:
     config = build_config(
         file=args.config, flags=flags, overrides=args.overrides, base=None if components_given else DEMO_PRESET
     )
+    if args.augment_factor is not None and not config.augment:  # a configuration key may stay for a sweep's grid
+        raise UsageError(
+            f"--augment-factor {args.augment_factor} sets how many augmented copies --augment makes of each "
+            f"example, and this run has no --augment: add --augment tang (or teacher-words), or drop --augment-factor"
+        )
     return config
 
 

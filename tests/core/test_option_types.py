@@ -172,6 +172,13 @@ def test_more_threads_than_cores_is_refused_before_any_work(capsys, tmp_path, ti
     assert not (tmp_path / "run").exists()
 
 
+def test_an_augment_factor_without_augment_is_refused_not_ignored(capsys, tmp_path, tiny_bert_dir, sst2_dir):
+    """Before, --augment-factor 5 without --augment ran without a transfer set and said nothing."""
+    code, _, err = run(capsys, *tiny_argv(tiny_bert_dir, sst2_dir, tmp_path / "run", "--augment-factor", "5"))
+    assert code == 2 and "--augment-factor 5 sets how many augmented copies" in err and "add --augment tang" in err
+    assert not (tmp_path / "run").exists()
+
+
 # -- found by trying it as an unlucky user would ------------------------------------------------------------
 
 
