@@ -197,6 +197,14 @@ class Checkpointer:
             self._refuse(stage, directory, f"its files cannot be read ({unreadable_reason(exc, OPTIMIZER)})")
         return progress, model_state, best_state, optimizer, rng
 
+    def check_resumable(self) -> None:
+        """Every checkpoint already under the root was written by this configuration and data: a resumed
+        run learns it before any work (the teacher's fine-tuning, its outputs), not on reaching the stage."""
+        if self.written_by is None or not self.root.is_dir():
+            return
+        for record in sorted(self.root.rglob(WRITTEN_BY)):
+            self._check_written_by(record.parent.name, record.parent)
+
     def _check_written_by(self, stage: str, directory: Path) -> None:
         if self.written_by is None:
             return
@@ -205,12 +213,19 @@ class Checkpointer:
         except (OSError, ValueError):
             self._refuse(stage, directory, f"{WRITTEN_BY} (the configuration that trained it) is missing")
         recorded = renamed_prompted_teacher(recorded) or recorded  # written before prompted-lm had its name
-        differences = settings_difference(recorded, self.written_by)
+        current = {key: value for key, value in self.written_by.items() if key != DATA or DATA in recorded}
+        differences = settings_difference(recorded, current)  # (a checkpoint older than its data record: not it)
         if differences:
+            data = (
+                " The data were read again from config.yaml's data_dir, a path relative to the current directory "
+                "where it is relative: resume from the directory the run started in, with the data it read"
+                if recorded.get(DATA) != current.get(DATA)
+                else ""
+            )
             raise UnusableCheckpoint(
                 f"the checkpoint of stage {stage!r} ({directory}) was written by another configuration: "
                 f"{differences}. Resume with the configuration that wrote it (drop the --set that changes it), "
-                f"or start the run again with --overwrite"
+                f"or start the run again with --overwrite.{data}"
             )
 
     def _refuse(self, stage: str, directory: Path, problem: str) -> None:
@@ -242,6 +257,10 @@ _NOT_TRAINING = (
     "teacher_tokens_per_batch",  # how the teacher's and the evaluation's batches are cut: the same outputs
     "eval_tokens_per_batch",
 )
+
+
+#: the key of ``written_by`` that holds the fingerprint of the examples the run read
+DATA = "content of the data"
 
 
 def training_settings(config: Any) -> dict[str, Any]:

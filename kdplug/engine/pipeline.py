@@ -30,7 +30,7 @@ from ..threads import choose as choose_threads
 from ..types import Example, StudentCapabilities, Task, capabilities
 from . import faults, preflight, shares
 from .baseline import Baseline, run_baseline
-from .checkpoint import Checkpointer, training_settings
+from .checkpoint import DATA, Checkpointer, training_settings
 from .evaluation import Evaluation, evaluate
 from .inputs import RunEnvironment, RunInputs, broadcast_object, load_task, prepare_inputs
 from .recipe import EngineContext, run_recipe
@@ -241,9 +241,9 @@ class RunSession:
     def environment(self) -> RunEnvironment:
         """The run's checkpoints, device and trackers; announces the run."""
         config, path = self.config, self.run_dir.path
-        checkpoints = Checkpointer(
-            path / CHECKPOINT_DIR, every_steps=config.checkpoint_every, written_by=training_settings(config)
-        )
+        written_by = {**training_settings(config), DATA: self.metrics["data"]["fingerprint"]}
+        checkpoints = Checkpointer(path / CHECKPOINT_DIR, every_steps=config.checkpoint_every, written_by=written_by)
+        checkpoints.check_resumable()
         trackers = parse_report_to(config.report_to)
         accelerator = build_accelerator(config.precision, log_with=trackers, project_dir=path / TRACKING_DIR)
         threads = self.metrics.get("threads", {})

@@ -153,6 +153,20 @@ def test_a_checkpoint_resumes_only_under_its_own_configuration(capsys, killed_ru
     assert code == 0, err
 
 
+def test_a_checkpoint_resumes_only_on_the_data_it_was_trained_on(capsys, killed_run, sst2_dir):
+    """Data edited in place (or another folder of the same relative name, config.yaml's data_dir being read
+    from the current directory) between the kill and the resume: before, the run went on with it, exit 0."""
+    train = sst2_dir / "train.tsv"
+    lines = train.read_text().splitlines()
+    train.write_text("\n".join([lines[0], "a different sentence altogether\t1", *lines[2:]]) + "\n")
+    code, _, err = run(capsys, "run", "--resume", killed_run)
+    assert code == 2 and "was written by another configuration: content of the data " in err, err
+    assert "resume from the directory the run started in" in err
+    assert not (killed_run / "student").exists()
+    train.write_text("\n".join(lines) + "\n")  # the data it read: it resumes
+    assert run(capsys, "run", "--resume", killed_run)[0] == 0
+
+
 def test_a_flag_given_with_resume_is_checked_like_a_set_never_ignored(capsys, killed_run, sst2_dir, tiny_bert_dir):
     """Before, every flag but --set and the teacher's was ignored with --resume: --epochs 5 resumed the
     2-epoch run and exited 0."""
