@@ -498,17 +498,9 @@ def finetune_line(finetune: Any) -> str:
     )
 
 
-def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
-    """The plan as lines a person reads before starting a long run."""
-    task, teacher, student = plan["task"], plan["teacher"], plan["student"]
-    dev = ", ".join(f"{name} {size}" for name, size in task["dev"].items())
-    labels = "regression" if task["regression"] else f"{len(task['labels'])} labels ({', '.join(task['labels'])})"
-    lines = ["kdplug run --dry-run: the plan (nothing was trained, nothing written)"]
-    lines += [f"  note: {note}" for note in plan["notes"]]
-    lines.append(
-        f"task        {task['name']}: {labels}{', sentence pairs' if task['pairs'] else ''}; train "
-        f"{task['train']}, {dev}; model selection on {task['main_metric']}"
-    )
+def _teacher_lines(plan: dict[str, Any], teacher: dict[str, Any]) -> list[str]:
+    """The plan's lines about the teacher: an ensemble's members, then the primary teacher."""
+    lines: list[str] = []
     if teacher.get("members"):
         lines.append(
             f"teachers    an ensemble of {len(teacher['members'])}: the target is the weighted mean of their "
@@ -530,6 +522,21 @@ def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
     lines.append(f"            outputs: {cached}")
     if plan.get("teacher_cache"):
         lines.append(f"            cache size: {cache_size_line(plan['teacher_cache'], plan.get('transfer'))}")
+    return lines
+
+
+def format_plan(plan: dict[str, Any], config: RunConfig) -> str:
+    """The plan as lines a person reads before starting a long run."""
+    task, teacher, student = plan["task"], plan["teacher"], plan["student"]
+    dev = ", ".join(f"{name} {size}" for name, size in task["dev"].items())
+    labels = "regression" if task["regression"] else f"{len(task['labels'])} labels ({', '.join(task['labels'])})"
+    lines = ["kdplug run --dry-run: the plan (nothing was trained, nothing written)"]
+    lines += [f"  note: {note}" for note in plan["notes"]]
+    lines.append(
+        f"task        {task['name']}: {labels}{', sentence pairs' if task['pairs'] else ''}; train "
+        f"{task['train']}, {dev}; model selection on {task['main_metric']}"
+    )
+    lines += _teacher_lines(plan, teacher)
     tokenizer = plan["tokenizer"]
     lines.append(
         f"tokenizer   {tokenizer['class']} ({tokenizer['vocabulary']} tokens), max length {tokenizer['max_length']}"

@@ -350,14 +350,13 @@ def served_teacher(
     plan_for(None)  # counted again once the run's max_length is known
     served.kdplug_plan_for = plan_for
     kind = f"a served causal LM ({model} at {endpoint.base_url}), not fine-tuned"  # used as it is
-    # "prompted" too: it reads the task through a prompt as prompted-lm does (weak-teacher advice, report line)
-    extra = {"served": record, "prompted": record, "kind": kind}
     return Teacher(
         model=served,
         tokenizer=local,
         source=f"served:{model}",
         finetuned=True,
-        extra=extra,
+        # "prompted" too: it reads the task through a prompt as prompted-lm does (weak-teacher advice, report line)
+        extra={"served": record, "prompted": record, "kind": kind},
         notes=notes,
         encoder=encoder,
     )

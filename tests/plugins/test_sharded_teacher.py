@@ -349,7 +349,7 @@ def test_resume_may_change_where_the_teacher_runs_and_its_batches_not_what_it_tr
         f"teacher_options.offload_folder={tmp_path}",
     ]
     check_resume_settings(written, build_config(base=base, overrides=changed))
-    with pytest.raises(UsageError, match="changes what it trains .*teacher_options"):
+    with pytest.raises(UsageError, match="change what it trains .*teacher_options"):
         check_resume_settings(written, build_config(base=base, overrides=["teacher_options.dtype=float16"]))
 
 
