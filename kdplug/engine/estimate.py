@@ -18,6 +18,7 @@ from itertools import chain, islice, repeat
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
@@ -101,12 +102,13 @@ def pass_seconds(model: nn.Module, trainer: Any, splits: list, *, placed: bool =
     picked = batches[:: max(1, len(batches) // (TIMED_STEPS + 1))][: TIMED_STEPS + 1]  # the first one warms up
     loader = DataLoader(first, batch_sampler=picked, collate_fn=Collator(first.pad_id, first.is_regression))
     per_batch = step_seconds(model, loader, train=False, placed=placed)
-    per_token = per_batch / statistics.mean(_padded(first, batch) for batch in picked[1:] or picked)
-    return per_token * sum(_padded(split, batch) for split, plan in zip(splits, plans) for batch in plan)
+    lengths = [np.asarray(split.lengths) for split in splits]  # once: a split computes them on each access
+    per_token = per_batch / statistics.mean(_padded(lengths[0], batch) for batch in picked[1:] or picked)
+    return per_token * sum(_padded(length, batch) for length, plan in zip(lengths, plans) for batch in plan)
 
 
-def _padded(split: Any, batch: list[int]) -> int:
-    return len(batch) * max(int(split.lengths[i]) for i in batch)
+def _padded(lengths: np.ndarray, batch: list[int]) -> int:
+    return len(batch) * int(lengths[batch].max())
 
 
 def left_to_resume(checkpoint: Path, stage: dict[str, Any]) -> tuple[float, float]:
